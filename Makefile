@@ -1,0 +1,48 @@
+# warmfit — `make help` lists the targets.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+WARMFIT := $(VENV)/bin/warmfit
+# torch is installed first, pinned, so that set-up never pulls a multi-GB CUDA
+# build on a machine without a GPU (2.13.0 is the CPU wheel this machine has).
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed-stamp
+
+.DEFAULT_GOAL := help
+.PHONY: help venv demo test test-slow lint format bench traces clean
+
+help: ## List the targets.
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev,torch,plot]"
+	@touch $(STAMP)
+
+venv: $(STAMP) ## Create .venv and install warmfit with every extra (no CUDA download).
+
+demo: $(STAMP) ## Print the table of ART PR #991 from traces/pr991.
+	$(WARMFIT) replay traces/pr991
+	$(WARMFIT) replay traces/pr991 --format markdown
+
+test: $(STAMP) ## Run the test suite (not slow, not gpu).
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP) ## Run the slow tests too (thousands of generated traces).
+	$(PY) -m pytest -q -m "not gpu"
+
+lint: $(STAMP) ## ruff (lint and format check) and mypy.
+	$(VENV)/bin/ruff check warmfit tests
+	$(VENV)/bin/ruff format --check warmfit tests
+	$(VENV)/bin/mypy
+
+format: $(STAMP) ## Apply ruff's formatting and safe fixes.
+	$(VENV)/bin/ruff format warmfit tests
+	$(VENV)/bin/ruff check --fix warmfit tests
+
+traces: $(STAMP) ## Regenerate traces/pr991 byte-identically from its generator.
+	$(PY) -m warmfit.synthetic traces/pr991
+
+clean: ## Remove the virtual environment and caches.
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

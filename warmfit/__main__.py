@@ -1,0 +1,3 @@
+from warmfit.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""One module per ``warmfit`` subcommand (the manner of memray's ``commands/``)."""

@@ -1,0 +1,81 @@
+"""``warmfit replay``: the over-estimate / peak-violation table of a trace."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from warmfit.errors import UsageError
+
+
+class Format(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    csv = "csv"
+    json = "json"
+
+
+class Engine(str, Enum):
+    auto = "auto"
+    scalar = "scalar"
+    vectorized = "vectorized"
+
+
+PathsArg = Annotated[
+    list[Path], typer.Argument(help="Trace files or directories (read recursively).", show_default=False)
+]
+PolicyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--policy",
+        "-p",
+        help="Policy to replay (repeatable): a registered name or module:Class. "
+        "Default: max-merge and warm-fit.",
+        show_default=False,
+    ),
+]
+SafetyOpt = Annotated[float, typer.Option("--safety", help="Safety factor f applied to every estimate.")]
+EngineOpt = Annotated[
+    Engine,
+    typer.Option(help="Replay engine: vectorized for built-in policies, scalar is the reference."),
+]
+
+
+def check_new_file(path: Path, force: bool) -> None:
+    """Refuse to overwrite an existing file unless ``--force`` was given."""
+    if path.exists() and not force:
+        raise UsageError(f"will not overwrite without --force: {path}")
+    if path.parent and not path.parent.exists():
+        raise UsageError(f"the folder of {path} does not exist; create it first.")
+
+
+def replay_command(
+    paths: PathsArg,
+    policy: PolicyOpt = None,
+    safety: SafetyOpt = 1.1,
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    per_wave: Annotated[
+        Path | None,
+        typer.Option("--per-wave", help="Also write one row per wave and policy to this Parquet file."),
+    ] = None,
+    engine: EngineOpt = Engine.auto,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the --per-wave file.")] = False,
+) -> None:
+    """Replay traces through pricing policies and print the over-estimate table.
+
+    Example: warmfit replay traces/pr991 -p max-merge -p warm-fit --format markdown
+    """
+    from warmfit.replay import replay
+    from warmfit.report import render
+    from warmfit.trace import read_trace
+
+    if per_wave is not None:
+        check_new_file(per_wave, force)
+    readings = read_trace(paths)
+    result = replay(readings, policy, safety, engine.value)
+    if per_wave is not None:
+        result.per_wave.write_parquet(per_wave)
+    typer.echo(render(result, format.value), nl=False)

@@ -1,0 +1,60 @@
+"""One root for every error warmfit reports to a person.
+
+Each error carries the process exit code the CLI returns for it (SPEC §5:
+2 for bad input or usage). The CLI prints ``str(error)`` as one paragraph on
+stderr and exits with ``error.exit_code``; it never shows a traceback for
+these.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class WarmfitError(Exception):
+    """Base of every error meant for the person running warmfit."""
+
+    exit_code: int = 2
+
+
+class UsageError(WarmfitError):
+    """A command line or an argument that cannot be acted on."""
+
+
+class TraceError(WarmfitError):
+    """A trace that breaks trace format v1 (SPEC §2).
+
+    The message names the file, and the column and row where it can (rows are
+    counted from 0 within the file, as polars and pyarrow count them), and
+    says what to do.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        path: str | Path | None = None,
+        column: str | None = None,
+        row: int | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.path = None if path is None else str(path)
+        self.column = column
+        self.row = row
+        self.fix = fix
+        where = []
+        if self.path is not None:
+            where.append(self.path)
+        if column is not None:
+            where.append(f"column '{column}'")
+        if row is not None:
+            where.append(f"row {row}")
+        text = ", ".join(where) + ": " + problem if where else problem
+        if fix:
+            text += f" {fix}"
+        super().__init__(text)
+
+
+class PolicyError(WarmfitError):
+    """An unknown policy name, or a user policy that cannot be loaded."""

@@ -1,0 +1,101 @@
+"""Pricing policies and their registry.
+
+Built-in policies are registered here; third-party ones register through the
+``warmfit.policies`` entry-point group, or are named on the command line as
+``module:Class`` (``-p mypkg.pricing:MyPolicy``).
+
+>>> sorted(policy_names())[:2]
+['max-merge', 'warm-fit']
+>>> get_policy("warm-fit")().price(PriceRequest(packed_tokens=1, logical_tokens=1)) is None
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from warmfit.errors import PolicyError
+from warmfit.policies.base import Policy, PriceRequest, Reading
+from warmfit.policies.max_merge import MaxMerge
+from warmfit.policies.warm_fit import WarmFit
+
+__all__ = [
+    "MaxMerge",
+    "Policy",
+    "PriceRequest",
+    "Reading",
+    "WarmFit",
+    "get_policy",
+    "policy_names",
+    "register",
+]
+
+_REGISTRY: dict[str, type[Policy]] = {}
+_ENTRY_POINTS_LOADED = False
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    """Register a policy class under its ``name``; usable as a decorator."""
+    if not (isinstance(cls, type) and issubclass(cls, Policy)):
+        raise PolicyError(f"{cls!r} is not a subclass of warmfit.policies.Policy.")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise PolicyError(f"policy class {cls.__qualname__} has no 'name'.")
+    existing = _REGISTRY.get(name)
+    if existing is not None and existing is not cls:
+        raise PolicyError(
+            f"two policies are named {name!r}: {existing.__module__}.{existing.__qualname__} "
+            f"and {cls.__module__}.{cls.__qualname__}. Rename one of them."
+        )
+    _REGISTRY[name] = cls
+    return cls
+
+
+def _load_entry_points() -> None:
+    global _ENTRY_POINTS_LOADED
+    if _ENTRY_POINTS_LOADED:
+        return
+    _ENTRY_POINTS_LOADED = True
+    for ep in entry_points(group="warmfit.policies"):
+        try:
+            register(ep.load())
+        except Exception as exc:
+            raise PolicyError(
+                f"the policy plugin {ep.name!r} ({ep.value}) failed to load: {exc}. "
+                "Fix or uninstall the package that provides it."
+            ) from None
+
+
+def policy_names() -> list[str]:
+    """Names of every registered policy, built-ins first."""
+    _load_entry_points()
+    return list(_REGISTRY)
+
+
+def get_policy(spec: str) -> type[Policy]:
+    """The policy class for a registered name or a ``module:Class`` path."""
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise PolicyError(
+                f"cannot load policy {spec!r}: {exc}. Give a registered name or an importable "
+                "'module:Class'."
+            ) from None
+        if not (isinstance(obj, type) and issubclass(obj, Policy)):
+            raise PolicyError(f"{spec!r} is not a subclass of warmfit.policies.Policy.")
+        return obj
+    _load_entry_points()
+    try:
+        return _REGISTRY[spec]
+    except KeyError:
+        raise PolicyError(
+            f"unknown policy {spec!r}; registered policies: {', '.join(_REGISTRY)}. "
+            "Run 'warmfit policies' to list them, or give 'module:Class'."
+        ) from None
+
+
+register(MaxMerge)
+register(WarmFit)

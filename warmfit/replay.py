@@ -1,0 +1,330 @@
+"""Replay a trace through pricing policies (SPEC §3).
+
+Each ``(run, rank)`` stream is replayed alone, readings in ``seq`` order, with
+one profile per signature. At a wave's first reading the wave is priced from
+its signature's profile as it stands; then every reading that did not run out
+of memory is observed. A wave's actual bytes are the largest delta over its
+readings.
+
+:func:`replay_scalar` is the reference engine: it feeds one reading at a time
+to policy objects exactly as a trainer would. It accepts any policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from warmfit.errors import PolicyError, UsageError
+from warmfit.policies import Policy, PriceRequest, Reading, get_policy
+
+DEFAULT_POLICIES = ("max-merge", "warm-fit")
+DEFAULT_SAFETY_FACTOR = 1.1
+ENGINES = ("auto", "scalar", "vectorized")
+
+#: Columns and dtypes of the per-wave result (SPEC §5 ``--per-wave``).
+PER_WAVE_SCHEMA: dict[str, pl.DataType] = {
+    "run": pl.String(),
+    "rank": pl.Int32(),
+    "wave": pl.Int64(),
+    "signature": pl.String(),
+    "kind": pl.String(),
+    "policy": pl.String(),
+    "packed_tokens": pl.Int64(),
+    "logical_tokens": pl.Int64(),
+    "output_bytes": pl.Int64(),
+    "static_floor_bytes": pl.Int64(),
+    "actual_bytes": pl.Int64(),
+    "estimate_bytes": pl.Int64(),
+    "set_by": pl.String(),
+    "over_estimate": pl.Float64(),
+    "under_peak": pl.Boolean(),
+    "oom": pl.Boolean(),
+}
+
+
+def estimate_bytes(
+    p: float | None, output_bytes: int, static_floor_bytes: int | None, safety_factor: float
+) -> tuple[int | None, str | None]:
+    """A wave's estimate and what set it, from the policy's ``p`` (SPEC §3).
+
+    >>> estimate_bytes(1000.7, 10, None, 1.1)   # int((10 + 1000) * 1.1)
+    (1111, 'profile')
+    >>> estimate_bytes(1000.7, 10, 2000, 1.1)   # the floor is higher
+    (2211, 'floor')
+    >>> estimate_bytes(None, 10, 2000, 1.1), estimate_bytes(None, 10, None, 1.1)
+    ((2211, 'floor'), (None, None))
+    """
+    floor = static_floor_bytes or 0
+    if p is not None:
+        learned = int(p)
+        compute = max(floor, learned)
+        return int((output_bytes + compute) * safety_factor), (
+            "profile" if learned >= floor else "floor"
+        )
+    if static_floor_bytes is not None:
+        return int((output_bytes + static_floor_bytes) * safety_factor), "floor"
+    return None, None
+
+
+def check_safety_factor(safety_factor: float) -> float:
+    """Reject a safety factor that is not a positive finite number."""
+    if not (math.isfinite(safety_factor) and safety_factor > 0):
+        raise UsageError(
+            f"--safety must be a positive number (1.1 adds a 10% margin); got {safety_factor}."
+        )
+    return float(safety_factor)
+
+
+def resolve_policies(names: Sequence[str] | None) -> list[type[Policy]]:
+    """Policy classes for names or ``module:Class`` specs, defaults when empty."""
+    chosen = list(names) if names else list(DEFAULT_POLICIES)
+    classes = [get_policy(name) for name in chosen]
+    seen: set[str] = set()
+    for cls in classes:
+        if cls.name in seen:
+            raise UsageError(f"policy {cls.name!r} is named twice; name each policy once.")
+        seen.add(cls.name)
+    return classes
+
+
+def _checked_price(cls: type[Policy], value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise PolicyError(
+            f"policy {cls.name!r} priced a wave at {value!r}; a price must be a finite number "
+            "of bytes >= 0, or None when the profile has nothing to go on."
+        )
+    return value
+
+
+def replay_scalar(
+    readings: pl.DataFrame,
+    policies: Sequence[type[Policy]],
+    safety_factor: float = DEFAULT_SAFETY_FACTOR,
+) -> pl.DataFrame:
+    """Replay readings one at a time; return one row per wave and policy.
+
+    ``readings`` is a validated trace (see :func:`warmfit.trace.read_trace`)
+    sorted by run, rank and seq. Rows come out by run, rank and the wave's
+    first reading, then policy in the order given.
+    """
+    columns = readings.select(
+        "run",
+        "rank",
+        "wave",
+        "signature",
+        "kind",
+        "phase",
+        "whole",
+        "packed_tokens",
+        "logical_tokens",
+        "output_bytes",
+        "baseline_bytes",
+        "peak_bytes",
+        "static_floor_bytes",
+        "oom",
+    ).to_dict(as_series=False)
+    out: dict[str, list[object]] = {name: [] for name in PER_WAVE_SCHEMA}
+    stream: tuple[str, int] | None = None
+    profiles: list[dict[str, Policy]] = []
+    waves: dict[int, list[object]] = {}
+    order: list[list[object]] = []
+
+    def flush() -> None:
+        for w in order:
+            (run, rank, wave, sig, kind, n, m, o, s, actual, oom, estimates) = w
+            for cls, (est, set_by) in zip(policies, estimates, strict=True):
+                over = None
+                if est is not None and actual > 0:
+                    over = est / actual - 1
+                out["run"].append(run)
+                out["rank"].append(rank)
+                out["wave"].append(wave)
+                out["signature"].append(sig)
+                out["kind"].append(kind)
+                out["policy"].append(cls.name)
+                out["packed_tokens"].append(n)
+                out["logical_tokens"].append(m)
+                out["output_bytes"].append(o)
+                out["static_floor_bytes"].append(s)
+                out["actual_bytes"].append(actual)
+                out["estimate_bytes"].append(est)
+                out["set_by"].append(set_by)
+                out["over_estimate"].append(over)
+                out["under_peak"].append(None if est is None else est < actual)
+                out["oom"].append(oom)
+
+    for (
+        run,
+        rank,
+        wave,
+        sig,
+        kind,
+        phase,
+        whole,
+        n,
+        m,
+        o,
+        baseline,
+        peak,
+        s,
+        oom,
+    ) in zip(*columns.values(), strict=True):
+        if (run, rank) != stream:
+            flush()
+            stream = (run, rank)
+            profiles = [{} for _ in policies]
+            waves = {}
+            order = []
+        delta = max(0, peak - baseline)
+        state = waves.get(wave)
+        if state is None:
+            request = PriceRequest(n, m, o, kind, s)
+            estimates = []
+            for cls, by_sig in zip(policies, profiles, strict=True):
+                profile = by_sig.get(sig)
+                if profile is None:
+                    profile = by_sig[sig] = cls()
+                p = _checked_price(cls, profile.price(request))
+                estimates.append(estimate_bytes(p, o, s, safety_factor))
+            state = [run, rank, wave, sig, kind, n, m, o, s, delta, oom, estimates]
+            waves[wave] = state
+            order.append(state)
+        else:
+            state[9] = max(state[9], delta)
+            state[10] = state[10] or oom
+        if not oom:
+            reading = Reading(n, m, delta, o, whole, phase, kind, s)
+            for by_sig in profiles:
+                by_sig[sig].observe(reading)
+    flush()
+    return pl.DataFrame(out, schema=PER_WAVE_SCHEMA)
+
+
+# --------------------------------------------------------------------------- summary
+
+#: Columns of the per-run, per-policy summary (SPEC §5 ``results``).
+SUMMARY_COLUMNS = (
+    "run",
+    "policy",
+    "priced_waves",
+    "median_over_estimate",
+    "min_over_estimate",
+    "max_over_estimate",
+    "under_peak",
+    "set_by_profile",
+    "set_by_floor",
+    "oom_waves",
+)
+
+
+def summarize(per_wave: pl.DataFrame, policies: Sequence[str], runs: Sequence[str]) -> pl.DataFrame:
+    """Per run and policy, the figures of SPEC §3 "Report".
+
+    Figures count the priced waves that did not run out of memory and have
+    ``actual > 0``; ``oom_waves`` counts priced waves with an oom reading. The
+    median is the mean of the two middle values for an even count, computed
+    as ``(a + b) / 2`` like :func:`statistics.median`. Rows come by run
+    (as given) then policy (as given); a run without figures has nulls.
+    """
+    priced = per_wave.filter(pl.col("estimate_bytes").is_not_null())
+    figures = priced.filter(~pl.col("oom") & (pl.col("actual_bytes") > 0))
+    ordered = pl.col("over_estimate").sort()
+    count = pl.len()
+    lower = ordered.get((count - 1) // 2)
+    upper = ordered.get(count // 2)
+    stats = figures.group_by("run", "policy").agg(
+        pl.len().cast(pl.Int64).alias("priced_waves"),
+        ((lower + upper) / 2).alias("median_over_estimate"),
+        pl.col("over_estimate").min().alias("min_over_estimate"),
+        pl.col("over_estimate").max().alias("max_over_estimate"),
+        (pl.col("estimate_bytes") < pl.col("actual_bytes")).sum().cast(pl.Int64).alias("under_peak"),
+        (pl.col("set_by") == "profile").sum().cast(pl.Int64).alias("set_by_profile"),
+        (pl.col("set_by") == "floor").sum().cast(pl.Int64).alias("set_by_floor"),
+    )
+    ooms = (
+        priced.filter(pl.col("oom"))
+        .group_by("run", "policy")
+        .agg(pl.len().cast(pl.Int64).alias("oom_waves"))
+    )
+    grid = pl.DataFrame(
+        {
+            "run": [r for r in runs for _ in policies],
+            "policy": [p for _ in runs for p in policies],
+        },
+        schema={"run": pl.String(), "policy": pl.String()},
+    )
+    counts = ["priced_waves", "under_peak", "set_by_profile", "set_by_floor", "oom_waves"]
+    return (
+        grid.join(stats, on=["run", "policy"], how="left", maintain_order="left")
+        .join(ooms, on=["run", "policy"], how="left", maintain_order="left")
+        .with_columns(pl.col(counts).fill_null(0))
+        .select(SUMMARY_COLUMNS)
+    )
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What a replay produced: per-wave rows and the per-run summary."""
+
+    per_wave: pl.DataFrame
+    summary: pl.DataFrame
+    policies: tuple[str, ...]
+    safety_factor: float
+    engine: str
+
+
+def replay(
+    readings: pl.DataFrame,
+    policies: Sequence[str] | None = None,
+    safety_factor: float = DEFAULT_SAFETY_FACTOR,
+    engine: str = "auto",
+) -> ReplayResult:
+    """Replay validated readings through policies and summarize, per SPEC §3.
+
+    ``policies`` are registered names or ``module:Class`` specs (default:
+    max-merge and warm-fit). ``engine`` is ``auto``, ``scalar`` or
+    ``vectorized``; every engine gives identical results, and ``auto`` picks
+    the vectorized one when every policy has a vectorized form.
+    """
+    safety_factor = check_safety_factor(safety_factor)
+    classes = resolve_policies(policies)
+    chosen = _choose_engine(engine, classes)
+    if chosen == "vectorized":
+        from warmfit.vectorized import replay_vectorized
+
+        per_wave = replay_vectorized(readings, classes, safety_factor)
+    else:
+        per_wave = replay_scalar(readings, classes, safety_factor)
+    names = tuple(cls.name for cls in classes)
+    runs = readings.get_column("run").unique().sort().to_list()
+    return ReplayResult(per_wave, summarize(per_wave, names, runs), names, safety_factor, chosen)
+
+
+def _choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:
+    if engine not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}; got {engine!r}.")
+    if engine == "scalar":
+        return "scalar"
+    try:
+        from warmfit.vectorized import has_vectorized_form
+    except ImportError:
+        has_vectorized_form = None
+    vectorizable = has_vectorized_form is not None and all(
+        has_vectorized_form(cls) for cls in classes
+    )
+    if engine == "vectorized" and not vectorizable:
+        names = ", ".join(cls.name for cls in classes)
+        raise UsageError(
+            f"--engine vectorized: not every policy ({names}) has a vectorized form; "
+            "use --engine scalar or auto."
+        )
+    return "vectorized" if vectorizable else "scalar"

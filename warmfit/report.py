@@ -1,0 +1,124 @@
+"""Render a replay summary for people (table, markdown) and machines (csv, json).
+
+Every renderer takes the plain summary frame of :func:`warmfit.replay.summarize`
+and returns text; none of them computes a figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+
+import polars as pl
+
+from warmfit.replay import SUMMARY_COLUMNS, ReplayResult
+
+FORMATS = ("table", "markdown", "csv", "json")
+JSON_SCHEMA = "warmfit.replay/1"
+
+
+def percent(fraction: float | None, digits: int = 0) -> str:
+    """A signed percentage, ``—`` for a missing figure.
+
+    >>> percent(0.16), percent(-0.031, 1), percent(None)
+    ('+16%', '-3.1%', '—')
+    """
+    if fraction is None:
+        return "—"
+    return f"{fraction * 100:+.{digits}f}%"
+
+
+def to_json(summary: pl.DataFrame, safety_factor: float) -> str:
+    """The SPEC §5 JSON object: schema, safety factor and one result per row."""
+    results = [{k: row[k] for k in SUMMARY_COLUMNS} for row in summary.iter_rows(named=True)]
+    doc = {"schema": JSON_SCHEMA, "safety_factor": safety_factor, "results": results}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def to_csv(summary: pl.DataFrame) -> str:
+    """One header line and one line per run and policy; nulls are empty."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(SUMMARY_COLUMNS)
+    for row in summary.iter_rows():
+        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in row])
+    return buffer.getvalue()
+
+
+def _under_peak_cell(rows: Sequence[dict[str, object]]) -> str:
+    """"0 of 25" when every policy agrees, else one count per policy."""
+    counts = {(r["under_peak"], r["priced_waves"]) for r in rows}
+    if len(counts) == 1:
+        under, total = counts.pop()
+        return f"{under} of {total}"
+    return ", ".join(f"{r['policy']} {r['under_peak']} of {r['priced_waves']}" for r in rows)
+
+
+def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
+    """The table of ART PR #991: rows are runs; per policy the median
+    over-estimate with its min; then waves under their peak ("0 of 25")."""
+    header = ["run", *[f"{p} median (min)" for p in policies], "waves under their peak"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (run,), group in summary.group_by("run", maintain_order=True):
+        rows = group.to_dicts()
+        by_policy = {r["policy"]: r for r in rows}
+        cells = [str(run)]
+        for p in policies:
+            r = by_policy[p]
+            if r["median_over_estimate"] is None:
+                cells.append("—")
+            else:
+                cells.append(f"{percent(r['median_over_estimate'])} ({percent(r['min_over_estimate'])})")
+        cells.append(_under_peak_cell(rows))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
+    """A compact table for a terminal (fits 80 columns for short run names)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        caption=f"over-estimate = estimate / actual - 1; safety factor {safety_factor:g}",
+        caption_justify="left",
+    )
+    table.add_column("run", overflow="fold")
+    table.add_column("policy")
+    for name in ("waves", "median", "min", "max", "under", "profile", "floor", "oom"):
+        table.add_column(name, justify="right")
+    previous = None
+    for r in summary.iter_rows(named=True):
+        table.add_row(
+            "" if r["run"] == previous else r["run"],
+            r["policy"],
+            str(r["priced_waves"]),
+            percent(r["median_over_estimate"], 1),
+            percent(r["min_over_estimate"], 1),
+            percent(r["max_over_estimate"], 1),
+            str(r["under_peak"]),
+            str(r["set_by_profile"]),
+            str(r["set_by_floor"]),
+            str(r["oom_waves"]),
+        )
+        previous = r["run"]
+    console = Console(file=io.StringIO(), width=80, color_system=None, highlight=False)
+    console.print(table)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+def render(result: ReplayResult, fmt: str) -> str:
+    """Render a replay result in one of :data:`FORMATS`."""
+    if fmt == "json":
+        return to_json(result.summary, result.safety_factor)
+    if fmt == "csv":
+        return to_csv(result.summary)
+    if fmt == "markdown":
+        return to_markdown(result.summary, result.policies)
+    return to_table(result.summary, result.safety_factor)

@@ -1,0 +1,66 @@
+"""Trace format v1: the columns, their types and the file metadata (SPEC §2).
+
+This module only describes the format; :mod:`warmfit.trace` reads and
+validates it, and the recorder writes it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pyarrow as pa
+
+#: Parquet key-value metadata key that every trace file must carry.
+SCHEMA_KEY: Final = "warmfit.schema"
+#: The one schema version this release reads and writes.
+SCHEMA_VERSION: Final = "1"
+
+KINDS: Final = ("flat", "split_child", "dp_rank_forward")
+PHASES: Final = ("forward", "caller")
+
+#: The required columns, in the order warmfit writes them.
+COLUMNS: Final[dict[str, pa.DataType]] = {
+    "run": pa.string(),
+    "rank": pa.int32(),
+    "seq": pa.int64(),
+    "step": pa.int64(),
+    "wave": pa.int64(),
+    "signature": pa.string(),
+    "kind": pa.string(),
+    "phase": pa.string(),
+    "whole": pa.bool_(),
+    "packed_tokens": pa.int64(),
+    "logical_tokens": pa.int64(),
+    "output_bytes": pa.int64(),
+    "baseline_bytes": pa.int64(),
+    "peak_bytes": pa.int64(),
+    "static_floor_bytes": pa.int64(),
+    "oom": pa.bool_(),
+}
+
+#: Columns that may hold nulls; every other required column may not.
+NULLABLE: Final = frozenset({"step", "static_floor_bytes"})
+
+#: The columns every reading of one wave must agree on.
+WAVE_CONSTANT: Final = (
+    "signature",
+    "kind",
+    "packed_tokens",
+    "logical_tokens",
+    "output_bytes",
+    "static_floor_bytes",
+)
+
+#: The columns replay needs (everything but ``step``).
+REPLAY_COLUMNS: Final = tuple(c for c in COLUMNS if c != "step")
+
+
+def arrow_schema(metadata: dict[str, str] | None = None) -> pa.Schema:
+    """The Arrow schema of a v1 trace file, with the schema-version metadata.
+
+    >>> arrow_schema().metadata[b"warmfit.schema"]
+    b'1'
+    """
+    fields = [pa.field(name, dtype, nullable=name in NULLABLE) for name, dtype in COLUMNS.items()]
+    meta = {SCHEMA_KEY: SCHEMA_VERSION, **(metadata or {})}
+    return pa.schema(fields, metadata=meta)

@@ -1,0 +1,511 @@
+"""Read, validate and write warmfit traces (trace format v1, SPEC §2).
+
+A trace is one or more Parquet files; a directory is read recursively, every
+``*.parquet`` in it. :func:`read_trace` returns one polars frame of readings
+in canonical order (``run``, ``rank``, ``seq``) after checking every rule of
+the format, and raises :class:`~warmfit.errors.TraceError` naming the file,
+column and row of the first broken rule otherwise.
+
+Checking is vectorized: one pass computes whether any rule is broken, and
+only then does a second pass find where, so a valid trace pays little.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from warmfit.errors import TraceError
+from warmfit.schema import (
+    COLUMNS,
+    KINDS,
+    NULLABLE,
+    PHASES,
+    REPLAY_COLUMNS,
+    SCHEMA_KEY,
+    SCHEMA_VERSION,
+    WAVE_CONSTANT,
+    arrow_schema,
+)
+
+#: Canonical polars dtypes of the required columns.
+POLARS_DTYPES: dict[str, pl.DataType] = {
+    "run": pl.String(),
+    "rank": pl.Int32(),
+    "seq": pl.Int64(),
+    "step": pl.Int64(),
+    "wave": pl.Int64(),
+    "signature": pl.String(),
+    "kind": pl.String(),
+    "phase": pl.String(),
+    "whole": pl.Boolean(),
+    "packed_tokens": pl.Int64(),
+    "logical_tokens": pl.Int64(),
+    "output_bytes": pl.Int64(),
+    "baseline_bytes": pl.Int64(),
+    "peak_bytes": pl.Int64(),
+    "static_floor_bytes": pl.Int64(),
+    "oom": pl.Boolean(),
+}
+
+_FIX_FORMAT = "See docs/trace-format.md for the rules of trace format v1."
+
+
+# --------------------------------------------------------------------------- files
+
+
+def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Expand files and directories into the list of trace files to read.
+
+    A directory contributes every ``*.parquet`` below it, sorted; a file named
+    directly is read whatever its suffix. A missing path, or a directory with
+    no Parquet file, is an error.
+    """
+    files: list[Path] = []
+    seen: set[Path] = set()
+    given = list(paths)
+    if not given:
+        raise TraceError("no trace path given.", fix="Name one or more Parquet files or directories.")
+    for raw in given:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+            if not found:
+                hint = "Point at a directory that holds trace files."
+                if any(path.rglob("*.arrows")):
+                    hint = (
+                        "It holds write-ahead logs of a recording that did not finish: "
+                        f"run 'warmfit recover {path}' first."
+                    )
+                raise TraceError("directory holds no *.parquet trace files.", path=path, fix=hint)
+        elif path.exists():
+            found = [path]
+        else:
+            raise TraceError("no such file or directory.", path=path, fix="Check the path.")
+        for f in found:
+            key = f.resolve()
+            if key not in seen:
+                seen.add(key)
+                files.append(f)
+    return files
+
+
+def _string_like(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return _string_like(t.value_type)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+
+
+def _type_ok(expected: pa.DataType, actual: pa.DataType) -> bool:
+    if pa.types.is_integer(expected):
+        return bool(pa.types.is_integer(actual))
+    if pa.types.is_string(expected):
+        return _string_like(actual)
+    return bool(actual == expected)
+
+
+def _type_word(expected: pa.DataType) -> str:
+    if pa.types.is_integer(expected):
+        return f"an integer ({expected})"
+    if pa.types.is_string(expected):
+        return "a string"
+    return str(expected)
+
+
+def check_file_schema(path: Path) -> pa.Schema:
+    """Open one file's footer and check its metadata and required columns."""
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceError(
+            f"is not a readable Parquet file ({exc}).",
+            path=path,
+            fix="It may be truncated or not Parquet at all: re-export it, or run "
+            "'warmfit recover' on the directory of a recording that crashed.",
+        ) from None
+    version = (schema.metadata or {}).get(SCHEMA_KEY.encode())
+    if version is None:
+        raise TraceError(
+            f"has no '{SCHEMA_KEY}' metadata, so it is not a warmfit trace.",
+            path=path,
+            fix=f'Write it with the Parquet key-value metadata {SCHEMA_KEY}="{SCHEMA_VERSION}". '
+            + _FIX_FORMAT,
+        )
+    if version.decode(errors="replace") != SCHEMA_VERSION:
+        raise TraceError(
+            f"has schema version {version.decode(errors='replace')!r}; this warmfit reads "
+            f"version {SCHEMA_VERSION} only.",
+            path=path,
+            fix="Upgrade warmfit, or rewrite the trace as version 1.",
+        )
+    names = set(schema.names)
+    for column, expected in COLUMNS.items():
+        if column not in names:
+            raise TraceError(
+                "required column is missing.",
+                path=path,
+                column=column,
+                fix=f"Add it as {_type_word(expected)}. " + _FIX_FORMAT,
+            )
+        actual = schema.field(column).type
+        if not _type_ok(expected, actual):
+            raise TraceError(
+                f"has type {actual}; it must be {_type_word(expected)}.",
+                path=path,
+                column=column,
+                fix="Cast the column when writing the trace. " + _FIX_FORMAT,
+            )
+    return schema
+
+
+# --------------------------------------------------------------------------- rules
+
+
+@dataclass(frozen=True)
+class _RowRule:
+    column: str
+    broken: pl.Expr
+    problem: str
+    fix: str
+
+
+def _row_rules() -> list[_RowRule]:
+    rules = [
+        _RowRule(
+            c,
+            pl.col(c).is_null(),
+            "is null; every reading needs a value here.",
+            "Fill the value, or drop the reading.",
+        )
+        for c in COLUMNS
+        if c not in NULLABLE
+    ]
+    nonneg = "Byte counts and ranks are never negative: check how the trainer measured it."
+    rules += [
+        _RowRule("rank", pl.col("rank") < 0, "is negative; ranks are >= 0.", nonneg),
+        _RowRule(
+            "kind",
+            ~pl.col("kind").is_in(list(KINDS)),
+            "is not a known kind; it must be one of " + ", ".join(KINDS) + ".",
+            _FIX_FORMAT,
+        ),
+        _RowRule(
+            "phase",
+            ~pl.col("phase").is_in(list(PHASES)),
+            "is not a known phase; it must be 'forward' or 'caller'.",
+            _FIX_FORMAT,
+        ),
+        _RowRule(
+            "whole",
+            pl.col("whole") & (pl.col("phase") != "caller"),
+            "is true on a forward reading; only a caller reading may be whole.",
+            "Set whole=false on forward readings.",
+        ),
+        _RowRule(
+            "packed_tokens",
+            pl.col("packed_tokens") <= 0,
+            "is not positive; every wave runs at least one packed token.",
+            "Drop empty waves before writing the trace.",
+        ),
+        _RowRule(
+            "logical_tokens",
+            pl.col("logical_tokens") < pl.col("packed_tokens"),
+            "is below packed_tokens; logical tokens (before prefix sharing) are never "
+            "fewer than packed tokens.",
+            "Check that the two columns are not swapped.",
+        ),
+    ]
+    rules += [
+        _RowRule(c, pl.col(c) < 0, "is negative.", nonneg)
+        for c in ("output_bytes", "baseline_bytes", "peak_bytes", "static_floor_bytes")
+    ]
+    return rules
+
+
+def _check_rows(frame: pl.DataFrame, path: Path) -> None:
+    rules = _row_rules()
+    broken = frame.select(
+        [r.broken.fill_null(False).any().alias(str(i)) for i, r in enumerate(rules)]
+    ).row(0)
+    for rule, is_broken in zip(rules, broken, strict=True):
+        if not is_broken:
+            continue
+        hits = frame.with_row_index("__row").filter(rule.broken.fill_null(False))
+        first = hits.row(0, named=True)
+        value = first[rule.column]
+        more = f" ({hits.height - 1} more rows break this rule.)" if hits.height > 1 else ""
+        raise TraceError(
+            f"value {value!r} {rule.problem}{more}",
+            path=path,
+            column=rule.column,
+            row=int(first["__row"]),
+            fix=rule.fix,
+        )
+
+
+def _read_file(path: Path, columns: Sequence[str] | None) -> pl.DataFrame:
+    schema = check_file_schema(path)
+    if columns is None:
+        wanted = list(COLUMNS) + [n for n in schema.names if n not in COLUMNS]
+    else:
+        wanted = list(dict.fromkeys([*REPLAY_COLUMNS, *columns]))
+    try:
+        frame = pl.read_parquet(path, columns=wanted)
+    except Exception as exc:  # polars raises several kinds for damaged files
+        raise TraceError(
+            f"could not be read ({type(exc).__name__}: {exc}).",
+            path=path,
+            fix="The file is damaged: re-export it, or run 'warmfit recover' on the "
+            "directory of a recording that crashed.",
+        ) from None
+    casts = []
+    for name in wanted:
+        if name not in POLARS_DTYPES:
+            continue
+        if frame.schema[name] != POLARS_DTYPES[name]:
+            casts.append(pl.col(name).cast(POLARS_DTYPES[name], strict=True))
+    if casts:
+        try:
+            frame = frame.with_columns(casts)
+        except pl.exceptions.PolarsError as exc:
+            raise TraceError(
+                f"holds values that do not fit the column's type ({exc}).",
+                path=path,
+                fix="Cast the column when writing the trace. " + _FIX_FORMAT,
+            ) from None
+    _check_rows(frame, path)
+    return frame
+
+
+# --------------------------------------------------------------------------- trace
+
+
+class TraceProblems(TraceError):
+    """Several files of one trace are invalid; ``problems`` holds one error each."""
+
+    def __init__(self, problems: list[TraceError]) -> None:
+        self.problems = problems
+        super().__init__(
+            f"{len(problems)} trace file(s) are invalid:\n" + "\n".join(f"  {p}" for p in problems)
+        )
+
+
+def read_trace(
+    paths: Iterable[str | os.PathLike[str]],
+    columns: Sequence[str] | None = None,
+    *,
+    all_problems: bool = False,
+) -> pl.DataFrame:
+    """Read and validate a trace; return its readings sorted by run, rank, seq.
+
+    ``columns`` names columns to load beside those replay needs (every
+    required column is still checked in each file's footer); by default all
+    columns are loaded, extra ones included. Raises :class:`TraceError` on the first broken rule, or
+    with ``all_problems`` :class:`TraceProblems` naming the first broken rule
+    of every invalid file.
+    """
+    files = find_trace_files(paths)
+    frames = []
+    problems: list[TraceError] = []
+    for f in files:
+        try:
+            frames.append(_read_file(f, columns))
+        except TraceError as exc:
+            if not all_problems:
+                raise
+            problems.append(exc)
+    if problems:
+        raise TraceProblems(problems)
+    frame = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+    frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
+    _check_across_rows(frame, files, columns)
+    return frame
+
+
+def _check_across_rows(
+    frame: pl.DataFrame, files: list[Path], columns: Sequence[str] | None
+) -> None:
+    """Rules that span rows: unique seq per stream, wave constants agree."""
+    same_stream = (pl.col("run") == pl.col("run").shift(1)) & (
+        pl.col("rank") == pl.col("rank").shift(1)
+    )
+    if "seq" in frame.columns:
+        dup = frame.select((same_stream & (pl.col("seq") == pl.col("seq").shift(1))).any()).item()
+        if dup:
+            hit = frame.filter(same_stream & (pl.col("seq") == pl.col("seq").shift(1))).row(
+                0, named=True
+            )
+            places = _locate(files, hit["run"], hit["rank"], "seq", hit["seq"])
+            raise TraceError(
+                f"seq {hit['seq']} appears more than once in run {hit['run']!r}, rank "
+                f"{hit['rank']} (at {places}); seq must be unique within (run, rank).",
+                column="seq",
+                path=_first_path(places),
+                fix="Number the readings of each rank once, or remove the duplicated file.",
+            )
+    constant = [c for c in WAVE_CONSTANT if c in frame.columns]
+    if not constant or "wave" not in frame.columns:
+        return
+    disagree = (
+        frame.group_by(["run", "rank", "wave"])
+        .agg([(pl.col(c).n_unique() > 1).alias(c) for c in constant])
+        .filter(pl.any_horizontal(constant))
+    )
+    if disagree.height:
+        hit = disagree.sort(["run", "rank", "wave"]).row(0, named=True)
+        column = next(c for c in constant if hit[c])
+        places = _locate(files, hit["run"], hit["rank"], "wave", hit["wave"])
+        raise TraceError(
+            f"the readings of wave {hit['wave']} (run {hit['run']!r}, rank {hit['rank']}, at "
+            f"{places}) disagree on {column}; all readings of one wave must agree on "
+            + ", ".join(WAVE_CONSTANT)
+            + ".",
+            column=column,
+            path=_first_path(places),
+            fix="Give the wave's readings the same values, or distinct wave ids if they are "
+            "different waves.",
+        )
+
+
+def _first_path(places: str) -> str | None:
+    return places.split(" row ", 1)[0] if places else None
+
+
+def _locate(files: list[Path], run: str, rank: int, column: str, value: int) -> str:
+    """Where (file and row) the readings with ``column == value`` of a stream are."""
+    found = []
+    for path in files:
+        hits = (
+            pl.read_parquet(path, columns=["run", "rank", column])
+            .with_row_index("__row")
+            .filter(
+                (pl.col("run").cast(pl.String) == run)
+                & (pl.col("rank") == rank)
+                & (pl.col(column) == value)
+            )
+        )
+        found += [f"{path} row {r}" for r in hits["__row"].to_list()]
+    return ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+
+
+# --------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What ``warmfit validate`` reports about a valid trace."""
+
+    files: int
+    runs: int
+    ranks: int
+    signatures: int
+    waves: int
+    readings: int
+
+    @classmethod
+    def of(cls, frame: pl.DataFrame, files: int) -> TraceSummary:
+        if frame.height == 0:
+            return cls(files, 0, 0, 0, 0, 0)
+        row = frame.select(
+            pl.col("run").n_unique().alias("runs"),
+            pl.struct("run", "rank").n_unique().alias("ranks"),
+            pl.col("signature").n_unique().alias("signatures"),
+            pl.struct("run", "rank", "wave").n_unique().alias("waves"),
+        ).row(0, named=True)
+        return cls(files=files, readings=frame.height, **row)
+
+
+# --------------------------------------------------------------------------- write
+
+
+def to_arrow(frame: pl.DataFrame | pa.Table, metadata: dict[str, str] | None = None) -> pa.Table:
+    """Cast readings to the v1 Arrow schema (required columns first, extras after)."""
+    table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
+    schema = arrow_schema(metadata)
+    extras = [n for n in table.column_names if n not in COLUMNS]
+    missing = [n for n in COLUMNS if n not in table.column_names]
+    if missing:
+        raise TraceError(
+            "cannot write a trace without the required columns " + ", ".join(missing) + ".",
+            fix=_FIX_FORMAT,
+        )
+    arrays = [table.column(n).cast(schema.field(n).type) for n in COLUMNS]
+    fields = list(schema)
+    for name in extras:
+        arrays.append(table.column(name))
+        fields.append(table.schema.field(name))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
+
+
+def write_trace(
+    frame: pl.DataFrame | pa.Table,
+    path: str | os.PathLike[str],
+    metadata: dict[str, str] | None = None,
+) -> Path:
+    """Write readings as one v1 trace file, atomically.
+
+    The file is written to a temporary name in the same directory, fsynced and
+    then renamed over ``path``, so a reader never sees half a file. Extra
+    ``metadata`` is stored beside ``warmfit.schema``.
+    """
+    table = to_arrow(frame, metadata)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as sink:
+            pq.write_table(table, sink, compression="zstd")
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return target
+
+
+# --------------------------------------------------------------------------- build
+
+_DEFAULTS: dict[str, object] = {
+    "run": "run",
+    "rank": 0,
+    "step": None,
+    "kind": "flat",
+    "phase": "caller",
+    "whole": False,
+    "output_bytes": 0,
+    "baseline_bytes": 0,
+    "static_floor_bytes": None,
+    "oom": False,
+}
+
+
+def readings_frame(rows: Sequence[dict[str, object]]) -> pl.DataFrame:
+    """Build a frame of readings from dicts, with v1 dtypes and defaults.
+
+    Each dict needs ``seq``, ``wave``, ``signature``, ``packed_tokens``,
+    ``logical_tokens`` and ``peak_bytes``; the rest default to run ``"run"``,
+    rank 0, a flat caller reading that is not whole, no outputs, a zero
+    baseline, no floor, no step and no OOM. Nothing is validated here.
+
+    >>> readings_frame([dict(seq=0, wave=0, signature="s", packed_tokens=4,
+    ...                      logical_tokens=8, peak_bytes=100)]).row(0)[:4]
+    ('run', 0, 0, None)
+    """
+    filled = [{**_DEFAULTS, **row} for row in rows]
+    return pl.DataFrame(
+        {name: [row.get(name) for row in filled] for name in POLARS_DTYPES},
+        schema=POLARS_DTYPES,
+    )
