@@ -102,6 +102,24 @@ def _checked_price(cls: type[Policy], value: float | None) -> float | None:
     return value
 
 
+@dataclass(slots=True)
+class _Wave:
+    """A wave as the scalar engine sees it: what it was priced and what it used."""
+
+    run: str
+    rank: int
+    wave: int
+    signature: str
+    kind: str
+    packed_tokens: int
+    logical_tokens: int
+    output_bytes: int
+    static_floor_bytes: int | None
+    actual_bytes: int
+    oom: bool
+    estimates: list[tuple[int | None, str | None]]
+
+
 def replay_scalar(
     readings: pl.DataFrame,
     policies: Sequence[type[Policy]],
@@ -114,96 +132,71 @@ def replay_scalar(
     first reading, then policy in the order given.
     """
     columns = readings.select(
-        "run",
-        "rank",
-        "wave",
-        "signature",
-        "kind",
-        "phase",
-        "whole",
-        "packed_tokens",
-        "logical_tokens",
-        "output_bytes",
-        "baseline_bytes",
-        "peak_bytes",
-        "static_floor_bytes",
+        "run", "rank", "wave", "signature", "kind", "phase", "whole", "packed_tokens",
+        "logical_tokens", "output_bytes", "baseline_bytes", "peak_bytes", "static_floor_bytes",
         "oom",
-    ).to_dict(as_series=False)
-    out: dict[str, list[object]] = {name: [] for name in PER_WAVE_SCHEMA}
+    ).iter_rows()  # fmt: skip
     stream: tuple[str, int] | None = None
     profiles: list[dict[str, Policy]] = []
-    waves: dict[int, list[object]] = {}
-    order: list[list[object]] = []
-
-    def flush() -> None:
-        for w in order:
-            (run, rank, wave, sig, kind, n, m, o, s, actual, oom, estimates) = w
-            for cls, (est, set_by) in zip(policies, estimates, strict=True):
-                over = None
-                if est is not None and actual > 0:
-                    over = est / actual - 1
-                out["run"].append(run)
-                out["rank"].append(rank)
-                out["wave"].append(wave)
-                out["signature"].append(sig)
-                out["kind"].append(kind)
-                out["policy"].append(cls.name)
-                out["packed_tokens"].append(n)
-                out["logical_tokens"].append(m)
-                out["output_bytes"].append(o)
-                out["static_floor_bytes"].append(s)
-                out["actual_bytes"].append(actual)
-                out["estimate_bytes"].append(est)
-                out["set_by"].append(set_by)
-                out["over_estimate"].append(over)
-                out["under_peak"].append(None if est is None else est < actual)
-                out["oom"].append(oom)
-
-    for (
-        run,
-        rank,
-        wave,
-        sig,
-        kind,
-        phase,
-        whole,
-        n,
-        m,
-        o,
-        baseline,
-        peak,
-        s,
-        oom,
-    ) in zip(*columns.values(), strict=True):
-        if (run, rank) != stream:
-            flush()
+    open_waves: dict[int, _Wave] = {}
+    waves: list[_Wave] = []
+    for run, rank, wave, sig, kind, phase, whole, n, m, o, baseline, peak, s, oom in columns:
+        if (run, rank) != stream:  # a new stream: fresh profiles, as on a fresh trainer rank
             stream = (run, rank)
             profiles = [{} for _ in policies]
-            waves = {}
-            order = []
+            open_waves = {}
         delta = max(0, peak - baseline)
-        state = waves.get(wave)
-        if state is None:
+        state = open_waves.get(wave)
+        if state is None:  # the wave's first reading: price it before learning from it
             request = PriceRequest(n, m, o, kind, s)
             estimates = []
-            for cls, by_sig in zip(policies, profiles, strict=True):
-                profile = by_sig.get(sig)
+            for cls, by_signature in zip(policies, profiles, strict=True):
+                profile = by_signature.get(sig)
                 if profile is None:
-                    profile = by_sig[sig] = cls()
+                    profile = by_signature[sig] = cls()
                 p = _checked_price(cls, profile.price(request))
                 estimates.append(estimate_bytes(p, o, s, safety_factor))
-            state = [run, rank, wave, sig, kind, n, m, o, s, delta, oom, estimates]
-            waves[wave] = state
-            order.append(state)
+            state = _Wave(run, rank, wave, sig, kind, n, m, o, s, delta, oom, estimates)
+            open_waves[wave] = state
+            waves.append(state)
         else:
-            state[9] = max(state[9], delta)
-            state[10] = state[10] or oom
+            state.actual_bytes = max(state.actual_bytes, delta)
+            state.oom = state.oom or oom
         if not oom:
             reading = Reading(n, m, delta, o, whole, phase, kind, s)
-            for by_sig in profiles:
-                by_sig[sig].observe(reading)
-    flush()
-    return pl.DataFrame(out, schema=PER_WAVE_SCHEMA)
+            for by_signature in profiles:
+                by_signature[sig].observe(reading)
+    return _per_wave_frame(waves, [cls.name for cls in policies])
+
+
+def _per_wave_frame(waves: list[_Wave], names: list[str]) -> pl.DataFrame:
+    rows = []
+    for w in waves:
+        for name, (estimate, set_by) in zip(names, w.estimates, strict=True):
+            actual = w.actual_bytes
+            over = estimate / actual - 1 if estimate is not None and actual > 0 else None
+            under = None if estimate is None else estimate < actual
+            rows.append(
+                (
+                    w.run,
+                    w.rank,
+                    w.wave,
+                    w.signature,
+                    w.kind,
+                    name,
+                    w.packed_tokens,
+                    w.logical_tokens,
+                    w.output_bytes,
+                    w.static_floor_bytes,
+                    actual,
+                    estimate,
+                    set_by,
+                    over,
+                    under,
+                    w.oom,
+                )
+            )
+    return pl.DataFrame(rows, schema=PER_WAVE_SCHEMA, orient="row")
 
 
 # --------------------------------------------------------------------------- summary
@@ -243,7 +236,10 @@ def summarize(per_wave: pl.DataFrame, policies: Sequence[str], runs: Sequence[st
         ((lower + upper) / 2).alias("median_over_estimate"),
         pl.col("over_estimate").min().alias("min_over_estimate"),
         pl.col("over_estimate").max().alias("max_over_estimate"),
-        (pl.col("estimate_bytes") < pl.col("actual_bytes")).sum().cast(pl.Int64).alias("under_peak"),
+        (pl.col("estimate_bytes") < pl.col("actual_bytes"))
+        .sum()
+        .cast(pl.Int64)
+        .alias("under_peak"),
         (pl.col("set_by") == "profile").sum().cast(pl.Int64).alias("set_by_profile"),
         (pl.col("set_by") == "floor").sum().cast(pl.Int64).alias("set_by_floor"),
     )

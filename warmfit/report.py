@@ -48,7 +48,7 @@ def to_csv(summary: pl.DataFrame) -> str:
 
 
 def _under_peak_cell(rows: Sequence[dict[str, object]]) -> str:
-    """"0 of 25" when every policy agrees, else one count per policy."""
+    """ "0 of 25" when every policy agrees, else one count per policy."""
     counts = {(r["under_peak"], r["priced_waves"]) for r in rows}
     if len(counts) == 1:
         under, total = counts.pop()
@@ -70,7 +70,9 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
             if r["median_over_estimate"] is None:
                 cells.append("—")
             else:
-                cells.append(f"{percent(r['median_over_estimate'])} ({percent(r['min_over_estimate'])})")
+                cells.append(
+                    f"{percent(r['median_over_estimate'])} ({percent(r['min_over_estimate'])})"
+                )
         cells.append(_under_peak_cell(rows))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -84,14 +86,19 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
 
     table = Table(
         box=box.SIMPLE_HEAD,
+        show_edge=False,
         pad_edge=False,
-        caption=f"over-estimate = estimate / actual - 1; safety factor {safety_factor:g}",
+        padding=(0, 1),
+        collapse_padding=True,
+        caption=f"over-estimate = estimate / actual - 1 (safety factor {safety_factor:g}); "
+        "under = waves priced below their peak; set by profile / floor; oom = waves that ran out "
+        "of memory (not in the figures)",
         caption_justify="left",
     )
-    table.add_column("run", overflow="fold")
-    table.add_column("policy")
+    table.add_column("run", overflow="fold", min_width=3)
+    table.add_column("policy", no_wrap=True)
     for name in ("waves", "median", "min", "max", "under", "profile", "floor", "oom"):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)
     previous = None
     for r in summary.iter_rows(named=True):
         table.add_row(

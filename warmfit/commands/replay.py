@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -11,21 +11,22 @@ import typer
 from warmfit.errors import UsageError
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     table = "table"
     markdown = "markdown"
     csv = "csv"
     json = "json"
 
 
-class Engine(str, Enum):
+class Engine(StrEnum):
     auto = "auto"
     scalar = "scalar"
     vectorized = "vectorized"
 
 
 PathsArg = Annotated[
-    list[Path], typer.Argument(help="Trace files or directories (read recursively).", show_default=False)
+    list[Path],
+    typer.Argument(help="Trace files or directories (read recursively).", show_default=False),
 ]
 PolicyOpt = Annotated[
     list[str] | None,
@@ -37,7 +38,9 @@ PolicyOpt = Annotated[
         show_default=False,
     ),
 ]
-SafetyOpt = Annotated[float, typer.Option("--safety", help="Safety factor f applied to every estimate.")]
+SafetyOpt = Annotated[
+    float, typer.Option("--safety", help="Safety factor f applied to every estimate.")
+]
 EngineOpt = Annotated[
     Engine,
     typer.Option(help="Replay engine: vectorized for built-in policies, scalar is the reference."),
@@ -59,7 +62,9 @@ def replay_command(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     per_wave: Annotated[
         Path | None,
-        typer.Option("--per-wave", help="Also write one row per wave and policy to this Parquet file."),
+        typer.Option(
+            "--per-wave", help="Also write one row per wave and policy to this Parquet file."
+        ),
     ] = None,
     engine: EngineOpt = Engine.auto,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the --per-wave file.")] = False,
@@ -68,13 +73,15 @@ def replay_command(
 
     Example: warmfit replay traces/pr991 -p max-merge -p warm-fit --format markdown
     """
+    from warmfit.progress import progress_bar
     from warmfit.replay import replay
     from warmfit.report import render
     from warmfit.trace import read_trace
 
     if per_wave is not None:
         check_new_file(per_wave, force)
-    readings = read_trace(paths)
+    with progress_bar("reading traces") as progress:
+        readings = read_trace(paths, progress=progress)
     result = replay(readings, policy, safety, engine.value)
     if per_wave is not None:
         result.per_wave.write_parquet(per_wave)

@@ -10,7 +10,8 @@ import typer
 
 def validate_command(
     paths: Annotated[
-        list[Path], typer.Argument(help="Trace files or directories (read recursively).", show_default=False)
+        list[Path],
+        typer.Argument(help="Trace files or directories (read recursively).", show_default=False),
     ],
 ) -> None:
     """Check that traces follow trace format v1; print a summary or every problem.

@@ -1,0 +1,145 @@
+"""The command line end to end on small traces: outputs others rely on (SPEC §5)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+from warmfit.replay import PER_WAVE_SCHEMA, SUMMARY_COLUMNS
+
+REPO = Path(__file__).resolve().parent.parent
+PR991 = str(REPO / "traces/pr991")
+
+
+def invoke(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_markdown_reads_like_the_pr_table() -> None:
+    assert invoke("replay", PR991, "--format", "markdown") == (
+        "| run | max-merge median (min) | warm-fit median (min) | waves under their peak |\n"
+        "|---|---|---|---|\n"
+        "| EP1 | +35% (+24%) | +16% (+9%) | 0 of 25 |\n"
+        "| EP2 | +43% (+14%) | +43% (+14%) | 0 of 17 |\n"
+    )
+
+
+def test_json_follows_the_spec() -> None:
+    doc = json.loads(invoke("replay", PR991, "-f", "json", "--safety", "1.1"))
+    assert doc["schema"] == "warmfit.replay/1" and doc["safety_factor"] == 1.1
+    assert [tuple(r) for r in doc["results"]] == [SUMMARY_COLUMNS] * 4
+    ep1_warm = doc["results"][1]
+    assert (ep1_warm["run"], ep1_warm["policy"], ep1_warm["priced_waves"]) == (
+        "EP1",
+        "warm-fit",
+        25,
+    )
+    assert isinstance(ep1_warm["median_over_estimate"], float)
+
+
+def test_json_has_null_figures_for_a_run_without_priced_waves(tmp_path: Path) -> None:
+    from warmfit.trace import readings_frame, write_trace
+
+    write_trace(
+        readings_frame(
+            [dict(seq=0, wave=0, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9)]
+        ),
+        tmp_path / "t.parquet",
+    )
+    doc = json.loads(invoke("replay", str(tmp_path), "-f", "json", "-p", "max-merge"))
+    assert doc["results"] == [
+        {
+            "run": "run", "policy": "max-merge", "priced_waves": 0,
+            "median_over_estimate": None, "min_over_estimate": None, "max_over_estimate": None,
+            "under_peak": 0, "set_by_profile": 0, "set_by_floor": 0, "oom_waves": 0,
+        }
+    ]  # fmt: skip
+
+
+def test_csv_carries_the_same_figures_as_json() -> None:
+    doc = json.loads(invoke("replay", PR991, "-f", "json"))
+    rows = list(csv.DictReader(io.StringIO(invoke("replay", PR991, "-f", "csv"))))
+    assert len(rows) == len(doc["results"])
+    for row, result in zip(rows, doc["results"], strict=True):
+        assert float(row["median_over_estimate"]) == result["median_over_estimate"]
+        assert int(row["under_peak"]) == result["under_peak"]
+
+
+def test_table_fits_an_80_column_terminal() -> None:
+    out = invoke("replay", PR991)
+    assert "EP1" in out and "warm-fit" in out and "+15.8%" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_per_wave_parquet_follows_the_spec_and_is_never_overwritten(tmp_path: Path) -> None:
+    target = tmp_path / "waves.parquet"
+    invoke("replay", PR991, "--per-wave", str(target))
+    per_wave = pl.read_parquet(target)
+    assert per_wave.schema == pl.Schema(PER_WAVE_SCHEMA)
+    assert per_wave.height == 2 * (26 + 17)  # every wave, twice: one row per policy
+    result = CliRunner().invoke(app, ["replay", PR991, "--per-wave", str(target)])
+    assert (
+        result.exit_code == 2 and f"will not overwrite without --force: {target}" in result.output
+    )
+    invoke("replay", PR991, "--per-wave", str(target), "--force")
+
+
+def test_a_user_policy_replays_by_module_and_class() -> None:
+    out = invoke("replay", PR991, "-p", "tests.example_policy:LastWhole", "-f", "csv")
+    assert out.splitlines()[1].startswith("EP1,last-whole,25,")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["replay", PR991, "-p", "nope"], "unknown policy 'nope'"),
+        (["replay", PR991, "--safety", "-1"], "--safety must be a positive number"),
+        (["replay", PR991, "--format", "html"], "html"),
+        (["replay"], "Missing argument"),
+    ],
+)
+def test_bad_usage_exits_2_with_a_message(args: list[str], words: str) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert words in result.output
+    assert "Traceback" not in result.output
+
+
+def test_validate_prints_a_summary() -> None:
+    out = invoke("validate", PR991)
+    assert "valid warmfit trace (format v1)" in out
+    counts = {
+        line.split()[0]: int(line.split()[1].replace(",", "")) for line in out.splitlines()[1:]
+    }
+    assert counts == {
+        "files": 2,
+        "runs": 2,
+        "ranks": 2,
+        "signatures": 2,
+        "waves": 43,
+        "readings": 86,
+    }
+
+
+def test_policies_lists_each_registered_policy_on_one_line() -> None:
+    lines = invoke("policies").splitlines()
+    assert lines[0].startswith("max-merge ") and lines[1].startswith("warm-fit ")
+
+
+def test_every_command_has_a_one_line_help_and_an_example() -> None:
+    group = __import__("typer").main.get_command(app)
+    for name, command in group.commands.items():
+        text = command.help or ""
+        first, _, rest = text.partition("\n\n")
+        assert first and "\n" not in first.strip(), name
+        assert "Example: warmfit " + name in rest, name
+        assert invoke(name, "--help")

@@ -1,0 +1,315 @@
+"""The two policies of ART PR #991: every rule of SPEC §4 by example, then
+the invariants the PR relies on as hypothesis properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from tests.strategies import histories, readings, requests
+from warmfit.errors import PolicyError
+from warmfit.policies import (
+    MaxMerge,
+    Policy,
+    PriceRequest,
+    Reading,
+    WarmFit,
+    get_policy,
+    policy_names,
+    register,
+)
+from warmfit.replay import estimate_bytes
+
+KB = 1000
+
+
+def whole(n: int, delta: int, m: int | None = None, o: int = 0) -> Reading:
+    return Reading(n, m or n, delta, o, whole=True)
+
+
+def forward(n: int, delta: int, m: int | None = None, kind: str = "flat") -> Reading:
+    return Reading(n, m or n, delta, 0, whole=False, phase="forward", kind=kind)
+
+
+def req(n: int, m: int | None = None) -> PriceRequest:
+    return PriceRequest(n, m or n)
+
+
+def fed(cls: type[Policy], *history: Reading) -> Policy:
+    profile = cls()
+    for reading in history:
+        profile.observe(reading)
+    return profile
+
+
+# ----------------------------------------------------------------- worked examples
+
+
+def test_rate_and_sharing_of_a_reading() -> None:
+    # rate = max(0, delta - o) / n = (10_000 - 2_000) / 100 = 80 B/token; sharing = 300/100
+    r = Reading(100, 300, 10_000, 2_000)
+    assert r.rate == 80.0
+    assert r.sharing == 3.0
+    # outputs larger than the delta give rate 0, never negative
+    assert Reading(100, 100, 1_000, 5_000).rate == 0.0
+
+
+@pytest.mark.parametrize("cls", [MaxMerge, WarmFit])
+def test_no_profile_before_any_reading(cls: type[Policy]) -> None:
+    assert cls().price(req(1_000)) is None
+
+
+def test_max_merge_keeps_the_highest_rate_and_sharing() -> None:
+    # rates 275, 206, 247 KB/token -> 275 KB/token; sharing 1.0, 2.0, 1.5 -> 2.0
+    p = fed(
+        MaxMerge,
+        whole(15_600, 275 * KB * 15_600),
+        whole(30_000, 206 * KB * 30_000, m=60_000),
+        whole(20_000, 247 * KB * 20_000, m=30_000),
+    )
+    assert p.rate_max == 275 * KB
+    assert p.sharing_max == 2.0
+    # 40k packed, 60k logical: max(40_000, 60_000 / 2.0) = 40_000 -> 275_000 * 40_000
+    assert p.price(req(40_000, 60_000)) == 275_000 * 40_000
+    # 10k packed, 100k logical: deeper sharing than seen scales up: 100_000 / 2.0 = 50_000
+    assert p.price(req(10_000, 100_000)) == 275_000 * 50_000
+
+
+def test_max_merge_sharing_never_below_one() -> None:
+    p = fed(MaxMerge, whole(100, 1_000))
+    assert p.sharing_max == 1.0
+
+
+def test_seed_touches_only_max_merge_fields() -> None:
+    # The first whole reading is the seed: it pays one-time costs and never enters the fit.
+    p = fed(WarmFit, whole(15_600, 275 * KB * 15_600))
+    assert p.seeded and p.warm_tokens is None and p.warm_rate == 0.0
+    # without a warm fit, warm-fit prices exactly as max-merge
+    assert p.price(req(30_000)) == fed(MaxMerge, whole(15_600, 275 * KB * 15_600)).price(
+        req(30_000)
+    )
+
+
+def test_readings_before_the_seed_touch_only_max_merge_fields() -> None:
+    # forward readings come before the first whole one: no pending rate from them
+    p = fed(WarmFit, forward(1_000, 900_000), forward(2_000, 100_000))
+    assert not p.seeded and p.warm_rate == 0.0 and p.rate_max == 900.0
+
+
+def test_warm_fit_after_the_seed_prices_below_max_merge() -> None:
+    # seed 275 KB/token at 15.6k tokens; warm wave 220 KB/token at 20k tokens
+    p = fed(WarmFit, whole(15_600, 275 * KB * 15_600), whole(20_000, 220 * KB * 20_000))
+    assert (p.warm_rate, p.warm_tokens, p.warm_sharing) == (220 * KB, 20_000, 1.0)
+    # a 30k wave: min(275_000 * 30_000, 220_000 * max(20_000, 30_000)) = 6.6 GB
+    assert p.price(req(30_000)) == 220_000 * 30_000
+
+
+def test_pending_rate_is_inert_until_a_whole_reading() -> None:
+    seed = whole(15_600, 275 * KB * 15_600)
+    # a split child after the seed runs 260 KB/token: it raises the pending warm rate ...
+    p = fed(WarmFit, seed, forward(10_000, 260 * KB * 10_000, kind="split_child"))
+    assert p.warm_rate == 260 * KB and p.warm_tokens is None
+    # ... which prices nothing yet: still max-merge
+    assert p.price(req(30_000)) == 275_000 * 30_000
+    # a whole warm wave at 220 KB/token creates the fit; the pending 260 is kept, not dropped
+    p.observe(whole(20_000, 220 * KB * 20_000))
+    assert p.warm_rate == 260 * KB
+    assert p.price(req(30_000)) == 260_000 * 30_000
+
+
+def test_non_whole_caller_reading_cannot_set_the_extent() -> None:
+    # an interrupted caller phase (nested wave in its yield) is not whole
+    interrupted = Reading(5_000, 5_000, 200 * KB * 5_000, whole=False, phase="caller")
+    p = fed(
+        WarmFit, whole(15_600, 275 * KB * 15_600), interrupted, whole(20_000, 210 * KB * 20_000)
+    )
+    assert p.warm_tokens == 20_000  # not 5_000
+    assert p.warm_rate == 210 * KB
+
+
+def test_extent_grows_down_and_small_waves_price_as_the_smallest_warm_wave() -> None:
+    p = fed(WarmFit, whole(15_600, 275 * KB * 15_600), whole(30_000, 210 * KB * 30_000))
+    # a 10k wave is priced as if it were 30k: 210_000 * 30_000, capped by max-merge 275_000 * 10_000
+    assert p.price(req(10_000)) == min(275_000 * 10_000, 210_000 * 30_000)
+    assert p.price(req(25_000)) == 210_000 * 30_000
+    # a smaller whole wave lowers the extent to 20k (and raises the rate)
+    p.observe(whole(20_000, 230 * KB * 20_000))
+    assert (p.warm_tokens, p.warm_rate) == (20_000, 230 * KB)
+    assert p.price(req(25_000)) == 230_000 * 25_000
+    # a larger one never raises the extent back
+    p.observe(whole(40_000, 200 * KB * 40_000))
+    assert p.warm_tokens == 20_000
+
+
+def test_warm_sharing_scales_a_rate_learned_under_lighter_sharing() -> None:
+    p = fed(
+        WarmFit,
+        whole(15_600, 275 * KB * 15_600, m=18_720),  # seed, sharing 1.2 (max-merge only)
+        whole(20_000, 220 * KB * 20_000, m=30_000),  # warm, sharing 1.5
+    )
+    assert p.warm_sharing == 1.5 and p.sharing_max == 1.5
+    # 30k packed, 90k logical (sharing 3): priced as 90_000 / 1.5 = 60_000 tokens.
+    # warm 220_000 * 60_000 = 13.2 GB; max-merge 275_000 * 60_000 = 16.5 GB; the lower wins
+    assert p.price(req(30_000, 90_000)) == 220_000 * 60_000
+    # at sharing 1.5 or lighter the packed count rules: 220_000 * 30_000
+    assert p.price(req(30_000, 45_000)) == 220_000 * 30_000
+
+
+def test_price_changes_nothing() -> None:
+    p = fed(WarmFit, whole(100, 27_500), whole(200, 44_000))
+    before = dict(vars(p))
+    p.price(req(5_000, 9_000))
+    assert vars(p) == before
+
+
+def test_estimate_arithmetic_follows_the_spec_to_the_byte() -> None:
+    # p = 6_600_000_000.9 -> int 6_600_000_000; o = 240_000; f = 1.1
+    # (240_000 + 6_600_000_000) * 1.1 = 7_260_264_000.000001 -> 7_260_264_000
+    assert estimate_bytes(6_600_000_000.9, 240_000, None, 1.1) == (7_260_264_000, "profile")
+    # a floor of 7e9 above int(p) sets it: (240_000 + 7e9) * 1.1
+    assert estimate_bytes(6_600_000_000.9, 240_000, 7_000_000_000, 1.1) == (
+        int((240_000 + 7_000_000_000) * 1.1),
+        "floor",
+    )
+    # equal: int(p) >= s means the profile set it
+    assert estimate_bytes(100.5, 0, 100, 1.0) == (100, "profile")
+    # a floor of 0 is a floor: no profile -> priced by it
+    assert estimate_bytes(None, 10, 0, 1.5) == (15, "floor")
+
+
+# ----------------------------------------------------------------- registry
+
+
+def test_registry_lists_builtins_and_rejects_unknown_names() -> None:
+    assert policy_names()[:2] == ["max-merge", "warm-fit"]
+    assert get_policy("warm-fit") is WarmFit
+    with pytest.raises(PolicyError, match="unknown policy 'nope'"):
+        get_policy("nope")
+    with pytest.raises(PolicyError, match="cannot load policy"):
+        get_policy("no.such.module:Thing")
+    with pytest.raises(PolicyError, match="not a subclass"):
+        get_policy("warmfit.policies:register")
+
+
+def test_registering_a_second_policy_under_a_taken_name_fails() -> None:
+    class Impostor(MaxMerge):
+        name = "max-merge"
+
+    with pytest.raises(PolicyError, match="two policies are named 'max-merge'"):
+        register(Impostor)
+
+
+# ----------------------------------------------------------------- properties
+
+POLICIES = [MaxMerge, WarmFit]
+
+
+@pytest.mark.parametrize("cls", POLICIES)
+@given(history=histories, r=requests(), extra=st.integers(0, 100_000))
+def test_price_never_shrinks_as_packed_tokens_grow_at_fixed_logical(
+    cls: type[Policy], history: list[Reading], r: PriceRequest, extra: int
+) -> None:
+    p = fed(cls, *history)
+    small = PriceRequest(r.packed_tokens, r.logical_tokens + extra)
+    big = PriceRequest(min(r.packed_tokens + extra, small.logical_tokens), small.logical_tokens)
+    assert _estimate(p, big, r) >= _estimate(p, small, r)
+
+
+@pytest.mark.parametrize("cls", POLICIES)
+@given(history=histories, r=requests(), extra=st.integers(0, 100_000))
+def test_price_never_shrinks_as_waves_grow_without_sharing(
+    cls: type[Policy], history: list[Reading], r: PriceRequest, extra: int
+) -> None:
+    p = fed(cls, *history)
+    n = r.packed_tokens
+    assert _estimate(p, req(n + extra), r) >= _estimate(p, req(n), r)
+
+
+@pytest.mark.parametrize("cls", POLICIES)
+@given(history=histories, r=requests(), extra=st.integers(0, 100_000))
+def test_price_never_shrinks_as_logical_tokens_grow(
+    cls: type[Policy], history: list[Reading], r: PriceRequest, extra: int
+) -> None:
+    p = fed(cls, *history)
+    deeper = PriceRequest(r.packed_tokens, r.logical_tokens + extra)
+    assert _estimate(p, deeper, r) >= _estimate(p, r, r)
+
+
+def _estimate(profile: Policy, wave: PriceRequest, context: PriceRequest) -> int:
+    """The full estimate (floor, outputs, f=1.1) for ``wave`` with ``context``'s o and s;
+    -1 for an unpriced wave so that comparisons stay total."""
+    est, _ = estimate_bytes(
+        profile.price(wave), context.output_bytes, context.static_floor_bytes, 1.1
+    )
+    return -1 if est is None else est
+
+
+@given(history=histories, r=requests())
+def test_warm_fit_never_prices_above_max_merge(history: list[Reading], r: PriceRequest) -> None:
+    mm, wf = fed(MaxMerge, *history).price(r), fed(WarmFit, *history).price(r)
+    assert (mm is None) == (wf is None)
+    if mm is not None and wf is not None:
+        assert wf <= mm
+
+
+@pytest.mark.parametrize("cls", POLICIES)
+@given(history=histories, r=requests(), f=st.floats(1.0, 2.0))
+def test_no_estimate_below_outputs_plus_floor(
+    cls: type[Policy], history: list[Reading], r: PriceRequest, f: float
+) -> None:
+    assume(r.static_floor_bytes is not None)
+    assert r.static_floor_bytes is not None
+    est, _ = estimate_bytes(fed(cls, *history).price(r), r.output_bytes, r.static_floor_bytes, f)
+    assert est is not None
+    assert est >= int((r.output_bytes + r.static_floor_bytes) * f)
+
+
+@st.composite
+def linear_histories(draw: st.DrawFn) -> tuple[int, int, list[Reading]]:
+    """Histories whose whole readings follow memory = fixed + per_token * n.
+
+    The seed (first whole reading) may pay any extra one-time cost; readings
+    that are not whole may be anything (they can only raise a rate).
+    """
+    fixed = draw(st.integers(0, 2**32))
+    per_token = draw(st.integers(1, 2**20))
+    history = []
+    seeded = False
+    for _ in range(draw(st.integers(1, 10))):
+        r = draw(readings())
+        if r.whole:
+            cold = 0 if seeded else draw(st.integers(0, 2**33))
+            seeded = True
+            delta = r.output_bytes + fixed + per_token * r.packed_tokens + cold
+            r = Reading(r.packed_tokens, r.logical_tokens, delta, r.output_bytes, whole=True)
+        history.append(r)
+    return fixed, per_token, history
+
+
+@given(case=linear_histories(), r=requests())
+def test_warm_fit_never_prices_below_true_compute_within_the_seen_extent(
+    case: tuple[int, int, list[Reading]], r: PriceRequest
+) -> None:
+    fixed, per_token, history = case
+    sizes = [h.packed_tokens for h in history if h.whole]
+    # Within the extent the profile has seen (waves at least as large as its smallest
+    # whole wave) both fits cover fixed + per_token * n; see docs/spec-notes.md.
+    assume(sizes and r.packed_tokens >= min(sizes))
+    p = fed(WarmFit, *history).price(r)
+    assert p is not None
+    true_compute = fixed + per_token * r.packed_tokens
+    assert p >= true_compute * (1 - 1e-12)  # one rounding of rate * n
+
+
+def test_below_every_whole_wave_warm_fit_inherits_max_merge_underpricing() -> None:
+    # memory = 1 GB + 100 KB/token. Seed at 40k tokens, warm wave at 50k. A 1k-token wave
+    # costs 1.1 GB, but max-merge prices 1k * 125 KB = 0.125 GB and warm-fit takes the lower.
+    fixed, per_token = 10**9, 100 * KB
+    p = fed(
+        WarmFit,
+        whole(40_000, fixed + per_token * 40_000),
+        whole(50_000, fixed + per_token * 50_000),
+    )
+    price = p.price(req(1_000))
+    assert price is not None and price < fixed + per_token * 1_000

@@ -1,0 +1,287 @@
+"""Replay semantics (SPEC §3) by worked examples with every number spelled out,
+plus the PR #991 reconstruction's published figures."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from warmfit.errors import PolicyError, UsageError
+from warmfit.replay import PER_WAVE_SCHEMA, SUMMARY_COLUMNS, replay
+from warmfit.synthetic import EP1, EP2, pr991_readings, write_pr991
+from warmfit.trace import read_trace, readings_frame, write_trace
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_replay(rows: list[dict[str, object]], **kwargs: object) -> pl.DataFrame:
+    frame = readings_frame(rows).sort("run", "rank", "seq")
+    return replay(frame, engine="scalar", **kwargs).per_wave  # type: ignore[arg-type]
+
+
+def wave_rows(per_wave: pl.DataFrame, policy: str) -> list[dict[str, object]]:
+    return per_wave.filter(pl.col("policy") == policy).to_dicts()
+
+
+# One signature, one rank, three waves. o = 1_000 bytes on every wave, baseline 10_000.
+#  wave 0: forward delta 10_000, caller (whole) delta 30_000; n=100, m=200
+#  wave 1: forward delta 20_000, caller (whole) delta 50_000; n=200, m=300
+#  wave 2: caller (whole) delta 90_000;                        n=400, m=400
+WORKED = [
+    dict(seq=0, wave=0, signature="s", packed_tokens=100, logical_tokens=200, output_bytes=1_000,
+         baseline_bytes=10_000, peak_bytes=20_000, phase="forward"),
+    dict(seq=1, wave=0, signature="s", packed_tokens=100, logical_tokens=200, output_bytes=1_000,
+         baseline_bytes=10_000, peak_bytes=40_000, phase="caller", whole=True),
+    dict(seq=2, wave=1, signature="s", packed_tokens=200, logical_tokens=300, output_bytes=1_000,
+         baseline_bytes=10_000, peak_bytes=30_000, phase="forward"),
+    dict(seq=3, wave=1, signature="s", packed_tokens=200, logical_tokens=300, output_bytes=1_000,
+         baseline_bytes=10_000, peak_bytes=60_000, phase="caller", whole=True),
+    dict(seq=4, wave=2, signature="s", packed_tokens=400, logical_tokens=400, output_bytes=1_000,
+         baseline_bytes=10_000, peak_bytes=100_000, phase="caller", whole=True),
+]  # fmt: skip
+
+
+def test_worked_example_max_merge() -> None:
+    rows = wave_rows(run_replay(WORKED), "max-merge")
+    # wave 0: no profile and no floor -> unpriced; actual = max(10_000, 30_000)
+    assert rows[0]["estimate_bytes"] is None and rows[0]["set_by"] is None
+    assert rows[0]["actual_bytes"] == 30_000 and rows[0]["over_estimate"] is None
+    # after wave 0: rate_max = (30_000 - 1_000) / 100 = 290; sharing_max = 200 / 100 = 2.0
+    # wave 1: p = 290 * max(200, 300 / 2.0) = 58_000; estimate = int((1_000 + 58_000) * 1.1)
+    assert rows[1]["estimate_bytes"] == 64_900 and rows[1]["set_by"] == "profile"
+    assert rows[1]["actual_bytes"] == 50_000
+    assert rows[1]["over_estimate"] == 64_900 / 50_000 - 1  # 0.298
+    # wave 2: rate_max still 290 (wave 1 ran 245); p = 290 * max(400, 400 / 2.0) = 116_000
+    assert rows[2]["estimate_bytes"] == 128_700  # int(117_000 * 1.1)
+    assert rows[2]["over_estimate"] == 128_700 / 90_000 - 1  # 0.43
+
+
+def test_worked_example_warm_fit() -> None:
+    rows = wave_rows(run_replay(WORKED), "warm-fit")
+    assert rows[0]["estimate_bytes"] is None
+    # wave 0's caller reading is the seed; wave 1 is priced before any warm reading: as max-merge
+    assert rows[1]["estimate_bytes"] == 64_900
+    # wave 1 teaches: forward rate (20_000 - 1_000) / 200 = 95 (pending), caller rate
+    # (50_000 - 1_000) / 200 = 245 -> warm_rate 245, warm_tokens 200, warm_sharing 1.5.
+    # wave 2: min(116_000, 245 * max(200, 400, 400 / 1.5)) = 98_000; int(99_000 * 1.1)
+    assert rows[2]["estimate_bytes"] == 108_900
+    assert rows[2]["over_estimate"] == 108_900 / 90_000 - 1  # 0.21
+    assert [r["under_peak"] for r in rows] == [None, False, False]
+
+
+def test_worked_example_summary() -> None:
+    result = replay(readings_frame(WORKED), engine="scalar")
+    mm, wf = result.summary.to_dicts()
+    # two priced waves each; the median of two is their mean
+    assert mm["priced_waves"] == 2
+    assert (
+        mm["median_over_estimate"] == (0.298 + 0.43) / 2
+        or mm["median_over_estimate"] == ((64_900 / 50_000 - 1) + (128_700 / 90_000 - 1)) / 2
+    )
+    assert mm["min_over_estimate"] == 64_900 / 50_000 - 1
+    assert mm["max_over_estimate"] == 128_700 / 90_000 - 1
+    assert wf["median_over_estimate"] == ((64_900 / 50_000 - 1) + (108_900 / 90_000 - 1)) / 2
+    assert (wf["under_peak"], wf["set_by_profile"], wf["set_by_floor"], wf["oom_waves"]) == (
+        0,
+        2,
+        0,
+        0,
+    )
+
+
+def test_floor_prices_a_wave_without_profile_and_sets_it_when_higher() -> None:
+    rows = [
+        dict(seq=0, wave=0, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=30_000, whole=True, static_floor_bytes=20_000),
+        dict(seq=1, wave=1, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=25_000, whole=True, static_floor_bytes=40_000),
+        dict(seq=2, wave=2, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=25_000, whole=True, static_floor_bytes=10_000),
+    ]  # fmt: skip
+    out = wave_rows(run_replay(rows), "max-merge")
+    # wave 0: no profile, floor 20_000 -> int(20_000 * 1.1) = 22_000 < actual 30_000: under peak
+    assert (out[0]["estimate_bytes"], out[0]["set_by"], out[0]["under_peak"]) == (
+        22_000,
+        "floor",
+        True,
+    )
+    # wave 1: p = 300 * 100 = 30_000 < floor 40_000 -> int(40_000 * 1.1)
+    assert (out[1]["estimate_bytes"], out[1]["set_by"]) == (44_000, "floor")
+    # wave 2: p = 30_000 >= floor 10_000 -> the profile: int(30_000 * 1.1)
+    assert (out[2]["estimate_bytes"], out[2]["set_by"]) == (33_000, "profile")
+
+
+def test_peak_below_baseline_gives_delta_zero_and_no_figure() -> None:
+    rows = [
+        dict(seq=0, wave=0, signature="s", packed_tokens=10, logical_tokens=10,
+             baseline_bytes=500, peak_bytes=100, static_floor_bytes=50),
+    ]  # fmt: skip
+    per_wave = run_replay(rows)
+    assert per_wave["actual_bytes"].to_list() == [0, 0]
+    assert per_wave["over_estimate"].to_list() == [None, None]
+    summary = replay(readings_frame(rows), engine="scalar").summary
+    assert summary["priced_waves"].to_list() == [0, 0]
+    assert summary["median_over_estimate"].to_list() == [None, None]
+
+
+def test_oom_readings_are_priced_reported_and_never_learned() -> None:
+    rows = [
+        dict(seq=0, wave=0, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=10_000, whole=True),
+        # wave 1 runs out of memory at 900 B/token: priced, reported, not learned
+        dict(seq=1, wave=1, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=90_000, whole=True, oom=True),
+        dict(seq=2, wave=2, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=10_000, whole=True),
+    ]  # fmt: skip
+    out = wave_rows(run_replay(rows), "max-merge")
+    assert out[1]["oom"] is True and out[1]["estimate_bytes"] == 11_000
+    # wave 2 is priced from 100 B/token, not 900
+    assert out[2]["estimate_bytes"] == 11_000
+    summary = replay(readings_frame(rows), engine="scalar").summary.to_dicts()[0]
+    assert summary["oom_waves"] == 1 and summary["priced_waves"] == 1
+
+
+def test_each_signature_and_each_rank_learns_its_own_profile() -> None:
+    def wave(rank: int, seq: int, sig: str, rate: int) -> dict[str, object]:
+        return dict(rank=rank, seq=seq, wave=seq, signature=sig, packed_tokens=100,
+                    logical_tokens=100, peak_bytes=rate * 100, whole=True)  # fmt: skip
+
+    rows = [
+        wave(0, 0, "a", 500), wave(0, 1, "b", 100), wave(0, 2, "b", 100),
+        wave(1, 0, "b", 300), wave(1, 1, "b", 300),
+    ]  # fmt: skip
+    out = wave_rows(run_replay(rows), "max-merge")
+    by_key = {(r["rank"], r["wave"]): r["estimate_bytes"] for r in out}
+    # rank 0, signature b: first b wave unpriced, second priced at 100 B/token (not a's 500)
+    assert by_key[(0, 1)] is None and by_key[(0, 2)] == 11_000
+    # rank 1 learns from its own waves: 300 B/token, nothing from rank 0
+    assert by_key[(1, 0)] is None and by_key[(1, 1)] == 33_000
+
+
+def test_nested_wave_is_priced_at_its_first_reading_between_the_outer_readings() -> None:
+    # outer wave 0: forward (seq 0) ... inner wave 1 runs entirely inside its yield ...
+    # outer caller (seq 3, not whole: the inner wave reset the counter)
+    rows = [
+        dict(seq=0, wave=0, signature="s", packed_tokens=100, logical_tokens=100, peak_bytes=20_000, phase="forward"),
+        dict(seq=1, wave=1, signature="s", packed_tokens=50, logical_tokens=50, peak_bytes=5_000, phase="forward"),
+        dict(seq=2, wave=1, signature="s", packed_tokens=50, logical_tokens=50, peak_bytes=8_000, whole=True),
+        dict(seq=3, wave=0, signature="s", packed_tokens=100, logical_tokens=100, peak_bytes=9_000),
+    ]  # fmt: skip
+    out = wave_rows(run_replay(rows), "max-merge")
+    # wave 1 is priced after the outer forward: 200 B/token * 50 = 10_000 -> 11_000
+    assert [(r["wave"], r["estimate_bytes"]) for r in out] == [(0, None), (1, 11_000)]
+    # wave 0's actual is its largest delta over both readings
+    assert out[0]["actual_bytes"] == 20_000
+
+
+def test_per_wave_rows_follow_the_spec_schema_and_order() -> None:
+    per_wave = run_replay(WORKED)
+    assert per_wave.schema == pl.Schema(PER_WAVE_SCHEMA)
+    assert per_wave.select("wave", "policy").rows() == [
+        (0, "max-merge"), (0, "warm-fit"), (1, "max-merge"),
+        (1, "warm-fit"), (2, "max-merge"), (2, "warm-fit"),
+    ]  # fmt: skip
+
+
+def test_summary_has_a_row_for_every_run_and_policy_in_order() -> None:
+    rows = [dict(WORKED[0], run="b"), dict(WORKED[1], run="a")]
+    summary = replay(readings_frame(rows), policies=["warm-fit", "max-merge"]).summary
+    assert summary.columns == list(SUMMARY_COLUMNS)
+    assert summary.select("run", "policy").rows() == [
+        ("a", "warm-fit"), ("a", "max-merge"), ("b", "warm-fit"), ("b", "max-merge"),
+    ]  # fmt: skip
+
+
+def test_median_is_the_mean_of_the_two_middle_values() -> None:
+    # four one-reading waves, floor-priced, with over-estimates 0.1, 0.2, 0.5, 1.0
+    overs = [0.1, 0.2, 0.5, 1.0]
+    rows = [
+        dict(seq=i, wave=i, signature=f"s{i}", packed_tokens=1, logical_tokens=1,
+             peak_bytes=1_000, static_floor_bytes=round(1_000 * (1 + o)))
+        for i, o in enumerate(overs)
+    ]  # fmt: skip
+    summary = replay(readings_frame(rows), policies=["max-merge"], safety_factor=1.0).summary
+    row = summary.to_dicts()[0]
+    assert row["median_over_estimate"] == statistics.median(
+        [1100 / 1000 - 1, 1200 / 1000 - 1, 1500 / 1000 - 1, 2000 / 1000 - 1]
+    )
+    assert row["median_over_estimate"] == pytest.approx(0.35)
+
+
+def test_bad_safety_factor_and_policy_names_are_usage_errors() -> None:
+    frame = readings_frame(WORKED)
+    with pytest.raises(UsageError, match="--safety must be a positive number"):
+        replay(frame, safety_factor=0)
+    with pytest.raises(UsageError, match="named twice"):
+        replay(frame, policies=["warm-fit", "warm-fit"])
+    with pytest.raises(PolicyError, match="unknown policy"):
+        replay(frame, policies=["warmfit"])
+
+
+def test_a_policy_returning_nonsense_is_named() -> None:
+    with pytest.raises(PolicyError, match=r"'negative' priced a wave at -1\.0"):
+        replay(readings_frame(WORKED), policies=["tests.example_policy:Negative"])
+
+
+# ----------------------------------------------------------------- PR #991
+
+
+def test_pr991_reconstruction_reproduces_the_published_table(tmp_path: Path) -> None:
+    write_pr991(tmp_path)
+    summary = replay(read_trace([tmp_path])).summary
+    got = {(r["run"], r["policy"]): r for r in summary.to_dicts()}
+    published = {  # (median over-estimate, min, waves under their peak, waves)
+        ("EP1", "max-merge"): (0.36, None, 0, 25),
+        ("EP1", "warm-fit"): (0.16, 0.09, 0, 25),
+        ("EP2", "max-merge"): (0.43, None, 0, 17),
+        ("EP2", "warm-fit"): (0.43, None, 0, 17),
+    }
+    for key, (median, minimum, under, waves) in published.items():
+        row = got[key]
+        assert abs(row["median_over_estimate"] - median) <= 0.02, key
+        if minimum is not None:
+            assert abs(row["min_over_estimate"] - minimum) <= 0.01, key
+        assert (row["under_peak"], row["priced_waves"]) == (under, waves), key
+    # EP1: the profile sets every estimate; EP2: the routing floor sets every one, so the
+    # warm fit changes nothing
+    assert got[("EP1", "warm-fit")]["set_by_profile"] == 25
+    assert got[("EP2", "warm-fit")]["set_by_floor"] == 17
+    assert (
+        got[("EP2", "warm-fit")]["median_over_estimate"]
+        == got[("EP2", "max-merge")]["median_over_estimate"]
+    )
+
+
+def test_pr991_reconstruction_matches_the_published_rates() -> None:
+    for shape in (EP1, EP2):
+        callers = pr991_readings(shape).filter(pl.col("phase") == "caller")
+        rate_kb = (
+            (pl.col("peak_bytes") - pl.col("baseline_bytes") - pl.col("output_bytes"))
+            / pl.col("packed_tokens")
+            / 1000
+        )
+        rates = callers.select(rate_kb).to_series()
+        assert callers["packed_tokens"][0] == 15_600 and rates[0] == 275.0
+        assert rates[1:].min() >= 206 and rates[1:].max() <= 247  # type: ignore[operator]
+
+
+def test_stored_pr991_traces_are_what_the_generator_writes(tmp_path: Path) -> None:
+    write_pr991(tmp_path)
+    for name in ("EP1.parquet", "EP2.parquet"):
+        assert (tmp_path / name).read_bytes() == (REPO / "traces/pr991" / name).read_bytes(), (
+            f"traces/pr991/{name} differs from its generator: run 'make traces'"
+        )
+
+
+def test_replay_of_a_trace_split_across_files_equals_one_file(tmp_path: Path) -> None:
+    frame = readings_frame(WORKED)
+    write_trace(frame, tmp_path / "one/all.parquet")
+    write_trace(frame[3:], tmp_path / "split/b.parquet")
+    write_trace(frame[:3], tmp_path / "split/a.parquet")
+    one = replay(read_trace([tmp_path / "one"]))
+    split = replay(read_trace([tmp_path / "split"]))
+    assert one.per_wave.equals(split.per_wave) and one.summary.equals(split.summary)

@@ -1,0 +1,189 @@
+"""Trace format v1 (SPEC §2): every rule, and the message a person gets when
+a trace breaks it — through the library and end to end through the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+from warmfit.errors import TraceError
+from warmfit.trace import TraceSummary, read_trace, readings_frame, write_trace
+
+ROWS = [
+    dict(seq=0, wave=0, signature="s", packed_tokens=100, logical_tokens=150, peak_bytes=5_000, phase="forward"),
+    dict(seq=1, wave=0, signature="s", packed_tokens=100, logical_tokens=150, peak_bytes=9_000, whole=True),
+    dict(seq=2, wave=1, signature="s", packed_tokens=120, logical_tokens=120, peak_bytes=9_500,
+         whole=True, static_floor_bytes=1_000, step=3),
+    dict(seq=0, wave=0, rank=1, signature="t", packed_tokens=100, logical_tokens=100, peak_bytes=1_000),
+]  # fmt: skip
+
+
+def valid() -> pl.DataFrame:
+    return readings_frame(ROWS)
+
+
+def write(
+    path: Path, frame: pl.DataFrame | pa.Table, metadata: dict[str, bytes] | None = None
+) -> Path:
+    """Write a frame as Parquet with exactly the given metadata (no validation)."""
+    table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
+    table = table.replace_schema_metadata(
+        {b"warmfit.schema": b"1"} if metadata is None else metadata
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def test_a_valid_trace_reads_back_in_canonical_order(tmp_path: Path) -> None:
+    write_trace(valid().reverse(), tmp_path / "t.parquet")
+    frame = read_trace([tmp_path])
+    assert frame.select("rank", "seq").rows() == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    summary = TraceSummary.of(frame, files=1)
+    assert (summary.runs, summary.ranks, summary.signatures, summary.waves, summary.readings) == (
+        1, 2, 2, 3, 4,
+    )  # fmt: skip
+
+
+def test_extra_columns_are_carried_along(tmp_path: Path) -> None:
+    write_trace(valid().with_columns(pl.lit("x").alias("host")), tmp_path / "t.parquet")
+    assert read_trace([tmp_path])["host"].to_list() == ["x"] * 4
+
+
+def test_lenient_integer_and_string_encodings_are_accepted(tmp_path: Path) -> None:
+    # pandas writes int64 ranks; polars may write categorical (dictionary) strings
+    frame = valid().with_columns(
+        pl.col("rank").cast(pl.Int64),
+        pl.col("run").cast(pl.Categorical),
+        pl.col("seq").cast(pl.UInt16),
+    )
+    write(tmp_path / "t.parquet", frame)
+    assert read_trace([tmp_path]).schema["rank"] == pl.Int32
+
+
+Mutation = Callable[[pl.DataFrame], pl.DataFrame]
+
+RULES: list[tuple[str, Mutation, str, int | None]] = [
+    # (column, mutation, words the message must hold, row it must name)
+    ("rank", lambda f: f.with_columns(pl.when(pl.col("seq") == 2).then(-1).otherwise(pl.col("rank")).alias("rank")), "is negative", 2),
+    ("kind", lambda f: f.with_columns(pl.lit("flatt").alias("kind")), "must be one of flat, split_child, dp_rank_forward", 0),
+    ("phase", lambda f: f.with_columns(pl.lit("backward").alias("phase")), "'forward' or 'caller'", 0),
+    ("whole", lambda f: f.with_columns(pl.lit(True).alias("whole")), "only a caller reading may be whole", 0),
+    ("packed_tokens", lambda f: f.with_columns(pl.lit(0).alias("packed_tokens")), "not positive", 0),
+    ("logical_tokens", lambda f: f.with_columns((pl.col("packed_tokens") - 1).alias("logical_tokens")), "below packed_tokens", 0),
+    ("output_bytes", lambda f: f.with_columns(pl.lit(-5).alias("output_bytes")), "is negative", 0),
+    ("baseline_bytes", lambda f: f.with_columns(pl.lit(-5).alias("baseline_bytes")), "is negative", 0),
+    ("peak_bytes", lambda f: f.with_columns(pl.lit(-5).alias("peak_bytes")), "is negative", 0),
+    ("static_floor_bytes", lambda f: f.with_columns(pl.lit(-5).alias("static_floor_bytes")), "is negative", 0),
+    ("signature", lambda f: f.with_columns(pl.when(pl.col("seq") == 1).then(None).otherwise(pl.col("signature")).alias("signature")), "is null", 1),
+    ("oom", lambda f: f.with_columns(pl.lit(None, dtype=pl.Boolean).alias("oom")), "is null", 0),
+    ("seq", lambda f: f.with_columns(pl.when(pl.col("seq") == 2).then(1).otherwise(pl.col("seq")).alias("seq")), "seq 1 appears more than once", 1),
+    ("packed_tokens", lambda f: f.with_columns(pl.when(pl.col("seq") == 1).then(101).otherwise(pl.col("packed_tokens")).alias("packed_tokens")), "disagree on packed_tokens", None),
+    ("signature", lambda f: f.with_columns(pl.when(pl.col("seq") == 1).then(pl.lit("u")).otherwise(pl.col("signature")).alias("signature")), "disagree on signature", None),
+    ("static_floor_bytes", lambda f: f.with_columns(pl.when(pl.col("seq") == 1).then(7).otherwise(None).alias("static_floor_bytes")), "disagree on static_floor_bytes", None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("column", "mutate", "words", "row"), RULES, ids=[f"{r[0]}-{i}" for i, r in enumerate(RULES)]
+)
+def test_every_rule_is_enforced_with_file_column_and_row(
+    tmp_path: Path, column: str, mutate: Mutation, words: str, row: int | None
+) -> None:
+    path = write(tmp_path / "bad.parquet", mutate(valid()))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    err = info.value
+    assert str(path) in str(err)
+    assert err.column == column
+    assert words in str(err)
+    if row is not None:
+        assert f"row {row}" in str(err)
+
+
+def test_the_cli_reports_a_broken_rule_with_exit_2_and_no_traceback(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.parquet", valid().with_columns(pl.lit(0).alias("packed_tokens")))
+    for command in (["replay", str(path)], ["validate", str(path)]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert f"{path}, column 'packed_tokens', row 0: value 0 is not positive" in result.output
+
+
+FILE_PROBLEMS: list[tuple[str, Callable[[Path], Path], str]] = [
+    ("missing path", lambda d: d / "nope.parquet", "no such file or directory"),
+    ("empty directory", lambda d: (d / "empty").mkdir() or d / "empty", "holds no *.parquet trace files"),
+    ("not parquet", lambda d: _text(d / "t.parquet", "run,rank\nx,0\n"), "is not a readable Parquet file"),
+    ("truncated", lambda d: _truncate(write(d / "t.parquet", valid())), "is not a readable Parquet file"),
+    ("no schema metadata", lambda d: write(d / "t.parquet", valid(), metadata={}), "has no 'warmfit.schema' metadata"),
+    ("unknown version", lambda d: write(d / "t.parquet", valid(), metadata={b"warmfit.schema": b"2"}), "has schema version '2'"),
+    ("missing column", lambda d: write(d / "t.parquet", valid().drop("oom")), "column 'oom': required column is missing"),
+    ("mistyped column", lambda d: write(d / "t.parquet", valid().with_columns(pl.col("peak_bytes").cast(pl.Float64))), "column 'peak_bytes': has type double; it must be an integer"),
+    ("string for bool", lambda d: write(d / "t.parquet", valid().with_columns(pl.col("whole").cast(pl.String))), "column 'whole': has type"),
+    ("rank too wide", lambda d: write(d / "t.parquet", valid().with_columns(pl.lit(2**40).alias("rank"))), "do not fit the column's type"),
+]  # fmt: skip
+
+
+def _text(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def _truncate(path: Path) -> Path:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+@pytest.mark.parametrize(
+    ("label", "make", "words"), FILE_PROBLEMS, ids=[p[0] for p in FILE_PROBLEMS]
+)
+def test_every_bad_file_gets_exit_2_a_named_file_and_no_traceback(
+    tmp_path: Path, label: str, make: Callable[[Path], Path], words: str
+) -> None:
+    path = make(tmp_path)
+    result = CliRunner().invoke(app, ["replay", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert str(path) in result.output
+    assert words in result.output
+
+
+def test_a_directory_of_unrecovered_logs_says_to_recover(tmp_path: Path) -> None:
+    (tmp_path / "run=x/rank=0").mkdir(parents=True)
+    (tmp_path / "run=x/rank=0/readings.arrows").write_bytes(b"")
+    with pytest.raises(TraceError, match="warmfit recover"):
+        read_trace([tmp_path])
+
+
+def test_duplicate_seq_across_files_names_both_places(tmp_path: Path) -> None:
+    write_trace(valid(), tmp_path / "a.parquet")
+    write_trace(valid().filter(pl.col("seq") == 2), tmp_path / "b.parquet")
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    assert f"{tmp_path / 'a.parquet'} row 2" in str(info.value)
+    assert f"{tmp_path / 'b.parquet'} row 0" in str(info.value)
+
+
+def test_validate_lists_the_problem_of_every_bad_file(tmp_path: Path) -> None:
+    write(tmp_path / "a.parquet", valid().with_columns(pl.lit(-1).alias("peak_bytes")))
+    write(tmp_path / "b.parquet", valid(), metadata={})
+    result = CliRunner().invoke(app, ["validate", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "2 trace file(s) are invalid" in result.output
+    assert "a.parquet, column 'peak_bytes'" in result.output
+    assert "b.parquet: has no 'warmfit.schema' metadata" in result.output
+
+
+def test_write_trace_is_atomic_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    path = write_trace(valid(), tmp_path / "deep/t.parquet", {"warmfit.meter": "cpu"})
+    assert [p.name for p in path.parent.iterdir()] == ["t.parquet"]
+    meta = pq.read_schema(path).metadata
+    assert meta[b"warmfit.schema"] == b"1" and meta[b"warmfit.meter"] == b"cpu"
