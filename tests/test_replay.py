@@ -270,11 +270,17 @@ def test_pr991_reconstruction_matches_the_published_rates() -> None:
 
 
 def test_stored_pr991_traces_are_what_the_generator_writes(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
     write_pr991(tmp_path)
     for name in ("EP1.parquet", "EP2.parquet"):
-        assert (tmp_path / name).read_bytes() == (REPO / "traces/pr991" / name).read_bytes(), (
-            f"traces/pr991/{name} differs from its generator: run 'make traces'"
-        )
+        stored, fresh = REPO / "traces/pr991" / name, tmp_path / name
+        if pq.ParquetFile(stored).metadata.created_by == pq.ParquetFile(fresh).metadata.created_by:
+            assert fresh.read_bytes() == stored.read_bytes(), (
+                f"traces/pr991/{name} differs from its generator: run 'make traces'"
+            )
+        else:  # another pyarrow writes other bytes; the readings must still be the same
+            assert pl.read_parquet(fresh).equals(pl.read_parquet(stored))
 
 
 def test_replay_of_a_trace_split_across_files_equals_one_file(tmp_path: Path) -> None:
