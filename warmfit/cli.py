@@ -14,14 +14,14 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from warmfit.commands import policies, replay, validate
+from warmfit.commands import check, plot, policies, replay, validate
 from warmfit.errors import WarmfitError
 
 
 class _Group(TyperGroup):
     """Turns every :class:`WarmfitError` into a message and an exit code."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # click.Context (typer vendors click)
         try:
             return super().invoke(ctx)
         except WarmfitError as exc:
@@ -32,7 +32,6 @@ class _Group(TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="warmfit",
-    help="Replay recorded GPU training waves through memory-pricing policies.\n\n"
     "Example: warmfit replay traces/pr991 --format markdown",
     no_args_is_help=True,
     add_completion=False,
@@ -42,6 +41,8 @@ app = typer.Typer(
 app.command("replay")(replay.replay_command)
 app.command("validate")(validate.validate_command)
 app.command("policies")(policies.policies_command)
+app.command("plot")(plot.plot_command)
+app.command("check")(check.check_command)
 
 
 def main() -> None:

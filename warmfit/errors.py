@@ -58,3 +58,12 @@ class TraceError(WarmfitError):
 
 class PolicyError(WarmfitError):
     """An unknown policy name, or a user policy that cannot be loaded."""
+
+
+class RegressionFound(WarmfitError):
+    """``warmfit check`` found figures worse than the expectations allow (exit 1).
+
+    The message lists one readable before/after line per regression.
+    """
+
+    exit_code = 1

@@ -114,7 +114,9 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             str(r["oom_waves"]),
         )
         previous = r["run"]
-    console = Console(file=io.StringIO(), width=80, color_system=None, highlight=False)
+    console = Console(
+        file=io.StringIO(), width=80, color_system=None, highlight=False, force_jupyter=False
+    )
     console.print(table)
     text = console.file.getvalue()  # type: ignore[attr-defined]
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"

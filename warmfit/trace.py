@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +72,9 @@ def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     seen: set[Path] = set()
     given = list(paths)
     if not given:
-        raise TraceError("no trace path given.", fix="Name one or more Parquet files or directories.")
+        raise TraceError(
+            "no trace path given.", fix="Name one or more Parquet files or directories."
+        )
     for raw in given:
         path = Path(raw)
         if path.is_dir():
@@ -302,6 +304,7 @@ def read_trace(
     columns: Sequence[str] | None = None,
     *,
     all_problems: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> pl.DataFrame:
     """Read and validate a trace; return its readings sorted by run, rank, seq.
 
@@ -309,18 +312,23 @@ def read_trace(
     required column is still checked in each file's footer); by default all
     columns are loaded, extra ones included. Raises :class:`TraceError` on the first broken rule, or
     with ``all_problems`` :class:`TraceProblems` naming the first broken rule
-    of every invalid file.
+    of every invalid file. ``progress(done, total)``, when given, is called
+    with 0 files done and then after each file (see :mod:`warmfit.progress`).
     """
     files = find_trace_files(paths)
     frames = []
     problems: list[TraceError] = []
-    for f in files:
+    if progress is not None:
+        progress(0, len(files))
+    for done, f in enumerate(files, 1):
         try:
             frames.append(_read_file(f, columns))
         except TraceError as exc:
             if not all_problems:
                 raise
             problems.append(exc)
+        if progress is not None:
+            progress(done, len(files))
     if problems:
         raise TraceProblems(problems)
     frame = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]

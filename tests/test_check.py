@@ -1,0 +1,291 @@
+"""``warmfit check``: expectations files, the gate's verdicts and exit codes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.check import (
+    LIMITS,
+    CheckResult,
+    ExpectationsError,
+    check,
+    expectations_from,
+    parse_expectations,
+    read_expectations,
+)
+from warmfit.cli import app
+from warmfit.replay import replay
+from warmfit.trace import read_trace, readings_frame, write_trace
+
+REPO = Path(__file__).resolve().parent.parent
+PR991 = REPO / "traces" / "pr991"
+
+# Two whole waves: the first unpriced, the second priced at 290 * 200 = 58_000 ->
+# int(59_000 * 1.1) = 64_900 against an actual 50_000: over-estimate +29.8%.
+ROWS = [
+    dict(seq=0, wave=0, signature="s", packed_tokens=100, logical_tokens=100, output_bytes=1_000,
+         baseline_bytes=10_000, peak_bytes=40_000, whole=True),
+    dict(seq=1, wave=1, signature="s", packed_tokens=200, logical_tokens=200, output_bytes=1_000,
+         baseline_bytes=10_000, peak_bytes=60_000, whole=True),
+]  # fmt: skip
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def small_trace(tmp_path: Path) -> Path:
+    return write_trace(readings_frame(ROWS), tmp_path / "trace" / "R.parquet").parent
+
+
+# --------------------------------------------------------------------------- the file
+
+
+def test_parse_a_full_file() -> None:
+    e = parse_expectations(
+        "version = 1\nsafety_factor = 1.2\n"
+        "[runs.EP1.warm-fit]\nmax_median_over_estimate = 0.18\nmax_under_peak = 0\n"
+        '[runs."run two".max-merge]\nmin_priced_waves = 3\nmax_max_over_estimate = 1\n'
+    )
+    assert e.safety_factor == 1.2
+    assert e.runs == ["EP1", "run two"] and e.policies == ["warm-fit", "max-merge"]
+    assert e.limits[("EP1", "warm-fit")] == {"max_median_over_estimate": 0.18, "max_under_peak": 0}
+    assert e.limits[("run two", "max-merge")] == {
+        "min_priced_waves": 3,
+        "max_max_over_estimate": 1.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[runs.EP1.warm-fit]\nmax_under_peak = \n", ["not valid TOML", "line 2"]),
+        ("[runs.EP1.warm-fit]\nmax_median = 0.2\n", ["unknown key 'max_median'", "max_under_peak"]),
+        ("[runs.EP1.warm-fit]\nmax_under_peak = 0.5\n", ["max_under_peak must be a whole number"]),
+        ("[runs.EP1.warm-fit]\nmax_under_peak = -1\n", ["max_under_peak must be a whole number"]),
+        ("[runs.EP1.warm-fit]\nmax_median_over_estimate = 'a'\n", ["must be a number"]),
+        ("[runs.EP1.warm-fit]\nmax_median_over_estimate = true\n", ["must be a number"]),
+        ("colour = 1\n[runs.EP1.warm-fit]\n", ["unknown top-level key 'colour'"]),
+        ("version = 2\n[runs.EP1.warm-fit]\n", ["version 2", "version 1 only"]),
+        ("safety_factor = 0\n[runs.EP1.warm-fit]\n", ["safety_factor must be a positive number"]),
+        ("version = 1\n", ["holds no expectations"]),
+        ("runs = 3\n", ["'runs' must hold tables"]),
+        ("[runs]\nEP1 = 3\n", ["must hold one table per policy"]),
+        ("[runs.EP1]\nwarm-fit = 3\n", ["is not a table of limits"]),
+    ],
+)
+def test_bad_files_are_named_and_explained(text: str, words: list[str]) -> None:
+    with pytest.raises(ExpectationsError) as caught:
+        parse_expectations(text, "team/expect.toml")
+    message = str(caught.value)
+    assert message.startswith("team/expect.toml: ")
+    assert caught.value.exit_code == 2
+    for word in words:
+        assert word in message
+
+
+def test_a_missing_file_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(ExpectationsError, match="no such file"):
+        read_expectations(tmp_path / "nope.toml")
+
+
+def test_the_shipped_expectations_parse_and_name_the_stored_runs() -> None:
+    e = read_expectations(REPO / "traces" / "expectations.toml")
+    assert {"EP1", "EP2"} <= set(e.runs)
+    assert {"max-merge", "warm-fit"} <= set(e.policies)
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def test_limits_hold_at_equality_and_fail_beyond() -> None:
+    result = replay(readings_frame(ROWS), engine="scalar")
+    over = 64_900 / 50_000 - 1
+    e = parse_expectations(
+        f"[runs.run.max-merge]\nmax_median_over_estimate = {over!r}\nmin_priced_waves = 1\n"
+        f"[runs.run.warm-fit]\nmax_median_over_estimate = {over - 1e-9!r}\nmin_priced_waves = 2\n"
+    )
+    report = check(result, e)
+    verdicts = [(r.policy, r.limit.key, r.holds) for r in report.results]
+    assert verdicts == [
+        ("max-merge", "max_median_over_estimate", True),
+        ("max-merge", "min_priced_waves", True),
+        ("warm-fit", "max_median_over_estimate", False),
+        ("warm-fit", "min_priced_waves", False),
+    ]
+    assert not report.passed
+    lines = [r.describe() for r in report.regressions]
+    # Equal at one decimal, so shown with two.
+    assert lines == [
+        "run warm-fit: median over-estimate +29.80% > allowed +29.80%",
+        "run warm-fit: priced waves 1 < allowed 2",
+    ]
+
+
+def test_a_missing_figure_is_a_regression() -> None:
+    line = CheckResult("EP1", "warm-fit", LIMITS[0], 0.18, None, False).describe()
+    assert line == (
+        "EP1 warm-fit: median over-estimate is missing (no priced wave); allowed at most +18.0%"
+    )
+
+
+def test_runs_must_match_the_trace() -> None:
+    result = replay(readings_frame(ROWS), engine="scalar")
+    with pytest.raises(ExpectationsError, match="expects run 'EP9'"):
+        check(result, parse_expectations("[runs.EP9.warm-fit]\nmax_under_peak = 0\n"))
+    two = readings_frame([*ROWS, *({**r, "run": "other"} for r in ROWS)]).sort("run", "seq")
+    with pytest.raises(ExpectationsError, match="no expectations for run"):
+        check(replay(two, engine="scalar"), parse_expectations("[runs.run.warm-fit]\n"))
+
+
+def test_expectations_from_round_up_to_hold() -> None:
+    result = replay(readings_frame(ROWS), engine="scalar")
+    limits = expectations_from(result)
+    # 64_900 / 50_000 - 1 is 0.29800000000000004 in floating point: above 0.298, so the
+    # limit rounds up to the next 0.01 percentage point, where the figure still holds.
+    assert 64_900 / 50_000 - 1 > 0.298
+    assert limits[("run", "warm-fit")] == {
+        "max_median_over_estimate": 0.2981,
+        "max_max_over_estimate": 0.2981,
+        "max_under_peak": 0,
+        "min_priced_waves": 1,
+    }
+
+
+# --------------------------------------------------------------------------- command
+
+
+def test_write_expect_round_trip(tmp_path: Path) -> None:
+    trace = small_trace(tmp_path)
+    target = tmp_path / "expect.toml"
+    code, out, _ = invoke("check", str(trace), "--write-expect", str(target), "--engine", "scalar")
+    assert code == 0 and "wrote expectations for 2 run/policy pairs" in out
+    written = read_expectations(target)
+    summary = replay(read_trace([trace]), engine="scalar").summary
+    assert written.runs == ["run"] and written.policies == ["max-merge", "warm-fit"]
+    for row in summary.iter_rows(named=True):
+        limits = written.limits[(row["run"], row["policy"])]
+        assert limits["max_median_over_estimate"] >= row["median_over_estimate"]
+        assert limits["max_median_over_estimate"] - row["median_over_estimate"] < 1e-4
+        assert limits["max_under_peak"] == row["under_peak"]
+        assert limits["min_priced_waves"] == row["priced_waves"]
+    code, out, _ = invoke("check", str(trace), "--expect", str(target))
+    assert code == 0, out
+    assert "8 of 8 expectations hold" in out
+    # never overwrites without --force
+    code, _, err = invoke("check", str(trace), "--write-expect", str(target))
+    assert code == 2 and "will not overwrite without --force" in err
+    code, _, _ = invoke("check", str(trace), "--write-expect", str(target), "--force")
+    assert code == 0
+
+
+def test_csv_and_json_outputs(tmp_path: Path) -> None:
+    trace = small_trace(tmp_path)
+    target = tmp_path / "expect.toml"
+    invoke("check", str(trace), "--write-expect", str(target))
+    code, out, _ = invoke("check", str(trace), "--expect", str(target), "-f", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert list(rows[0]) == ["run", "policy", "expectation", "figure", "allowed", "actual", "holds"]
+    assert len(rows) == 8 and {r["holds"] for r in rows} == {"true"}
+    code, out, _ = invoke("check", str(trace), "--expect", str(target), "-f", "json")
+    doc = json.loads(out)
+    assert doc["schema"] == "warmfit.check/1" and doc["passed"] is True
+    assert doc["safety_factor"] == 1.1 and len(doc["results"]) == 8
+
+
+def test_table_fits_80_columns(tmp_path: Path) -> None:
+    trace = small_trace(tmp_path)
+    target = tmp_path / "expect.toml"
+    invoke("check", str(trace), "--write-expect", str(target))
+    code, out, _ = invoke("check", str(trace), "--expect", str(target))
+    *table, verdict = out.splitlines()
+    assert code == 0 and max(len(line) for line in table) <= 80
+    assert verdict == f"8 of 8 expectations hold ({target}, safety factor 1.1)"
+
+
+def test_policy_option_restricts_the_check(tmp_path: Path) -> None:
+    trace = small_trace(tmp_path)
+    target = tmp_path / "expect.toml"
+    invoke("check", str(trace), "--write-expect", str(target), "-p", "warm-fit")
+    assert read_expectations(target).policies == ["warm-fit"]
+    code, out, _ = invoke("check", str(trace), "--expect", str(target), "-p", "warm-fit")
+    assert code == 0 and "4 of 4" in out
+    code, _, err = invoke("check", str(trace), "--expect", str(target), "-p", "max-merge")
+    assert code == 2 and "holds no expectations for policy 'max-merge'" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ((), "give exactly one of --expect FILE"),
+        (("--expect", "a.toml", "--write-expect", "b.toml"), "give exactly one of"),
+        (("--expect", "EXPECT", "--safety", "1.2"), "--safety applies to --write-expect only"),
+    ],
+)
+def test_usage_errors_exit_2(tmp_path: Path, args: tuple[str, ...], words: str) -> None:
+    trace = small_trace(tmp_path)
+    target = tmp_path / "expect.toml"
+    invoke("check", str(trace), "--write-expect", str(target))
+    code, _, err = invoke("check", str(trace), *(str(target) if a == "EXPECT" else a for a in args))
+    assert code == 2 and words in err
+
+
+def test_bad_toml_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:
+    trace = small_trace(tmp_path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[runs.run.warm-fit]\nmax_under_peak = = 0\n")
+    code, out, err = invoke("check", str(trace), "--expect", str(bad))
+    assert code == 2 and out == ""
+    assert str(bad) in err and "line 2" in err and "Traceback" not in err
+
+
+def test_unknown_policy_in_the_file_exits_2(tmp_path: Path) -> None:
+    trace = small_trace(tmp_path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[runs.run.nope]\nmax_under_peak = 0\n")
+    code, _, err = invoke("check", str(trace), "--expect", str(bad))
+    assert code == 2 and str(bad) in err and "unknown policy 'nope'" in err
+
+
+def test_raised_later_peaks_fail_the_gate(tmp_path: Path) -> None:
+    """The CI gate's reason to exist: a stored trace whose later waves grow fails it."""
+    copy = tmp_path / "pr991"
+    shutil.copytree(PR991, copy)
+    expect = tmp_path / "expect.toml"
+    code, _, _ = invoke("check", str(copy), "--write-expect", str(expect))
+    assert code == 0
+    code, _, _ = invoke("check", str(copy), "--expect", str(expect))
+    assert code == 0
+
+    # Triple the compute peaks of EP1's last three waves: the first of them runs far above
+    # anything the profile has seen, so it lands under its peak.
+    ep1 = read_trace([copy / "EP1.parquet"])
+    last = ep1.get_column("wave").max()
+    assert isinstance(last, int)
+    raised = pl.col("baseline_bytes") + (pl.col("peak_bytes") - pl.col("baseline_bytes")) * 3
+    ep1 = ep1.with_columns(
+        pl.when(pl.col("wave") > last - 3)
+        .then(raised)
+        .otherwise(pl.col("peak_bytes"))
+        .cast(pl.Int64)
+        .alias("peak_bytes")
+    )
+    write_trace(ep1, copy / "EP1.parquet")
+
+    code, out, err = invoke("check", str(copy), "--expect", str(expect))
+    assert code == 1, err
+    assert "WORSE" in out
+    assert f"expectations in {expect} regressed:" in err
+    assert "EP1 warm-fit: waves under their peak" in err and "> allowed 0" in err
+    assert "EP2" not in err  # EP2 is untouched
+    assert "--write-expect" in err and "Traceback" not in err

@@ -1,0 +1,552 @@
+"""Expectations on replay figures: the CI gate behind ``warmfit check``.
+
+An expectations file is a small TOML document that bounds, per run and per
+policy, the figures of a replay summary (SPEC §3 "Report")::
+
+    version = 1            # format of this file (optional; 1 is the only one)
+    safety_factor = 1.1    # the f the figures were taken at (optional; 1.1)
+
+    [runs.EP1.warm-fit]
+    max_median_over_estimate = 0.1584   # fractions: 0.1584 means +15.84%
+    max_max_over_estimate = 0.3043
+    max_under_peak = 0
+    min_priced_waves = 25
+
+Every key of a ``[runs.RUN.POLICY]`` table is optional; the known ones are in
+:data:`LIMITS`. A figure *regresses* when it is worse than its limit: above a
+``max_`` limit, below a ``min_`` one, or missing (a run with no priced wave
+has no median). :func:`write_expectations` writes the current figures as
+limits, with no headroom beyond rounding to 0.01 percentage points in the
+permissive direction, so the file stays readable and any worsening beyond
+that fails.
+
+The library never prints; :func:`check` returns a :class:`CheckReport` and
+the command turns its regressions into exit code 1.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from warmfit.errors import UsageError
+from warmfit.replay import DEFAULT_SAFETY_FACTOR, ReplayResult, check_safety_factor
+
+FORMATS = ("table", "csv", "json")
+JSON_SCHEMA = "warmfit.check/1"
+EXPECT_VERSION = 1
+#: Limits are written rounded to this many decimals of a fraction (0.01 pp).
+DECIMALS = 4
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One kind of expectation: which summary figure it bounds, and how."""
+
+    key: str  # the TOML key, e.g. "max_median_over_estimate"
+    figure: str  # the summary column it bounds, e.g. "median_over_estimate"
+    label: str  # words for a person, e.g. "median over-estimate"
+    upper: bool  # True: the figure must be <= the limit; False: >=
+    fraction: bool  # True: an over-estimate fraction; False: a count of waves
+
+
+#: Every key a ``[runs.RUN.POLICY]`` table may hold, in the order they are written.
+LIMITS: tuple[Limit, ...] = (
+    Limit("max_median_over_estimate", "median_over_estimate", "median over-estimate", True, True),
+    Limit("max_max_over_estimate", "max_over_estimate", "largest over-estimate", True, True),
+    Limit("max_under_peak", "under_peak", "waves under their peak", True, False),
+    Limit("min_priced_waves", "priced_waves", "priced waves", False, False),
+)
+_BY_KEY = {limit.key: limit for limit in LIMITS}
+_TOP_KEYS = ("version", "safety_factor", "runs")
+
+
+class ExpectationsError(UsageError):
+    """An expectations file that cannot be read or does not fit the trace (exit 2)."""
+
+    def __init__(self, path: str | os.PathLike[str], problem: str, fix: str = "") -> None:
+        text = f"{path}: {problem}"
+        if fix:
+            text += f" {fix}"
+        super().__init__(text)
+
+
+_FIX = "See docs/ci-gate.md for the format of an expectations file."
+
+
+# --------------------------------------------------------------------------- file
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """A parsed expectations file: limits per (run, policy) and key."""
+
+    path: str
+    safety_factor: float
+    limits: Mapping[tuple[str, str], Mapping[str, float | int]]
+
+    @property
+    def runs(self) -> list[str]:
+        """Runs named in the file, in file order."""
+        return list(dict.fromkeys(run for run, _ in self.limits))
+
+    @property
+    def policies(self) -> list[str]:
+        """Policies named in the file, in order of first appearance."""
+        return list(dict.fromkeys(policy for _, policy in self.limits))
+
+    def restricted_to(self, policies: Sequence[str]) -> Expectations:
+        """Only the limits of ``policies``; each must have some in the file."""
+        lacking = [p for p in policies if p not in self.policies]
+        if lacking:
+            raise ExpectationsError(
+                self.path,
+                f"holds no expectations for policy {lacking[0]!r} (it has: "
+                f"{', '.join(self.policies)}).",
+                "Add them with 'warmfit check PATH... -p POLICY --write-expect NEW.toml', or "
+                "drop that -p.",
+            )
+        kept = {key: v for key, v in self.limits.items() if key[1] in policies}
+        return Expectations(self.path, self.safety_factor, kept)
+
+
+def _where(run: str, policy: str | None = None) -> str:
+    return f"[runs.{_toml_key(run)}" + ("" if policy is None else f".{_toml_key(policy)}") + "]"
+
+
+def parse_expectations(text: str, path: str | os.PathLike[str] = "<expectations>") -> Expectations:
+    """Parse and validate the TOML text of an expectations file.
+
+    >>> e = parse_expectations('[runs.EP1.warm-fit]\\nmax_under_peak = 0\\n')
+    >>> e.safety_factor, dict(e.limits[("EP1", "warm-fit")])
+    (1.1, {'max_under_peak': 0})
+    """
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ExpectationsError(
+            path, f"is not valid TOML: {exc}.", "Fix the syntax at that line. " + _FIX
+        ) from None
+    unknown = [k for k in doc if k not in _TOP_KEYS]
+    if unknown:
+        raise ExpectationsError(
+            path,
+            f"unknown top-level key {unknown[0]!r}; the known ones are {', '.join(_TOP_KEYS)}.",
+            _FIX,
+        )
+    version = doc.get("version", EXPECT_VERSION)
+    if version != EXPECT_VERSION or isinstance(version, bool):
+        raise ExpectationsError(
+            path,
+            f"has version {version!r}; this warmfit reads version {EXPECT_VERSION} only.",
+            "Upgrade warmfit, or rewrite the file with 'warmfit check --write-expect'.",
+        )
+    safety = doc.get("safety_factor", DEFAULT_SAFETY_FACTOR)
+    if isinstance(safety, bool) or not isinstance(safety, (int, float)):
+        raise ExpectationsError(path, f"safety_factor must be a number; got {safety!r}.", _FIX)
+    try:
+        safety = check_safety_factor(float(safety))
+    except UsageError:
+        raise ExpectationsError(
+            path, f"safety_factor must be a positive number; got {safety!r}.", _FIX
+        ) from None
+    runs = doc.get("runs")
+    if runs is not None and not isinstance(runs, dict):
+        raise ExpectationsError(
+            path,
+            f"'runs' must hold tables like [runs.EP1.warm-fit]; got {runs!r}.",
+            _FIX,
+        )
+    if not runs:
+        raise ExpectationsError(
+            path,
+            "holds no expectations: it needs at least one [runs.RUN.POLICY] table.",
+            "Write one with 'warmfit check PATH... --write-expect FILE'. " + _FIX,
+        )
+    limits: dict[tuple[str, str], dict[str, float | int]] = {}
+    for run, policies in runs.items():
+        if not isinstance(policies, dict) or not policies:
+            raise ExpectationsError(
+                path,
+                f"{_where(run)} must hold one table per policy, like {_where(run, 'warm-fit')}.",
+                _FIX,
+            )
+        for policy, table in policies.items():
+            if not isinstance(table, dict):
+                raise ExpectationsError(
+                    path,
+                    f"{_where(run)} {policy} = {table!r} is not a table of limits; write it as "
+                    f"{_where(run, policy)} followed by its limits.",
+                    _FIX,
+                )
+            limits[(run, policy)] = _parse_limits(path, run, policy, table)
+    return Expectations(str(path), safety, limits)
+
+
+def _parse_limits(
+    path: str | os.PathLike[str], run: str, policy: str, table: Mapping[str, Any]
+) -> dict[str, float | int]:
+    parsed: dict[str, float | int] = {}
+    where = _where(run, policy)
+    for key, value in table.items():
+        limit = _BY_KEY.get(key)
+        if limit is None:
+            raise ExpectationsError(
+                path,
+                f"{where} has the unknown key {key!r}; the known ones are {', '.join(_BY_KEY)}.",
+                _FIX,
+            )
+        if limit.fraction:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value)
+            want = "a number (a fraction: 0.18 means +18%)"
+        else:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            want = "a whole number >= 0"
+        if not ok:
+            raise ExpectationsError(path, f"{where} {key} must be {want}; got {value!r}.", _FIX)
+        parsed[key] = float(value) if limit.fraction else int(value)
+    return parsed
+
+
+def read_expectations(path: str | os.PathLike[str]) -> Expectations:
+    """Read and validate an expectations file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ExpectationsError(
+            path,
+            "no such file.",
+            "Check the path, or create it with 'warmfit check PATH... --write-expect FILE'.",
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExpectationsError(path, f"cannot be read ({exc}).") from None
+    return parse_expectations(text, path)
+
+
+# --------------------------------------------------------------------------- check
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One limit checked against one figure of one run and policy."""
+
+    run: str
+    policy: str
+    limit: Limit
+    allowed: float | int
+    actual: float | int | None
+    holds: bool
+
+    def describe(self) -> str:
+        """The before/after line of a person-readable report.
+
+        >>> r = CheckResult("EP1", "warm-fit", LIMITS[0], 0.18, 0.214, False)
+        >>> r.describe()
+        'EP1 warm-fit: median over-estimate +21.4% > allowed +18.0%'
+        """
+        sign = (
+            ("<=" if self.limit.upper else ">=")
+            if self.holds
+            else (">" if self.limit.upper else "<")
+        )
+        actual, allowed = self.shown()
+        if self.actual is None:
+            return (
+                f"{self.run} {self.policy}: {self.limit.label} is missing (no priced wave); "
+                f"allowed {'at most' if self.limit.upper else 'at least'} {allowed}"
+            )
+        return f"{self.run} {self.policy}: {self.limit.label} {actual} {sign} allowed {allowed}"
+
+    def shown(self) -> tuple[str, str]:
+        """The actual figure and its limit as text, precise enough to tell them apart."""
+        actual = format_value(self.limit, self.actual)
+        allowed = format_value(self.limit, self.allowed)
+        if actual == allowed and not self.holds:
+            actual = format_value(self.limit, self.actual, digits=2)
+            allowed = format_value(self.limit, self.allowed, digits=2)
+        return actual, allowed
+
+
+def format_value(limit: Limit, value: float | int | None, digits: int = 1) -> str:
+    """A figure as a person reads it: ``+15.8%`` or a count; ``—`` when missing.
+
+    >>> format_value(LIMITS[0], 0.15786), format_value(LIMITS[2], 0), format_value(LIMITS[0], None)
+    ('+15.8%', '0', '—')
+    """
+    if value is None:
+        return "—"
+    if limit.fraction:
+        return f"{value * 100:+.{digits}f}%"
+    return str(int(value))
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Every limit of an expectations file, checked against a replay."""
+
+    expect_path: str
+    safety_factor: float
+    results: tuple[CheckResult, ...]
+
+    @property
+    def regressions(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.holds]
+
+    @property
+    def passed(self) -> bool:
+        return not self.regressions
+
+    def regression_message(self) -> str:
+        """The paragraph ``warmfit check`` prints on stderr when limits fail."""
+        lines = [
+            f"{len(self.regressions)} of {len(self.results)} expectations in "
+            f"{self.expect_path} regressed:"
+        ]
+        lines += [f"  {r.describe()}" for r in self.regressions]
+        lines.append(
+            "If the change is intended, rewrite the expectations with 'warmfit check PATH... "
+            f"--write-expect {self.expect_path} --force' and commit them with it."
+        )
+        return "\n".join(lines)
+
+
+def check(result: ReplayResult, expectations: Expectations) -> CheckReport:
+    """Check a replay's summary against expectations.
+
+    Every run and policy named in the expectations must be in the replay,
+    and every run of the replay must have expectations (so a stored trace
+    cannot go unchecked); otherwise :class:`ExpectationsError`. Figures are
+    compared exactly: a figure equal to its limit holds.
+    """
+    path = expectations.path
+    summary = {(r["run"], r["policy"]): r for r in result.summary.iter_rows(named=True)}
+    trace_runs = list(dict.fromkeys(run for run, _ in summary))
+    for run in expectations.runs:
+        if run not in trace_runs:
+            raise ExpectationsError(
+                path,
+                f"expects run {run!r}, which the trace does not hold (its runs: "
+                f"{', '.join(trace_runs)}).",
+                "Pass the trace that holds it, or remove its tables from the file.",
+            )
+    missing = [run for run in trace_runs if run not in expectations.runs]
+    if missing:
+        raise ExpectationsError(
+            path,
+            f"has no expectations for run(s) {', '.join(map(repr, missing))} of the trace.",
+            "Add them with 'warmfit check PATH... --write-expect NEW.toml' and copy its tables "
+            "in, or leave those traces out of the paths.",
+        )
+    results = []
+    for (run, policy), limits in expectations.limits.items():
+        row = summary.get((run, policy))
+        if row is None:
+            raise ExpectationsError(
+                path,
+                f"expects policy {policy!r} for run {run!r}, but it was not replayed "
+                f"(replayed: {', '.join(result.policies)}).",
+                "Drop the -p options, or add that policy to them.",
+            )
+        for limit in LIMITS:
+            if limit.key not in limits:
+                continue
+            allowed = limits[limit.key]
+            actual = row[limit.figure]
+            if actual is None:
+                holds = False
+            elif limit.upper:
+                holds = actual <= allowed
+            else:
+                holds = actual >= allowed
+            results.append(CheckResult(run, policy, limit, allowed, actual, holds))
+    return CheckReport(path, expectations.safety_factor, tuple(results))
+
+
+# --------------------------------------------------------------------------- write
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_key(key: str) -> str:
+    """A TOML key, quoted when it is not a bare key.
+
+    >>> _toml_key("warm-fit"), _toml_key("run 1.a")
+    ('warm-fit', '"run 1.a"')
+    """
+    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _round_limit(value: float, upper: bool) -> float:
+    """Round a fraction to :data:`DECIMALS` places, never on the failing side.
+
+    >>> _round_limit(0.158312, True), _round_limit(0.158312, False)
+    (0.1584, 0.1583)
+    """
+    scale = 10**DECIMALS
+    k = math.ceil(value * scale) if upper else math.floor(value * scale)
+    while (k / scale < value) if upper else (k / scale > value):
+        k += 1 if upper else -1
+    return k / scale
+
+
+def expectations_from(result: ReplayResult) -> dict[tuple[str, str], dict[str, float | int]]:
+    """The current figures of a replay, as limits that all hold on it."""
+    limits: dict[tuple[str, str], dict[str, float | int]] = {}
+    for row in result.summary.iter_rows(named=True):
+        table: dict[str, float | int] = {}
+        for limit in LIMITS:
+            value = row[limit.figure]
+            if value is None:
+                continue
+            table[limit.key] = _round_limit(value, limit.upper) if limit.fraction else int(value)
+        limits[(row["run"], row["policy"])] = table
+    return limits
+
+
+def expectations_toml(result: ReplayResult, sources: Sequence[str] = ()) -> str:
+    """The text of an expectations file holding the current figures of ``result``."""
+    lines = [
+        "# warmfit expectations: the CI gate of 'warmfit check' (docs/ci-gate.md).",
+        "# Written by 'warmfit check --write-expect'"
+        + (f" from {' '.join(sources)}" if sources else "")
+        + ". Over-estimates are fractions",
+        "# (0.16 means +16%), rounded up to 0.01 percentage points; loosen a limit by hand,",
+        "# or rewrite the file with --write-expect --force when a change is intended.",
+        f"version = {EXPECT_VERSION}",
+        f"safety_factor = {result.safety_factor!r}",
+    ]
+    summary = {(r["run"], r["policy"]): r for r in result.summary.iter_rows(named=True)}
+    for (run, policy), table in expectations_from(result).items():
+        row = summary[(run, policy)]
+        lines += ["", f"[runs.{_toml_key(run)}.{_toml_key(policy)}]"]
+        if row["median_over_estimate"] is None:
+            lines.append("# no priced wave: no over-estimate figures to bound")
+        lines += [f"{key} = {value!r}" for key, value in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_expectations(
+    result: ReplayResult, path: str | os.PathLike[str], sources: Sequence[str] = ()
+) -> Path:
+    """Write the current figures of ``result`` as an expectations file.
+
+    The caller decides whether an existing file may be replaced.
+    """
+    target = Path(path)
+    target.write_text(expectations_toml(result, sources), encoding="utf-8")
+    return target
+
+
+# --------------------------------------------------------------------------- render
+
+COLUMNS = ("run", "policy", "expectation", "figure", "allowed", "actual", "holds")
+
+
+def _records(report: CheckReport) -> list[dict[str, Any]]:
+    return [
+        {
+            "run": r.run,
+            "policy": r.policy,
+            "expectation": r.limit.key,
+            "figure": r.limit.figure,
+            "allowed": r.allowed,
+            "actual": r.actual,
+            "holds": r.holds,
+        }
+        for r in report.results
+    ]
+
+
+def to_json(report: CheckReport) -> str:
+    """``{"schema": "warmfit.check/1", "expect", "safety_factor", "passed", "results"}``."""
+    doc = {
+        "schema": JSON_SCHEMA,
+        "expect": report.expect_path,
+        "safety_factor": report.safety_factor,
+        "passed": report.passed,
+        "results": _records(report),
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def to_csv(report: CheckReport) -> str:
+    """One header line and one line per limit; fractions in full precision."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for record in _records(report):
+        writer.writerow([_csv_cell(v) for v in record.values()])
+    return buffer.getvalue()
+
+
+def _csv_cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def to_table(report: CheckReport) -> str:
+    """A table for a terminal, 80 columns wide, one line per limit."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("run", overflow="fold")
+    table.add_column("policy", overflow="fold")
+    table.add_column("figure", overflow="fold")
+    table.add_column("allowed", justify="right", no_wrap=True)
+    table.add_column("actual", justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    previous = None
+    for r in report.results:
+        key = (r.run, r.policy)
+        actual, allowed = r.shown()
+        table.add_row(
+            "" if previous is not None and previous[0] == r.run else r.run,
+            "" if key == previous else r.policy,
+            r.limit.label,
+            ("≤ " if r.limit.upper else "≥ ") + allowed,
+            actual,
+            "ok" if r.holds else "WORSE",
+        )
+        previous = key
+    # force_jupyter=False: inside a notebook rich would display the table itself and
+    # leave the string empty.
+    console = Console(
+        file=io.StringIO(), width=80, color_system=None, highlight=False, force_jupyter=False
+    )
+    console.print(table)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    held = len(report.results) - len(report.regressions)
+    verdict = (
+        f"{held} of {len(report.results)} expectations hold "
+        f"({report.expect_path}, safety factor {report.safety_factor:g})"
+    )
+    return "\n".join([*(line.rstrip() for line in text.splitlines()), verdict]) + "\n"
+
+
+def render(report: CheckReport, fmt: str) -> str:
+    """Render a check report in one of :data:`FORMATS`."""
+    if fmt == "json":
+        return to_json(report)
+    if fmt == "csv":
+        return to_csv(report)
+    if fmt == "table":
+        return to_table(report)
+    raise UsageError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}.")

@@ -1,0 +1,132 @@
+"""``warmfit check``: fail (exit 1) when replay figures are worse than expected."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from warmfit.commands.replay import Engine, EngineOpt, PathsArg, check_new_file
+from warmfit.errors import PolicyError, RegressionFound, UsageError
+
+PolicyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--policy",
+        "-p",
+        help="Policy to check (repeatable): a registered name or module:Class. Default: those "
+        "the expectations name (with --write-expect: max-merge and warm-fit).",
+        show_default=False,
+    ),
+]
+
+
+class CheckFormat(StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def check_command(
+    paths: PathsArg,
+    expect: Annotated[
+        Path | None,
+        typer.Option(
+            "--expect",
+            "-e",
+            help="Expectations file (TOML) to check the figures against.",
+            show_default=False,
+        ),
+    ] = None,
+    write_expect: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-expect",
+            help="Instead of checking, write the current figures as expectations to this file.",
+            show_default=False,
+        ),
+    ] = None,
+    policy: PolicyOpt = None,
+    format: Annotated[
+        CheckFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = CheckFormat.table,
+    engine: EngineOpt = Engine.auto,
+    safety: Annotated[
+        float | None,
+        typer.Option(
+            "--safety",
+            help="Safety factor for --write-expect (default 1.1); a check uses the file's.",
+            show_default=False,
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Let --write-expect overwrite an existing file.")
+    ] = False,
+) -> None:
+    """Check replay figures against stored expectations; exit 1 on a regression.
+
+    Example: warmfit check traces --expect traces/expectations.toml
+
+    Policies default to those the expectations name (with --write-expect:
+    max-merge and warm-fit). See docs/ci-gate.md for the file's format.
+    """
+    from warmfit import check as checking
+    from warmfit.progress import progress_bar
+    from warmfit.replay import DEFAULT_SAFETY_FACTOR, replay, resolve_policies
+    from warmfit.trace import read_trace
+
+    if (expect is None) == (write_expect is None):
+        raise UsageError(
+            "give exactly one of --expect FILE (check against it) or --write-expect FILE "
+            "(write the current figures). Example: warmfit check traces --expect "
+            "traces/expectations.toml"
+        )
+    if write_expect is not None:
+        check_new_file(write_expect, force)
+        with progress_bar("reading traces") as progress:
+            readings = read_trace(paths, progress=progress)
+        result = replay(
+            readings,
+            policy,
+            DEFAULT_SAFETY_FACTOR if safety is None else safety,
+            engine.value,
+        )
+        checking.write_expectations(result, write_expect, [str(p) for p in paths])
+        count = sum(1 for _ in checking.expectations_from(result))
+        typer.echo(
+            f"wrote expectations for {count} run/policy pairs "
+            f"({', '.join(result.policies)}) to {write_expect}"
+        )
+        return
+
+    assert expect is not None
+    if safety is not None:
+        raise UsageError(
+            f"--safety applies to --write-expect only; {expect} fixes the safety factor "
+            "its figures were taken at (its 'safety_factor' key)."
+        )
+    expectations = checking.read_expectations(expect)
+    if policy:
+        names = [cls.name for cls in resolve_policies(policy)]
+        expectations = expectations.restricted_to(names)
+    else:
+        try:
+            resolve_policies(expectations.policies)
+        except PolicyError as exc:
+            raise checking.ExpectationsError(
+                expect, f"names a policy that cannot be used: {exc}"
+            ) from None
+    with progress_bar("reading traces") as progress:
+        readings = read_trace(paths, progress=progress)
+    result = replay(
+        readings,
+        policy or expectations.policies,
+        expectations.safety_factor,
+        engine.value,
+    )
+    report = checking.check(result, expectations)
+    typer.echo(checking.render(report, format.value), nl=False)
+    if not report.passed:
+        raise RegressionFound(report.regression_message())

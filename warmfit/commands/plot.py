@@ -1,0 +1,50 @@
+"""``warmfit plot``: draw how each policy priced each wave (PNG or SVG)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from warmfit.commands.replay import (
+    Engine,
+    EngineOpt,
+    PathsArg,
+    PolicyOpt,
+    SafetyOpt,
+    check_new_file,
+)
+
+
+def plot_command(
+    paths: PathsArg,
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="Image to write: .png or .svg.", show_default=False),
+    ],
+    policy: PolicyOpt = None,
+    safety: SafetyOpt = 1.1,
+    engine: EngineOpt = Engine.auto,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the output file.")] = False,
+) -> None:
+    """Draw peaks, rates per token and over-estimates of every run on one sheet.
+
+    Example: warmfit plot traces/pr991 -o pr991.png
+
+    One row per run: each wave's actual peak and every policy's estimate;
+    bytes per packed token against packed tokens, the cold seed apart from
+    the warm waves, under each policy's price curve; the over-estimates.
+    """
+    from warmfit.plot import build_plot_data, plot_format, render_plot
+    from warmfit.progress import progress_bar
+    from warmfit.replay import replay
+    from warmfit.trace import read_trace
+
+    plot_format(output)
+    check_new_file(output, force)
+    with progress_bar("reading traces") as progress:
+        readings = read_trace(paths, progress=progress)
+    result = replay(readings, policy, safety, engine.value)
+    render_plot(build_plot_data(readings, result), output)
+    typer.echo(f"wrote {output} ({len(result.summary.get_column('run').unique())} runs)")
