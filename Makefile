@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-slow lint format bench traces clean
+.PHONY: help venv demo test test-slow lint format bench traces expectations clean bench-record
 
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-12s %s\n", $$1, $$2}'
@@ -44,5 +44,11 @@ format: $(STAMP) ## Apply ruff's formatting and safe fixes.
 traces: $(STAMP) ## Regenerate traces/pr991 byte-identically from its generator.
 	$(PY) -m warmfit.synthetic traces/pr991
 
+expectations: $(STAMP) ## Rewrite traces/expectations.toml (the CI gate) from the stored traces.
+	$(WARMFIT) check traces --write-expect traces/expectations.toml --force
+
 clean: ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+bench-record: $(STAMP) ## Measure the recorder's cost per reading and 1M readings written (bench-results/).
+	$(PY) benchmarks/bench_record.py

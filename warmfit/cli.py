@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from warmfit.commands import check, plot, policies, replay, validate
+from warmfit.commands import check, plot, policies, record, recover, replay, validate
 from warmfit.errors import WarmfitError
 
 
@@ -32,6 +32,7 @@ class _Group(TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="warmfit",
+    help="Replay recorded GPU training waves through memory-pricing policies.\n\n"
     "Example: warmfit replay traces/pr991 --format markdown",
     no_args_is_help=True,
     add_completion=False,
@@ -43,6 +44,8 @@ app.command("validate")(validate.validate_command)
 app.command("policies")(policies.policies_command)
 app.command("plot")(plot.plot_command)
 app.command("check")(check.check_command)
+app.command("record", context_settings={"allow_interspersed_args": False})(record.record_command)
+app.command("recover")(recover.recover_command)
 
 
 def main() -> None:

@@ -1,0 +1,142 @@
+"""``warmfit record`` and ``warmfit recover`` end to end, in real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from warmfit.trace import read_trace
+
+pytestmark = pytest.mark.torch
+
+#: A trainer stand-in: three steps of five waves (flushed at each step), then one
+#: wave that is never flushed, then it waits to be killed.
+SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import torch
+    from warmfit.recorder import Recorder
+
+    rec = Recorder.from_env(device="cpu")
+    for step in range(3):
+        for _ in range(5):
+            with rec.wave("sig", 10, 20) as w:
+                x = torch.ones(100)
+                w.forward_done()
+                y = x * 2
+        rec.step()
+    with rec.wave("sig", 10, 20):
+        pass
+    print("flushed", flush=True)
+    if sys.argv[1:] == ["wait"]:
+        time.sleep(120)
+    rec.close()
+    sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)
+    """
+)
+
+
+def warmfit(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "warmfit", *args], capture_output=True, text=True, **kwargs
+    )
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    pytest.importorskip("torch")
+    path = tmp_path / "trainer.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def test_record_exits_with_the_command_exit_code_and_leaves_a_valid_trace(tmp_path, script):
+    out = tmp_path / "rec"
+    done = warmfit("record", "-o", str(out), "--run", "r1", "--", sys.executable, str(script), "3")
+    assert done.returncode == 3, done.stderr
+    rows = read_trace([out])
+    assert rows.height == 31 and set(rows["run"]) == {"r1"}  # 15 waves x 2 + 1
+    assert "readings" in done.stderr and "31" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_record_without_a_command_is_a_usage_error(tmp_path):
+    done = warmfit("record", "-o", str(tmp_path / "x"))
+    assert done.returncode == 2
+    assert "no command to record" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_record_refuses_to_overwrite_a_run_without_force(tmp_path, script):
+    out = tmp_path / "rec"
+    assert warmfit("record", "-o", str(out), "--", sys.executable, str(script)).returncode == 0
+    again = warmfit("record", "-o", str(out), "--", sys.executable, str(script))
+    assert again.returncode == 2 and "--force" in again.stderr
+    forced = warmfit("record", "-o", str(out), "--force", "--", sys.executable, str(script))
+    assert forced.returncode == 0
+    assert read_trace([out]).height == 31
+
+
+def test_recover_without_logs_names_the_directory(tmp_path):
+    done = warmfit("recover", str(tmp_path))
+    assert done.returncode == 2
+    assert str(tmp_path) in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_sigkilled_recording_is_recovered_with_every_flushed_reading(tmp_path, script):
+    env = {
+        **os.environ,
+        "WARMFIT_RECORD_DIR": str(tmp_path),
+        "WARMFIT_RECORD_RUN": "killed",
+        "WARMFIT_RECORD_FLUSH_S": "3600",
+    }
+    child = subprocess.Popen(
+        [sys.executable, str(script), "wait"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "flushed"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert list(tmp_path.rglob("*.parquet")) == []  # nothing was compacted
+    done = warmfit("recover", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    rows = read_trace([tmp_path])
+    assert rows.height == 30  # 3 flushed steps x 5 waves x 2 readings; the last wave was lost
+    assert rows["seq"].to_list() == list(range(30))
+    assert "30 readings kept" in done.stdout
+
+
+def test_sigterm_is_passed_on_and_what_the_command_left_is_compacted(tmp_path, script):
+    out = tmp_path / "rec"
+    env = {**os.environ, "WARMFIT_RECORD_FLUSH_S": "3600"}
+    trainer = [sys.executable, str(script), "wait"]
+    record = subprocess.Popen(
+        [sys.executable, "-m", "warmfit", "record", "-o", str(out), "--", *trainer],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert record.stdout is not None and record.stdout.readline().strip() == "flushed"
+    time.sleep(0.2)
+    record.send_signal(signal.SIGTERM)
+    _, stderr = record.communicate(timeout=60)
+    assert record.returncode == 128 + signal.SIGTERM, stderr
+    assert "recovered" in stderr
+    assert read_trace([out]).height == 30
+
+
+def test_the_record_and_recover_commands_do_not_import_torch():
+    code = (
+        "import sys, warmfit.cli, warmfit.commands.record, warmfit.commands.recover, "
+        "warmfit.recorder, warmfit.recorder.launch; print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr

@@ -1,0 +1,240 @@
+"""The Recorder: readings, whole-ness (SPEC §1), exceptions, OOM, the log."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from warmfit.errors import UsageError  # noqa: E402
+from warmfit.recorder import Recorder  # noqa: E402
+from warmfit.recorder.log import LOG_NAME, read_log, recover  # noqa: E402
+from warmfit.trace import read_trace  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture
+def rec(tmp_path):
+    recorder = Recorder(tmp_path / "out", run="t", device="cpu", flush_interval_s=3600)
+    yield recorder
+    recorder.close()
+
+
+def readings(recorder: Recorder):
+    recorder.close()
+    return read_trace([recorder.trace_path]).to_dicts()
+
+
+def run_wave(recorder, floats_forward=1000, floats_caller=500, **kwargs):
+    with recorder.wave("sig", 10, 30, **kwargs) as w:
+        x = torch.empty(floats_forward)
+        w.forward_done()
+        y = torch.empty(floats_caller)
+        del x, y
+
+
+def test_a_plain_wave_gives_a_forward_and_a_whole_caller_reading(rec):
+    run_wave(rec, 1000, 500, output_bytes=8)
+    forward, caller = readings(rec)
+    assert (forward["phase"], forward["whole"]) == ("forward", False)
+    assert (caller["phase"], caller["whole"]) == ("caller", True)
+    assert forward["peak_bytes"] - forward["baseline_bytes"] == 4000
+    assert caller["peak_bytes"] - caller["baseline_bytes"] == 6000  # x and y together
+    assert (caller["packed_tokens"], caller["logical_tokens"], caller["output_bytes"]) == (
+        10,
+        30,
+        8,
+    )
+    assert [r["seq"] for r in (forward, caller)] == [0, 1]
+    assert forward["wave"] == caller["wave"] == 0
+
+
+def test_a_wave_entered_inside_another_makes_the_outer_caller_reading_not_whole(rec):
+    with rec.wave("outer", 10, 10) as outer:
+        x = torch.empty(1000)
+        outer.forward_done()
+        with rec.wave("inner", 5, 5) as inner:
+            y = torch.empty(100)
+            inner.forward_done()
+        del x, y
+    rows = {(r["signature"], r["phase"]): r for r in readings(rec)}
+    assert rows[("inner", "caller")]["whole"] is True
+    assert rows[("outer", "caller")]["whole"] is False
+    # the outer peak still covers its forward: the nested reset's peak was carried
+    outer_caller = rows[("outer", "caller")]
+    assert outer_caller["peak_bytes"] - outer_caller["baseline_bytes"] >= 4000
+
+
+def test_an_untracked_reset_below_the_forward_peak_makes_the_reading_not_whole(rec):
+    with rec.wave("sig", 10, 10) as w:
+        x = torch.empty(1000)
+        w.forward_done()
+        del x
+        rec.meter.reset_peak()  # as a caller calling torch.cuda.reset_peak_memory_stats()
+    caller = readings(rec)[1]
+    assert caller["whole"] is False
+
+
+def test_an_exception_in_the_caller_phase_is_recorded_and_re_raised_unchanged(rec):
+    error = ValueError("loss is nan")
+    with pytest.raises(ValueError) as caught, rec.wave("sig", 10, 10) as w:
+        w.forward_done()
+        raise error
+    assert caught.value is error
+    caller = readings(rec)[1]
+    assert (caller["phase"], caller["whole"], caller["oom"]) == ("caller", False, False)
+
+
+def test_an_exception_in_the_forward_records_a_forward_reading(rec):
+    with pytest.raises(KeyError), rec.wave("sig", 10, 10):
+        raise KeyError("x")
+    (only,) = readings(rec)
+    assert (only["phase"], only["whole"], only["oom"]) == ("forward", False, False)
+
+
+def test_a_real_cpu_out_of_memory_error_records_an_oom_reading(rec):
+    with pytest.raises(RuntimeError, match="can't allocate memory"), rec.wave("sig", 10, 10) as w:
+        w.forward_done()
+        torch.empty(2**62, dtype=torch.uint8)
+    caller = readings(rec)[1]
+    assert (caller["phase"], caller["oom"], caller["whole"]) == ("caller", True, False)
+
+
+def test_torch_out_of_memory_error_records_an_oom_reading_and_propagates(rec):
+    with pytest.raises(torch.OutOfMemoryError), rec.wave("sig", 10, 10):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    (only,) = readings(rec)
+    assert only["oom"] is True
+
+
+def test_split_children_and_forward_only_waves_record_a_forward_reading_only(rec):
+    run_wave(rec, kind="split_child")
+    with rec.wave("sig", 10, 10, kind="dp_rank_forward"):
+        pass
+    rows = readings(rec)
+    assert [(r["kind"], r["phase"], r["whole"]) for r in rows] == [
+        ("split_child", "forward", False),
+        ("dp_rank_forward", "forward", False),
+    ]
+
+
+def test_steps_label_readings_and_flush_the_log(rec):
+    run_wave(rec)
+    rec.step()
+    log = rec.directory / LOG_NAME
+    assert read_log(log).readings == 2  # flushed at step(), before close()
+    run_wave(rec)
+    rows = readings(rec)
+    assert [r["step"] for r in rows] == [0, 0, 1, 1]
+    assert [r["wave"] for r in rows] == [0, 0, 1, 1]
+    assert not log.exists()  # compacted and removed
+
+
+def test_the_log_is_flushed_every_few_seconds_without_a_step(tmp_path):
+    import time
+
+    recorder = Recorder(tmp_path, run="t", device="cpu", flush_interval_s=0.05)
+    try:
+        run_wave(recorder)
+        log = recorder.directory / LOG_NAME
+        deadline = time.monotonic() + 5
+        while not (log.exists() and read_log(log).readings == 2):
+            assert time.monotonic() < deadline, "the periodic flush never wrote the readings"
+            time.sleep(0.02)
+    finally:
+        recorder.close()
+
+
+def test_the_trace_file_records_meter_torch_version_and_device(rec):
+    run_wave(rec)
+    rec.close()
+    meta = pq.read_schema(rec.trace_path).metadata
+    assert meta[b"warmfit.schema"] == b"1"
+    assert meta[b"warmfit.meter"] == b"warmfit.cpu-storages"
+    assert meta[b"warmfit.torch_version"] == torch.__version__.encode()
+    assert b"cpu" in meta[b"warmfit.device"]
+
+
+def test_the_layout_is_run_then_rank(rec):
+    run_wave(rec)
+    rec.close()
+    assert rec.trace_path.parent.name == "rank=0"
+    assert rec.trace_path.parent.parent.name == "run=t"
+
+
+def test_a_second_recorder_of_the_same_run_and_rank_is_refused(rec, tmp_path):
+    run_wave(rec)
+    rec.close()
+    with pytest.raises(UsageError, match="already holds a recording"):
+        Recorder(tmp_path / "out", run="t", device="cpu")
+
+
+def test_bad_wave_arguments_are_refused_with_the_values(rec):
+    with pytest.raises(UsageError, match="packed_tokens=0"):
+        rec.wave("sig", 0, 10)
+    with pytest.raises(UsageError, match="kind='odd'"):
+        rec.wave("sig", 10, 10, kind="odd")
+
+
+def test_a_run_label_that_cannot_name_a_directory_is_refused(tmp_path):
+    with pytest.raises(UsageError, match="cannot name a directory"):
+        Recorder(tmp_path, run="a/b", device="cpu")
+
+
+def test_without_warmfit_record_from_env_records_nothing(monkeypatch, tmp_path):
+    monkeypatch.delenv("WARMFIT_RECORD_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    recorder = Recorder.from_env()
+    assert not recorder.enabled
+    with recorder.wave("sig", 10, 10) as w:
+        w.forward_done()
+    recorder.step()
+    assert recorder.close() is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_from_env_records_where_warmfit_record_says(monkeypatch, tmp_path):
+    monkeypatch.setenv("WARMFIT_RECORD_DIR", str(tmp_path))
+    monkeypatch.setenv("WARMFIT_RECORD_RUN", "envrun")
+    monkeypatch.delenv("RANK", raising=False)
+    recorder = Recorder.from_env(device="cpu")
+    run_wave(recorder)
+    recorder.close()
+    assert recorder.trace_path == tmp_path / "run=envrun" / "rank=0" / "readings.parquet"
+
+
+def test_rank_comes_from_the_environment_when_distributed_is_not_initialized(monkeypatch, tmp_path):
+    monkeypatch.setenv("RANK", "3")
+    recorder = Recorder(tmp_path, run="t", device="cpu")
+    try:
+        assert recorder.rank == 3
+    finally:
+        recorder.close()
+
+
+def test_recover_keeps_every_complete_batch_of_a_truncated_log(tmp_path):
+    recorder = Recorder(tmp_path, run="t", device="cpu", flush_interval_s=3600)
+    for _ in range(3):
+        run_wave(recorder)
+        recorder.step()
+    recorder._writer._file.close()  # as a process killed mid-run: no close(), no compaction
+    log = recorder.directory / LOG_NAME
+    data = log.read_bytes()
+    log.write_bytes(data[:-7])  # the last batch cut off mid-write
+    recorder._closed = True
+    recorder._stop.set()
+    recorder.meter.close()
+    (done,) = recover(tmp_path)
+    assert (done.readings, done.batches) == (4, 2)
+    assert done.dropped_bytes > 0
+    rows = read_trace([tmp_path]).to_dicts()
+    assert [r["seq"] for r in rows] == [0, 1, 2, 3]
+    meta = pq.read_schema(done.trace).metadata
+    assert meta[b"warmfit.recovered"] == b"true"
+
+
+def test_recover_refuses_a_directory_without_logs(tmp_path):
+    with pytest.raises(UsageError, match="holds no write-ahead logs"):
+        recover(tmp_path)

@@ -1,0 +1,41 @@
+"""``warmfit recover``: turn the logs a killed recording left into a trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def recover_command(
+    directory: Annotated[
+        Path, typer.Argument(help="The -o directory of a killed 'warmfit record' run.")
+    ],
+) -> None:
+    """Compact the write-ahead logs of a killed recording into a valid trace.
+
+    Example: warmfit recover traces/demo
+
+    Every complete batch of every log is kept; a batch cut off by the kill is
+    dropped and its size reported. Readings not yet flushed when the process
+    died were never written and cannot be recovered.
+    """
+    from warmfit.recorder.log import recover
+
+    compactions = recover(directory)
+    kept = sum(c.readings for c in compactions)
+    dropped = sum(c.dropped_bytes for c in compactions)
+    for c in compactions:
+        where = c.trace if c.trace is not None else c.log
+        line = f"{where}: kept {c.readings:,} readings in {c.batches} batches"
+        if c.dropped_bytes:
+            line += f"; dropped {c.dropped_bytes:,} bytes of a batch cut off by the kill"
+            if c.readings:
+                line += f" (a batch here held {c.readings_per_batch:.0f} readings on average)"
+        typer.echo(line + f" [{c.note}]")
+    typer.echo(
+        f"recovered {len(compactions)} log(s): {kept:,} readings kept, {dropped:,} bytes dropped. "
+        f"Readings taken after a rank's last flush were never written. "
+        f"Replay it: warmfit replay {directory}"
+    )

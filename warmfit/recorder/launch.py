@@ -1,0 +1,136 @@
+"""Run a command with recording enabled: what ``warmfit record`` does.
+
+The command runs as a child process with ``WARMFIT_RECORD_DIR`` and
+``WARMFIT_RECORD_RUN`` set, so that every :meth:`Recorder.from_env` in it
+(one per rank under ``torchrun``) records to the same directory. SIGINT and
+SIGTERM sent to warmfit are passed on to the command, except a SIGINT typed
+at the terminal, which the command already received from it. When the
+command ends, the logs its ranks left (a rank killed before ``close()``) are
+compacted as :func:`~warmfit.recorder.log.recover` would.
+
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from warmfit.errors import UsageError
+from warmfit.recorder.log import (
+    Compaction,
+    check_run_label,
+    compact_log,
+    existing_recording,
+    find_logs,
+)
+from warmfit.recorder.recorder import ENV_DIR, ENV_RUN
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+_SI_KERNEL = 0x80  # si_code of a signal the kernel sent: a key typed at the terminal
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What a recorded command left: its exit code and the trace directory."""
+
+    exit_code: int
+    run_dir: Path
+    compactions: list[Compaction]
+
+
+def prepare_run_dir(output_dir: Path, run: str, force: bool) -> Path:
+    """Check (or, with ``force``, clear) the directory one run records into."""
+    check_run_label(run)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(f"{output_dir} is a file; -o must name a directory.")
+    run_dir = output_dir / f"run={run}"
+    found = existing_recording(run_dir)
+    if found and not force:
+        raise UsageError(
+            f"will not overwrite without --force: {run_dir} already holds a recording "
+            f"({len(found)} file(s)). Pick another --run, or pass --force to replace it."
+        )
+    if found:
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def exit_code_of(returncode: int) -> int:
+    """A child's exit code as a shell reports it: 128 + N for a death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_recorded(
+    command: Sequence[str], output_dir: Path, run: str, *, force: bool = False
+) -> Recording:
+    """Run ``command`` with recording enabled; compact what its ranks left."""
+    if not command:
+        raise UsageError(
+            "no command to record. Put it after --, for example: "
+            "warmfit record -o traces/demo -- python -m warmfit.demo"
+        )
+    run_dir = prepare_run_dir(output_dir, run, force)
+    env = {**os.environ, ENV_DIR: str(output_dir.resolve()), ENV_RUN: run}
+    returncode = _run_forwarding_signals(list(command), env)
+    compactions = [compact_log(log, {"warmfit.recovered": "true"}) for log in find_logs(run_dir)]
+    return Recording(exit_code_of(returncode), run_dir, compactions)
+
+
+def _start(command: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(command, env=env, **kwargs)
+    except FileNotFoundError:
+        raise UsageError(
+            f"command not found: {command[0]}. Check the spelling, or give its full path."
+        ) from None
+    except PermissionError:
+        raise UsageError(f"command is not executable: {command[0]}.") from None
+
+
+def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
+    if not hasattr(signal, "sigtimedwait"):  # macOS: plain handlers, no sender to tell apart
+        return _run_with_handlers(command, env)
+    waited = {*_FORWARDED, signal.SIGCHLD}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    try:
+        child = _start(
+            command, env, preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        )
+        while (code := child.poll()) is None:
+            info = signal.sigtimedwait(waited, 0.5)
+            if info is None or info.si_signo == signal.SIGCHLD:
+                continue
+            typed_at_terminal = info.si_signo == signal.SIGINT and info.si_code == _SI_KERNEL
+            if not typed_at_terminal and info.si_pid != child.pid:
+                child.send_signal(info.si_signo)
+        return code
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _run_with_handlers(command: list[str], env: dict[str, str]) -> int:
+    child = _start(command, env)
+
+    def forward(signum: int, frame: object) -> None:
+        child.send_signal(signum)
+
+    saved = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def default_run_label(output_dir: Path) -> str:
+    """The run label when none is given: the output directory's name."""
+    name = output_dir.resolve().name
+    return name if name else "run"

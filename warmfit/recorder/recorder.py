@@ -1,0 +1,474 @@
+"""The :class:`Recorder`: one context manager per wave, readings to a crash-safe log.
+
+A trainer wraps each wave of its micro-batch loop::
+
+    recorder = Recorder("traces/my-run", run="ep1")
+    for step in range(steps):
+        for batch in waves:
+            with recorder.wave("train/d4096", packed_tokens=n, logical_tokens=m,
+                               output_bytes=logits_bytes) as wave:
+                outputs = model(batch)
+                wave.forward_done()            # the `forward` reading
+                loss(outputs).backward()       # the caller's work inside the yield
+            # leaving the block takes the `caller` reading
+        optimizer.step()
+        recorder.step()                         # marks the step, flushes the log
+    recorder.close()                            # compacts the log into Parquet
+
+Entering a wave takes the baseline (allocated bytes) and resets the meter's
+peak. A ``caller`` reading is **whole** (SPEC §1) when the wave is ``flat``,
+left without an exception, no other wave was entered inside it (which resets
+the counter) and the counter did not fall below the wave's forward peak or
+its baseline (a reset the recorder did not make). An exception leaving the
+wave records the reading of the phase it interrupted and is re-raised
+unchanged; an out-of-memory error marks that reading ``oom``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+import weakref
+from collections import deque
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from warmfit.errors import UsageError
+from warmfit.recorder.log import (
+    LOG_NAME,
+    Compaction,
+    LogWriter,
+    check_run_label,
+    compact_log,
+    existing_recording,
+    rank_dir,
+)
+from warmfit.recorder.meters import Meter, make_meter
+from warmfit.schema import KINDS
+
+#: Environment variables ``warmfit record`` sets for :meth:`Recorder.from_env`.
+ENV_DIR: Final = "WARMFIT_RECORD_DIR"
+ENV_RUN: Final = "WARMFIT_RECORD_RUN"
+ENV_FLUSH: Final = "WARMFIT_RECORD_FLUSH_S"
+
+#: Readings buffered before a flush is forced, whatever the time.
+MAX_BUFFERED = 65_536
+
+
+class Wave:
+    """One wave's context: ``with recorder.wave(...) as wave: ...``.
+
+    Call :meth:`forward_done` when the forward returns; leaving the block
+    takes the ``caller`` reading.
+    """
+
+    __slots__ = (
+        "_recorder",
+        "baseline_bytes",
+        "carried_peak_bytes",
+        "forward_peak_bytes",
+        "interrupted",
+        "kind",
+        "logical_tokens",
+        "output_bytes",
+        "packed_tokens",
+        "signature",
+        "static_floor_bytes",
+        "wave",
+    )
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        signature: str,
+        packed_tokens: int,
+        logical_tokens: int,
+        output_bytes: int,
+        static_floor_bytes: int | None,
+        kind: str,
+    ) -> None:
+        self._recorder = recorder
+        self.signature = signature
+        self.packed_tokens = packed_tokens
+        self.logical_tokens = logical_tokens
+        self.output_bytes = output_bytes
+        self.static_floor_bytes = static_floor_bytes
+        self.kind = kind
+        self.wave = -1
+        self.baseline_bytes = 0
+        self.forward_peak_bytes = -1  # the raw counter at forward_done; -1 before
+        self.carried_peak_bytes = 0  # the peak before a nested wave reset the counter
+        self.interrupted = False  # a nested wave reset the counter inside this one
+
+    def __enter__(self) -> Wave:
+        self._recorder._enter(self)
+        return self
+
+    def forward_done(self) -> None:
+        """Take the ``forward`` reading: the forward has returned its outputs."""
+        self._recorder._forward_done(self)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._recorder._exit(self, exc)
+
+
+class _NullWave:
+    """The wave of a disabled recorder: does nothing, costs almost nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _NullWave:
+        return self
+
+    def forward_done(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+_NULL_WAVE: Final = _NullWave()
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether an exception is an allocator running out of memory (any device).
+
+    >>> is_out_of_memory(MemoryError()), is_out_of_memory(RuntimeError("CUDA out of memory."))
+    (True, True)
+    >>> is_out_of_memory(ValueError("bad shape"))
+    False
+    """
+    if isinstance(exc, MemoryError):
+        return True
+    if any(cls.__name__ == "OutOfMemoryError" for cls in type(exc).__mro__):
+        return True
+    if isinstance(exc, RuntimeError):
+        text = str(exc)
+        return "out of memory" in text or "can't allocate memory" in text
+    return False
+
+
+def _detect_rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except ImportError:
+        pass
+    raw = os.environ.get("RANK", "0")
+    try:
+        rank = int(raw)
+    except ValueError:
+        raise UsageError(f"the RANK environment variable is {raw!r}, not a rank number.") from None
+    if rank < 0:
+        raise UsageError(f"the RANK environment variable is {rank}; ranks are >= 0.")
+    return rank
+
+
+class Recorder:
+    """Records the waves of one rank to ``output_dir/run=<run>/rank=<rank>/``.
+
+    ``run`` labels the run (default: the output directory's name); ``rank`` is
+    read from ``torch.distributed`` when it is initialized, else from the
+    ``RANK`` environment variable, else 0. ``device`` chooses the meter:
+    ``None`` measures the accelerator when there is one, else CPU storages;
+    ``meter`` passes one directly. Readings are flushed to the rank's
+    write-ahead log at every :meth:`step`, every ``flush_interval_s`` seconds
+    and every :data:`MAX_BUFFERED` readings; :meth:`close` compacts the log
+    into the rank's Parquet trace. A recorder is also a context manager that
+    closes on exit. With ``enabled=False`` it records nothing and costs
+    nothing.
+    """
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike[str] | None,
+        run: str | None = None,
+        *,
+        rank: int | None = None,
+        device: Any = None,
+        meter: Meter | None = None,
+        flush_interval_s: float = 2.0,
+        fsync: bool = True,
+        enabled: bool = True,
+    ) -> None:
+        self.enabled = enabled and output_dir is not None
+        self._step = 0
+        self._closed = False
+        self._compaction: Compaction | None = None
+        if not self.enabled:
+            self.output_dir = None
+            self.run = run or ""
+            self.rank = rank or 0
+            return
+        assert output_dir is not None
+        self.output_dir = Path(output_dir)
+        self.run = check_run_label(run or self.output_dir.resolve().name)
+        self.rank = _detect_rank() if rank is None else int(rank)
+        self.directory = rank_dir(self.output_dir, self.run, self.rank)
+        found = existing_recording(self.directory)
+        if found:
+            raise UsageError(
+                f"{self.directory} already holds a recording ({found[0].name}); record under "
+                "another run label, or remove that directory first."
+            )
+        if not flush_interval_s > 0:
+            raise UsageError(f"flush_interval_s must be positive; got {flush_interval_s}.")
+        self.meter: Meter = meter if meter is not None else make_meter(device)
+        self._fsync = fsync
+        self._pid = os.getpid()
+        self._rows: deque[tuple[Any, ...]] = deque()
+        self._active: list[Wave] = []
+        self._seq = 0
+        self._next_wave = 0
+        self._writer: LogWriter | None = None
+        self._lock = threading.Lock()
+        self._flush_warned = False
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(
+            target=_flush_periodically,
+            args=(weakref.ref(self), self._stop, flush_interval_s),
+            name=f"warmfit-recorder-flush-rank{self.rank}",
+            daemon=True,
+        )
+        self._flusher.start()
+        atexit.register(_close_at_exit, weakref.ref(self))
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_env(cls, device: Any = None) -> Recorder:
+        """The recorder ``warmfit record`` asks for, or a disabled one.
+
+        ``warmfit record`` sets ``WARMFIT_RECORD_DIR`` (and
+        ``WARMFIT_RECORD_RUN``); without them the recorder is disabled and
+        records nothing. A recorder from the environment closes itself when
+        the process exits.
+        """
+        output_dir = os.environ.get(ENV_DIR)
+        if not output_dir:
+            return cls(None, enabled=False)
+        flush = os.environ.get(ENV_FLUSH)
+        try:
+            interval = float(flush) if flush else 2.0
+        except ValueError:
+            raise UsageError(f"{ENV_FLUSH}={flush!r} is not a number of seconds.") from None
+        return cls(
+            output_dir,
+            os.environ.get(ENV_RUN) or None,
+            device=device,
+            flush_interval_s=interval,
+        )
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ waves
+
+    def wave(
+        self,
+        signature: str,
+        packed_tokens: int,
+        logical_tokens: int,
+        output_bytes: int = 0,
+        static_floor_bytes: int | None = None,
+        kind: str = "flat",
+    ) -> Wave | _NullWave:
+        """A context manager for one wave; see the module docstring."""
+        if not self.enabled:
+            return _NULL_WAVE
+        if not (0 < packed_tokens <= logical_tokens) or output_bytes < 0 or kind not in KINDS:
+            raise UsageError(
+                f"wave({signature!r}, packed_tokens={packed_tokens}, "
+                f"logical_tokens={logical_tokens}, output_bytes={output_bytes}, kind={kind!r}): "
+                "need 0 < packed_tokens <= logical_tokens, output_bytes >= 0 and kind one of "
+                + ", ".join(KINDS)
+                + "."
+            )
+        return Wave(
+            self, signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes, kind
+        )
+
+    def _enter(self, wave: Wave) -> None:
+        meter = self.meter
+        if self._active:  # nested: this reset hides the open waves' peaks from the counter
+            peak = meter.peak_bytes()
+            for outer in self._active:
+                outer.interrupted = True
+                if peak > outer.carried_peak_bytes:
+                    outer.carried_peak_bytes = peak
+        wave.baseline_bytes = meter.allocated_bytes()
+        meter.reset_peak()
+        wave.wave = self._next_wave
+        self._next_wave += 1
+        self._active.append(wave)
+
+    def _forward_done(self, wave: Wave) -> None:
+        if wave.forward_peak_bytes >= 0:
+            raise UsageError(f"forward_done() called twice in wave {wave.wave}.")
+        raw = self.meter.peak_bytes()
+        wave.forward_peak_bytes = raw
+        self._append(wave, "forward", False, max(raw, wave.carried_peak_bytes), False)
+
+    def _exit(self, wave: Wave, exc: BaseException | None) -> None:
+        active = self._active
+        if active and active[-1] is wave:
+            active.pop()
+        else:
+            with contextlib.suppress(ValueError):
+                active.remove(wave)
+        raw = self.meter.peak_bytes()
+        peak = max(raw, wave.carried_peak_bytes)
+        forward_taken = wave.forward_peak_bytes >= 0
+        if exc is not None:
+            phase = "caller" if forward_taken else "forward"
+            self._append(wave, phase, False, peak, is_out_of_memory(exc))
+        elif wave.kind != "flat":  # split children and forward-only calls: forward only
+            if not forward_taken:
+                self._append(wave, "forward", False, peak, False)
+        else:
+            whole = (
+                not wave.interrupted
+                and raw >= wave.forward_peak_bytes
+                and raw >= wave.baseline_bytes
+            )
+            self._append(wave, "caller", whole, peak, False)
+
+    def _append(self, wave: Wave, phase: str, whole: bool, peak: int, oom: bool) -> None:
+        self._rows.append(
+            (
+                self._seq,
+                self._step,
+                wave.wave,
+                wave.signature,
+                wave.kind,
+                phase,
+                whole,
+                wave.packed_tokens,
+                wave.logical_tokens,
+                wave.output_bytes,
+                wave.baseline_bytes,
+                peak,
+                wave.static_floor_bytes,
+                oom,
+            )
+        )
+        self._seq += 1
+        if len(self._rows) >= MAX_BUFFERED:
+            self.flush()
+
+    # ------------------------------------------------------------------ steps and files
+
+    @property
+    def current_step(self) -> int:
+        """The optimizer step readings are labelled with (0 before the first step())."""
+        return self._step
+
+    @property
+    def readings(self) -> int:
+        """Readings taken so far."""
+        return self._seq if self.enabled else 0
+
+    def step(self) -> None:
+        """Mark an optimizer step: later readings carry the next step; flush the log."""
+        self._step += 1
+        if self.enabled:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append the buffered readings to the write-ahead log as one batch."""
+        if not self.enabled or self._closed or os.getpid() != self._pid:
+            return
+        with self._lock:
+            rows = self._rows
+            count = len(rows)
+            if not count:
+                return
+            batch = [rows.popleft() for _ in range(count)]
+            try:
+                if self._writer is None:
+                    self._writer = LogWriter(
+                        self.directory / LOG_NAME,
+                        self.run,
+                        self.rank,
+                        self._metadata(),
+                        self._fsync,
+                    )
+                self._writer.append(batch)
+            except BaseException:
+                rows.extendleft(reversed(batch))  # keep them for the next try
+                raise
+
+    def _metadata(self) -> dict[str, str]:
+        import torch
+
+        import warmfit
+
+        return {
+            "warmfit.meter": self.meter.name,
+            "warmfit.device": self.meter.device_name,
+            "warmfit.torch_version": str(torch.__version__),
+            "warmfit.recorder": f"warmfit {warmfit.__version__}",
+        }
+
+    def close(self) -> Compaction | None:
+        """Flush, stop measuring and compact the log into the rank's Parquet file.
+
+        Returns what compaction did (``None`` when nothing was recorded).
+        Waves still open are not recorded. Calling it again does nothing.
+        """
+        if not self.enabled or self._closed or os.getpid() != self._pid:
+            return self._compaction
+        self._stop.set()
+        self._flusher.join()
+        self.flush()
+        self._closed = True
+        self.meter.close()
+        if self._writer is not None:
+            self._writer.close()
+            self._compaction = compact_log(self._writer.path)
+        return self._compaction
+
+    @property
+    def trace_path(self) -> Path | None:
+        """The Parquet file :meth:`close` wrote, if any."""
+        return self._compaction.trace if self._compaction else None
+
+
+def _flush_periodically(
+    recorder: weakref.ref[Recorder], stop: threading.Event, interval_s: float
+) -> None:
+    while not stop.wait(interval_s):
+        alive = recorder()
+        if alive is None:
+            return
+        try:
+            alive.flush()
+        except Exception as exc:  # never kill the trainer from this thread; say it once
+            if not alive._flush_warned:
+                alive._flush_warned = True
+                print(
+                    f"warmfit: warning: could not flush readings to {alive.directory}: "
+                    f"{exc}; the next step() or close() will try again.",
+                    file=sys.stderr,
+                )
+        del alive
+
+
+def _close_at_exit(recorder: weakref.ref[Recorder]) -> None:
+    alive = recorder()
+    if alive is not None:
+        alive.close()
