@@ -52,3 +52,6 @@ clean: ## Remove the virtual environment and caches.
 
 bench-record: $(STAMP) ## Measure the recorder's cost per reading and 1M readings written (bench-results/).
 	$(PY) benchmarks/bench_record.py
+
+bench: $(STAMP) ## Benchmark replay (1e5-1e7 readings, each engine, bare scan); writes bench-results/.
+	$(PY) benchmarks/bench_replay.py

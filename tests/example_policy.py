@@ -48,3 +48,13 @@ class Negative(Policy):
 
     def price(self, request: PriceRequest) -> float | None:
         return -1.0
+
+
+class Abstract(Policy):
+    """Forgot to implement ``observe``: warmfit names what is missing."""
+
+    name = "abstract"
+    summary = "broken on purpose"
+
+    def price(self, request: PriceRequest) -> float | None:
+        return None

@@ -143,3 +143,36 @@ def test_every_command_has_a_one_line_help_and_an_example() -> None:
         assert first and "\n" not in first.strip(), name
         assert "Example: warmfit " + name in rest, name
         assert invoke(name, "--help")
+
+
+@pytest.mark.parametrize("make", ["dir", "parent-is-file"])
+def test_an_unwritable_per_wave_target_is_a_usage_error(tmp_path: Path, make: str) -> None:
+    target = tmp_path / "out"
+    if make == "dir":
+        target.mkdir()
+    else:
+        target.write_text("x")
+        target = target / "waves.parquet"
+    result = CliRunner().invoke(app, ["replay", PR991, "--per-wave", str(target), "--force"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert str(target) in result.output
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        (":", "cannot load policy ':'"),
+        ("warmfit.policies:Policy", "has no 'name'"),
+        ("tests.example_policy:Abstract", "does not implement observe"),
+    ],
+)
+def test_a_policy_spec_that_cannot_be_used_is_named(spec: str, words: str) -> None:
+    result = CliRunner().invoke(app, ["replay", PR991, "-p", spec])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert words in result.output
+
+
+def test_estimates_beyond_int64_are_refused_with_the_wave_named() -> None:
+    result = CliRunner().invoke(app, ["replay", PR991, "--safety", "1e308"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "prices wave 1 (run 'EP1', rank 0) above 2**63 bytes" in result.output

@@ -67,7 +67,11 @@ def check_cost_is_monotone_in_tokens_and_sharing(spec: str, tmp_path: Path) -> N
         base = profile.price(PriceRequest(n, m))
         if base is None:
             return
-        for bigger in (PriceRequest(n, m + n), PriceRequest(min(n * 2, m), m), PriceRequest(2 * n, 2 * n)):
+        for bigger in (
+            PriceRequest(n, m + n),
+            PriceRequest(min(n * 2, m), m),
+            PriceRequest(2 * n, 2 * n),
+        ):
             if bigger.packed_tokens >= n and bigger.logical_tokens >= m:
                 price = profile.price(bigger)
                 assert price is not None and price >= base

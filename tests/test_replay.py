@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from warmfit.errors import PolicyError, UsageError
+from warmfit.policies import MaxMerge
 from warmfit.replay import PER_WAVE_SCHEMA, SUMMARY_COLUMNS, replay
 from warmfit.synthetic import EP1, EP2, pr991_readings, write_pr991
 from warmfit.trace import read_trace, readings_frame, write_trace
@@ -291,3 +292,13 @@ def test_replay_of_a_trace_split_across_files_equals_one_file(tmp_path: Path) ->
     one = replay(read_trace([tmp_path / "one"]))
     split = replay(read_trace([tmp_path / "split"]))
     assert one.per_wave.equals(split.per_wave) and one.summary.equals(split.summary)
+
+
+def test_a_numpy_price_is_a_price() -> None:
+    import numpy as np
+
+    from warmfit.replay import _checked_price
+
+    assert _checked_price(MaxMerge, np.int64(5)) == 5
+    with pytest.raises(PolicyError, match="'max-merge' priced a wave at"):
+        _checked_price(MaxMerge, np.float64("nan"))

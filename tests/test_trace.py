@@ -127,7 +127,9 @@ FILE_PROBLEMS: list[tuple[str, Callable[[Path], Path], str]] = [
     ("missing column", lambda d: write(d / "t.parquet", valid().drop("oom")), "column 'oom': required column is missing"),
     ("mistyped column", lambda d: write(d / "t.parquet", valid().with_columns(pl.col("peak_bytes").cast(pl.Float64))), "column 'peak_bytes': has type double; it must be an integer"),
     ("string for bool", lambda d: write(d / "t.parquet", valid().with_columns(pl.col("whole").cast(pl.String))), "column 'whole': has type"),
-    ("rank too wide", lambda d: write(d / "t.parquet", valid().with_columns(pl.lit(2**40).alias("rank"))), "do not fit the column's type"),
+    ("rank too wide", lambda d: write(d / "t.parquet", valid().with_columns(pl.lit(2**40).alias("rank"))), "column 'rank', row 0: value 1099511627776 does not fit"),
+    ("huge unsigned", lambda d: write(d / "t.parquet", valid().with_columns(pl.Series("seq", [0, 1, 2**64 - 1, 0], dtype=pl.UInt64))), "column 'seq', row 2: value 18446744073709551615 does not fit"),
+    ("duplicate column", lambda d: write(d / "t.parquet", pa.Table.from_arrays([*valid().to_arrow().columns, pa.array([1, 2, 3, 4])], names=[*valid().columns, "seq"])), "column 'seq': appears 2 times"),
 ]  # fmt: skip
 
 
@@ -187,3 +189,10 @@ def test_write_trace_is_atomic_and_leaves_no_temporary_file(tmp_path: Path) -> N
     assert [p.name for p in path.parent.iterdir()] == ["t.parquet"]
     meta = pq.read_schema(path).metadata
     assert meta[b"warmfit.schema"] == b"1" and meta[b"warmfit.meter"] == b"cpu"
+
+
+def test_an_extra_column_named_like_an_internal_one_is_just_carried(tmp_path: Path) -> None:
+    frame = valid().with_columns(pl.lit(1).alias("__row"), pl.lit(-1).alias("rank"))
+    path = write(tmp_path / "t.parquet", frame)
+    with pytest.raises(TraceError, match="row 0: value -1 is negative"):
+        read_trace([path])

@@ -13,6 +13,7 @@ to policy objects exactly as a trainer would. It accepts any policy.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,12 +63,24 @@ def estimate_bytes(
     if p is not None:
         learned = int(p)
         compute = max(floor, learned)
-        return int((output_bytes + compute) * safety_factor), (
+        return _scaled(output_bytes + compute, safety_factor), (
             "profile" if learned >= floor else "floor"
         )
     if static_floor_bytes is not None:
-        return int((output_bytes + static_floor_bytes) * safety_factor), "floor"
+        return _scaled(output_bytes + static_floor_bytes, safety_factor), "floor"
     return None, None
+
+
+#: Estimates are int64 bytes (SPEC §5's per-wave Parquet); 8 EiB is beyond any device.
+MAX_ESTIMATE_BYTES = 2**63 - 1
+
+
+def _scaled(total_bytes: int, safety_factor: float) -> int:
+    """``int(total_bytes * safety_factor)``, refusing what int64 cannot hold."""
+    scaled = total_bytes * safety_factor
+    if not scaled <= MAX_ESTIMATE_BYTES:  # also catches inf and nan
+        raise OverflowError(f"estimate {scaled:.4g} bytes exceeds int64")
+    return int(scaled)
 
 
 def check_safety_factor(safety_factor: float) -> float:
@@ -94,7 +107,8 @@ def resolve_policies(names: Sequence[str] | None) -> list[type[Policy]]:
 def _checked_price(cls: type[Policy], value: float | None) -> float | None:
     if value is None:
         return None
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (real and math.isfinite(value) and value >= 0):
         raise PolicyError(
             f"policy {cls.name!r} priced a wave at {value!r}; a price must be a finite number "
             "of bytes >= 0, or None when the profile has nothing to go on."
@@ -155,7 +169,14 @@ def replay_scalar(
                 if profile is None:
                     profile = by_signature[sig] = cls()
                 p = _checked_price(cls, profile.price(request))
-                estimates.append(estimate_bytes(p, o, s, safety_factor))
+                try:
+                    estimates.append(estimate_bytes(p, o, s, safety_factor))
+                except OverflowError:
+                    raise UsageError(
+                        f"policy {cls.name!r} prices wave {wave} (run {run!r}, rank {rank}) "
+                        f"above 2**63 bytes (p={p!r}, outputs {o}, floor {s}, safety factor "
+                        f"{safety_factor:g}); check the trace's byte counts and --safety."
+                    ) from None
             state = _Wave(run, rank, wave, sig, kind, n, m, o, s, delta, oom, estimates)
             open_waves[wave] = state
             waves.append(state)
@@ -310,13 +331,9 @@ def _choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}; got {engine!r}.")
     if engine == "scalar":
         return "scalar"
-    try:
-        from warmfit.vectorized import has_vectorized_form
-    except ImportError:
-        has_vectorized_form = None
-    vectorizable = has_vectorized_form is not None and all(
-        has_vectorized_form(cls) for cls in classes
-    )
+    from warmfit.vectorized import has_vectorized_form
+
+    vectorizable = all(has_vectorized_form(cls) for cls in classes)
     if engine == "vectorized" and not vectorizable:
         names = ", ".join(cls.name for cls in classes)
         raise UsageError(

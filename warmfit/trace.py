@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -148,6 +149,15 @@ def check_file_schema(path: Path) -> pa.Schema:
             fix="Upgrade warmfit, or rewrite the trace as version 1.",
         )
     names = set(schema.names)
+    for name in names:
+        count = len(schema.get_all_field_indices(name))
+        if count > 1:
+            raise TraceError(
+                f"appears {count} times; every column name must be unique.",
+                path=path,
+                column=name,
+                fix="Drop or rename the duplicates when writing the trace.",
+            )
     for column, expected in COLUMNS.items():
         if column not in names:
             raise TraceError(
@@ -239,15 +249,15 @@ def _check_rows(frame: pl.DataFrame, path: Path) -> None:
     for rule, is_broken in zip(rules, broken, strict=True):
         if not is_broken:
             continue
-        hits = frame.with_row_index("__row").filter(rule.broken.fill_null(False))
-        first = hits.row(0, named=True)
-        value = first[rule.column]
-        more = f" ({hits.height - 1} more rows break this rule.)" if hits.height > 1 else ""
+        rows = frame.select(rule.broken.fill_null(False).arg_true()).to_series()
+        row = int(rows[0])
+        value = frame.get_column(rule.column)[row]
+        more = f" ({len(rows) - 1} more rows break this rule.)" if len(rows) > 1 else ""
         raise TraceError(
             f"value {value!r} {rule.problem}{more}",
             path=path,
             column=rule.column,
-            row=int(first["__row"]),
+            row=row,
             fix=rule.fix,
         )
 
@@ -267,20 +277,21 @@ def _read_file(path: Path, columns: Sequence[str] | None) -> pl.DataFrame:
             fix="The file is damaged: re-export it, or run 'warmfit recover' on the "
             "directory of a recording that crashed.",
         ) from None
-    casts = []
     for name in wanted:
-        if name not in POLARS_DTYPES:
+        target = POLARS_DTYPES.get(name)
+        if target is None or frame.schema[name] == target:
             continue
-        if frame.schema[name] != POLARS_DTYPES[name]:
-            casts.append(pl.col(name).cast(POLARS_DTYPES[name], strict=True))
-    if casts:
         try:
-            frame = frame.with_columns(casts)
-        except pl.exceptions.PolarsError as exc:
+            frame = frame.with_columns(pl.col(name).cast(target, strict=True))
+        except pl.exceptions.PolarsError:
+            fits = pl.col(name).cast(target, strict=False).is_not_null() | pl.col(name).is_null()
+            row = int(frame.select((~fits).arg_true().first()).item())
             raise TraceError(
-                f"holds values that do not fit the column's type ({exc}).",
+                f"value {frame.get_column(name)[row]!r} does not fit the column's type ({target}).",
                 path=path,
-                fix="Cast the column when writing the trace. " + _FIX_FORMAT,
+                column=name,
+                row=row,
+                fix="Check how the trainer measured it; " + _FIX_FORMAT,
             ) from None
     _check_rows(frame, path)
     return frame
@@ -332,7 +343,8 @@ def read_trace(
     if problems:
         raise TraceProblems(problems)
     frame = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
-    frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
+    if not _in_canonical_order(frame):
+        frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
     _check_across_rows(frame, files, columns)
     return frame
 
@@ -359,7 +371,7 @@ def _check_across_rows(
                 fix="Number the readings of each rank once, or remove the duplicated file.",
             )
     constant = [c for c in WAVE_CONSTANT if c in frame.columns]
-    if not constant or "wave" not in frame.columns:
+    if not constant or "wave" not in frame.columns or not _waves_may_disagree(frame, constant):
         return
     disagree = (
         frame.group_by(["run", "rank", "wave"])
@@ -380,6 +392,59 @@ def _check_across_rows(
             fix="Give the wave's readings the same values, or distinct wave ids if they are "
             "different waves.",
         )
+
+
+def _in_canonical_order(frame: pl.DataFrame) -> bool:
+    """Whether rows are already sorted by run, rank, seq (then sorting is skipped)."""
+    run, rank, seq = pl.col("run"), pl.col("rank"), pl.col("seq")
+    same_run = run == run.shift(1)
+    same_rank = same_run & (rank == rank.shift(1))
+    after = (
+        (run > run.shift(1))
+        | (same_run & (rank > rank.shift(1)))
+        | (same_rank & (seq >= seq.shift(1)))
+    )
+    return bool(frame.select(after.fill_null(True).all()).item())
+
+
+def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str]) -> bool:
+    """Quick check, on a frame sorted by run, rank, seq: may a wave's readings disagree?
+
+    Sorting the readings by (stream, wave) puts each wave's readings side by
+    side; a wave disagrees when two neighbours of one wave differ. Recorders
+    number waves in order, so this sort is nearly free, where grouping by
+    wave is not. ``True`` sends the caller to the slow path that names the
+    wave.
+    """
+    if frame.height < 2:
+        return False
+    new_stream = (pl.col("run") != pl.col("run").shift(1)) | (
+        pl.col("rank") != pl.col("rank").shift(1)
+    )
+    codes = frame.select(
+        new_stream.fill_null(True).cum_sum().cast(pl.Int64).alias("__stream"),
+        pl.col("wave").cast(pl.Int64),
+        *(
+            pl.col(c).cast(pl.Categorical).to_physical().cast(pl.Int64)
+            if frame.schema[c] == pl.String()
+            else pl.col(c).cast(pl.Int64).fill_null(-1)  # negative values were rejected
+            for c in constant
+        ),
+    )
+    stream = codes.get_column("__stream").to_numpy()
+    wave = codes.get_column("wave").to_numpy()
+    low, span = int(wave.min()), int(wave.max()) - int(wave.min()) + 1
+    if int(stream[-1]) * span + span < 2**63:
+        order = np.argsort(stream * span + (wave - low), kind="stable")
+    else:
+        order = np.lexsort((wave, stream))
+    stream, wave = stream[order], wave[order]
+    same_wave = (stream[1:] == stream[:-1]) & (wave[1:] == wave[:-1])
+    for c in constant:
+        values = codes.get_column(c).to_numpy()[order]
+        if (same_wave & (values[1:] != values[:-1])).any():
+            return True
+    return False
 
 
 def _first_path(places: str) -> str | None:

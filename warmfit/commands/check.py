@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from warmfit.commands.replay import Engine, EngineOpt, PathsArg, check_new_file
+from warmfit.commands.replay import Engine, EngineOpt, PathsArg, check_new_file, writing
 from warmfit.errors import PolicyError, RegressionFound, UsageError
 
 PolicyOpt = Annotated[
@@ -93,7 +93,8 @@ def check_command(
             DEFAULT_SAFETY_FACTOR if safety is None else safety,
             engine.value,
         )
-        checking.write_expectations(result, write_expect, [str(p) for p in paths])
+        with writing(write_expect):
+            checking.write_expectations(result, write_expect, [str(p) for p in paths])
         count = sum(1 for _ in checking.expectations_from(result))
         typer.echo(
             f"wrote expectations for {count} run/policy pairs "

@@ -14,6 +14,7 @@ from warmfit.commands.replay import (
     PolicyOpt,
     SafetyOpt,
     check_new_file,
+    writing,
 )
 
 
@@ -46,5 +47,6 @@ def plot_command(
     with progress_bar("reading traces") as progress:
         readings = read_trace(paths, progress=progress)
     result = replay(readings, policy, safety, engine.value)
-    render_plot(build_plot_data(readings, result), output)
+    with writing(output):
+        render_plot(build_plot_data(readings, result), output)
     typer.echo(f"wrote {output} ({len(result.summary.get_column('run').unique())} runs)")

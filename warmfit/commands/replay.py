@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -49,10 +51,21 @@ EngineOpt = Annotated[
 
 def check_new_file(path: Path, force: bool) -> None:
     """Refuse to overwrite an existing file unless ``--force`` was given."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory; name a file to write.")
     if path.exists() and not force:
         raise UsageError(f"will not overwrite without --force: {path}")
-    if path.parent and not path.parent.exists():
+    if not path.parent.is_dir():
         raise UsageError(f"the folder of {path} does not exist; create it first.")
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn an operating-system error while writing ``path`` into a usage error."""
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}.") from None
 
 
 def replay_command(
@@ -81,8 +94,9 @@ def replay_command(
     if per_wave is not None:
         check_new_file(per_wave, force)
     with progress_bar("reading traces") as progress:
-        readings = read_trace(paths, progress=progress)
+        readings = read_trace(paths, columns=(), progress=progress)
     result = replay(readings, policy, safety, engine.value)
     if per_wave is not None:
-        result.per_wave.write_parquet(per_wave)
+        with writing(per_wave):
+            result.per_wave.write_parquet(per_wave)
     typer.echo(render(result, format.value), nl=False)

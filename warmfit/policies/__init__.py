@@ -13,6 +13,7 @@ True
 from __future__ import annotations
 
 import importlib
+import inspect
 from importlib.metadata import entry_points
 
 from warmfit.errors import PolicyError
@@ -35,13 +36,23 @@ _REGISTRY: dict[str, type[Policy]] = {}
 _ENTRY_POINTS_LOADED = False
 
 
+def _checked_class(obj: object, label: str) -> type[Policy]:
+    """``obj`` if it is a concrete, named Policy subclass; else a PolicyError."""
+    if not (isinstance(obj, type) and issubclass(obj, Policy)):
+        raise PolicyError(f"{label!r} is not a subclass of warmfit.policies.Policy.")
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name:
+        raise PolicyError(f"policy class {obj.__qualname__} has no 'name': give it one.")
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
+        raise PolicyError(f"policy class {obj.__qualname__} does not implement {missing}.")
+    return obj
+
+
 def register(cls: type[Policy]) -> type[Policy]:
     """Register a policy class under its ``name``; usable as a decorator."""
-    if not (isinstance(cls, type) and issubclass(cls, Policy)):
-        raise PolicyError(f"{cls!r} is not a subclass of warmfit.policies.Policy.")
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not name:
-        raise PolicyError(f"policy class {cls.__qualname__} has no 'name'.")
+    cls = _checked_class(cls, repr(cls))
+    name = cls.name
     existing = _REGISTRY.get(name)
     if existing is not None and existing is not cls:
         raise PolicyError(
@@ -79,14 +90,12 @@ def get_policy(spec: str) -> type[Policy]:
         module_name, _, attr = spec.partition(":")
         try:
             obj = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
+        except Exception as exc:  # a user's module may fail in any way while importing
             raise PolicyError(
-                f"cannot load policy {spec!r}: {exc}. Give a registered name or an importable "
-                "'module:Class'."
+                f"cannot load policy {spec!r}: {type(exc).__name__}: {exc}. Give a registered "
+                "name or an importable 'module:Class'."
             ) from None
-        if not (isinstance(obj, type) and issubclass(obj, Policy)):
-            raise PolicyError(f"{spec!r} is not a subclass of warmfit.policies.Policy.")
-        return obj
+        return _checked_class(obj, spec)
     _load_entry_points()
     try:
         return _REGISTRY[spec]

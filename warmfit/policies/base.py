@@ -66,10 +66,20 @@ class Policy(ABC):
     line for ``warmfit policies``), take only parameters in ``__init__``
     (with defaults, so that ``cls()`` works), and implement ``observe`` and
     ``price``. ``price`` must not change the instance.
+
+    ``vectorized`` optionally names (``"module:NAME"``) the policy's
+    vectorized form, a :class:`warmfit.vectorized.VectorizedForm` that
+    prices every wave of a trace at once and gives the same bytes as this
+    class's loop. It is a name, not an import, so that policies stay free of
+    the engine.
+    It counts only on the class that sets it: a subclass that changes
+    ``observe`` or ``price`` must not inherit its parent's form, so it is
+    replayed one reading at a time unless it declares its own.
     """
 
     name: ClassVar[str]
     summary: ClassVar[str]
+    vectorized: ClassVar[str | None] = None
 
     @abstractmethod
     def observe(self, reading: Reading) -> None:

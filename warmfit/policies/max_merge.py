@@ -23,6 +23,7 @@ class MaxMerge(Policy):
 
     name = "max-merge"
     summary = "highest rate and sharing ever seen (before ART PR #991)"
+    vectorized = "warmfit.vectorized:MAX_MERGE"
 
     def __init__(self) -> None:
         self.rate_max: float | None = None

@@ -1,0 +1,153 @@
+"""Benchmark replay end to end: Parquet -> validated readings -> per-wave rows -> summary.
+
+For each size (1e5, 1e6, 1e7 readings; traces made by ``benchmarks/generate.py``
+under ``bench-results/traces/``, once) and each case, a fresh interpreter runs
+the case ``--repeat`` times and reports its best wall time and its peak
+resident memory (``ru_maxrss``):
+
+- ``scan``: ``polars.read_parquet`` of the columns replay reads, nothing else
+  (the floor no replay can beat);
+- ``vectorized``: :func:`warmfit.trace.read_trace` (every rule checked, rows
+  sorted) then :func:`warmfit.replay.replay` with max-merge and warm-fit on
+  the vectorized engine, summary included;
+- ``scalar``: the same on the reference engine (up to 1e6 readings: it is slow).
+
+Prints a table and writes ``bench-results/replay.json``. Not a test: run it
+with ``make bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench-results"
+SIZES = {"1e5": 100_000, "1e6": 1_000_000, "1e7": 10_000_000}
+SCALAR_MAX = 1_000_000
+
+_CASE = r"""
+import json, resource, sys, time
+from pathlib import Path
+import polars as pl
+from warmfit.schema import REPLAY_COLUMNS
+from warmfit.trace import find_trace_files, read_trace
+from warmfit.replay import replay
+
+case, path, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+files = find_trace_files([path])
+times = []
+for _ in range(repeat):
+    start = time.perf_counter()
+    if case == "scan":
+        frame = pl.concat([pl.read_parquet(f, columns=list(REPLAY_COLUMNS)) for f in files])
+        readings = frame.height
+    else:
+        frame = read_trace(files, columns=())
+        result = replay(frame, None, 1.1, case)
+        readings = frame.height
+    times.append(time.perf_counter() - start)
+    columns_bytes = frame.select(REPLAY_COLUMNS).estimated_size()
+    del frame
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"readings": readings, "wall_s": min(times), "walls_s": times,
+                  "peak_bytes": peak, "columns_bytes": columns_bytes}))
+"""
+
+
+def ensure_trace(label: str, readings: int) -> Path:
+    folder = RESULTS / "traces" / label
+    if not any(folder.glob("*.parquet")):
+        subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "generate.py"), str(folder),
+             "--readings", str(readings)],
+            check=True,
+        )  # fmt: skip
+    return folder
+
+
+def run_case(case: str, folder: Path, repeat: int) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", _CASE, case, str(folder), str(repeat)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case (best is kept)")
+    args = parser.parse_args(argv)
+    rows = []
+    for label in args.sizes:
+        folder = ensure_trace(label, SIZES[label])
+        for case in ("scan", "vectorized", "scalar"):
+            if case == "scalar" and SIZES[label] > SCALAR_MAX:
+                continue
+            repeat = 1 if case == "scalar" else args.repeat
+            result = run_case(case, folder, repeat)
+            result.update(size=label, case=case)
+            result["readings_per_s"] = result["readings"] / result["wall_s"]
+            rows.append(result)
+            print(
+                f"{label:>4} {case:<10} {result['wall_s']:8.2f} s "
+                f"{result['readings_per_s']:14,.0f} readings/s "
+                f"peak {result['peak_bytes'] / 2**20:8,.0f} MiB "
+                f"(columns {result['columns_bytes'] / 2**20:,.0f} MiB)",
+                flush=True,
+            )
+    checks = targets(rows)
+    print()
+    for name, (ok, detail) in checks.items():
+        print(f"  {'met ' if ok else 'MISSED'}  {name}: {detail}")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "replay.json"
+    out.write_text(
+        json.dumps(
+            {
+                "schema": "warmfit.bench.replay/1",
+                "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "machine": f"{platform.machine()}, {platform.processor() or platform.system()}",
+                "python": platform.python_version(),
+                "results": rows,
+                "targets": {k: {"met": ok, "detail": d} for k, (ok, d) in checks.items()},
+            },
+            indent=2,
+        )
+    )
+    print(f"\nwritten: {out.relative_to(ROOT)}")
+    return 0
+
+
+def targets(rows: list[dict[str, Any]]) -> dict[str, tuple[bool, str]]:
+    """The targets of issue 4, where the measured sizes allow checking them."""
+    at = {(r["size"], r["case"]): r for r in rows}
+    out: dict[str, tuple[bool, str]] = {}
+    if v7 := at.get(("1e7", "vectorized")):
+        out["1e7 end to end < 3 s"] = (v7["wall_s"] < 3, f"{v7['wall_s']:.2f} s")
+        scan = at[("1e7", "scan")]
+        ratio = v7["wall_s"] / scan["wall_s"]
+        out["within 4x of the bare scan (1e7)"] = (ratio <= 4, f"{ratio:.1f}x")
+        mem = v7["peak_bytes"] / v7["columns_bytes"]
+        out["peak memory < 3x the columns (1e7)"] = (mem < 3, f"{mem:.1f}x")
+        if v6 := at.get(("1e6", "vectorized")):
+            growth = v7["wall_s"] / v6["wall_s"]
+            out["1e7 within 12x of 1e6"] = (growth <= 12, f"{growth:.1f}x")
+    for size in ("1e6", "1e5"):
+        if (s := at.get((size, "scalar"))) and (v := at.get((size, "vectorized"))):
+            speedup = v["readings_per_s"] / s["readings_per_s"]
+            out[f">= 20x the scalar engine ({size})"] = (speedup >= 20, f"{speedup:.0f}x")
+            break
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""``warmfit --help`` and ``warmfit replay`` start without torch or matplotlib (issue 4).
+
+Each command runs in a fresh interpreter; after it finishes, the interpreter
+reports which heavy modules it imported. The recorder and the plots import
+them lazily, so a replay starts fast and works where they are not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from warmfit.trace import readings_frame, write_trace
+
+REPO = Path(__file__).resolve().parent.parent
+HEAVY = ("torch", "matplotlib")
+
+_PROBE = """
+import json, sys
+args, watched = json.loads(sys.argv[1]), set(json.loads(sys.argv[2]))
+sys.argv = ["warmfit", *args]
+from warmfit.cli import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+heavy = sorted({name.split(".")[0] for name in sys.modules} & watched)
+print("\\nPROBE " + json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+def _run(args: list[str]) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(args), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    line = [x for x in done.stdout.splitlines() if x.startswith("PROBE ")]
+    assert line, done.stdout + done.stderr
+    result: dict[str, object] = json.loads(line[-1].removeprefix("PROBE "))
+    return result
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """traces/pr991 when it is there, else a small trace of the same shape."""
+    pr991 = REPO / "traces" / "pr991"
+    if pr991.is_dir() and any(pr991.rglob("*.parquet")):
+        return pr991
+    folder = tmp_path_factory.mktemp("trace")
+    rows: list[dict[str, object]] = [
+        {"seq": i, "wave": i // 2, "signature": "s", "packed_tokens": 100 + i,
+         "logical_tokens": 200 + i, "peak_bytes": 10_000 + 50 * i,
+         "phase": "forward" if i % 2 == 0 else "caller", "whole": i % 2 == 1}
+        for i in range(40)
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), folder / "trace.parquet")
+    return folder
+
+
+@pytest.mark.parametrize("args", [["--help"], ["replay", "--help"]])
+def test_help_imports_no_heavy_module(args: list[str]) -> None:
+    result = _run(args)
+    assert result == {"code": 0, "heavy": []}
+
+
+def test_replay_imports_no_heavy_module(small_trace: Path) -> None:
+    result = _run(["replay", str(small_trace)])
+    assert result == {"code": 0, "heavy": []}
+
+
+def test_replay_with_every_format_and_engine_imports_no_heavy_module(small_trace: Path) -> None:
+    result = _run(["replay", str(small_trace), "--format", "json", "--engine", "vectorized"])
+    assert result == {"code": 0, "heavy": []}

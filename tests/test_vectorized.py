@@ -1,0 +1,404 @@
+"""The vectorized engine equals the reference engine, to the byte (issue 4).
+
+Every property here draws its traces from :mod:`tests.strategies`. The
+default run checks a few hundred generated traces; ``make test-slow`` checks
+thousands more.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+)
+
+from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
+from warmfit.errors import PolicyError, UsageError
+from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmFit
+from warmfit.replay import PER_WAVE_SCHEMA, replay, replay_scalar, summarize
+from warmfit.trace import read_trace, readings_frame, write_trace
+from warmfit.vectorized import has_vectorized_form, replay_vectorized, vectorized_form
+
+BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit]
+SAFETY = st.sampled_from([1.1, 1.0, 1.25, 0.9, 3.7])
+
+
+def examples(count: int) -> settings:
+    """Settings for a property over ``count`` generated traces."""
+    return settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def both_engines(
+    readings: pl.DataFrame, policies: Sequence[type[Policy]], safety: float = 1.1
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    return (
+        replay_scalar(readings, policies, safety),
+        replay_vectorized(readings, policies, safety),
+    )
+
+
+def assert_identical(expected: pl.DataFrame, got: pl.DataFrame) -> None:
+    """Same schema, same rows in the same order, same values (nulls included)."""
+    assert got.schema == expected.schema
+    assert got.height == expected.height
+    for name in expected.columns:
+        a, b = expected.get_column(name), got.get_column(name)
+        # to_list compares floats exactly and nulls as None
+        assert a.to_list() == b.to_list(), name
+
+
+def assert_same_summary(expected: pl.DataFrame, got: pl.DataFrame, names: list[str]) -> None:
+    runs = expected.get_column("run").unique().sort().to_list()
+    assert_identical(summarize(expected, names, runs), summarize(got, names, runs))
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@examples(250)
+@given(traces(), SAFETY, st.sampled_from([BUILT_IN, [WarmFit, MaxMerge], [WarmFit], [MaxMerge]]))
+def test_every_wave_and_figure_is_identical(
+    frame: pl.DataFrame, safety: float, policies: Sequence[type[Policy]]
+) -> None:
+    readings = frame.sort("run", "rank", "seq", maintain_order=True)
+    scalar, vectorized = both_engines(readings, policies, safety)
+    assert_identical(scalar, vectorized)
+    assert_same_summary(scalar, vectorized, [p.name for p in policies])
+
+
+def _replay_files(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, part in enumerate(parts):
+            # nested folders and names that do not sort like the rows
+            write_trace(part, Path(tmp) / f"d{i % 2}" / f"part-{len(parts) - i}.parquet")
+        readings = read_trace([tmp])
+    return both_engines(readings, BUILT_IN)
+
+
+@examples(60)
+@given(trace_parts())
+def test_identical_on_traces_read_from_files(parts: list[pl.DataFrame]) -> None:
+    scalar, vectorized = _replay_files(parts)
+    assert_identical(scalar, vectorized)
+    assert_same_summary(scalar, vectorized, ["max-merge", "warm-fit"])
+
+
+@pytest.mark.slow
+@examples(3000)
+@given(traces(max_waves=30), SAFETY)
+def test_every_wave_and_figure_is_identical_slow(frame: pl.DataFrame, safety: float) -> None:
+    readings = frame.sort("run", "rank", "seq", maintain_order=True)
+    scalar, vectorized = both_engines(readings, BUILT_IN, safety)
+    assert_identical(scalar, vectorized)
+    assert_same_summary(scalar, vectorized, ["max-merge", "warm-fit"])
+
+
+@pytest.mark.slow
+@examples(500)
+@given(trace_parts(max_waves=20))
+def test_identical_on_traces_read_from_files_slow(parts: list[pl.DataFrame]) -> None:
+    scalar, vectorized = _replay_files(parts)
+    assert_identical(scalar, vectorized)
+
+
+@examples(40)
+@given(traces())
+def test_replay_entry_point_gives_the_same_result_with_every_engine(frame: pl.DataFrame) -> None:
+    readings = frame.sort("run", "rank", "seq", maintain_order=True)
+    results = {engine: replay(readings, None, 1.1, engine) for engine in ("scalar", "vectorized")}
+    assert replay(readings, None, 1.1, "auto").engine == "vectorized"
+    assert_identical(results["scalar"].per_wave, results["vectorized"].per_wave)
+    assert_identical(results["scalar"].summary, results["vectorized"].summary)
+
+
+# --------------------------------------------------------------------------- stateful
+
+
+class ReplayMachine(RuleBasedStateMachine):
+    """A trainer's rank: waves open and close, readings interleave, prices are asked.
+
+    After every step the vectorized engine must agree with the reference
+    engine on the trace so far, and the estimate of every wave must be what
+    policy objects fed one reading at a time priced when the wave opened.
+    """
+
+    waves = Bundle("waves")
+
+    @initialize()
+    def start(self) -> None:
+        self.rows: list[dict[str, object]] = []
+        self.profiles: dict[str, list[Policy]] = {}
+        self.priced: dict[int, list[float | None]] = {}
+
+    @rule(
+        target=waves,
+        signature=signature_names,
+        n=trace_tokens,
+        sharing=st.integers(1, 16),
+        output=st.just(0) | trace_bytes,
+        floor=st.none() | trace_bytes,
+        kind=st.sampled_from(["flat", "split_child", "dp_rank_forward"]),
+    )
+    def open_wave(
+        self, signature: str, n: int, sharing: int, output: int, floor: int | None, kind: str
+    ) -> dict[str, object]:
+        wave = {
+            "wave": len(self.priced) * 3 + 11,
+            "signature": signature,
+            "kind": kind,
+            "packed_tokens": n,
+            "logical_tokens": n * sharing,
+            "output_bytes": output,
+            "static_floor_bytes": floor,
+        }
+        profiles = self.profiles.setdefault(signature, [cls() for cls in BUILT_IN])
+        request = PriceRequest(n, n * sharing, output, kind, floor)
+        self.priced[int(wave["wave"])] = [p.price(request) for p in profiles]  # type: ignore[call-overload]
+        # the first reading is the forward one; it is taken now
+        self._read(wave, "forward", False, 0, n * 1000, False)
+        return wave
+
+    def _read(
+        self, wave: dict[str, object], phase: str, whole: bool, baseline: int, peak: int, oom: bool
+    ) -> None:
+        self.rows.append(
+            {
+                **wave,
+                "seq": len(self.rows),
+                "phase": phase,
+                "whole": whole,
+                "baseline_bytes": baseline,
+                "peak_bytes": peak,
+                "oom": oom,
+            }
+        )
+        if not oom:
+            reading = Reading(
+                int(wave["packed_tokens"]),  # type: ignore[call-overload]
+                int(wave["logical_tokens"]),  # type: ignore[call-overload]
+                max(0, peak - baseline),
+                int(wave["output_bytes"]),  # type: ignore[call-overload]
+                whole,
+                phase,
+                str(wave["kind"]),
+                wave["static_floor_bytes"],  # type: ignore[arg-type]
+            )
+            for profile in self.profiles[str(wave["signature"])]:
+                profile.observe(reading)
+
+    @rule(
+        wave=waves,
+        whole=st.booleans(),
+        baseline=trace_bytes,
+        peak=trace_bytes,
+        oom=st.booleans(),
+    )
+    def caller_reading(
+        self, wave: dict[str, object], whole: bool, baseline: int, peak: int, oom: bool
+    ) -> None:
+        self._read(wave, "caller", whole, baseline, peak, oom and not whole)
+
+    @rule(wave=waves, peak=trace_bytes)
+    def forward_reading(self, wave: dict[str, object], peak: int) -> None:
+        self._read(wave, "forward", False, 0, peak, False)
+
+    @invariant()
+    def engines_agree(self) -> None:
+        if not self.rows:
+            return
+        readings = readings_frame(self.rows)
+        scalar, vectorized = both_engines(readings, BUILT_IN)
+        assert_identical(scalar, vectorized)
+        for row in vectorized.iter_rows(named=True):
+            p = self.priced[row["wave"]][0 if row["policy"] == "max-merge" else 1]
+            floor = row["static_floor_bytes"]
+            if p is None:
+                expected = None if floor is None else int((row["output_bytes"] + floor) * 1.1)
+            else:
+                compute = max(floor or 0, int(p))
+                expected = int((row["output_bytes"] + compute) * 1.1)
+            assert row["estimate_bytes"] == expected
+
+
+ReplayMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+test_replay_machine = ReplayMachine.TestCase
+
+
+# --------------------------------------------------------------------------- worked cases
+
+
+def _frame(*rows: dict[str, object]) -> pl.DataFrame:
+    defaults = {"signature": "s", "packed_tokens": 100, "logical_tokens": 100}
+    return readings_frame([{**defaults, "seq": i, **row} for i, row in enumerate(rows)])
+
+
+def _estimates(frame: pl.DataFrame, policy: type[Policy]) -> list[int | None]:
+    scalar, vectorized = both_engines(frame, [policy])
+    assert_identical(scalar, vectorized)
+    return vectorized.get_column("estimate_bytes").to_list()
+
+
+def test_the_seed_only_touches_max_merge() -> None:
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 30_000},  # seed: 300 B/token
+        {"wave": 1, "whole": True, "peak_bytes": 20_000},  # first warm wave
+        {"wave": 2, "whole": True, "peak_bytes": 20_000},
+    )
+    assert _estimates(frame, MaxMerge) == [None, 33_000, 33_000]
+    assert _estimates(frame, WarmFit) == [None, 33_000, 22_000]
+
+
+def test_pending_warm_rate_stays_inert_until_a_whole_reading() -> None:
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 30_000},
+        {"wave": 1, "phase": "forward", "peak_bytes": 10_000},  # pending rate, no tokens
+        {"wave": 2, "peak_bytes": 25_000},  # an interrupted caller phase: not whole
+        {"wave": 3, "whole": True, "peak_bytes": 5_000},
+        {"wave": 4, "whole": True, "peak_bytes": 5_000},
+    )
+    # waves 1-3 price as max-merge; wave 4 prices with warm_rate 250 B/token
+    assert _estimates(frame, WarmFit) == [None, 33_000, 33_000, 33_000, 27_500]
+
+
+def test_oom_readings_are_never_learned_from_and_nested_waves_price_at_open() -> None:
+    frame = _frame(
+        {"wave": 7, "phase": "forward", "peak_bytes": 1_000},
+        {"wave": 3, "phase": "forward", "peak_bytes": 9_000, "oom": True},
+        {"wave": 7, "whole": True, "peak_bytes": 2_000},
+        {"wave": 3, "whole": True, "peak_bytes": 50_000, "oom": True},
+        {"wave": 5, "whole": True, "peak_bytes": 2_000},
+    )
+    scalar, vectorized = both_engines(frame, BUILT_IN)
+    assert_identical(scalar, vectorized)
+    assert vectorized.get_column("wave").to_list() == [7, 7, 3, 3, 5, 5]
+    assert vectorized.get_column("oom").to_list() == [False, False, True, True, False, False]
+    # wave 3 opened after wave 7's forward reading only: 10 B/token * 100 * 1.1
+    assert vectorized.get_column("estimate_bytes").to_list()[2] == 1_100
+
+
+def test_floor_sets_the_estimate_and_peaks_below_baseline_give_zero() -> None:
+    frame = _frame(
+        {"wave": 0, "static_floor_bytes": 500, "peak_bytes": 10, "baseline_bytes": 99},
+        {"wave": 1, "static_floor_bytes": 500, "peak_bytes": 10_000, "output_bytes": 40},
+        {"wave": 2, "peak_bytes": 10_000},
+    )
+    scalar, vectorized = both_engines(frame, BUILT_IN)
+    assert_identical(scalar, vectorized)
+    assert vectorized.get_column("set_by").to_list() == [
+        "floor", "floor", "floor", "floor", "profile", "profile",
+    ]  # fmt: skip
+    assert vectorized.get_column("actual_bytes").to_list()[0] == 0
+    assert vectorized.get_column("over_estimate").to_list()[0] is None
+
+
+def test_streams_and_signatures_learn_apart() -> None:
+    frame = readings_frame(
+        [
+            {"run": "a", "rank": 0, "seq": 0, "wave": 0, "signature": "x", "packed_tokens": 10,
+             "logical_tokens": 10, "peak_bytes": 1_000, "whole": True},
+            {"run": "a", "rank": 0, "seq": 1, "wave": 1, "signature": "y", "packed_tokens": 10,
+             "logical_tokens": 10, "peak_bytes": 1_000},
+            {"run": "a", "rank": 1, "seq": 0, "wave": 0, "signature": "x", "packed_tokens": 10,
+             "logical_tokens": 10, "peak_bytes": 1_000},
+            {"run": "b", "rank": 0, "seq": 0, "wave": 0, "signature": "x", "packed_tokens": 10,
+             "logical_tokens": 10, "peak_bytes": 1_000},
+        ]
+    )  # fmt: skip
+    assert _estimates(frame, WarmFit) == [None, None, None, None]
+
+
+def test_deep_sharing_prices_logical_tokens() -> None:
+    frame = _frame(
+        {"wave": 0, "logical_tokens": 800, "whole": True, "peak_bytes": 10_000},
+        {"wave": 1, "logical_tokens": 3_200, "whole": True, "peak_bytes": 10_000},
+    )
+    # 100 B/token * max(100, 3200 / 8) = 40_000
+    assert _estimates(frame, MaxMerge) == [None, 44_000]
+
+
+def test_empty_trace_gives_the_empty_schema() -> None:
+    empty = readings_frame([])
+    scalar, vectorized = both_engines(empty, BUILT_IN)
+    assert_identical(scalar, vectorized)
+    assert vectorized.schema == pl.Schema(PER_WAVE_SCHEMA)
+
+
+def test_values_too_large_for_doubles_fall_back_to_the_reference() -> None:
+    # a peak above 2**53 is not exact as a double: the reference engine replays it
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 2**53 + 3, "packed_tokens": 2**20,
+         "logical_tokens": 2**20},
+        {"wave": 1, "whole": True, "peak_bytes": 2**53 + 1, "packed_tokens": 2**20 + 1,
+         "logical_tokens": 2**21},
+    )  # fmt: skip
+    scalar, vectorized = both_engines(frame, BUILT_IN)
+    assert_identical(scalar, vectorized)
+    assert vectorized.get_column("estimate_bytes").to_list()[2] is not None
+
+
+def test_prices_beyond_int64_arithmetic_fall_back_to_the_reference() -> None:
+    # 2**40 B/token * 2**22 tokens = 2**62: above PRICE_LIMIT, still an int64 estimate
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 2**40, "packed_tokens": 1, "logical_tokens": 1},
+        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**22,
+         "logical_tokens": 2**22},
+    )  # fmt: skip
+    scalar, vectorized = both_engines(frame, BUILT_IN, 1.1)
+    assert_identical(scalar, vectorized)
+    assert vectorized.get_column("estimate_bytes").to_list()[2] == int(2**62 * 1.1)
+
+
+# --------------------------------------------------------------------------- declaring a form
+
+
+def test_built_in_policies_declare_vectorized_forms() -> None:
+    assert all(has_vectorized_form(cls) for cls in BUILT_IN)
+    assert vectorized_form(MaxMerge) is not vectorized_form(WarmFit)
+
+
+def test_a_subclass_does_not_inherit_its_parents_form() -> None:
+    class Cautious(WarmFit):
+        name = "cautious"
+
+        def price(self, request: PriceRequest) -> float | None:
+            p = super().price(request)
+            return None if p is None else 2 * p
+
+    assert not has_vectorized_form(Cautious)
+    with pytest.raises(PolicyError):
+        vectorized_form(Cautious)
+    frame = _frame({"wave": 0, "peak_bytes": 100}, {"wave": 1, "peak_bytes": 100})
+    assert replay(frame, ["max-merge", f"{__name__}:Halved"], 1.1).engine == "scalar"
+    with pytest.raises(UsageError, match="vectorized form"):
+        replay(frame, ["max-merge", f"{__name__}:Halved"], 1.1, "vectorized")
+
+
+def test_a_form_that_cannot_be_loaded_is_a_policy_error() -> None:
+    class Broken(MaxMerge):
+        name = "broken"
+        vectorized = "warmfit.vectorized:NO_SUCH_FORM"
+
+    assert has_vectorized_form(Broken)
+    with pytest.raises(PolicyError, match="cannot be loaded"):
+        vectorized_form(Broken)
+
+
+class Halved(MaxMerge):
+    """A plug-in policy without a vectorized form (used by the tests above)."""
+
+    name = "halved"
+
+    def price(self, request: PriceRequest) -> float | None:
+        p = super().price(request)
+        return None if p is None else p / 2
