@@ -140,3 +140,50 @@ def test_the_record_and_recover_commands_do_not_import_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_a_command_that_cannot_start_leaves_no_directory_behind(tmp_path):
+    out = tmp_path / "new" / "rec"
+    done = warmfit("record", "-o", str(out), "--", "/nonexistent/trainer")
+    assert done.returncode == 2 and "command not found" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "new").exists()
+    bare = warmfit("record", "-o", str(out), "--", "warmfit-no-such-command")
+    assert bare.returncode == 2 and "command not found" in bare.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_force_with_a_command_that_cannot_start_keeps_the_earlier_recording(tmp_path):
+    out = tmp_path / "rec"
+    earlier = out / "run=r" / "rank=0" / "readings.parquet"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b"an earlier recording")
+    done = warmfit("record", "-o", str(out), "--run", "r", "--force", "--", "/nonexistent")
+    assert done.returncode == 2 and "command not found" in done.stderr
+    assert earlier.read_bytes() == b"an earlier recording"
+
+
+def _log(path: Path, rank: int) -> None:
+    from warmfit.recorder.log import LogWriter
+
+    writer = LogWriter(path, "r", rank, {}, fsync=False)
+    row = (0, 0, 0, "sig", "flat", "forward", False, 10, 10, 0, 100, 200, None, False)
+    writer.append([row, (1, *row[1:5], "caller", True, *row[7:])])
+    writer.close()
+
+
+def test_recover_recovers_the_other_logs_and_exits_2_naming_the_one_it_could_not(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bad = tmp_path / "run=r" / "rank=0" / "readings.arrows"
+    good = tmp_path / "run=r" / "rank=1" / "readings.arrows"
+    _log(bad, 0)
+    _log(good, 1)
+    pq.write_table(pa.table({"x": [1]}), bad.with_name("readings.parquet"))  # fewer readings
+    done = warmfit("recover", str(tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert str(bad) in done.stderr and "holds fewer readings" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not good.exists() and read_trace([good.parent]).height == 2  # recovered
+    assert bad.exists()  # left in place for another try

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -238,3 +240,125 @@ def test_recover_keeps_every_complete_batch_of_a_truncated_log(tmp_path):
 def test_recover_refuses_a_directory_without_logs(tmp_path):
     with pytest.raises(UsageError, match="holds no write-ahead logs"):
         recover(tmp_path)
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "named"),
+    [
+        (("sig", 10, 10), {"static_floor_bytes": -1}, "static_floor_bytes=-1"),
+        ((b"sig", 10, 10), {}, "signature"),
+        ((None, 10, 10), {}, "signature"),
+        (("", 10, 10), {}, "signature"),
+        (("sig", 10.0, 10), {}, "packed_tokens"),
+        (("sig", 10, 10.5), {}, "logical_tokens"),
+        (("sig", 10, 10), {"output_bytes": 8.0}, "output_bytes"),
+        (("sig", 10, 10), {"static_floor_bytes": 1.5}, "static_floor_bytes"),
+    ],
+)
+def test_wave_refuses_bad_arguments_at_entry_naming_the_argument(rec, args, kwargs, named):
+    with pytest.raises(UsageError, match=named):
+        rec.wave(*args, **kwargs)
+    assert rec.readings == 0
+
+
+def test_wave_refuses_a_float_tensor_count_at_entry(rec):
+    with pytest.raises(UsageError, match="packed_tokens"):
+        rec.wave("sig", torch.tensor(10.0), 10)
+
+
+def test_wave_accepts_integer_tensor_counts_and_records_plain_ints(rec):
+    with rec.wave("sig", torch.tensor(10), torch.tensor(30), torch.tensor(8), torch.tensor(0)) as w:
+        w.forward_done()
+    rows = readings(rec)  # a tensor left in the row would fail the flush
+    assert [(r["packed_tokens"], r["logical_tokens"], r["output_bytes"]) for r in rows] == [
+        (10, 30, 8),
+        (10, 30, 8),
+    ]
+    assert [r["static_floor_bytes"] for r in rows] == [0, 0]
+
+
+def test_a_flat_wave_without_forward_done_is_never_whole(rec):
+    with rec.wave("plain", 10, 10):
+        x = torch.empty(1000)
+        del x
+    # an untracked reset while the forward's tensors are alive: the counter stays
+    # above the baseline, so the baseline check alone cannot see it
+    with rec.wave("reset", 10, 10):
+        x = torch.empty(1000)
+        y = torch.empty(5000)
+        del y
+        rec.meter.reset_peak()
+        del x
+    rows = readings(rec)
+    assert [(r["signature"], r["phase"], r["whole"]) for r in rows] == [
+        ("plain", "caller", False),
+        ("reset", "caller", False),
+    ]
+
+
+def _failing_close(rec, monkeypatch):
+    from warmfit.recorder.log import LogWriter
+
+    def disk_full(self, rows):
+        raise OSError(28, "No space left on device")
+
+    run_wave(rec)
+    monkeypatch.setattr(LogWriter, "append", disk_full)
+
+
+def test_close_after_a_failed_flush_is_closed_and_a_second_close_does_nothing(rec, monkeypatch):
+    from warmfit.recorder.recorder import _close_at_exit
+
+    _failing_close(rec, monkeypatch)
+    with pytest.raises(OSError, match="No space left") as caught:
+        rec.close()
+    assert any("warmfit recover" in note for note in caught.value.__notes__)
+    assert rec._closed
+    assert rec.close() is None  # idempotent: no second error
+    _close_at_exit(weakref.ref(rec))  # the atexit hook is quiet too
+
+
+def test_the_atexit_hook_warns_instead_of_raising_when_close_fails(rec, monkeypatch, capsys):
+    from warmfit.recorder.recorder import _close_at_exit
+
+    _failing_close(rec, monkeypatch)
+    _close_at_exit(weakref.ref(rec))
+    err = capsys.readouterr().err
+    assert "could not close the recorder" in err and "warmfit recover" in err
+    assert "Traceback" not in err
+    assert rec._closed
+
+
+def _killed_rank(tmp_path, rank: int) -> Recorder:
+    recorder = Recorder(tmp_path, run="t", rank=rank, device="cpu", flush_interval_s=3600)
+    run_wave(recorder)
+    recorder.step()
+    recorder._writer._file.close()  # as a process killed mid-run
+    recorder._closed = True
+    recorder._stop.set()
+    recorder.meter.close()
+    return recorder
+
+
+def test_recover_recovers_every_other_log_when_one_fails_then_reports_it(tmp_path, monkeypatch):
+    import warmfit.recorder.log as log_module
+
+    bad, good = _killed_rank(tmp_path, 0), _killed_rank(tmp_path, 1)
+    real = log_module.compact_log
+
+    def compact(path, extra=None):
+        if path.parent == bad.directory:
+            raise OSError(5, "Input/output error")
+        return real(path, extra)
+
+    monkeypatch.setattr(log_module, "compact_log", compact)
+    with pytest.raises(UsageError) as caught:
+        recover(tmp_path)
+    message = str(caught.value)
+    assert str(bad.directory / LOG_NAME) in message and "Input/output error" in message
+    assert "warmfit recover" in message
+    assert (good.directory / "readings.parquet").exists()  # the other log was recovered
+    assert (bad.directory / LOG_NAME).exists()  # the failed one is left for another try

@@ -19,11 +19,14 @@ def recover_command(
 
     Every complete batch of every log is kept; a batch cut off by the kill is
     dropped and its size reported. Readings not yet flushed when the process
-    died were never written and cannot be recovered.
+    died were never written and cannot be recovered. A log that cannot be
+    compacted does not stop the others: every other log is recovered first,
+    then each problem is reported and warmfit exits 2.
     """
-    from warmfit.recorder.log import recover
+    from warmfit.recorder.log import recover_all
 
-    compactions = recover(directory)
+    recovery = recover_all(directory)
+    compactions = recovery.compactions
     kept = sum(c.readings for c in compactions)
     dropped = sum(c.dropped_bytes for c in compactions)
     for c in compactions:
@@ -34,6 +37,12 @@ def recover_command(
             if c.readings:
                 line += f" (a batch here held {c.readings_per_batch:.0f} readings on average)"
         typer.echo(line + f" [{c.note}]")
+    if recovery.problems:
+        typer.echo(
+            f"recovered {len(compactions)} log(s): {kept:,} readings kept, "
+            f"{dropped:,} bytes dropped."
+        )
+        recovery.raise_problems(directory)
     typer.echo(
         f"recovered {len(compactions)} log(s): {kept:,} readings kept, {dropped:,} bytes dropped. "
         f"Readings taken after a rank's last flush were never written. "

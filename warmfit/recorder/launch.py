@@ -13,12 +13,13 @@ This module does not import torch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from warmfit.errors import UsageError
 from warmfit.recorder.log import (
     Compaction,
     check_run_label,
-    compact_log,
+    compact_logs,
     existing_recording,
     find_logs,
 )
@@ -43,6 +44,7 @@ class Recording:
     exit_code: int
     run_dir: Path
     compactions: list[Compaction]
+    problems: list[str] = field(default_factory=list)  # logs that could not be compacted
 
 
 def prepare_run_dir(output_dir: Path, run: str, force: bool) -> Path:
@@ -77,11 +79,36 @@ def run_recorded(
             "no command to record. Put it after --, for example: "
             "warmfit record -o traces/demo -- python -m warmfit.demo"
         )
-    run_dir = prepare_run_dir(output_dir, run, force)
     env = {**os.environ, ENV_DIR: str(output_dir.resolve()), ENV_RUN: run}
-    returncode = _run_forwarding_signals(list(command), env)
-    compactions = [compact_log(log, {"warmfit.recovered": "true"}) for log in find_logs(run_dir)]
-    return Recording(exit_code_of(returncode), run_dir, compactions)
+    _check_startable(command[0], env)  # before --force removes an earlier recording
+    run_dir = output_dir / f"run={run}"
+    created = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # deepest first
+    run_dir = prepare_run_dir(output_dir, run, force)
+    try:
+        returncode = _run_forwarding_signals(list(command), env)
+    except UsageError:  # the command could not be started: leave nothing behind
+        for directory in created:
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only empty directories: nothing ran to fill them
+        raise
+    recovery = compact_logs(find_logs(run_dir), {"warmfit.recovered": "true"})
+    return Recording(exit_code_of(returncode), run_dir, recovery.compactions, recovery.problems)
+
+
+def _check_startable(program: str, env: dict[str, str]) -> None:
+    """Refuse a command that cannot be found or run, before touching the disk."""
+    if os.sep in program or (os.altsep and os.altsep in program):
+        path = Path(program)
+        if not path.exists():
+            raise UsageError(
+                f"command not found: {program}. Check the spelling, or give its full path."
+            )
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise UsageError(f"command is not executable: {program}.")
+    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise UsageError(
+            f"command not found: {program}. Check the spelling, or give its full path."
+        )
 
 
 def _start(command: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Popen[bytes]:
@@ -93,6 +120,8 @@ def _start(command: list[str], env: dict[str, str], **kwargs: Any) -> subprocess
         ) from None
     except PermissionError:
         raise UsageError(f"command is not executable: {command[0]}.") from None
+    except OSError as exc:  # for example a file that is not a program (ENOEXEC)
+        raise UsageError(f"cannot start {command[0]}: {exc.strerror or exc}.") from None
 
 
 def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:

@@ -231,11 +231,48 @@ def find_logs(directory: str | os.PathLike[str]) -> list[Path]:
     return sorted(p for p in Path(directory).rglob("*.arrows") if p.is_file())
 
 
-def recover(directory: str | os.PathLike[str]) -> list[Compaction]:
-    """Compact every log a killed recording left under ``directory``.
+@dataclass(frozen=True)
+class Recovery:
+    """What compacting several logs did: the logs compacted, and those that failed."""
+
+    compactions: list[Compaction]
+    problems: list[str]  # one line per log that could not be compacted, naming it
+
+    def raise_problems(self, directory: str | os.PathLike[str]) -> None:
+        """Raise one :class:`UsageError` listing every problem, if there was any."""
+        if self.problems:
+            raise UsageError(
+                f"{len(self.problems)} log(s) could not be recovered (every other log was): "
+                + "; ".join(self.problems)
+                + f". Fix each, then run 'warmfit recover {directory}' again; it compacts "
+                "only the logs still there."
+            )
+
+
+def compact_logs(logs: list[Path], extra_metadata: dict[str, str] | None = None) -> Recovery:
+    """:func:`compact_log` each log; one that fails does not stop the others."""
+    compactions: list[Compaction] = []
+    problems: list[str] = []
+    for log in logs:
+        try:
+            compactions.append(compact_log(log, extra_metadata))
+        except UsageError as exc:  # its message already says what to do
+            problems.append(f"{log}: {exc}")
+        except Exception as exc:  # reported per log, with the path
+            problems.append(
+                f"{log}: {type(exc).__name__}: {exc} (check the disk and the file's "
+                "permissions; the log is left in place)"
+            )
+    return Recovery(compactions, problems)
+
+
+def recover_all(directory: str | os.PathLike[str]) -> Recovery:
+    """Compact every log a killed recording left under ``directory``, reporting failures.
 
     Raises :class:`UsageError` when the directory does not exist or holds no
-    log (a finished recording has none: it is already a trace).
+    log (a finished recording has none: it is already a trace). A log that
+    cannot be compacted is listed in :attr:`Recovery.problems`, after every
+    other log has been compacted.
     """
     root = Path(directory)
     if not root.is_dir():
@@ -251,4 +288,16 @@ def recover(directory: str | os.PathLike[str]) -> list[Compaction]:
             else "name the -o directory of a 'warmfit record' run that was killed."
         )
         raise UsageError(f"{root} holds no write-ahead logs (*.arrows) to recover; {hint}")
-    return [compact_log(log, {"warmfit.recovered": "true"}) for log in logs]
+    return compact_logs(logs, {"warmfit.recovered": "true"})
+
+
+def recover(directory: str | os.PathLike[str]) -> list[Compaction]:
+    """Compact every log a killed recording left under ``directory``.
+
+    Raises :class:`UsageError` when the directory does not exist or holds no
+    log (a finished recording has none: it is already a trace), and, after
+    compacting every other log, when some log could not be compacted.
+    """
+    recovery = recover_all(directory)
+    recovery.raise_problems(directory)
+    return recovery.compactions

@@ -17,9 +17,17 @@ A trainer wraps each wave of its micro-batch loop::
 
 Entering a wave takes the baseline (allocated bytes) and resets the meter's
 peak. A ``caller`` reading is **whole** (SPEC §1) when the wave is ``flat``,
-left without an exception, no other wave was entered inside it (which resets
-the counter) and the counter did not fall below the wave's forward peak or
-its baseline (a reset the recorder did not make). An exception leaving the
+left without an exception, :meth:`Wave.forward_done` was called, no other
+wave was entered inside it (which resets the counter) and the counter did not
+fall below the wave's forward peak or its baseline (a reset the recorder did
+not make).
+
+A flat wave left without ``forward_done()`` still records its ``caller``
+reading, but never as whole. SPEC §1 detects an untracked reset by the
+counter falling below the forward peak; without a forward reading the only
+check left is the baseline, and a reset while the forward's activations are
+still allocated leaves the counter above the baseline, so it would pass
+unseen and a too-low peak would seed the warm fit. An exception leaving the
 wave records the reading of the phase it interrupted and is re-raised
 unchanged; an out-of-memory error marks that reading ``oom``.
 """
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import operator
 import os
 import sys
 import threading
@@ -63,7 +72,9 @@ class Wave:
     """One wave's context: ``with recorder.wave(...) as wave: ...``.
 
     Call :meth:`forward_done` when the forward returns; leaving the block
-    takes the ``caller`` reading.
+    takes the ``caller`` reading. A flat wave's ``caller`` reading can be
+    whole only when :meth:`forward_done` was called (the module docstring
+    says why).
     """
 
     __slots__ = (
@@ -155,6 +166,17 @@ def is_out_of_memory(exc: BaseException) -> bool:
         text = str(exc)
         return "out of memory" in text or "can't allocate memory" in text
     return False
+
+
+def _count(name: str, value: Any) -> int:
+    """``value`` as an int (``operator.index``), or a :class:`UsageError` naming ``name``."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise UsageError(
+            f"wave(): {name} must be an integer (an int, or a 0-d integer tensor); "
+            f"got {value!r} of type {type(value).__name__}."
+        ) from None
 
 
 def _detect_rank() -> int:
@@ -290,6 +312,28 @@ class Recorder:
         """A context manager for one wave; see the module docstring."""
         if not self.enabled:
             return _NULL_WAVE
+        if not isinstance(signature, str) or not signature:
+            raise UsageError(
+                f"wave(signature={signature!r}): the signature must be a non-empty str "
+                f"(got {type(signature).__name__})."
+            )
+        # Counts become ints here (a 0-d integer tensor gives its value), so a float or
+        # a float tensor is refused now, not at the next flush. The fast path is one
+        # type check per count.
+        if type(packed_tokens) is not int:
+            packed_tokens = _count("packed_tokens", packed_tokens)
+        if type(logical_tokens) is not int:
+            logical_tokens = _count("logical_tokens", logical_tokens)
+        if type(output_bytes) is not int:
+            output_bytes = _count("output_bytes", output_bytes)
+        if static_floor_bytes is not None:
+            if type(static_floor_bytes) is not int:
+                static_floor_bytes = _count("static_floor_bytes", static_floor_bytes)
+            if static_floor_bytes < 0:
+                raise UsageError(
+                    f"wave({signature!r}, static_floor_bytes={static_floor_bytes}): "
+                    "static_floor_bytes must be >= 0, or None when the trainer has no floor."
+                )
         if not (0 < packed_tokens <= logical_tokens) or output_bytes < 0 or kind not in KINDS:
             raise UsageError(
                 f"wave({signature!r}, packed_tokens={packed_tokens}, "
@@ -340,8 +384,11 @@ class Recorder:
             if not forward_taken:
                 self._append(wave, "forward", False, peak, False)
         else:
+            # Without forward_done() there is no forward peak to hold the counter to
+            # (SPEC §1), so the reading is never whole: see the module docstring.
             whole = (
-                not wave.interrupted
+                forward_taken
+                and not wave.interrupted
                 and raw >= wave.forward_peak_bytes
                 and raw >= wave.baseline_bytes
             )
@@ -428,19 +475,40 @@ class Recorder:
         """Flush, stop measuring and compact the log into the rank's Parquet file.
 
         Returns what compaction did (``None`` when nothing was recorded).
-        Waves still open are not recorded. Calling it again does nothing.
+        Waves still open are not recorded. Calling it again does nothing, even
+        after a first call that raised: if the last flush fails (a full disk),
+        the recorder is closed all the same, the error propagates from this
+        call, and the log keeps every batch flushed before it for
+        ``warmfit recover``.
         """
         if not self.enabled or self._closed or os.getpid() != self._pid:
             return self._compaction
         self._stop.set()
         self._flusher.join()
-        self.flush()
+        try:
+            self.flush()
+        except BaseException as exc:
+            self._closed = True
+            with contextlib.suppress(Exception):  # the flush error is the one to report
+                self._release()
+            if self._writer is not None:
+                exc.add_note(
+                    f"warmfit: the readings flushed before this are in {self._writer.path}; "
+                    f"'warmfit recover {self.output_dir}' turns them into a trace."
+                )
+            raise
         self._closed = True
-        self.meter.close()
+        self._release()
         if self._writer is not None:
-            self._writer.close()
             self._compaction = compact_log(self._writer.path)
         return self._compaction
+
+    def _release(self) -> None:
+        try:
+            self.meter.close()
+        finally:
+            if self._writer is not None:
+                self._writer.close()
 
     @property
     def trace_path(self) -> Path | None:
@@ -469,6 +537,16 @@ def _flush_periodically(
 
 
 def _close_at_exit(recorder: weakref.ref[Recorder]) -> None:
+    """Close a recorder left open at interpreter exit; warn, never raise, on failure."""
     alive = recorder()
-    if alive is not None:
+    if alive is None:
+        return
+    try:
         alive.close()
+    except Exception as exc:  # a traceback at exit helps no one; say what is left
+        print(
+            f"warmfit: warning: could not close the recorder of rank {alive.rank} at exit: "
+            f"{exc}. Run 'warmfit recover {alive.output_dir}' to turn the readings flushed "
+            "before this into a trace.",
+            file=sys.stderr,
+        )
