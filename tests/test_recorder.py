@@ -362,3 +362,13 @@ def test_recover_recovers_every_other_log_when_one_fails_then_reports_it(tmp_pat
     assert "warmfit recover" in message
     assert (good.directory / "readings.parquet").exists()  # the other log was recovered
     assert (bad.directory / LOG_NAME).exists()  # the failed one is left for another try
+
+
+def test_recovery_reports_progress_once_before_and_after_each_log(tmp_path):
+    from warmfit.recorder.log import recover_all
+
+    _killed_rank(tmp_path, 0), _killed_rank(tmp_path, 1)
+    calls = []
+    recovery = recover_all(tmp_path, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(0, 2), (1, 2), (2, 2)]
+    assert len(recovery.compactions) == 2 and not recovery.problems

@@ -23,9 +23,11 @@ def recover_command(
     compacted does not stop the others: every other log is recovered first,
     then each problem is reported and warmfit exits 2.
     """
+    from warmfit.progress import progress_bar
     from warmfit.recorder.log import recover_all
 
-    recovery = recover_all(directory)
+    with progress_bar("recovering logs", unit="logs") as progress:
+        recovery = recover_all(directory, progress)
     compactions = recovery.compactions
     kept = sum(c.readings for c in compactions)
     dropped = sum(c.dropped_bytes for c in compactions)

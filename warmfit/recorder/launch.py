@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from warmfit.errors import UsageError
+from warmfit.progress import progress_bar
 from warmfit.recorder.log import (
     Compaction,
     check_run_label,
@@ -91,7 +92,8 @@ def run_recorded(
             with contextlib.suppress(OSError):
                 directory.rmdir()  # only empty directories: nothing ran to fill them
         raise
-    recovery = compact_logs(find_logs(run_dir), {"warmfit.recovered": "true"})
+    with progress_bar("compacting logs", unit="logs") as progress:
+        recovery = compact_logs(find_logs(run_dir), {"warmfit.recovered": "true"}, progress)
     return Recording(exit_code_of(returncode), run_dir, recovery.compactions, recovery.problems)
 
 

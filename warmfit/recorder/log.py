@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from warmfit.errors import UsageError
+from warmfit.progress import ProgressCallback, no_progress
 from warmfit.schema import COLUMNS, arrow_schema
 from warmfit.trace import write_trace
 
@@ -249,11 +250,19 @@ class Recovery:
             )
 
 
-def compact_logs(logs: list[Path], extra_metadata: dict[str, str] | None = None) -> Recovery:
-    """:func:`compact_log` each log; one that fails does not stop the others."""
+def compact_logs(
+    logs: list[Path],
+    extra_metadata: dict[str, str] | None = None,
+    progress: ProgressCallback = no_progress,
+) -> Recovery:
+    """:func:`compact_log` each log; one that fails does not stop the others.
+
+    ``progress(done, total)`` is called before the first log and after each.
+    """
     compactions: list[Compaction] = []
     problems: list[str] = []
-    for log in logs:
+    progress(0, len(logs))
+    for done, log in enumerate(logs, 1):
         try:
             compactions.append(compact_log(log, extra_metadata))
         except UsageError as exc:  # its message already says what to do
@@ -263,10 +272,13 @@ def compact_logs(logs: list[Path], extra_metadata: dict[str, str] | None = None)
                 f"{log}: {type(exc).__name__}: {exc} (check the disk and the file's "
                 "permissions; the log is left in place)"
             )
+        progress(done, len(logs))
     return Recovery(compactions, problems)
 
 
-def recover_all(directory: str | os.PathLike[str]) -> Recovery:
+def recover_all(
+    directory: str | os.PathLike[str], progress: ProgressCallback = no_progress
+) -> Recovery:
     """Compact every log a killed recording left under ``directory``, reporting failures.
 
     Raises :class:`UsageError` when the directory does not exist or holds no
@@ -288,7 +300,7 @@ def recover_all(directory: str | os.PathLike[str]) -> Recovery:
             else "name the -o directory of a 'warmfit record' run that was killed."
         )
         raise UsageError(f"{root} holds no write-ahead logs (*.arrows) to recover; {hint}")
-    return compact_logs(logs, {"warmfit.recovered": "true"})
+    return compact_logs(logs, {"warmfit.recovered": "true"}, progress)
 
 
 def recover(directory: str | os.PathLike[str]) -> list[Compaction]:
