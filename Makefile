@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-slow lint format bench traces expectations clean bench-record
+.PHONY: help venv demo test test-slow lint format bench traces expectations clean bench-record smoke-core
 
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-12s %s\n", $$1, $$2}'
@@ -47,8 +47,19 @@ traces: $(STAMP) ## Regenerate traces/pr991 byte-identically from its generator.
 expectations: $(STAMP) ## Rewrite traces/expectations.toml (the CI gate) from the stored traces.
 	$(WARMFIT) check traces --write-expect traces/expectations.toml --force
 
-clean: ## Remove the virtual environment and caches.
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+smoke-core: ## Install warmfit without extras (no torch, no matplotlib) and use the core CLI.
+	rm -rf .venv-core && $(PYTHON) -m venv .venv-core
+	.venv-core/bin/python -m pip install -q .
+	.venv-core/bin/warmfit --help > /dev/null
+	.venv-core/bin/warmfit replay traces/pr991 --format markdown
+	.venv-core/bin/warmfit check traces --expect traces/expectations.toml --format csv > /dev/null
+	.venv-core/bin/warmfit plot traces/pr991 -o .venv-core/x.png 2>&1 | grep -q "needs matplotlib"
+	.venv-core/bin/python -c "import sys, warmfit.recorder; assert 'torch' not in sys.modules"
+	.venv-core/bin/python -m warmfit.demo 2>&1 | grep -q "needs torch"
+	@echo "core install works without torch and matplotlib"
+
+clean: ## Remove the virtual environments and caches.
+	rm -rf $(VENV) .venv-core .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 bench-record: $(STAMP) ## Measure the recorder's cost per reading and 1M readings written (bench-results/).
 	$(PY) benchmarks/bench_record.py

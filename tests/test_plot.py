@@ -167,3 +167,14 @@ def test_replay_and_help_never_import_matplotlib() -> None:
     subprocess.run(
         [sys.executable, "-c", code, str(REPO / "traces" / "pr991")], check=True, cwd=REPO
     )
+
+
+def test_without_matplotlib_plot_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from warmfit.errors import UsageError
+    from warmfit.plot import _require_matplotlib
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    with pytest.raises(UsageError, match=r"pip install 'warmfit\[plot\]'"):
+        _require_matplotlib()

@@ -38,9 +38,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError:  # pragma: no cover - exercised by CI's minimal install
+    sys.exit(
+        "python -m warmfit.demo needs torch, which is not installed: install the extra "
+        "'warmfit[torch]' (on a CPU-only machine pin a CPU build first; see the README)."
+    )
 
 from warmfit.recorder import Recorder
 from warmfit.recorder.meters import CpuMeter

@@ -331,8 +331,19 @@ def _line(policies: Sequence[str], name: str) -> dict[str, Any]:
     }
 
 
+def _require_matplotlib() -> None:
+    """A clear usage error, not an ImportError, where matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "warmfit plot needs matplotlib, which is not installed: pip install 'warmfit[plot]'."
+        ) from None
+
+
 def draw_figure(data: PlotData) -> Figure:
     """Draw every run's row of panels on one matplotlib figure (no pyplot state)."""
+    _require_matplotlib()
     from matplotlib.figure import Figure
 
     width, height = figure_size(len(data.runs))
@@ -508,6 +519,7 @@ def _draw_over(ax: Any, data: PlotData, run: str) -> None:
 
 def render_bytes(data: PlotData, fmt: str = "png") -> bytes:
     """The figure as PNG or SVG bytes."""
+    _require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     fig = draw_figure(data)
