@@ -4,15 +4,16 @@ Each state of the built-in policies (SPEC §4) is a running maximum, minimum
 or count over the readings a profile observed, so the state a wave is priced
 from is an *exclusive* cumulative aggregate per ``(run, rank, signature)``,
 taken at the wave's first reading over the readings strictly before it. This
-module computes those aggregates as polars window expressions, with no Python
-loop over readings, and gives exactly what
+module computes those aggregates in numpy on the readings sorted by profile
+(``fmax``/``fmin`` accumulations, exact in any order), with no Python loop
+over readings, and gives exactly what
 :func:`warmfit.replay.replay_scalar` gives: the same rows in the same order,
 the same bytes, the same floats.
 
 A policy opts in by naming its :class:`VectorizedForm` in its ``vectorized``
 class attribute (``"module:NAME"``). A form has two halves: ``state``, the
-policy's fields as running aggregates over a :class:`Profiles` (polars
-window expressions), and ``price``, the policy's ``price`` arithmetic over
+policy's fields as running aggregates over a :class:`Profiles` (numpy
+arrays, per wave), and ``price``, the policy's ``price`` arithmetic over
 numpy arrays of those fields taken at each wave's first reading. The engine
 then applies the estimate arithmetic of :func:`warmfit.replay.estimate_bytes`.
 
@@ -30,12 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from warmfit.errors import PolicyError
 from warmfit.policies import Policy
 
-#: A profile is one signature on one rank of one run: the engine numbers them in this column.
-PROFILE_KEY = "_profile"
 #: Below this, every int64 column converts to a double exactly.
 EXACT_LIMIT = 2**53
 #: Prices and estimates (as doubles) stay below this, so int64 arithmetic on them is exact.
@@ -45,78 +45,132 @@ PRICE_LIMIT = 2**61
 class Profiles:
     """The readings of a trace as a vectorized form's ``state`` sees them.
 
-    Every attribute is a per-reading expression, every method builds one.
-    A reading is *observed* unless it ran out of memory (SPEC §3); the
-    ``*_before`` methods aggregate over the profile's readings strictly
-    before the reading, in ``seq`` order: the profile's state when a wave
-    that opens at that reading is priced. They are running maxima, minima
-    and counts only: arithmetic belongs in a form's ``price``.
+    The engine sorts the readings by profile (stably, so each profile's
+    readings stay in ``seq`` order and lie side by side) and hands a form
+    this view: every attribute is a numpy array with one entry per reading,
+    in that order. A reading is *observed* unless it ran out of memory
+    (SPEC §3). :meth:`max_before` and :meth:`min_before` give, per wave, the
+    running maximum or minimum over the profile's readings strictly before
+    the wave's first reading: the profile's state when the wave is priced.
+    They are running maxima and minima only (exact in any order, so the
+    result is the reference engine's to the bit): arithmetic belongs in a
+    form's ``price``.
     """
 
-    packed_tokens = pl.col("packed_tokens")
-    logical_tokens = pl.col("logical_tokens")
-    whole = pl.col("whole")
-    #: The reading is learned from (it did not run out of memory).
-    observed = ~pl.col("oom")
-    #: ``max(0, delta - o) / n`` (SPEC §4), a double, as :attr:`Reading.rate`.
-    rate = pl.col("_rate")
-    #: ``m / n``, a double, as :attr:`Reading.sharing`.
-    sharing = pl.col("_sharing")
+    def __init__(
+        self,
+        columns: dict[str, np.ndarray],
+        starts: np.ndarray,
+        priced_at: np.ndarray,
+    ) -> None:
+        #: ``n`` per reading (int64).
+        self.packed_tokens: np.ndarray = columns["packed_tokens"]
+        self.whole: np.ndarray = columns["whole"]
+        #: The reading is learned from (it did not run out of memory).
+        self.observed: np.ndarray = columns["observed"]
+        #: ``max(0, delta - o) / n`` (SPEC §4), a double, as :attr:`Reading.rate`.
+        self.rate: np.ndarray = columns["rate"]
+        #: ``m / n``, a double, as :attr:`Reading.sharing`.
+        self.sharing: np.ndarray = columns["sharing"]
+        self._starts = starts
+        self._lengths = np.diff(np.append(starts, len(self.rate)))
+        # Per wave: the position of the reading before its first one, -1
+        # when its first reading opens the profile (nothing came before).
+        self._before = priced_at
+        self._cache: dict[tuple[str, int, int], tuple[object, object, np.ndarray]] = {}
+        self._scratch: np.ndarray | None = None
 
-    def __init__(self) -> None:
-        self.columns: list[tuple[str, pl.Expr]] = []
+    def seen_before(self, condition: np.ndarray) -> np.ndarray:
+        """Per reading: whether an earlier reading of its profile meets ``condition``."""
+        meets = np.append(np.flatnonzero(condition), len(condition))
+        ends = self._starts + self._lengths
+        # Per profile, the first reading that meets it (its end when none does).
+        at = np.searchsorted(meets, self._starts)
+        first = np.minimum(meets[at], ends)
+        # +1 from just after that reading to the profile's end: a running sum
+        # of 0s and 1s, since profiles do not overlap.
+        some = first + 1 < ends
+        edges = np.zeros(len(condition) + 1, dtype=np.int8)
+        edges[first[some] + 1] += 1
+        edges[ends[some]] -= 1
+        return np.cumsum(edges[:-1], dtype=np.int8).view(np.bool_)
 
-    def column(self, value: pl.Expr) -> pl.Expr:
-        """Compute ``value`` per reading first, and refer to the result.
+    def max_before(self, value: np.ndarray, where: np.ndarray) -> np.ndarray:
+        """Per wave: the largest ``value`` over the profile's earlier readings that
+        meet ``where``; NaN where there is none."""
+        return self._running(np.fmax, value, where)
 
-        Use it for an aggregate that another aggregate builds on: the engine
-        computes these columns, in the order made, before any state, which is
-        much faster than nesting one window expression in another.
-        """
-        name = f"_column{len(self.columns)}"
-        self.columns.append((name, value))
-        return pl.col(name)
+    def min_before(self, value: np.ndarray, where: np.ndarray) -> np.ndarray:
+        """Per wave: the smallest, as :meth:`max_before`."""
+        return self._running(np.fmin, value, where)
 
-    def max_before(self, value: pl.Expr) -> pl.Expr:
-        """Running maximum of ``value`` over the profile's earlier readings.
+    def _running(self, ufunc: np.ufunc, value: np.ndarray, where: np.ndarray) -> np.ndarray:
+        key = (ufunc.__name__, id(value), id(where))
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is value and hit[1] is where:
+            return hit[2]
+        if self._scratch is None:
+            self._scratch = np.empty(len(value), dtype=np.float64)
+        running = self._scratch
+        running.fill(np.nan)
+        np.copyto(running, value, where=where)
+        _accumulate(ufunc, running, self._starts, self._lengths)
+        before = self._before
+        result = running[np.maximum(before, 0)]
+        result[before < 0] = np.nan
+        self._cache[key] = (value, where, result)
+        return result
 
-        Readings where ``value`` is null do not count; the result is null
-        until one has.
-        """
-        return value.cum_max().forward_fill().shift(1).over(PROFILE_KEY)
 
-    def min_before(self, value: pl.Expr) -> pl.Expr:
-        """Running minimum, as :meth:`max_before`."""
-        return value.cum_min().forward_fill().shift(1).over(PROFILE_KEY)
+#: Up to this many profiles, running aggregates go profile by profile.
+LOOP_PROFILES = 20_000
 
-    def count_before(self, condition: pl.Expr) -> pl.Expr:
-        """How many of the profile's earlier readings meet ``condition``."""
-        return condition.cast(pl.UInt32).cum_sum().shift(1, fill_value=0).over(PROFILE_KEY)
+
+def _accumulate(
+    ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> None:
+    """Running ``ufunc`` (fmax or fmin) over each profile's slice of ``values``, in place.
+
+    Few profiles: one ``accumulate`` per profile. Many: a segmented
+    Hillis-Steele scan (log2 of the longest profile passes over every
+    reading), exact too, since a maximum or minimum is exact in any order.
+    """
+    if len(starts) <= LOOP_PROFILES:
+        for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
+            part = values[start : start + length]
+            ufunc.accumulate(part, out=part)
+        return
+    segment = np.repeat(np.arange(len(starts)), lengths)
+    step, longest = 1, int(lengths.max())
+    while step < longest:
+        same = segment[step:] == segment[:-step]
+        values[step:] = np.where(same, ufunc(values[step:], values[:-step]), values[step:])
+        step *= 2
 
 
 @dataclass(frozen=True)
 class VectorizedForm:
     """A policy's vectorized form: its state as running aggregates, and its price.
 
-    ``state`` maps names to :class:`Profiles` expressions: the policy's
-    fields as they stand before each reading. ``price`` takes those fields
-    at each wave's first reading (numpy arrays, NaN for null) and the wave's
-    packed and logical tokens, and returns ``p`` per wave (NaN: no profile),
-    doing the policy's float arithmetic in the same order as its ``price``
-    method. Arithmetic is numpy's on purpose: polars may divide by a
-    broadcast value as a multiplication by its reciprocal, which is not the
-    division Python does.
+    ``state`` takes a :class:`Profiles` and maps names to numpy arrays: the
+    policy's fields, per wave, as they stand when the wave is priced (NaN:
+    unset), built from :meth:`Profiles.max_before` and
+    :meth:`Profiles.min_before`. ``price`` takes those fields and the
+    wave's packed and logical tokens, and returns ``p`` per wave (NaN: no
+    profile), doing the policy's float arithmetic in the same order as its
+    ``price`` method, on IEEE doubles as Python does.
     """
 
-    state: Callable[[Profiles], dict[str, pl.Expr]]
+    state: Callable[[Profiles], dict[str, np.ndarray]]
     price: Callable[[dict[str, np.ndarray], np.ndarray, np.ndarray], np.ndarray]
 
 
-def _max_merge_state(v: Profiles) -> dict[str, pl.Expr]:
+def _max_merge_state(v: Profiles) -> dict[str, np.ndarray]:
+    sharing_max = v.max_before(v.sharing, v.observed)
     return {
-        "rate_max": v.max_before(pl.when(v.observed).then(v.rate)),
+        "rate_max": v.max_before(v.rate, v.observed),
         # sharing_max starts at 1.0 and every sharing is >= 1.0
-        "sharing_max": v.max_before(pl.when(v.observed).then(v.sharing)).fill_null(1.0),
+        "sharing_max": np.where(np.isnan(sharing_max), 1.0, sharing_max),
     }
 
 
@@ -129,17 +183,19 @@ def _max_merge_price(state: dict[str, np.ndarray], n: np.ndarray, m: np.ndarray)
 MAX_MERGE = VectorizedForm(_max_merge_state, _max_merge_price)
 
 
-def _warm_fit_state(v: Profiles) -> dict[str, pl.Expr]:
+def _warm_fit_state(v: Profiles) -> dict[str, np.ndarray]:
     # The seed is the profile's first observed whole reading; a reading is
     # warm when the seed came strictly before it.
-    warm = v.column(v.observed & (v.count_before(v.whole & v.observed) > 0))
+    warm = v.observed & v.seen_before(v.whole & v.observed)
     warm_whole = warm & v.whole
+    warm_rate = v.max_before(v.rate, warm)
+    warm_sharing = v.max_before(v.sharing, warm_whole)
     return {
         **_max_merge_state(v),
         # warm_rate starts at 0.0 and every rate is >= 0.0
-        "warm_rate": v.max_before(pl.when(warm).then(v.rate)).fill_null(0.0),
-        "warm_tokens": v.min_before(pl.when(warm_whole).then(v.packed_tokens)),
-        "warm_sharing": v.max_before(pl.when(warm_whole).then(v.sharing)).fill_null(1.0),
+        "warm_rate": np.where(np.isnan(warm_rate), 0.0, warm_rate),
+        "warm_tokens": v.min_before(v.packed_tokens, warm_whole),
+        "warm_sharing": np.where(np.isnan(warm_sharing), 1.0, warm_sharing),
     }
 
 
@@ -242,55 +298,57 @@ def replay_vectorized(
     )
     stream = keys.get_column("stream").to_numpy()
     signature = keys.get_column("signature").to_numpy()
-    profile = stream * (int(signature.max()) + 1) + signature
-
-    # Each policy's state before every reading (identical expressions once).
-    profiles = Profiles()
-    states = [form.state(profiles) for form in forms]
-    state_columns: dict[str, pl.Expr] = {}
-    where: list[dict[str, str]] = []
-    for state in states:
-        where.append({})
-        for field, expr in state.items():
-            same = next((c for c, e in state_columns.items() if e.meta.eq(expr)), None)
-            if same is None:
-                same = f"_state{len(state_columns)}"
-                state_columns[same] = expr
-            where[-1][field] = same
-    frame = readings.select(
-        "packed_tokens",
-        "logical_tokens",
-        "whole",
-        "oom",
-        _rate=pl.Series(rate),
-        _sharing=pl.Series(sharing),
-        _profile=pl.Series(profile),
-    )
-    for name, value in profiles.columns:
-        frame = frame.with_columns(value.alias(name))
-    frame = frame.select(**state_columns)
+    del keys
 
     # Per wave, by sorting readings by (stream, wave): its first reading, its
     # actual bytes and whether it ran out of memory. Waves then come in the
     # order of their first readings, as the reference engine emits them.
-    order = _wave_order(stream, _ints(readings, "wave"))
-    wave_of = stream[order], _ints(readings, "wave")[order]
+    wave = _ints(readings, "wave")
+    order = _wave_order(stream, wave)
+    wave_stream, wave = stream[order], wave[order]
     starts = np.flatnonzero(
-        np.concatenate(([True], (np.diff(wave_of[0]) != 0) | (np.diff(wave_of[1]) != 0)))
+        np.concatenate(([True], (np.diff(wave_stream) != 0) | (np.diff(wave) != 0)))
     )
+    del wave_stream, wave
     first = order[starts]
     by_first = np.argsort(first, kind="stable")
     first = first[by_first]
     actual = np.maximum.reduceat(delta[order], starts)[by_first]
-    oom = np.logical_or.reduceat(readings.get_column("oom").to_numpy()[order], starts)[by_first]
-    waves = pl.concat(
-        [
-            readings.select(*_WAVE_KEY, *_WAVE_CONSTANT).gather(first),
-            frame.gather(first),
-            pl.DataFrame({"actual_bytes": actual, "oom": oom}),
-        ],
-        how="horizontal",
+    oom_reading = readings.get_column("oom").to_numpy()
+    oom = np.logical_or.reduceat(oom_reading[order], starts)[by_first]
+    del order, starts, by_first
+
+    # Readings sorted by profile, each profile's readings side by side in
+    # seq order; each wave's state is read just before its first reading.
+    profile = _dense(stream * (int(signature.max()) + 1) + signature)
+    del stream, signature
+    by_profile = _profile_order(profile)
+    sorted_profile = profile[by_profile]
+    opens = np.concatenate(([True], sorted_profile[1:] != sorted_profile[:-1]))
+    del profile, sorted_profile
+    position = np.empty(len(by_profile), dtype=np.int64)
+    position[by_profile] = np.arange(len(by_profile))
+    at = position[first]
+    del position
+    priced_at = np.where(opens[at], -1, at - 1)
+    profiles = Profiles(
+        {
+            "packed_tokens": n[by_profile],
+            "whole": readings.get_column("whole").to_numpy()[by_profile],
+            "observed": ~oom_reading[by_profile],
+            "rate": rate[by_profile],
+            "sharing": sharing[by_profile],
+        },
+        np.flatnonzero(opens),
+        priced_at,
     )
+    del by_profile, opens, rate, sharing, oom_reading, delta
+    states = [form.state(profiles) for form in forms]
+    del profiles
+
+    waves = readings.select(
+        "packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"
+    ).gather(first)
 
     # Per wave and policy: p, then the estimate (SPEC §3), in numpy.
     n = _ints(waves, "packed_tokens")
@@ -299,11 +357,7 @@ def replay_vectorized(
     has_floor = waves.get_column("static_floor_bytes").is_not_null().to_numpy()
     floor = waves.get_column("static_floor_bytes").fill_null(0).to_numpy()
     estimates, set_by = [], []
-    for form, columns in zip(forms, where, strict=True):
-        fields = {
-            field: waves.get_column(column).cast(pl.Float64).fill_null(float("nan")).to_numpy()
-            for field, column in columns.items()
-        }
+    for form, fields in zip(forms, states, strict=True):
         p = form.price(fields, n, m)
         has_p = ~np.isnan(p)
         if (p[has_p] >= PRICE_LIMIT).any():
@@ -320,19 +374,30 @@ def replay_vectorized(
     # One row per wave and policy, policies in the order given.
     count = len(policies)
     estimate = np.stack(estimates, axis=1).ravel()
+    del estimates
     priced = estimate >= 0
     per_row_actual = np.repeat(actual, count)
     with np.errstate(divide="ignore", invalid="ignore"):
         over = estimate.astype(np.float64) / per_row_actual.astype(np.float64) - 1
-    code = pl.Series(np.stack(set_by, axis=1).ravel())
-    rows = waves.select(_WAVE_COLUMNS).gather(np.repeat(np.arange(waves.height), count))
+    # set_by: index into ("profile", "floor"), null when unpriced
+    code = np.stack(set_by, axis=1).ravel().astype(np.uint32)
+    del set_by
+    names = pl.Series([cls.name for cls in policies], dtype=pl.String)
+    rows = readings.select(*_WAVE_KEY, *_WAVE_CONSTANT).gather(np.repeat(first, count))
     return rows.with_columns(
-        policy=pl.Series([cls.name for cls in policies] * waves.height, dtype=pl.String),
-        estimate_bytes=pl.when(pl.Series(priced)).then(pl.Series(estimate)),
-        set_by=pl.when(code == 1).then(pl.lit("profile")).when(code == 2).then(pl.lit("floor")),
-        over_estimate=pl.when(pl.Series(priced & (per_row_actual > 0))).then(pl.Series(over)),
-        under_peak=pl.when(pl.Series(priced)).then(pl.Series(estimate < per_row_actual)),
+        policy=names.gather(np.tile(np.arange(count, dtype=np.uint32), len(first))),
+        actual_bytes=pl.Series(per_row_actual),
+        estimate_bytes=_masked(estimate, priced),
+        set_by=pl.Series(["profile", "floor"]).gather(_masked(code - 1, code > 0)),
+        over_estimate=_masked(over, priced & (per_row_actual > 0)),
+        under_peak=_masked(estimate < per_row_actual, priced),
+        oom=pl.Series(np.repeat(oom, count)),
     ).select(pl.col(name).cast(dtype) for name, dtype in PER_WAVE_SCHEMA.items())
+
+
+def _masked(values: np.ndarray, valid: np.ndarray) -> pl.Series:
+    """``values`` as a Series, null where not ``valid``."""
+    return pl.Series(pa.array(values, mask=~valid))
 
 
 def _wave_order(stream: np.ndarray, wave: np.ndarray) -> np.ndarray:
@@ -349,6 +414,23 @@ def _wave_order(stream: np.ndarray, wave: np.ndarray) -> np.ndarray:
     return np.lexsort((wave, stream))
 
 
+def _dense(key: np.ndarray) -> np.ndarray:
+    """Number the distinct values of a non-negative int64 key 0, 1, ... in order."""
+    high = int(key.max())
+    if high < 4 * len(key) + 2**16:
+        present = np.zeros(high + 1, dtype=np.int64)
+        present[key] = 1
+        return (np.cumsum(present) - 1)[key]
+    return np.unique(key, return_inverse=True)[1].reshape(-1)
+
+
+def _profile_order(profile: np.ndarray) -> np.ndarray:
+    """A stable order of readings by (dense) profile number: a radix sort when it fits 16 bits."""
+    if int(profile.max()) < 2**16:
+        return np.argsort(profile.astype(np.uint16), kind="stable")
+    return np.argsort(profile, kind="stable")
+
+
 def _ints(frame: pl.DataFrame, column: str) -> np.ndarray:
     """A non-null integer column as an int64 numpy array."""
     return frame.get_column(column).cast(pl.Int64).to_numpy()
@@ -363,4 +445,3 @@ _WAVE_CONSTANT = (
     "static_floor_bytes",
 )
 _WAVE_KEY = ("run", "rank", "wave")
-_WAVE_COLUMNS = (*_WAVE_KEY, *_WAVE_CONSTANT, "actual_bytes", "oom")
