@@ -246,28 +246,34 @@ def summarize(per_wave: pl.DataFrame, policies: Sequence[str], runs: Sequence[st
     as ``(a + b) / 2`` like :func:`statistics.median`. Rows come by run
     (as given) then policy (as given); a run without figures has nulls.
     """
-    priced = per_wave.filter(pl.col("estimate_bytes").is_not_null())
-    figures = priced.filter(~pl.col("oom") & (pl.col("actual_bytes") > 0))
-    ordered = pl.col("over_estimate").sort()
-    count = pl.len()
-    lower = ordered.get((count - 1) // 2)
-    upper = ordered.get(count // 2)
-    stats = figures.group_by("run", "policy").agg(
-        pl.len().cast(pl.Int64).alias("priced_waves"),
-        ((lower + upper) / 2).alias("median_over_estimate"),
-        pl.col("over_estimate").min().alias("min_over_estimate"),
-        pl.col("over_estimate").max().alias("max_over_estimate"),
-        (pl.col("estimate_bytes") < pl.col("actual_bytes"))
-        .sum()
-        .cast(pl.Int64)
-        .alias("under_peak"),
-        (pl.col("set_by") == "profile").sum().cast(pl.Int64).alias("set_by_profile"),
-        (pl.col("set_by") == "floor").sum().cast(pl.Int64).alias("set_by_floor"),
-    )
-    ooms = (
-        priced.filter(pl.col("oom"))
+    priced = pl.col("estimate_bytes").is_not_null()
+    in_figures = priced & ~pl.col("oom") & (pl.col("actual_bytes") > 0)
+    over = pl.col("over_estimate").filter(in_figures)
+    count = in_figures.sum()
+    # The two middle values (one value twice for an odd count): the sorted
+    # values at (n - 1) // 2 and n // 2, found by selection rather than a sort.
+    lower = over.quantile(0.5, interpolation="lower")
+    upper = over.quantile(0.5, interpolation="higher")
+    stats = (
+        per_wave.lazy()
         .group_by("run", "policy")
-        .agg(pl.len().cast(pl.Int64).alias("oom_waves"))
+        .agg(
+            count.cast(pl.Int64).alias("priced_waves"),
+            ((lower + upper) / 2).alias("median_over_estimate"),
+            over.min().alias("min_over_estimate"),
+            over.max().alias("max_over_estimate"),
+            (in_figures & (pl.col("estimate_bytes") < pl.col("actual_bytes")))
+            .sum()
+            .cast(pl.Int64)
+            .alias("under_peak"),
+            (in_figures & (pl.col("set_by") == "profile"))
+            .sum()
+            .cast(pl.Int64)
+            .alias("set_by_profile"),
+            (in_figures & (pl.col("set_by") == "floor")).sum().cast(pl.Int64).alias("set_by_floor"),
+            (priced & pl.col("oom")).sum().cast(pl.Int64).alias("oom_waves"),
+        )
+        .collect()
     )
     grid = pl.DataFrame(
         {
@@ -279,7 +285,6 @@ def summarize(per_wave: pl.DataFrame, policies: Sequence[str], runs: Sequence[st
     counts = ["priced_waves", "under_peak", "set_by_profile", "set_by_floor", "oom_waves"]
     return (
         grid.join(stats, on=["run", "policy"], how="left", maintain_order="left")
-        .join(ooms, on=["run", "policy"], how="left", maintain_order="left")
         .with_columns(pl.col(counts).fill_null(0))
         .select(SUMMARY_COLUMNS)
     )
