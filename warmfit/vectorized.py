@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from warmfit.errors import PolicyError
 from warmfit.policies import Policy
+from warmfit.schema import WAVE_CONSTANT
 
 #: Below this, every int64 column converts to a double exactly.
 EXACT_LIMIT = 2**53
@@ -364,7 +365,8 @@ def replay_vectorized(
             return replay_scalar(readings, policies, safety_factor)
         learned = np.where(has_p, p, 0.0).astype(np.int64)  # int(p)
         compute = np.maximum(floor, learned)
-        total = (o + np.where(has_p, compute, floor)).astype(np.float64) * safety_factor
+        with np.errstate(over="ignore"):  # an overflow falls back to the reference, below
+            total = (o + np.where(has_p, compute, floor)).astype(np.float64) * safety_factor
         if (total >= PRICE_LIMIT).any():
             return replay_scalar(readings, policies, safety_factor)
         estimates.append(np.where(has_p | has_floor, total.astype(np.int64), -1))
@@ -383,7 +385,7 @@ def replay_vectorized(
     code = np.stack(set_by, axis=1).ravel().astype(np.uint32)
     del set_by
     names = pl.Series([cls.name for cls in policies], dtype=pl.String)
-    rows = readings.select(*_WAVE_KEY, *_WAVE_CONSTANT).gather(np.repeat(first, count))
+    rows = readings.select(*_WAVE_KEY, *WAVE_CONSTANT).gather(np.repeat(first, count))
     return rows.with_columns(
         policy=names.gather(np.tile(np.arange(count, dtype=np.uint32), len(first))),
         actual_bytes=pl.Series(per_row_actual),
@@ -436,12 +438,4 @@ def _ints(frame: pl.DataFrame, column: str) -> np.ndarray:
     return frame.get_column(column).cast(pl.Int64).to_numpy()
 
 
-_WAVE_CONSTANT = (
-    "signature",
-    "kind",
-    "packed_tokens",
-    "logical_tokens",
-    "output_bytes",
-    "static_floor_bytes",
-)
 _WAVE_KEY = ("run", "rank", "wave")
