@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev,torch,plot]"
 	@touch $(STAMP)
 
-venv: $(STAMP) ## Create .venv and install warmfit with every extra (no CUDA download).
+venv: $(STAMP) ## Create .venv with every extra (torch pinned: TORCH_SPEC).
 
 demo: $(STAMP) ## Print the table of ART PR #991 from traces/pr991.
 	$(WARMFIT) replay traces/pr991
@@ -41,13 +41,13 @@ format: $(STAMP) ## Apply ruff's formatting and safe fixes.
 	$(VENV)/bin/ruff format warmfit tests
 	$(VENV)/bin/ruff check --fix warmfit tests
 
-traces: $(STAMP) ## Regenerate traces/pr991 byte-identically from its generator.
+traces: $(STAMP) ## Regenerate traces/pr991 (byte-identical).
 	$(PY) -m warmfit.synthetic traces/pr991
 
-expectations: $(STAMP) ## Rewrite traces/expectations.toml (the CI gate) from the stored traces.
+expectations: $(STAMP) ## Rewrite traces/expectations.toml from traces/.
 	$(WARMFIT) check traces --write-expect traces/expectations.toml --force
 
-smoke-core: ## Install warmfit without extras (no torch, no matplotlib) and use the core CLI.
+smoke-core: ## Install without extras (no torch/matplotlib); use the CLI.
 	rm -rf .venv-core && $(PYTHON) -m venv .venv-core
 	.venv-core/bin/python -m pip install -q .
 	.venv-core/bin/warmfit --help > /dev/null
@@ -61,8 +61,8 @@ smoke-core: ## Install warmfit without extras (no torch, no matplotlib) and use 
 clean: ## Remove the virtual environments and caches.
 	rm -rf $(VENV) .venv-core .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-bench-record: $(STAMP) ## Measure the recorder's cost per reading and 1M readings written (bench-results/).
+bench-record: $(STAMP) ## Recorder cost per reading; 1M readings written.
 	$(PY) benchmarks/bench_record.py
 
-bench: $(STAMP) ## Benchmark replay (1e5-1e7 readings, each engine, bare scan); writes bench-results/.
+bench: $(STAMP) ## Replay 1e5-1e7 readings, each engine, beside a bare scan.
 	$(PY) benchmarks/bench_replay.py

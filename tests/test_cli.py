@@ -176,3 +176,23 @@ def test_estimates_beyond_int64_are_refused_with_the_wave_named() -> None:
     result = CliRunner().invoke(app, ["replay", PR991, "--safety", "1e308"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "prices wave 1 (run 'EP1', rank 0) above 2**63 bytes" in result.output
+
+
+def test_a_policy_module_in_the_current_directory_is_found(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "mypricing.py").write_text(
+        (REPO / "tests/example_policy.py").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        # the console script, as a user runs it: it does not put the current directory
+        # on sys.path by itself (python -c would)
+        [str(Path(sys.executable).parent / "warmfit"), "replay", PR991,
+         "-p", "mypricing:LastWhole", "-f", "csv"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "EP1,last-whole,25," in done.stdout

@@ -313,10 +313,11 @@ class CheckReport:
             f"{self.expect_path} regressed:"
         ]
         lines += [f"  {r.describe()}" for r in self.regressions]
-        lines.append(
-            "If the change is intended, rewrite the expectations with 'warmfit check PATH... "
-            f"--write-expect {self.expect_path} --force' and commit them with it."
-        )
+        lines += [
+            "If the change is intended, rewrite the expectations with",
+            f"  warmfit check PATH... --write-expect {self.expect_path} --force",
+            "and commit them with the change.",
+        ]
         return "\n".join(lines)
 
 

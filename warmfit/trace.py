@@ -81,7 +81,10 @@ def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*.parquet") if p.is_file())
             if not found:
-                hint = "Point at a directory that holds trace files."
+                hint = (
+                    "Pass the -o directory of a 'warmfit record' run, or a folder of v1 "
+                    "Parquet files (docs/trace-format.md)."
+                )
                 if any(path.rglob("*.arrows")):
                     hint = (
                         "It holds write-ahead logs of a recording that did not finish: "

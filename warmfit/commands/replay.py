@@ -28,7 +28,11 @@ class Engine(StrEnum):
 
 PathsArg = Annotated[
     list[Path],
-    typer.Argument(help="Trace files or directories (read recursively).", show_default=False),
+    typer.Argument(
+        help="Trace files or directories (read recursively).",
+        show_default=False,
+        metavar="PATH...",
+    ),
 ]
 PolicyOpt = Annotated[
     list[str] | None,
@@ -38,14 +42,19 @@ PolicyOpt = Annotated[
         help="Policy to replay (repeatable): a registered name or module:Class. "
         "Default: max-merge and warm-fit.",
         show_default=False,
+        metavar="POLICY",
     ),
 ]
 SafetyOpt = Annotated[
-    float, typer.Option("--safety", help="Safety factor f applied to every estimate.")
+    float,
+    typer.Option("--safety", help="Safety factor f applied to every estimate.", metavar="F"),
 ]
 EngineOpt = Annotated[
     Engine,
-    typer.Option(help="Replay engine: vectorized for built-in policies, scalar is the reference."),
+    typer.Option(
+        help="auto: vectorized when every policy has a vectorized form (the built-in ones "
+        "do), else scalar, the one-reading-at-a-time reference. Both give identical output.",
+    ),
 ]
 
 
@@ -76,7 +85,9 @@ def replay_command(
     per_wave: Annotated[
         Path | None,
         typer.Option(
-            "--per-wave", help="Also write one row per wave and policy to this Parquet file."
+            "--per-wave",
+            help="Also write one row per wave and policy to this Parquet file.",
+            metavar="FILE",
         ),
     ] = None,
     engine: EngineOpt = Engine.auto,
@@ -99,4 +110,5 @@ def replay_command(
     if per_wave is not None:
         with writing(per_wave):
             result.per_wave.write_parquet(per_wave)
+        typer.echo(f"wrote {per_wave} ({result.per_wave.height:,} rows)", err=True)
     typer.echo(render(result, format.value), nl=False)

@@ -23,5 +23,6 @@ def validate_command(
     files = find_trace_files(paths)
     summary = TraceSummary.of(read_trace(files, all_problems=True), files=len(files))
     typer.echo(f"valid warmfit trace (format v1): {', '.join(str(p) for p in paths)}")
+    notes = {"ranks": "  (run, rank) streams", "signatures": "  distinct signatures"}
     for label in ("files", "runs", "ranks", "signatures", "waves", "readings"):
-        typer.echo(f"  {label:<11} {getattr(summary, label):>10,}")
+        typer.echo(f"  {label:<11} {getattr(summary, label):>10,}{notes.get(label, '')}")

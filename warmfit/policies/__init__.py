@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from importlib.metadata import entry_points
 
 from warmfit.errors import PolicyError
@@ -88,12 +90,17 @@ def get_policy(spec: str) -> type[Policy]:
     """The policy class for a registered name or a ``module:Class`` path."""
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
+        # Like `python -m`, look in the current directory too, so that a policy
+        # module beside the traces works without setting PYTHONPATH.
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.append(os.getcwd())
         try:
             obj = getattr(importlib.import_module(module_name), attr)
         except Exception as exc:  # a user's module may fail in any way while importing
             raise PolicyError(
                 f"cannot load policy {spec!r}: {type(exc).__name__}: {exc}. Give a registered "
-                "name or an importable 'module:Class'."
+                "name or an importable 'module:Class' (the module is looked for on PYTHONPATH "
+                "and in the current directory)."
             ) from None
         return _checked_class(obj, spec)
     _load_entry_points()

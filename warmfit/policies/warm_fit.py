@@ -26,7 +26,7 @@ class WarmFit(MaxMerge):
     """
 
     name = "warm-fit"
-    summary = "max-merge, lowered by a fit over the waves after the cold seed (ART PR #991)"
+    summary = "max-merge lowered by a fit over the warm waves (ART PR #991)"
     vectorized = "warmfit.vectorized:WARM_FIT"
 
     def __init__(self) -> None:
