@@ -359,8 +359,11 @@ def _check_across_rows(
     same_stream = (pl.col("run") == pl.col("run").shift(1)) & (
         pl.col("rank") == pl.col("rank").shift(1)
     )
-    if "seq" in frame.columns:
-        dup = frame.select((same_stream & (pl.col("seq") == pl.col("seq").shift(1))).any()).item()
+    stream = _streams(frame)
+    if "seq" in frame.columns and frame.height > 1:
+        seq = _numpy(frame.get_column("seq").cast(pl.Int64))
+        dup = bool(((stream[1:] == stream[:-1]) & (seq[1:] == seq[:-1])).any())
+        del seq
         if dup:
             hit = frame.filter(same_stream & (pl.col("seq") == pl.col("seq").shift(1))).row(
                 0, named=True
@@ -374,7 +377,11 @@ def _check_across_rows(
                 fix="Number the readings of each rank once, or remove the duplicated file.",
             )
     constant = [c for c in WAVE_CONSTANT if c in frame.columns]
-    if not constant or "wave" not in frame.columns or not _waves_may_disagree(frame, constant):
+    if (
+        not constant
+        or "wave" not in frame.columns
+        or not _waves_may_disagree(frame, constant, stream)
+    ):
         return
     disagree = (
         frame.group_by(["run", "rank", "wave"])
@@ -397,20 +404,35 @@ def _check_across_rows(
         )
 
 
+def _streams(frame: pl.DataFrame) -> np.ndarray:
+    """Per row, the number of its run of equal (run, rank): a stream, on a sorted frame."""
+    return frame.select(pl.struct("run", "rank").rle_id()).to_series().to_numpy()
+
+
 def _in_canonical_order(frame: pl.DataFrame) -> bool:
-    """Whether rows are already sorted by run, rank, seq (then sorting is skipped)."""
-    run, rank, seq = pl.col("run"), pl.col("rank"), pl.col("seq")
-    same_run = run == run.shift(1)
-    same_rank = same_run & (rank == rank.shift(1))
-    after = (
-        (run > run.shift(1))
-        | (same_run & (rank > rank.shift(1)))
-        | (same_rank & (seq >= seq.shift(1)))
-    )
-    return bool(frame.select(after.fill_null(True).all()).item())
+    """Whether rows are already sorted by run, rank, seq (then sorting is skipped).
+
+    Within a stretch of equal (run, rank), seq must not decrease (numpy, on
+    the column's buffers); where (run, rank) changes, it must increase,
+    which is checked on those few rows only.
+    """
+    if frame.height < 2:
+        return True
+    stream = _streams(frame)
+    same = stream[1:] == stream[:-1]
+    seq = _numpy(frame.get_column("seq").cast(pl.Int64))
+    if (same & (seq[1:] < seq[:-1])).any():
+        return False
+    del seq
+    heads = np.concatenate(([0], np.flatnonzero(~same) + 1))
+    run, rank = pl.col("run"), pl.col("rank")
+    after = (run > run.shift(1)) | ((run == run.shift(1)) & (rank > rank.shift(1)))
+    return bool(frame.select("run", "rank")[heads].select(after.fill_null(True).all()).item())
 
 
-def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str]) -> bool:
+def _waves_may_disagree(
+    frame: pl.DataFrame, constant: Sequence[str], stream: np.ndarray | None = None
+) -> bool:
     """Quick check, on a frame sorted by run, rank, seq: may a wave's readings disagree?
 
     Sorting the readings by (stream, wave) puts each wave's readings side by
@@ -421,33 +443,42 @@ def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str]) -> bool:
     """
     if frame.height < 2:
         return False
-    new_stream = (pl.col("run") != pl.col("run").shift(1)) | (
-        pl.col("rank") != pl.col("rank").shift(1)
-    )
+    # Small codes in polars (strings as categories), integers straight from
+    # polars' buffers: few temporaries, so little memory is held afterwards.
     codes = frame.select(
-        new_stream.fill_null(True).cum_sum().cast(pl.Int64).alias("__stream"),
-        pl.col("wave").cast(pl.Int64),
-        *(
-            pl.col(c).cast(pl.Categorical).to_physical().cast(pl.Int64)
-            if frame.schema[c] == pl.String()
-            else pl.col(c).cast(pl.Int64).fill_null(-1)  # negative values were rejected
-            for c in constant
-        ),
+        pl.col(c).cast(pl.Categorical).to_physical()
+        for c in constant
+        if frame.schema[c] == pl.String()
     )
-    stream = codes.get_column("__stream").to_numpy()
-    wave = codes.get_column("wave").to_numpy()
+    stream = (_streams(frame) if stream is None else stream).astype(np.int64)
+    wave = _numpy(frame.get_column("wave").cast(pl.Int64))
     low, span = int(wave.min()), int(wave.max()) - int(wave.min()) + 1
     if int(stream[-1]) * span + span < 2**63:
-        order = np.argsort(stream * span + (wave - low), kind="stable")
+        stream *= span
+        stream += wave - low
+        order = np.argsort(stream, kind="stable")
     else:
         order = np.lexsort((wave, stream))
-    stream, wave = stream[order], wave[order]
+    stream = stream[order]
+    wave = wave[order]
     same_wave = (stream[1:] == stream[:-1]) & (wave[1:] == wave[:-1])
+    del stream, wave
     for c in constant:
-        values = codes.get_column(c).to_numpy()[order]
+        if frame.schema[c] == pl.String():
+            values = codes.get_column(c).to_numpy()
+        else:
+            # negative values were rejected, so -1 stands for null
+            values = _numpy(frame.get_column(c).cast(pl.Int64).fill_null(-1))
+        values = values[order]
         if (same_wave & (values[1:] != values[:-1])).any():
             return True
     return False
+
+
+def _numpy(series: pl.Series) -> np.ndarray:
+    """A non-null numeric column as one numpy array, chunk by chunk (no polars copy)."""
+    parts = [chunk.to_numpy() for chunk in series.get_chunks()]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _first_path(places: str) -> str | None:
