@@ -360,13 +360,29 @@ def draw_figure(data: PlotData) -> Figure:
     return fig
 
 
+def byte_unit(largest_gb: float) -> tuple[float, str]:
+    """The factor from GB and the unit that keep a byte axis readable.
+
+    >>> byte_unit(8.2), byte_unit(0.0075), byte_unit(2e-7)
+    ((1.0, 'GB'), (1000.0, 'MB'), (1000000.0, 'KB'))
+    """
+    for factor, unit in ((1.0, "GB"), (1e3, "MB")):
+        if largest_gb * factor >= 1:
+            return factor, unit
+    return 1e6, "KB"
+
+
 def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
     peaks = data.peaks.filter(pl.col("run") == run)
     actual = peaks.unique(["position"], keep="first", maintain_order=True)
+    largest = peaks.select(
+        pl.max_horizontal(pl.col("actual_gb").max(), pl.col("estimate_gb").max())
+    ).item()
+    scale, unit = byte_unit(largest or 0.0)
     x = actual.get_column("position").to_list()
     ax.plot(
         x,
-        actual.get_column("actual_gb").to_list(),
+        (actual.get_column("actual_gb") * scale).to_list(),
         color=_ACTUAL,
         marker="o",
         markersize=4,
@@ -379,7 +395,7 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
         mine = peaks.filter(pl.col("policy") == name)
         ax.plot(
             mine.get_column("position").to_list(),
-            mine.get_column("estimate_gb").to_list(),
+            (mine.get_column("estimate_gb") * scale).to_list(),
             marker=".",
             label=f"{name} estimate",
             **_line(data.policies, name),
@@ -388,7 +404,7 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
         if under.height:
             ax.scatter(
                 under.get_column("position").to_list(),
-                under.get_column("estimate_gb").to_list(),
+                (under.get_column("estimate_gb") * scale).to_list(),
                 marker="x",
                 s=80,
                 color="red",
@@ -411,10 +427,10 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
         )
     ax.set_title(f"{run}: peak memory per wave")
     ax.set_xlabel("wave (recording order)")
-    ax.set_ylabel("bytes above baseline (GB)")
+    ax.set_ylabel(f"bytes above baseline ({unit})")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
 
 
 def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
@@ -469,7 +485,7 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
         fontsize=8,
         loc="lower center",
         ncol=2,
-        title=f"price = learned p / packed tokens, before ×{data.safety_factor:g}",
+        title=f"price per token after the last wave, before ×{data.safety_factor:g}",
         title_fontsize=8,
     )
 
