@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 
-from warmfit.commands.replay import Engine, EngineOpt, PathsArg, check_new_file, writing
+from warmfit.commands.replay import (
+    Engine,
+    EngineOpt,
+    PathsArg,
+    check_new_file,
+    read_traces,
+    writing,
+)
 from warmfit.errors import PolicyError, RegressionFound, UsageError
 
 PolicyOpt = Annotated[
@@ -73,9 +80,7 @@ def check_command(
     max-merge and warm-fit). See docs/ci-gate.md for the file's format.
     """
     from warmfit import check as checking
-    from warmfit.progress import progress_bar
     from warmfit.replay import DEFAULT_SAFETY_FACTOR, replay, resolve_policies
-    from warmfit.trace import read_trace
 
     if (expect is None) == (write_expect is None):
         raise UsageError(
@@ -85,10 +90,8 @@ def check_command(
         )
     if write_expect is not None:
         check_new_file(write_expect, force)
-        with progress_bar("reading traces") as progress:
-            readings = read_trace(paths, progress=progress)
         result = replay(
-            readings,
+            read_traces(paths),
             policy,
             DEFAULT_SAFETY_FACTOR if safety is None else safety,
             engine.value,
@@ -119,10 +122,8 @@ def check_command(
             raise checking.ExpectationsError(
                 expect, f"names a policy that cannot be used: {exc}"
             ) from None
-    with progress_bar("reading traces") as progress:
-        readings = read_trace(paths, progress=progress)
     result = replay(
-        readings,
+        read_traces(paths),
         policy or expectations.policies,
         expectations.safety_factor,
         engine.value,

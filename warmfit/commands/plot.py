@@ -14,6 +14,7 @@ from warmfit.commands.replay import (
     PolicyOpt,
     SafetyOpt,
     check_new_file,
+    read_traces,
     writing,
 )
 
@@ -38,14 +39,11 @@ def plot_command(
     the warm waves, under each policy's price curve; the over-estimates.
     """
     from warmfit.plot import build_plot_data, plot_format, render_plot
-    from warmfit.progress import progress_bar
     from warmfit.replay import replay
-    from warmfit.trace import read_trace
 
     plot_format(output)
     check_new_file(output, force)
-    with progress_bar("reading traces") as progress:
-        readings = read_trace(paths, progress=progress)
+    readings = read_traces(paths)
     result = replay(readings, policy, safety, engine.value)
     with writing(output):
         render_plot(build_plot_data(readings, result), output)

@@ -6,11 +6,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from warmfit.errors import UsageError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 class Format(StrEnum):
@@ -68,6 +71,18 @@ def check_new_file(path: Path, force: bool) -> None:
         raise UsageError(f"the folder of {path} does not exist; create it first.")
 
 
+def read_traces(paths: list[Path]) -> pl.DataFrame:
+    """Read and validate the traces a command replays, with a progress bar on a terminal.
+
+    Loads only the columns replay uses (every column is still checked).
+    """
+    from warmfit.progress import progress_bar
+    from warmfit.trace import read_trace
+
+    with progress_bar("reading traces") as progress:
+        return read_trace(paths, columns=(), progress=progress)
+
+
 @contextmanager
 def writing(path: Path) -> Iterator[None]:
     """Turn an operating-system error while writing ``path`` into a usage error."""
@@ -97,16 +112,12 @@ def replay_command(
 
     Example: warmfit replay traces/pr991 -p max-merge -p warm-fit --format markdown
     """
-    from warmfit.progress import progress_bar
     from warmfit.replay import replay
     from warmfit.report import render
-    from warmfit.trace import read_trace
 
     if per_wave is not None:
         check_new_file(per_wave, force)
-    with progress_bar("reading traces") as progress:
-        readings = read_trace(paths, columns=(), progress=progress)
-    result = replay(readings, policy, safety, engine.value)
+    result = replay(read_traces(paths), policy, safety, engine.value)
     if per_wave is not None:
         with writing(per_wave):
             result.per_wave.write_parquet(per_wave)
