@@ -40,6 +40,7 @@ from typing import Any
 
 from warmfit.errors import UsageError
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, ReplayResult, check_safety_factor
+from warmfit.report import percent
 
 FORMATS = ("table", "csv", "json")
 JSON_SCHEMA = "warmfit.check/1"
@@ -283,10 +284,8 @@ def format_value(limit: Limit, value: float | int | None, digits: int = 1) -> st
     >>> format_value(LIMITS[0], 0.15786), format_value(LIMITS[2], 0), format_value(LIMITS[0], None)
     ('+15.8%', '0', '—')
     """
-    if value is None:
-        return "—"
-    if limit.fraction:
-        return f"{value * 100:+.{digits}f}%"
+    if value is None or limit.fraction:
+        return percent(value, digits)
     return str(int(value))
 
 
