@@ -346,20 +346,22 @@ def read_trace(
     if problems:
         raise TraceProblems(problems)
     frame = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
-    if not _in_canonical_order(frame):
+    stream = _streams(frame)
+    if not _in_canonical_order(frame, stream):
         frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
-    _check_across_rows(frame, files, columns)
+        stream = _streams(frame)
+    _check_across_rows(frame, stream, files)
     return frame
 
 
-def _check_across_rows(
-    frame: pl.DataFrame, files: list[Path], columns: Sequence[str] | None
-) -> None:
-    """Rules that span rows: unique seq per stream, wave constants agree."""
+def _check_across_rows(frame: pl.DataFrame, stream: np.ndarray, files: list[Path]) -> None:
+    """Rules that span rows: unique seq per stream, wave constants agree.
+
+    ``frame`` is in canonical order and ``stream`` numbers its (run, rank) streams.
+    """
     same_stream = (pl.col("run") == pl.col("run").shift(1)) & (
         pl.col("rank") == pl.col("rank").shift(1)
     )
-    stream = _streams(frame)
     if "seq" in frame.columns and frame.height > 1:
         seq = _numpy(frame.get_column("seq").cast(pl.Int64))
         dup = bool(((stream[1:] == stream[:-1]) & (seq[1:] == seq[:-1])).any())
@@ -409,7 +411,7 @@ def _streams(frame: pl.DataFrame) -> np.ndarray:
     return frame.select(pl.struct("run", "rank").rle_id()).to_series().to_numpy()
 
 
-def _in_canonical_order(frame: pl.DataFrame) -> bool:
+def _in_canonical_order(frame: pl.DataFrame, stream: np.ndarray) -> bool:
     """Whether rows are already sorted by run, rank, seq (then sorting is skipped).
 
     Within a stretch of equal (run, rank), seq must not decrease (numpy, on
@@ -418,7 +420,6 @@ def _in_canonical_order(frame: pl.DataFrame) -> bool:
     """
     if frame.height < 2:
         return True
-    stream = _streams(frame)
     same = stream[1:] == stream[:-1]
     seq = _numpy(frame.get_column("seq").cast(pl.Int64))
     if (same & (seq[1:] < seq[:-1])).any():
@@ -430,9 +431,7 @@ def _in_canonical_order(frame: pl.DataFrame) -> bool:
     return bool(frame.select("run", "rank")[heads].select(after.fill_null(True).all()).item())
 
 
-def _waves_may_disagree(
-    frame: pl.DataFrame, constant: Sequence[str], stream: np.ndarray | None = None
-) -> bool:
+def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str], stream: np.ndarray) -> bool:
     """Quick check, on a frame sorted by run, rank, seq: may a wave's readings disagree?
 
     Sorting the readings by (stream, wave) puts each wave's readings side by
@@ -450,7 +449,7 @@ def _waves_may_disagree(
         for c in constant
         if frame.schema[c] == pl.String()
     )
-    stream = (_streams(frame) if stream is None else stream).astype(np.int64)
+    stream = stream.astype(np.int64)  # a copy: the key is built in place below
     wave = _numpy(frame.get_column("wave").cast(pl.Int64))
     low, span = int(wave.min()), int(wave.max()) - int(wave.min()) + 1
     if int(stream[-1]) * span + span < 2**63:
