@@ -105,8 +105,11 @@ def _wave(draw: st.DrawFn, signatures: list[str]) -> dict[str, object]:
         readings.append(
             {
                 "phase": phase,
-                # a caller reading that is not whole is an interrupted caller phase
-                "whole": phase == "caller" and draw(st.booleans() | st.just(True)),
+                # a caller reading that is not whole is an interrupted caller phase;
+                # only a flat wave's caller reading may be whole (SPEC §1)
+                "whole": phase == "caller"
+                and kind == "flat"
+                and draw(st.booleans() | st.just(True)),
                 "baseline_bytes": baseline,
                 "peak_bytes": peak,
                 "oom": draw(st.booleans()) if draw(st.integers(0, 9)) == 0 else False,

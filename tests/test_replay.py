@@ -179,6 +179,41 @@ def test_nested_wave_is_priced_at_its_first_reading_between_the_outer_readings()
     assert out[0]["actual_bytes"] == 20_000
 
 
+# SPEC §3 step 2, as ART does: a split child's caller reading is not observed
+# by the signature's profile (the trainer records it against the split
+# structure), but it still counts toward the wave's actual bytes.
+# Outputs 0, baseline 0, no floor, one signature:
+#  wave 0: flat, caller n=100 peak 30_000 whole (the seed: 300 B/token)
+#  wave 1: split_child, forward n=400 peak 60_000 (150 B/token),
+#          then caller n=400 peak 200_000 (500 B/token, not whole, not observed)
+#  wave 2: flat, n=800, priced at its first reading
+SPLIT = [
+    dict(seq=0, wave=0, signature="s", packed_tokens=100, logical_tokens=100, peak_bytes=30_000,
+         whole=True),
+    dict(seq=1, wave=1, signature="s", kind="split_child", packed_tokens=400, logical_tokens=400,
+         peak_bytes=60_000, phase="forward"),
+    dict(seq=2, wave=1, signature="s", kind="split_child", packed_tokens=400, logical_tokens=400,
+         peak_bytes=200_000),
+    dict(seq=3, wave=2, signature="s", packed_tokens=800, logical_tokens=800, peak_bytes=200_000,
+         phase="forward"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ["scalar", "vectorized"])
+@pytest.mark.parametrize("policy", ["max-merge", "warm-fit"])
+def test_a_split_childs_caller_reading_is_not_observed(engine: str, policy: str) -> None:
+    frame = readings_frame(SPLIT).sort("run", "rank", "seq")
+    rows = wave_rows(replay(frame, engine=engine).per_wave, policy)
+    # wave 1 counts its caller reading toward its actual bytes: max(60_000, 200_000)
+    assert rows[1]["actual_bytes"] == 200_000
+    # max-merge: rate_max = max(300, 150) = 300 (the caller's 500 is not observed);
+    # p = 300 * 800 = 240_000; estimate = int(240_000 * 1.1) = 264_000.
+    # warm-fit: the seed is wave 0; wave 1's forward rate 150 is pending, inert
+    # until a whole reading sets warm_tokens: it prices as max-merge, 264_000.
+    # (Observing the caller reading would give 500 * 800 * 1.1 = 440_000.)
+    assert rows[2]["estimate_bytes"] == 264_000
+
+
 def test_per_wave_rows_follow_the_spec_schema_and_order() -> None:
     per_wave = run_replay(WORKED)
     assert per_wave.schema == pl.Schema(PER_WAVE_SCHEMA)

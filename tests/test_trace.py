@@ -107,6 +107,28 @@ def test_every_rule_is_enforced_with_file_column_and_row(
         assert f"row {row}" in str(err)
 
 
+@pytest.mark.parametrize("kind", ["split_child", "dp_rank_forward"])
+def test_a_whole_reading_on_a_split_child_or_forward_only_wave_is_refused(
+    tmp_path: Path, kind: str
+) -> None:
+    # SPEC §1: only the caller reading of a flat wave may be whole.
+    rows = [
+        dict(seq=0, wave=0, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=30_000, whole=True),
+        dict(seq=1, wave=1, signature="s", kind=kind, packed_tokens=400, logical_tokens=400,
+             peak_bytes=60_000, phase="forward"),
+        dict(seq=2, wave=1, signature="s", kind=kind, packed_tokens=400, logical_tokens=400,
+             peak_bytes=200_000, whole=True),
+    ]  # fmt: skip
+    path = write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    result = CliRunner().invoke(app, ["replay", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    text = " ".join(result.output.split())
+    assert str(path) in text and "column 'whole'" in text and "row 2" in text
+    assert "only the caller reading of a flat wave may be whole" in text
+
+
 def test_the_cli_reports_a_broken_rule_with_exit_2_and_no_traceback(tmp_path: Path) -> None:
     path = write(tmp_path / "bad.parquet", valid().with_columns(pl.lit(0).alias("packed_tokens")))
     for command in (["replay", str(path)], ["validate", str(path)]):

@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
 from warmfit.errors import PolicyError, UsageError
 from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmFit
-from warmfit.replay import PER_WAVE_SCHEMA, replay, replay_scalar, summarize
+from warmfit.replay import PER_WAVE_SCHEMA, is_observed, replay, replay_scalar, summarize
 from warmfit.trace import read_trace, readings_frame, write_trace
 from warmfit.vectorized import has_vectorized_form, replay_vectorized, vectorized_form
 
@@ -183,7 +183,7 @@ class ReplayMachine(RuleBasedStateMachine):
                 "oom": oom,
             }
         )
-        if not oom:
+        if is_observed(str(wave["kind"]), phase, oom):
             reading = Reading(
                 int(wave["packed_tokens"]),  # type: ignore[call-overload]
                 int(wave["logical_tokens"]),  # type: ignore[call-overload]
@@ -207,6 +207,7 @@ class ReplayMachine(RuleBasedStateMachine):
     def caller_reading(
         self, wave: dict[str, object], whole: bool, baseline: int, peak: int, oom: bool
     ) -> None:
+        whole = whole and wave["kind"] == "flat"  # only a flat wave's caller reading (SPEC §1)
         self._read(wave, "caller", whole, baseline, peak, oom and not whole)
 
     @rule(wave=waves, peak=trace_bytes)

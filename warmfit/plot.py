@@ -35,7 +35,7 @@ import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.policies import Policy, PriceRequest, Reading, get_policy
-from warmfit.replay import ReplayResult
+from warmfit.replay import ReplayResult, is_observed
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -144,13 +144,15 @@ def final_profiles(
 ) -> dict[tuple[str, int, str, str], Policy]:
     """Each policy's profile per (run, rank, signature) after the whole trace.
 
-    Observes every reading that did not run out of memory, in ``seq`` order,
-    as replay does. Keys are ``(run, rank, signature, policy name)``.
+    Observes the readings replay observes (:func:`warmfit.replay.is_observed`),
+    in ``seq`` order. Keys are ``(run, rank, signature, policy name)``.
     """
     classes = [get_policy(p) if isinstance(p, str) else p for p in policies]
     profiles: dict[tuple[str, int, str, str], Policy] = {}
-    ordered = readings.sort(["run", "rank", "seq"], maintain_order=True).filter(~pl.col("oom"))
+    ordered = readings.sort(["run", "rank", "seq"], maintain_order=True)
     for row in ordered.iter_rows(named=True):
+        if not is_observed(row["kind"], row["phase"], row["oom"]):
+            continue
         delta = max(0, row["peak_bytes"] - row["baseline_bytes"])
         reading = Reading(
             row["packed_tokens"],

@@ -3,8 +3,9 @@
 Each ``(run, rank)`` stream is replayed alone, readings in ``seq`` order, with
 one profile per signature. At a wave's first reading the wave is priced from
 its signature's profile as it stands; then every reading that did not run out
-of memory is observed. A wave's actual bytes are the largest delta over its
-readings.
+of memory is observed, except a split child's caller reading (the trainer
+records that against its split structure, not the signature's profile). A
+wave's actual bytes are the largest delta over its readings.
 
 :func:`replay_scalar` is the reference engine: it feeds one reading at a time
 to policy objects exactly as a trainer would. It accepts any policy.
@@ -45,6 +46,21 @@ PER_WAVE_SCHEMA: dict[str, pl.DataType] = {
     "under_peak": pl.Boolean(),
     "oom": pl.Boolean(),
 }
+
+
+def is_observed(kind: str, phase: str, oom: bool) -> bool:
+    """Whether a profile learns from a reading (SPEC §3 step 2).
+
+    Never from an out-of-memory reading, nor from a ``split_child`` wave's
+    caller reading (ART records that against the split structure; it still
+    counts toward the wave's actual bytes).
+
+    >>> is_observed("flat", "caller", False), is_observed("split_child", "forward", False)
+    (True, True)
+    >>> is_observed("split_child", "caller", False), is_observed("flat", "forward", True)
+    (False, False)
+    """
+    return not oom and not (kind == "split_child" and phase == "caller")
 
 
 def estimate_bytes(
@@ -183,7 +199,7 @@ def replay_scalar(
         else:
             state.actual_bytes = max(state.actual_bytes, delta)
             state.oom = state.oom or oom
-        if not oom:
+        if is_observed(kind, phase, oom):
             reading = Reading(n, m, delta, o, whole, phase, kind, s)
             for by_signature in profiles:
                 by_signature[sig].observe(reading)

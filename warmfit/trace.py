@@ -224,6 +224,14 @@ def _row_rules() -> list[_RowRule]:
             "Set whole=false on forward readings.",
         ),
         _RowRule(
+            "whole",
+            pl.col("whole") & (pl.col("kind") != "flat"),
+            "is true on a split_child or dp_rank_forward wave; only the caller reading of a "
+            "flat wave may be whole (split children and forward-only calls observe forward "
+            "only, so their peaks never cover a whole wave).",
+            "Set whole=false on readings of split_child and dp_rank_forward waves.",
+        ),
+        _RowRule(
             "packed_tokens",
             pl.col("packed_tokens") <= 0,
             "is not positive; every wave runs at least one packed token.",

@@ -50,7 +50,7 @@ class Profiles:
     readings stay in ``seq`` order and lie side by side) and hands a form
     this view: every attribute is a numpy array with one entry per reading,
     in that order. A reading is *observed* unless it ran out of memory
-    (SPEC §3). :meth:`max_before` and :meth:`min_before` give, per wave, the
+    and is not a split child's caller reading (SPEC §3). :meth:`max_before` and :meth:`min_before` give, per wave, the
     running maximum or minimum over the profile's readings strictly before
     the wave's first reading: the profile's state when the wave is priced.
     They are running maxima and minima only (exact in any order, so the
@@ -67,7 +67,8 @@ class Profiles:
         #: ``n`` per reading (int64).
         self.packed_tokens: np.ndarray = columns["packed_tokens"]
         self.whole: np.ndarray = columns["whole"]
-        #: The reading is learned from (it did not run out of memory).
+        #: The reading is learned from (:func:`warmfit.replay.is_observed`): it did
+        #: not run out of memory and is not a split child's caller reading.
         self.observed: np.ndarray = columns["observed"]
         #: ``max(0, delta - o) / n`` (SPEC §4), a double, as :attr:`Reading.rate`.
         self.rate: np.ndarray = columns["rate"]
@@ -316,6 +317,13 @@ def replay_vectorized(
     first = first[by_first]
     actual = np.maximum.reduceat(delta[order], starts)[by_first]
     oom_reading = readings.get_column("oom").to_numpy()
+    # is_observed(kind, phase, oom), over every reading at once
+    observed = (
+        ~oom_reading
+        & ~readings.select((pl.col("kind") == "split_child") & (pl.col("phase") == "caller"))
+        .to_series()
+        .to_numpy()
+    )
     oom = np.logical_or.reduceat(oom_reading[order], starts)[by_first]
     del order, starts, by_first
 
@@ -336,14 +344,14 @@ def replay_vectorized(
         {
             "packed_tokens": n[by_profile],
             "whole": readings.get_column("whole").to_numpy()[by_profile],
-            "observed": ~oom_reading[by_profile],
+            "observed": observed[by_profile],
             "rate": rate[by_profile],
             "sharing": sharing[by_profile],
         },
         np.flatnonzero(opens),
         priced_at,
     )
-    del by_profile, opens, rate, sharing, oom_reading, delta
+    del by_profile, opens, rate, sharing, oom_reading, observed, delta
     states = [form.state(profiles) for form in forms]
     del profiles
 
