@@ -46,7 +46,8 @@ traces: $(STAMP) ## Regenerate traces/pr991 and traces/art-h200 (byte-identical)
 	$(PY) -m warmfit.art_h200 traces/art-h200/source/recompute_memory_final.csv traces/art-h200
 
 expectations: $(STAMP) ## Rewrite traces/expectations.toml from traces/.
-	$(WARMFIT) check traces --write-expect traces/expectations.toml --force
+	$(WARMFIT) check traces --write-expect traces/expectations.toml --force \
+		-p max-merge -p warm-fit -p warm-affine
 
 smoke-core: ## Install without extras (no torch/matplotlib); use the CLI.
 	rm -rf .venv-core && $(PYTHON) -m venv .venv-core

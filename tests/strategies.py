@@ -22,13 +22,17 @@ byte_counts = st.integers(min_value=0, max_value=2**40)
 
 @st.composite
 def readings(draw: st.DrawFn, whole: bool | None = None) -> Reading:
-    """One policy-level reading: any kind, phase, sharing, outputs and delta."""
+    """One policy-level reading: any kind, phase, sharing, outputs and delta,
+    as replay feeds them (only a flat wave's caller reading may be whole)."""
     n = draw(tokens)
     m = draw(st.integers(min_value=n, max_value=n * 8))
     phase = draw(st.sampled_from(["forward", "caller"]))
-    is_whole = (phase == "caller" and draw(st.booleans())) if whole is None else whole
+    kind = draw(st.sampled_from(KINDS))
+    is_whole = (
+        (phase == "caller" and kind == "flat" and draw(st.booleans())) if whole is None else whole
+    )
     if is_whole:
-        phase = "caller"
+        phase, kind = "caller", "flat"
     return Reading(
         packed_tokens=n,
         logical_tokens=m,
@@ -36,7 +40,7 @@ def readings(draw: st.DrawFn, whole: bool | None = None) -> Reading:
         output_bytes=draw(st.integers(min_value=0, max_value=2**30)),
         whole=is_whole,
         phase=phase,
-        kind=draw(st.sampled_from(KINDS)),
+        kind=kind,
         static_floor_bytes=draw(st.none() | byte_counts),
     )
 

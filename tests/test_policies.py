@@ -14,6 +14,7 @@ from warmfit.policies import (
     Policy,
     PriceRequest,
     Reading,
+    WarmAffine,
     WarmFit,
     get_policy,
     policy_names,
@@ -55,7 +56,7 @@ def test_rate_and_sharing_of_a_reading() -> None:
     assert Reading(100, 100, 1_000, 5_000).rate == 0.0
 
 
-@pytest.mark.parametrize("cls", [MaxMerge, WarmFit])
+@pytest.mark.parametrize("cls", [MaxMerge, WarmFit, WarmAffine])
 def test_no_profile_before_any_reading(cls: type[Policy]) -> None:
     assert cls().price(req(1_000)) is None
 
@@ -202,7 +203,7 @@ def test_registering_a_second_policy_under_a_taken_name_fails() -> None:
 
 # ----------------------------------------------------------------- properties
 
-POLICIES = [MaxMerge, WarmFit]
+POLICIES = [MaxMerge, WarmFit, WarmAffine]
 
 
 @pytest.mark.parametrize("cls", POLICIES)
@@ -253,6 +254,29 @@ def test_warm_fit_never_prices_above_max_merge(history: list[Reading], r: PriceR
         assert wf <= mm
 
 
+@given(history=histories, r=requests())
+def test_warm_affine_never_prices_above_warm_fit(history: list[Reading], r: PriceRequest) -> None:
+    wf, wa = fed(WarmFit, *history).price(r), fed(WarmAffine, *history).price(r)
+    assert (wf is None) == (wa is None)
+    if wf is not None and wa is not None:
+        assert wa <= wf
+
+
+@given(history=histories)
+def test_warm_affine_never_prices_an_observed_warm_whole_wave_below_its_compute(
+    history: list[Reading],
+) -> None:
+    seeds = [i for i, h in enumerate(history) if h.whole]
+    profile = fed(WarmAffine, *history)
+    for reading in history[seeds[0] + 1 :] if seeds else []:
+        if not reading.whole:
+            continue
+        p = profile.price(PriceRequest(reading.packed_tokens, reading.logical_tokens))
+        assert p is not None
+        compute = max(0, reading.delta_bytes - reading.output_bytes)
+        assert p >= compute * (1 - 1e-12)  # one rounding of slope * tokens
+
+
 @pytest.mark.parametrize("cls", POLICIES)
 @given(history=histories, r=requests(), f=st.floats(1.0, 2.0))
 def test_no_estimate_below_outputs_plus_floor(
@@ -287,16 +311,18 @@ def linear_histories(draw: st.DrawFn) -> tuple[int, int, list[Reading]]:
     return fixed, per_token, history
 
 
+@pytest.mark.parametrize("cls", [WarmFit, WarmAffine])
 @given(case=linear_histories(), r=requests())
-def test_warm_fit_never_prices_below_true_compute_within_the_seen_extent(
-    case: tuple[int, int, list[Reading]], r: PriceRequest
+def test_never_prices_below_true_compute_within_the_seen_extent(
+    cls: type[Policy], case: tuple[int, int, list[Reading]], r: PriceRequest
 ) -> None:
     fixed, per_token, history = case
     sizes = [h.packed_tokens for h in history if h.whole]
     # Within the extent the profile has seen (waves at least as large as its smallest
     # whole wave) both fits cover fixed + per_token * n; see docs/spec-notes.md.
+    # warm-affine's line is exact there, from the smallest warm wave up.
     assume(sizes and r.packed_tokens >= min(sizes))
-    p = fed(WarmFit, *history).price(r)
+    p = fed(cls, *history).price(r)
     assert p is not None
     true_compute = fixed + per_token * r.packed_tokens
     assert p >= true_compute * (1 - 1e-12)  # one rounding of rate * n

@@ -25,12 +25,15 @@ from hypothesis.stateful import (
 
 from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
 from warmfit.errors import PolicyError, UsageError
-from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmFit
+from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmAffine, WarmFit
 from warmfit.replay import PER_WAVE_SCHEMA, is_observed, replay, replay_scalar, summarize
 from warmfit.trace import read_trace, readings_frame, write_trace
 from warmfit.vectorized import has_vectorized_form, replay_vectorized, vectorized_form
 
-BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit]
+BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit, WarmAffine]
+BUILT_IN_NAMES = [cls.name for cls in BUILT_IN]
+#: The two policies of ART PR #991: the worked cases below spell out their rows.
+PR_POLICIES: list[type[Policy]] = [MaxMerge, WarmFit]
 SAFETY = st.sampled_from([1.1, 1.0, 1.25, 0.9, 3.7])
 
 
@@ -67,7 +70,11 @@ def assert_same_summary(expected: pl.DataFrame, got: pl.DataFrame, names: list[s
 
 
 @examples(250)
-@given(traces(), SAFETY, st.sampled_from([BUILT_IN, [WarmFit, MaxMerge], [WarmFit], [MaxMerge]]))
+@given(
+    traces(),
+    SAFETY,
+    st.sampled_from([BUILT_IN, [WarmFit, MaxMerge], [WarmFit], [MaxMerge], [WarmAffine]]),
+)
 def test_every_wave_and_figure_is_identical(
     frame: pl.DataFrame, safety: float, policies: Sequence[type[Policy]]
 ) -> None:
@@ -91,7 +98,7 @@ def _replay_files(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame
 def test_identical_on_traces_read_from_files(parts: list[pl.DataFrame]) -> None:
     scalar, vectorized = _replay_files(parts)
     assert_identical(scalar, vectorized)
-    assert_same_summary(scalar, vectorized, ["max-merge", "warm-fit"])
+    assert_same_summary(scalar, vectorized, BUILT_IN_NAMES)
 
 
 @pytest.mark.slow
@@ -101,7 +108,7 @@ def test_every_wave_and_figure_is_identical_slow(frame: pl.DataFrame, safety: fl
     readings = frame.sort("run", "rank", "seq", maintain_order=True)
     scalar, vectorized = both_engines(readings, BUILT_IN, safety)
     assert_identical(scalar, vectorized)
-    assert_same_summary(scalar, vectorized, ["max-merge", "warm-fit"])
+    assert_same_summary(scalar, vectorized, BUILT_IN_NAMES)
 
 
 @pytest.mark.slow
@@ -222,7 +229,7 @@ class ReplayMachine(RuleBasedStateMachine):
         scalar, vectorized = both_engines(readings, BUILT_IN)
         assert_identical(scalar, vectorized)
         for row in vectorized.iter_rows(named=True):
-            p = self.priced[row["wave"]][0 if row["policy"] == "max-merge" else 1]
+            p = self.priced[row["wave"]][BUILT_IN_NAMES.index(row["policy"])]
             floor = row["static_floor_bytes"]
             if p is None:
                 expected = None if floor is None else int((row["output_bytes"] + floor) * 1.1)
@@ -280,7 +287,7 @@ def test_oom_readings_are_never_learned_from_and_nested_waves_price_at_open() ->
         {"wave": 3, "whole": True, "peak_bytes": 50_000, "oom": True},
         {"wave": 5, "whole": True, "peak_bytes": 2_000},
     )
-    scalar, vectorized = both_engines(frame, BUILT_IN)
+    scalar, vectorized = both_engines(frame, PR_POLICIES)
     assert_identical(scalar, vectorized)
     assert vectorized.get_column("wave").to_list() == [7, 7, 3, 3, 5, 5]
     assert vectorized.get_column("oom").to_list() == [False, False, True, True, False, False]
@@ -294,7 +301,7 @@ def test_floor_sets_the_estimate_and_peaks_below_baseline_give_zero() -> None:
         {"wave": 1, "static_floor_bytes": 500, "peak_bytes": 10_000, "output_bytes": 40},
         {"wave": 2, "peak_bytes": 10_000},
     )
-    scalar, vectorized = both_engines(frame, BUILT_IN)
+    scalar, vectorized = both_engines(frame, PR_POLICIES)
     assert_identical(scalar, vectorized)
     assert vectorized.get_column("set_by").to_list() == [
         "floor", "floor", "floor", "floor", "profile", "profile",
@@ -343,7 +350,7 @@ def test_values_too_large_for_doubles_fall_back_to_the_reference() -> None:
         {"wave": 1, "whole": True, "peak_bytes": 2**53 + 1, "packed_tokens": 2**20 + 1,
          "logical_tokens": 2**21},
     )  # fmt: skip
-    scalar, vectorized = both_engines(frame, BUILT_IN)
+    scalar, vectorized = both_engines(frame, PR_POLICIES)
     assert_identical(scalar, vectorized)
     assert vectorized.get_column("estimate_bytes").to_list()[2] is not None
 
@@ -355,7 +362,7 @@ def test_prices_beyond_int64_arithmetic_fall_back_to_the_reference() -> None:
         {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**22,
          "logical_tokens": 2**22},
     )  # fmt: skip
-    scalar, vectorized = both_engines(frame, BUILT_IN, 1.1)
+    scalar, vectorized = both_engines(frame, PR_POLICIES, 1.1)
     assert_identical(scalar, vectorized)
     assert vectorized.get_column("estimate_bytes").to_list()[2] == int(2**62 * 1.1)
 

@@ -74,6 +74,8 @@ class Profiles:
         self.rate: np.ndarray = columns["rate"]
         #: ``m / n``, a double, as :attr:`Reading.sharing`.
         self.sharing: np.ndarray = columns["sharing"]
+        #: Compute bytes ``max(0, delta - o)``, as a double (exact below 2**53).
+        self.compute: np.ndarray = columns["compute"]
         self._starts = starts
         self._lengths = np.diff(np.append(starts, len(self.rate)))
         # Per wave: the position of the reading before its first one, -1
@@ -96,6 +98,17 @@ class Profiles:
         edges[first[some] + 1] += 1
         edges[ends[some]] -= 1
         return np.cumsum(edges[:-1], dtype=np.int8).view(np.bool_)
+
+    def first(self, value: np.ndarray, where: np.ndarray) -> np.ndarray:
+        """Per reading: ``value`` at the first reading of its profile that meets
+        ``where`` (the same for every reading of the profile); NaN where none does."""
+        meets = np.append(np.flatnonzero(where), len(where))
+        ends = self._starts + self._lengths
+        first = np.minimum(meets[np.searchsorted(meets, self._starts)], ends)
+        found = first < ends
+        per_profile = np.full(len(first), np.nan)
+        per_profile[found] = value[first[found]]
+        return np.repeat(per_profile, self._lengths)
 
     def max_before(self, value: np.ndarray, where: np.ndarray) -> np.ndarray:
         """Per wave: the largest ``value`` over the profile's earlier readings that
@@ -217,6 +230,52 @@ def _warm_fit_price(state: dict[str, np.ndarray], n: np.ndarray, m: np.ndarray) 
 WARM_FIT = VectorizedForm(_warm_fit_state, _warm_fit_price)
 
 
+def _warm_affine_state(v: Profiles) -> dict[str, np.ndarray]:
+    # The anchor is the profile's first warm whole reading (the same reading
+    # that first sets warm_tokens); marginal rates are taken against it.
+    warm = v.observed & v.seen_before(v.whole & v.observed)
+    warm_whole = warm & v.whole
+    anchor_tokens = v.first(v.packed_tokens.astype(np.float64), warm_whole)
+    anchor_bytes = v.first(v.compute, warm_whole)
+    at_anchor = warm_whole & (v.packed_tokens == anchor_tokens)
+    elsewhere = warm_whole & ~at_anchor
+    with np.errstate(invalid="ignore", divide="ignore"):
+        marginal = (v.compute - anchor_bytes) / (v.packed_tokens - anchor_tokens)
+    below = v.max_before(v.compute, elsewhere & (v.packed_tokens < anchor_tokens))
+    return {
+        **_warm_fit_state(v),
+        "anchor_tokens": v.max_before(anchor_tokens, warm_whole),
+        "top_bytes": v.max_before(v.compute, at_anchor),
+        "below_bytes": np.where(np.isnan(below), 0.0, below),
+        "slope": v.max_before(marginal, elsewhere),
+        "max_tokens": v.max_before(v.packed_tokens, warm_whole),
+    }
+
+
+def _warm_affine_price(state: dict[str, np.ndarray], n: np.ndarray, m: np.ndarray) -> np.ndarray:
+    # WarmAffine.price: warm-fit until a slope is known, then min(warm_fit, L(n_eff)),
+    # beyond max_tokens at least L(max_tokens) * (n_eff / max_tokens)
+    warm_fit = _warm_fit_price(state, n, m)
+    slope = np.maximum(0.0, state["slope"])
+
+    def line(tokens: np.ndarray) -> np.ndarray:
+        rise = state["top_bytes"] + slope * (tokens - state["anchor_tokens"])
+        return np.maximum(state["below_bytes"], rise)
+
+    with np.errstate(invalid="ignore"):
+        n_eff = np.maximum(state["warm_tokens"], np.maximum(n, m / state["warm_sharing"]))
+        max_tokens = state["max_tokens"]
+        affine = line(n_eff)
+        reach = line(max_tokens) * (n_eff / max_tokens)
+        affine = np.where(n_eff > max_tokens, np.maximum(affine, reach), affine)
+        priced = np.minimum(warm_fit, affine)
+    return np.where(np.isnan(state["slope"]), warm_fit, priced)
+
+
+#: :class:`~warmfit.policies.WarmAffine` at once: warm-fit's fields, then the line's.
+WARM_AFFINE = VectorizedForm(_warm_affine_state, _warm_affine_price)
+
+
 def has_vectorized_form(cls: type[Policy]) -> bool:
     """Whether ``cls`` itself (not a parent) declares a vectorized form.
 
@@ -288,7 +347,8 @@ def replay_vectorized(
     # Per reading: delta, rate and sharing, with Python's arithmetic (SPEC §4).
     n = _ints(readings, "packed_tokens")
     delta = np.maximum(_ints(readings, "peak_bytes") - _ints(readings, "baseline_bytes"), 0)
-    rate = np.maximum(delta - _ints(readings, "output_bytes"), 0) / n
+    compute = np.maximum(delta - _ints(readings, "output_bytes"), 0)
+    rate = compute / n
     sharing = _ints(readings, "logical_tokens") / n
     # Streams are contiguous (sorted by run, rank, seq): number them, then profiles.
     new_stream = (pl.col("run") != pl.col("run").shift(1)) | (
@@ -347,11 +407,12 @@ def replay_vectorized(
             "observed": observed[by_profile],
             "rate": rate[by_profile],
             "sharing": sharing[by_profile],
+            "compute": compute[by_profile].astype(np.float64),
         },
         np.flatnonzero(opens),
         priced_at,
     )
-    del by_profile, opens, rate, sharing, oom_reading, observed, delta
+    del by_profile, opens, rate, sharing, compute, oom_reading, observed, delta
     states = [form.state(profiles) for form in forms]
     del profiles
 

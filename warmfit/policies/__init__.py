@@ -4,8 +4,8 @@ Built-in policies are registered here; third-party ones register through the
 ``warmfit.policies`` entry-point group, or are named on the command line as
 ``module:Class`` (``-p mypkg.pricing:MyPolicy``).
 
->>> sorted(policy_names())[:2]
-['max-merge', 'warm-fit']
+>>> policy_names()[:3]
+['max-merge', 'warm-fit', 'warm-affine']
 >>> get_policy("warm-fit")().price(PriceRequest(packed_tokens=1, logical_tokens=1)) is None
 True
 """
@@ -21,6 +21,7 @@ from importlib.metadata import entry_points
 from warmfit.errors import PolicyError
 from warmfit.policies.base import Policy, PriceRequest, Reading
 from warmfit.policies.max_merge import MaxMerge
+from warmfit.policies.warm_affine import WarmAffine
 from warmfit.policies.warm_fit import WarmFit
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Policy",
     "PriceRequest",
     "Reading",
+    "WarmAffine",
     "WarmFit",
     "get_policy",
     "policy_names",
@@ -115,3 +117,4 @@ def get_policy(spec: str) -> type[Policy]:
 
 register(MaxMerge)
 register(WarmFit)
+register(WarmAffine)
