@@ -27,12 +27,11 @@ def readings(draw: st.DrawFn, whole: bool | None = None) -> Reading:
     n = draw(tokens)
     m = draw(st.integers(min_value=n, max_value=n * 8))
     phase = draw(st.sampled_from(["forward", "caller"]))
-    kind = draw(st.sampled_from(KINDS))
-    is_whole = (
-        (phase == "caller" and kind == "flat" and draw(st.booleans())) if whole is None else whole
-    )
+    is_whole = (phase == "caller" and draw(st.booleans())) if whole is None else whole
+    # only a flat wave's caller reading may be whole (SPEC §1)
+    kind = "flat" if is_whole else draw(st.sampled_from(KINDS))
     if is_whole:
-        phase, kind = "caller", "flat"
+        phase = "caller"
     return Reading(
         packed_tokens=n,
         logical_tokens=m,

@@ -61,6 +61,7 @@ def test_json_has_null_figures_for_a_run_without_priced_waves(tmp_path: Path) ->
             "run": "run", "policy": "max-merge", "priced_waves": 0,
             "median_over_estimate": None, "min_over_estimate": None, "max_over_estimate": None,
             "under_peak": 0, "set_by_profile": 0, "set_by_floor": 0, "oom_waves": 0,
+            "median_excess_bytes": None,
         }
     ]  # fmt: skip
 

@@ -26,7 +26,15 @@ from hypothesis.stateful import (
 from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
 from warmfit.errors import PolicyError, UsageError
 from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmAffine, WarmFit
-from warmfit.replay import PER_WAVE_SCHEMA, is_observed, replay, replay_scalar, summarize
+from warmfit.replay import (
+    GROUPINGS,
+    PER_WAVE_SCHEMA,
+    is_observed,
+    replay,
+    replay_scalar,
+    result_groups,
+    summarize,
+)
 from warmfit.trace import read_trace, readings_frame, write_trace
 from warmfit.vectorized import has_vectorized_form, replay_vectorized, vectorized_form
 
@@ -62,8 +70,11 @@ def assert_identical(expected: pl.DataFrame, got: pl.DataFrame) -> None:
 
 
 def assert_same_summary(expected: pl.DataFrame, got: pl.DataFrame, names: list[str]) -> None:
-    runs = expected.get_column("run").unique().sort().to_list()
-    assert_identical(summarize(expected, names, runs), summarize(got, names, runs))
+    for by in GROUPINGS:
+        groups = result_groups(expected, by)
+        assert_identical(
+            summarize(expected, names, groups, 10**9), summarize(got, names, groups, 10**9)
+        )
 
 
 # --------------------------------------------------------------------------- properties

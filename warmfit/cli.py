@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from warmfit.commands import check, plot, policies, record, recover, replay, validate
+from warmfit.commands import check, plot, policies, record, recover, replay, sweep, validate
 from warmfit.errors import WarmfitError
 
 
@@ -44,6 +44,7 @@ app.command("validate")(validate.validate_command)
 app.command("policies")(policies.policies_command)
 app.command("plot")(plot.plot_command)
 app.command("check")(check.check_command)
+app.command("sweep")(sweep.sweep_command)
 app.command("record", context_settings={"allow_interspersed_args": False})(record.record_command)
 app.command("recover")(recover.recover_command)
 

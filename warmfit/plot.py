@@ -29,7 +29,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -39,6 +39,8 @@ from warmfit.replay import ReplayResult, is_observed
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from warmfit.sweep import SweepResult
 
 GB = 1e9
 KB = 1e3
@@ -537,10 +539,13 @@ def _draw_over(ax: Any, data: PlotData, run: str) -> None:
 
 def render_bytes(data: PlotData, fmt: str = "png") -> bytes:
     """The figure as PNG or SVG bytes."""
-    _require_matplotlib()
+    return figure_bytes(draw_figure(data), fmt)
+
+
+def figure_bytes(fig: Figure, fmt: str = "png") -> bytes:
+    """A drawn figure as PNG or SVG bytes, with no date or version in them."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    fig = draw_figure(data)
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()
     extra: dict[str, Any] = {"pil_kwargs": {"optimize": True}} if fmt == "png" else {}
@@ -559,4 +564,81 @@ def render_plot(data: PlotData, path: str | os.PathLike[str]) -> Path:
     """Write the figure to ``path``; PNG or SVG by its suffix."""
     target = Path(path)
     target.write_bytes(render_bytes(data, plot_format(target)))
+    return target
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+def pareto_points(result: SweepResult) -> pl.DataFrame:
+    """The Pareto picture's data: per result and policy, every grid factor's waves
+    under their peak and median over-estimate (%), and the safe factor's point."""
+    rows = []
+    keys = ["run"] if result.by == "run" else ["run", "signature"]
+    for r in result.results:
+        label = " / ".join(str(r[k]) for k in keys)
+        grid = cast(list[dict[str, Any]], r["points"])
+        points = [
+            (p["safety_factor"], p["under_peak"], p["median_over_estimate"], False) for p in grid
+        ]
+        if r["safe_factor"] is not None:
+            points.append((r["safe_factor"], 0, r["median_over_estimate_at_safe"], True))
+        rows += [
+            {"result": label, "policy": r["policy"], "safety_factor": f, "under_peak": u,
+             "median_over_estimate_pct": None if m is None else m * 100, "safe": safe}
+            for f, u, m, safe in points
+        ]  # fmt: skip
+    schema = {
+        "result": pl.String(), "policy": pl.String(), "safety_factor": pl.Float64(),
+        "under_peak": pl.Int64(), "median_over_estimate_pct": pl.Float64(), "safe": pl.Boolean(),
+    }  # fmt: skip
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def draw_pareto(result: SweepResult) -> Figure:
+    """One panel per result: median over-estimate against waves under their peak as the
+    safety factor varies, one line per policy, its safe factor starred."""
+    _require_matplotlib()
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    data = pareto_points(result)
+    labels = list(dict.fromkeys(data.get_column("result").to_list()))
+    policies = list(dict.fromkeys(data.get_column("policy").to_list()))
+    columns = min(3, max(1, len(labels)))
+    rows = max(1, -(-len(labels) // columns))
+    fig = Figure(figsize=(5.2 * columns, 0.6 + 3.8 * rows), dpi=DPI, layout="constrained")
+    fig.suptitle("warmfit sweep: median over-estimate against waves under their peak", fontsize=13)
+    axes = fig.subplots(rows, columns, squeeze=False)
+    for i, label in enumerate(labels):
+        ax = axes[i // columns][i % columns]
+        for policy in policies:
+            mine = data.filter((pl.col("result") == label) & (pl.col("policy") == policy))
+            grid = mine.filter(~pl.col("safe")).sort("safety_factor")
+            ax.plot(grid.get_column("under_peak"), grid.get_column("median_over_estimate_pct"),
+                    label=policy, marker=".", **_line(policies, policy))  # fmt: skip
+            for f, u, m in (
+                mine.filter(pl.col("safe"))
+                .select("safety_factor", "under_peak", "median_over_estimate_pct")
+                .iter_rows()
+            ):
+                ax.scatter([u], [m], marker="*", s=180, color=_colour(policies, policy), zorder=9)
+                ax.annotate(f"safe ×{f:.3f}", (u, m), textcoords="offset points", xytext=(6, 4),
+                            fontsize=8, color=_colour(policies, policy))  # fmt: skip
+        ax.set_title(label, fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("waves under their peak")
+        ax.set_ylabel("median over-estimate (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for j in range(len(labels), rows * columns):
+        axes[j // columns][j % columns].set_visible(False)
+    return fig
+
+
+def write_pareto(result: SweepResult, path: str | os.PathLike[str]) -> Path:
+    """Write the Pareto picture of a sweep to ``path``; PNG or SVG by its suffix."""
+    target = Path(path)
+    fmt = plot_format(target)
+    target.write_bytes(figure_bytes(draw_pareto(result), fmt))
     return target

@@ -238,7 +238,8 @@ def _per_wave_frame(waves: list[_Wave], names: list[str]) -> pl.DataFrame:
 
 # --------------------------------------------------------------------------- summary
 
-#: Columns of the per-run, per-policy summary (SPEC §5 ``results``).
+#: Columns of the per-run, per-policy summary (SPEC §5 ``results``, and §7's
+#: ``median_excess_bytes``).
 SUMMARY_COLUMNS = (
     "run",
     "policy",
@@ -250,60 +251,105 @@ SUMMARY_COLUMNS = (
     "set_by_profile",
     "set_by_floor",
     "oom_waves",
+    "median_excess_bytes",
 )
+#: Columns a ``budget_bytes`` adds to the summary (SPEC §7).
+BUDGET_COLUMNS = ("budget_bytes", "admitted", "refused_fit", "admitted_oom")
+#: What a summary can be grouped by: one result per run, or per run and signature.
+GROUPINGS = ("run", "signature")
+
+#: The waves every figure is computed over (SPEC §3 "Report"): priced, not out
+#: of memory, and with a positive actual.
+IN_FIGURES = pl.col("estimate_bytes").is_not_null() & ~pl.col("oom") & (pl.col("actual_bytes") > 0)
 
 
-def summarize(per_wave: pl.DataFrame, policies: Sequence[str], runs: Sequence[str]) -> pl.DataFrame:
-    """Per run and policy, the figures of SPEC §3 "Report".
+def _median_int(values: pl.Expr) -> pl.Expr:
+    """The median of integers as an integer: the mean of the two middle values
+    truncated toward zero for an even count (SPEC §7); null with no value."""
+    ordered = values.sort()
+    count = values.len()
+    total = ordered.get((count - 1) // 2, null_on_oob=True).cast(pl.Int128) + ordered.get(
+        count // 2, null_on_oob=True
+    ).cast(pl.Int128)
+    # floor division, moved up by one for a negative odd total: truncation toward zero
+    rounds_down = ((total < 0) & (total % 2 != 0)).cast(pl.Int128)
+    return (total // 2 + rounds_down).cast(pl.Int64)
 
-    Figures count the priced waves that did not run out of memory and have
-    ``actual > 0``; ``oom_waves`` counts priced waves with an oom reading. The
-    median is the mean of the two middle values for an even count, computed
-    as ``(a + b) / 2`` like :func:`statistics.median`. Rows come by run
-    (as given) then policy (as given); a run without figures has nulls.
+
+def summarize(
+    per_wave: pl.DataFrame,
+    policies: Sequence[str],
+    groups: pl.DataFrame,
+    budget_bytes: int | None = None,
+) -> pl.DataFrame:
+    """Per group and policy, the figures of SPEC §3 "Report" and §7.
+
+    ``groups`` holds one row per result to report, with a ``run`` column and,
+    for :data:`GROUPINGS` ``"signature"``, a ``signature`` column; rows come in
+    its order, then by policy as given, and a group without figures has
+    nulls. Figures count the priced waves that did not run out of memory and
+    have ``actual > 0``; ``oom_waves`` counts priced waves with an oom
+    reading. The median is the mean of the two middle values for an even
+    count, ``(a + b) / 2`` like :func:`statistics.median`;
+    ``median_excess_bytes`` is the median of ``estimate - actual``, an
+    integer. With ``budget_bytes`` a figure wave is *admitted* when its
+    estimate is at most the budget; ``refused_fit`` counts waves refused
+    although they fit, ``admitted_oom`` waves admitted although they did not.
     """
+    keys = list(groups.columns)
     priced = pl.col("estimate_bytes").is_not_null()
-    in_figures = priced & ~pl.col("oom") & (pl.col("actual_bytes") > 0)
-    over = pl.col("over_estimate").filter(in_figures)
-    count = in_figures.sum()
+    over = pl.col("over_estimate").filter(IN_FIGURES)
+    count = IN_FIGURES.sum()
     # The two middle values (one value twice for an odd count): the sorted
     # values at (n - 1) // 2 and n // 2, found by selection rather than a sort.
     lower = over.quantile(0.5, interpolation="lower")
     upper = over.quantile(0.5, interpolation="higher")
-    stats = (
-        per_wave.lazy()
-        .group_by("run", "policy")
-        .agg(
-            count.cast(pl.Int64).alias("priced_waves"),
-            ((lower + upper) / 2).alias("median_over_estimate"),
-            over.min().alias("min_over_estimate"),
-            over.max().alias("max_over_estimate"),
-            (in_figures & (pl.col("estimate_bytes") < pl.col("actual_bytes")))
-            .sum()
-            .cast(pl.Int64)
-            .alias("under_peak"),
-            (in_figures & (pl.col("set_by") == "profile"))
-            .sum()
-            .cast(pl.Int64)
-            .alias("set_by_profile"),
-            (in_figures & (pl.col("set_by") == "floor")).sum().cast(pl.Int64).alias("set_by_floor"),
-            (priced & pl.col("oom")).sum().cast(pl.Int64).alias("oom_waves"),
-        )
-        .collect()
-    )
-    grid = pl.DataFrame(
-        {
-            "run": [r for r in runs for _ in policies],
-            "policy": [p for _ in runs for p in policies],
-        },
-        schema={"run": pl.String(), "policy": pl.String()},
-    )
+    figures = [
+        count.cast(pl.Int64).alias("priced_waves"),
+        ((lower + upper) / 2).alias("median_over_estimate"),
+        over.min().alias("min_over_estimate"),
+        over.max().alias("max_over_estimate"),
+        _count(IN_FIGURES & (pl.col("estimate_bytes") < pl.col("actual_bytes")), "under_peak"),
+        _count(IN_FIGURES & (pl.col("set_by") == "profile"), "set_by_profile"),
+        _count(IN_FIGURES & (pl.col("set_by") == "floor"), "set_by_floor"),
+        _count(priced & pl.col("oom"), "oom_waves"),
+        _median_int((pl.col("estimate_bytes") - pl.col("actual_bytes")).filter(IN_FIGURES)).alias(
+            "median_excess_bytes"
+        ),
+    ]
     counts = ["priced_waves", "under_peak", "set_by_profile", "set_by_floor", "oom_waves"]
-    return (
-        grid.join(stats, on=["run", "policy"], how="left", maintain_order="left")
-        .with_columns(pl.col(counts).fill_null(0))
-        .select(SUMMARY_COLUMNS)
+    columns = [*keys, *SUMMARY_COLUMNS[1:]]
+    if budget_bytes is not None:
+        admitted = IN_FIGURES & (pl.col("estimate_bytes") <= budget_bytes)
+        fits = pl.col("actual_bytes") <= budget_bytes
+        figures += [
+            _count(admitted, "admitted"),
+            _count(IN_FIGURES & ~admitted & fits, "refused_fit"),
+            _count(admitted & ~fits, "admitted_oom"),
+        ]
+        counts += ["admitted", "refused_fit", "admitted_oom"]
+        columns += BUDGET_COLUMNS
+    stats = per_wave.lazy().group_by(*keys, "policy").agg(figures).collect()
+    grid = groups.join(
+        pl.DataFrame({"policy": list(policies)}, schema={"policy": pl.String()}), how="cross"
     )
+    summary = grid.join(stats, on=[*keys, "policy"], how="left", maintain_order="left")
+    summary = summary.with_columns(pl.col(counts).fill_null(0))
+    if budget_bytes is not None:
+        summary = summary.with_columns(budget_bytes=pl.lit(budget_bytes, dtype=pl.Int64))
+    return summary.select(columns)
+
+
+def _count(condition: pl.Expr, name: str) -> pl.Expr:
+    return condition.sum().cast(pl.Int64).alias(name)
+
+
+def result_groups(readings: pl.DataFrame, by: str = "run") -> pl.DataFrame:
+    """The groups a summary reports, sorted: every run, or every run and signature."""
+    if by not in GROUPINGS:
+        raise UsageError(f"by must be one of {', '.join(GROUPINGS)}; got {by!r}.")
+    keys = ["run"] if by == "run" else ["run", "signature"]
+    return readings.select(keys).unique().sort(keys)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -311,13 +357,19 @@ def summarize(per_wave: pl.DataFrame, policies: Sequence[str], runs: Sequence[st
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """What a replay produced: per-wave rows and the per-run summary."""
+    """What a replay produced: per-wave rows and the summary.
+
+    ``by`` is what the summary is grouped by (:data:`GROUPINGS`);
+    ``budget_bytes`` the memory budget its admission figures assume, if any.
+    """
 
     per_wave: pl.DataFrame
     summary: pl.DataFrame
     policies: tuple[str, ...]
     safety_factor: float
     engine: str
+    by: str = "run"
+    budget_bytes: int | None = None
 
 
 def replay(
@@ -325,15 +377,24 @@ def replay(
     policies: Sequence[str] | None = None,
     safety_factor: float = DEFAULT_SAFETY_FACTOR,
     engine: str = "auto",
+    by: str = "run",
+    budget_bytes: int | None = None,
 ) -> ReplayResult:
-    """Replay validated readings through policies and summarize, per SPEC §3.
+    """Replay validated readings through policies and summarize, per SPEC §3 and §7.
 
     ``policies`` are registered names or ``module:Class`` specs (default:
     max-merge and warm-fit). ``engine`` is ``auto``, ``scalar`` or
     ``vectorized``; every engine gives identical results, and ``auto`` picks
-    the vectorized one when every policy has a vectorized form.
+    the vectorized one when every policy has a vectorized form. ``by``
+    groups the summary by ``run`` or by ``signature`` within each run. With
+    ``budget_bytes`` (the memory free above the baseline when a wave is
+    admitted) the per-wave rows gain ``admitted`` and the summary the
+    admission counts.
     """
     safety_factor = check_safety_factor(safety_factor)
+    if budget_bytes is not None and not budget_bytes >= 0:
+        raise UsageError(f"the budget must be a number of bytes >= 0; got {budget_bytes!r}.")
+    groups = result_groups(readings, by)
     classes = resolve_policies(policies)
     chosen = _choose_engine(engine, classes)
     if chosen == "vectorized":
@@ -342,9 +403,11 @@ def replay(
         per_wave = replay_vectorized(readings, classes, safety_factor)
     else:
         per_wave = replay_scalar(readings, classes, safety_factor)
+    if budget_bytes is not None:
+        per_wave = per_wave.with_columns(admitted=pl.col("estimate_bytes") <= budget_bytes)
     names = tuple(cls.name for cls in classes)
-    runs = readings.get_column("run").unique().sort().to_list()
-    return ReplayResult(per_wave, summarize(per_wave, names, runs), names, safety_factor, chosen)
+    summary = summarize(per_wave, names, groups, budget_bytes)
+    return ReplayResult(per_wave, summary, names, safety_factor, chosen, by, budget_bytes)
 
 
 def _choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:

@@ -13,7 +13,10 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from warmfit.replay import SUMMARY_COLUMNS, ReplayResult
+from warmfit.replay import ReplayResult
+from warmfit.sweep import JSON_SCHEMA as SWEEP_JSON_SCHEMA
+from warmfit.sweep import SweepResult
+from warmfit.units import format_bytes
 
 FORMATS = ("table", "markdown", "csv", "json")
 JSON_SCHEMA = "warmfit.replay/1"
@@ -31,17 +34,18 @@ def percent(fraction: float | None, digits: int = 0) -> str:
 
 
 def to_json(summary: pl.DataFrame, safety_factor: float) -> str:
-    """The SPEC §5 JSON object: schema, safety factor and one result per row."""
-    results = [{k: row[k] for k in SUMMARY_COLUMNS} for row in summary.iter_rows(named=True)]
+    """The SPEC §5 JSON object: schema, safety factor and one result per row
+    (with §7's ``signature`` and budget fields when the summary has them)."""
+    results = summary.to_dicts()
     doc = {"schema": JSON_SCHEMA, "safety_factor": safety_factor, "results": results}
     return json.dumps(doc, indent=2) + "\n"
 
 
 def to_csv(summary: pl.DataFrame) -> str:
-    """One header line and one line per run and policy; nulls are empty."""
+    """One header line and one line per result; nulls are empty."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(SUMMARY_COLUMNS)
+    writer.writerow(summary.columns)
     for row in summary.iter_rows():
         writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in row])
     return buffer.getvalue()
@@ -56,15 +60,21 @@ def _under_peak_cell(rows: Sequence[dict[str, object]]) -> str:
     return ", ".join(f"{r['policy']} {r['under_peak']} of {r['priced_waves']}" for r in rows)
 
 
+def _keys(summary: pl.DataFrame) -> list[str]:
+    """The columns that name a result: ``run``, and ``signature`` with ``--by signature``."""
+    return [k for k in ("run", "signature") if k in summary.columns]
+
+
 def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
-    """The table of ART PR #991: rows are runs; per policy the median
-    over-estimate with its min; then waves under their peak ("0 of 25")."""
-    header = ["run", *[f"{p} median (min)" for p in policies], "waves under their peak"]
+    """The table of ART PR #991: rows are runs (and signatures); per policy the
+    median over-estimate with its min; then waves under their peak ("0 of 25")."""
+    keys = _keys(summary)
+    header = [*keys, *[f"{p} median (min)" for p in policies], "waves under their peak"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (run,), group in summary.group_by("run", maintain_order=True):
+    for names, group in summary.group_by(keys, maintain_order=True):
         rows = group.to_dicts()
         by_policy = {r["policy"]: r for r in rows}
-        cells = [str(run)]
+        cells = [str(name) for name in names]
         for p in policies:
             r = by_policy[p]
             if r["median_over_estimate"] is None:
@@ -79,41 +89,65 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
 
 
 def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
-    """A compact table for a terminal (fits 80 columns for short run names)."""
+    """A compact table for a terminal (fits 80 columns for short run names).
+
+    With a budget (SPEC §7) it adds the median excess bytes and the admission
+    counts, bytes in GB/MB as a person reads them.
+    """
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
+    keys = _keys(summary)
+    budget = "budget_bytes" in summary.columns
+    caption = (
+        f"over-estimate = estimate / actual - 1 (safety factor {safety_factor:g}); "
+        "under = waves priced below their peak; set by profile / floor; oom = waves that ran out "
+        "of memory (not in the figures)"
+    )
+    if budget:
+        caption += (
+            f"; excess = median estimate - actual; with a budget of "
+            f"{format_bytes(summary.get_column('budget_bytes')[0])}: admitted = estimate within "
+            "it, refused = refused although the wave fits, ooms = admitted although it did not"
+        )
     table = Table(
         box=box.SIMPLE_HEAD,
         show_edge=False,
         pad_edge=False,
         padding=(0, 1),
         collapse_padding=True,
-        caption=f"over-estimate = estimate / actual - 1 (safety factor {safety_factor:g}); "
-        "under = waves priced below their peak; set by profile / floor; oom = waves that ran out "
-        "of memory (not in the figures)",
+        caption=caption,
         caption_justify="left",
     )
-    table.add_column("run", overflow="fold", min_width=3)
+    for key in keys:
+        table.add_column(key, overflow="fold", min_width=3)
     table.add_column("policy", no_wrap=True)
-    for name in ("waves", "median", "min", "max", "under", "profile", "floor", "oom"):
+    figures = ["waves", "median", "min", "max", "under", "profile", "floor", "oom"]
+    if budget:
+        figures = ["waves", "median", "max", "under", "excess", "admitted", "refused", "ooms"]
+    for name in figures:
         table.add_column(name, justify="right", no_wrap=True)
     previous = None
     for r in summary.iter_rows(named=True):
-        table.add_row(
-            "" if r["run"] == previous else r["run"],
-            r["policy"],
-            str(r["priced_waves"]),
-            percent(r["median_over_estimate"], 1),
-            percent(r["min_over_estimate"], 1),
-            percent(r["max_over_estimate"], 1),
-            str(r["under_peak"]),
-            str(r["set_by_profile"]),
-            str(r["set_by_floor"]),
-            str(r["oom_waves"]),
-        )
-        previous = r["run"]
+        names = tuple(r[k] for k in keys)
+        cells = {
+            "waves": str(r["priced_waves"]),
+            "median": percent(r["median_over_estimate"], 1),
+            "min": percent(r["min_over_estimate"], 1),
+            "max": percent(r["max_over_estimate"], 1),
+            "under": str(r["under_peak"]),
+            "profile": str(r["set_by_profile"]),
+            "floor": str(r["set_by_floor"]),
+            "oom": str(r["oom_waves"]),
+            "excess": format_bytes(r["median_excess_bytes"]),
+            "admitted": str(r.get("admitted")),
+            "refused": str(r.get("refused_fit")),
+            "ooms": str(r.get("admitted_oom")),
+        }
+        shown = [""] * len(keys) if names == previous else [str(n) for n in names]
+        table.add_row(*shown, r["policy"], *[cells[name] for name in figures])
+        previous = names
     console = Console(
         file=io.StringIO(), width=80, color_system=None, highlight=False, force_jupyter=False
     )
@@ -131,3 +165,55 @@ def render(result: ReplayResult, fmt: str) -> str:
     if fmt == "markdown":
         return to_markdown(result.summary, result.policies)
     return to_table(result.summary, result.safety_factor)
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+def render_sweep(result: SweepResult, fmt: str) -> str:
+    """Render a safety-factor sweep: json (with every grid point), csv, markdown or table."""
+    keys = ["run"] if result.by == "run" else ["run", "signature"]
+    if fmt == "json":
+        doc = {"schema": SWEEP_JSON_SCHEMA, "results": result.results}
+        return json.dumps(doc, indent=2) + "\n"
+    columns = [*keys, "policy", "safe_factor", "median_over_estimate_at_safe", "under_peak_at_1"]
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(columns)
+        for row in result.results:
+            values = [row[c] for c in columns]
+            writer.writerow(
+                ["" if v is None else repr(v) if isinstance(v, float) else v for v in values]
+            )
+        return buffer.getvalue()
+    header = [*keys, "policy", "safe factor", "median at safe", "under at 1.0"]
+    rows = [
+        [
+            *[str(row[k]) for k in keys],
+            str(row["policy"]),
+            "—" if row["safe_factor"] is None else f"{row['safe_factor']:#.6g}",
+            percent(row["median_over_estimate_at_safe"], 1),  # type: ignore[arg-type]
+            str(row["under_peak_at_1"]),
+        ]
+        for row in result.results
+    ]
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    numeric = len(keys) + 1
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i < numeric else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    caption = (
+        "safe factor = the smallest safety factor with no wave under its peak (exact); "
+        "median at safe = the median over-estimate there; under at 1.0 = waves under their "
+        "peak with no safety margin"
+    )
+    return "\n".join([line(header), "─" * len(line(header)), *map(line, rows), caption]) + "\n"

@@ -52,6 +52,44 @@ SafetyOpt = Annotated[
     float,
     typer.Option("--safety", help="Safety factor f applied to every estimate.", metavar="F"),
 ]
+
+
+class By(StrEnum):
+    run = "run"
+    signature = "signature"
+
+
+ByOpt = Annotated[
+    By,
+    typer.Option(
+        "--by", help="One result per run, or per run and signature (each signature's profile)."
+    ),
+]
+BudgetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--budget",
+        help="Memory free above the baseline when a wave is admitted, e.g. 128.8GB or 80GiB: "
+        "adds how many waves a policy admits, refuses although they fit, and admits although "
+        "they do not.",
+        show_default=False,
+        metavar="SIZE",
+    ),
+]
+
+
+def budget_bytes(budget: str | None) -> int | None:
+    """The ``--budget`` option in bytes (None when not given)."""
+    if budget is None:
+        return None
+    from warmfit.units import parse_bytes
+
+    try:
+        return parse_bytes(budget)
+    except ValueError as exc:
+        raise UsageError(f"--budget: {exc}") from None
+
+
 EngineOpt = Annotated[
     Engine,
     typer.Option(
@@ -107,17 +145,24 @@ def replay_command(
     ] = None,
     engine: EngineOpt = Engine.auto,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the --per-wave file.")] = False,
+    by: ByOpt = By.run,
+    budget: BudgetOpt = None,
 ) -> None:
     """Replay traces through pricing policies and print the over-estimate table.
 
     Example: warmfit replay traces/pr991 -p max-merge -p warm-fit --format markdown
+
+    With --budget 128.8GB it also counts the waves each policy would admit on a
+    device with that much memory free, and with --by signature it gives one
+    result per signature.
     """
     from warmfit.replay import replay
     from warmfit.report import render
 
     if per_wave is not None:
         check_new_file(per_wave, force)
-    result = replay(read_traces(paths), policy, safety, engine.value)
+    limit = budget_bytes(budget)
+    result = replay(read_traces(paths), policy, safety, engine.value, by.value, limit)
     if per_wave is not None:
         with writing(per_wave):
             result.per_wave.write_parquet(per_wave)

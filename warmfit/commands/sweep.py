@@ -1,0 +1,67 @@
+"""``warmfit sweep``: the smallest safe safety factor of every policy, and its cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from warmfit.commands.replay import (
+    By,
+    ByOpt,
+    Engine,
+    EngineOpt,
+    Format,
+    PathsArg,
+    PolicyOpt,
+    check_new_file,
+    read_traces,
+)
+
+
+def sweep_command(
+    paths: PathsArg,
+    policy: PolicyOpt = None,
+    by: ByOpt = By.run,
+    format: Annotated[
+        Format, typer.Option("--format", "-f", help="Output format (json has every point).")
+    ] = Format.table,
+    grid: Annotated[
+        str,
+        typer.Option(
+            "--grid", help="Safety factors of the points: START:STOP:STEP.", metavar="GRID"
+        ),
+    ] = "1.0:1.6:0.01",
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Also draw the Pareto picture (median over-estimate against waves under "
+            "their peak as the factor varies) to this PNG or SVG.",
+            metavar="FILE",
+        ),
+    ] = None,
+    engine: EngineOpt = Engine.auto,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the --plot file.")] = False,
+) -> None:
+    """Find each policy's smallest safety factor with no wave under its peak.
+
+    Example: warmfit sweep traces/art-h200 -p warm-fit -p warm-affine --plot sweep.png
+
+    The safe factor is exact (not a grid value): at it no wave of the trace is
+    priced under its peak, at the next smaller number at least one is.
+    """
+    from warmfit.report import render_sweep
+    from warmfit.sweep import parse_grid, sweep
+
+    factors = parse_grid(grid)
+    if plot is not None:
+        check_new_file(plot, force)
+    result = sweep(read_traces(paths), policy, by.value, factors, engine.value)
+    if plot is not None:
+        from warmfit.plot import write_pareto
+
+        write_pareto(result, plot)
+        typer.echo(f"wrote {plot}", err=True)
+    typer.echo(render_sweep(result, format.value), nl=False)

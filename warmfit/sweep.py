@@ -1,0 +1,153 @@
+"""Which safety factor to ship: the smallest that puts no wave under its peak.
+
+A wave's estimate at safety factor ``f`` is ``int((o + compute) * f)``
+(SPEC §3), so one replay at ``f = 1.0`` gives every wave's unscaled bytes
+``T`` exactly, and the estimate at any other factor is ``int(T * f)`` — the
+very arithmetic a replay at ``f`` does. From that, per result (run, or run
+and signature) and policy, over the same waves as the replay figures:
+
+- ``safe_factor``: the smallest double ``f`` with ``int(T * f) >= actual``
+  for every wave — exact, not a grid value (``None`` when a wave's ``T`` is
+  0, so that no factor can cover it, or when there is no wave);
+- ``median_over_estimate_at_safe``: the median over-estimate there;
+- ``under_peak_at_1``: waves under their peak at ``f = 1.0``;
+- ``points``: waves under their peak and the median over-estimate at every
+  factor of a grid, for the Pareto picture.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from warmfit.errors import UsageError
+from warmfit.replay import IN_FIGURES, replay
+
+JSON_SCHEMA = "warmfit.sweep/1"
+DEFAULT_GRID = "1.0:1.6:0.01"
+#: A grid longer than this is almost surely a typo in its step.
+MAX_GRID_POINTS = 100_000
+
+
+def parse_grid(text: str) -> list[float]:
+    """Factors from ``START:STOP:STEP``, both ends included, rounded to 12 decimals.
+
+    >>> parse_grid("1.0:1.05:0.01")
+    [1.0, 1.01, 1.02, 1.03, 1.04, 1.05]
+    """
+    try:
+        start, stop, step = (float(part) for part in text.split(":"))
+    except ValueError:
+        raise UsageError(f"grid {text!r} is not START:STOP:STEP (e.g. {DEFAULT_GRID}).") from None
+    if not all(math.isfinite(v) for v in (start, stop, step)) or start <= 0 or step <= 0:
+        raise UsageError(f"grid {text!r}: START and STEP must be positive numbers.")
+    if stop < start:
+        raise UsageError(f"grid {text!r}: STOP must not be below START.")
+    count = math.floor((stop - start) / step + 1e-9) + 1
+    if count > MAX_GRID_POINTS:
+        raise UsageError(f"grid {text!r} has {count:,} points; use a larger STEP.")
+    return [round(start + i * step, 12) for i in range(count)]
+
+
+def safe_factor(unscaled: np.ndarray, actual: np.ndarray) -> float | None:
+    """The smallest double ``f`` with ``int(unscaled * f) >= actual`` for every wave.
+
+    >>> safe_factor(np.array([1000, 3]), np.array([1100, 3]))  # 1.1 covers 1000 -> 1100
+    1.1
+    >>> safe_factor(np.array([0]), np.array([5])) is None
+    True
+    """
+    if len(unscaled) == 0 or (unscaled <= 0).any():
+        return None
+    total = unscaled.astype(np.float64)
+    f = actual.astype(np.float64) / total
+
+    def covers(factor: np.ndarray) -> np.ndarray:
+        return (total * factor).astype(np.int64) >= actual
+
+    # A correctly rounded quotient is within a few ulps of the answer: step up
+    # where it does not cover yet, then down while the next smaller still does.
+    for _ in range(64):
+        short = ~covers(f)
+        if not short.any():
+            break
+        f = np.where(short, np.nextafter(f, np.inf), f)
+    for _ in range(64):
+        lower = np.nextafter(f, 0)
+        still = covers(lower)
+        if not still.any():
+            break
+        f = np.where(still, lower, f)
+    return float(f.max())
+
+
+def _median(values: np.ndarray) -> float | None:
+    """The usual median, ``(a + b) / 2`` of the two middle values (as replay's)."""
+    if len(values) == 0:
+        return None
+    ordered = np.sort(values)
+    return float((ordered[(len(values) - 1) // 2] + ordered[len(values) // 2]) / 2)
+
+
+def _figures_at(
+    unscaled: np.ndarray, actual: np.ndarray, factor: float
+) -> tuple[int, float | None]:
+    estimate = (unscaled.astype(np.float64) * factor).astype(np.int64)
+    over = estimate.astype(np.float64) / actual.astype(np.float64) - 1
+    return int((estimate < actual).sum()), _median(over)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """One row per result: the group's keys, policy and the sweep's figures."""
+
+    results: list[dict[str, object]]
+    grid: list[float]
+    by: str
+
+
+def sweep(
+    readings: pl.DataFrame,
+    policies: Sequence[str] | None = None,
+    by: str = "run",
+    grid: Sequence[float] | None = None,
+    engine: str = "auto",
+) -> SweepResult:
+    """Sweep the safety factor of every policy over validated readings."""
+    factors = list(grid) if grid is not None else parse_grid(DEFAULT_GRID)
+    result = replay(readings, policies, 1.0, engine, by)
+    keys = ["run"] if by == "run" else ["run", "signature"]
+    waves = result.per_wave.filter(IN_FIGURES).select(
+        *keys, "policy", "estimate_bytes", "actual_bytes"
+    )
+    by_group = waves.partition_by([*keys, "policy"], as_dict=True)
+    empty = waves.clear()
+    rows: list[dict[str, object]] = []
+    for group in result.summary.select(*keys, "policy").iter_rows(named=True):
+        mine = by_group.get(tuple(group.values()), empty)
+        unscaled = mine.get_column("estimate_bytes").to_numpy()
+        actual = mine.get_column("actual_bytes").to_numpy()
+        safe = safe_factor(unscaled, actual)
+        under_at_1, _ = _figures_at(unscaled, actual, 1.0)
+        points = []
+        for factor in factors:
+            under, median = _figures_at(unscaled, actual, factor)
+            points.append(
+                {"safety_factor": factor, "under_peak": under, "median_over_estimate": median}
+            )
+        rows.append(
+            {
+                **group,
+                "safe_factor": safe,
+                "median_over_estimate_at_safe": None
+                if safe is None
+                else _figures_at(unscaled, actual, safe)[1],
+                "under_peak_at_1": under_at_1,
+                "points": points,
+            }
+        )
+    return SweepResult(rows, factors, by)

@@ -1,0 +1,65 @@
+"""Byte counts as people write and read them: ``128.8 GB``, ``80 GiB``.
+
+Decimal units (KB, MB, GB, TB: powers of 1000) as GPU vendors and ART's
+measurements give them, binary ones (KiB, MiB, GiB, TiB: powers of 1024) as
+allocators report them. Nothing here knows about files or the command line.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
+
+
+def parse_bytes(text: str) -> int:
+    """Bytes from ``12345``, ``128.8 GB`` or ``80GiB`` (whole bytes, rounded down).
+
+    >>> parse_bytes("128.8 GB"), parse_bytes("80GiB"), parse_bytes("1024")
+    (128800000000, 85899345920, 1024)
+    >>> parse_bytes("12 parsecs")
+    Traceback (most recent call last):
+    ...
+    ValueError: '12 parsecs' is not a size: give bytes, or a number with KB, MB, GB, TB, KiB, MiB, GiB or TiB (e.g. 128.8GB).
+    """
+    match = _SIZE.fullmatch(text)
+    unit = UNITS.get(match.group(2).upper()) if match else None
+    if match is None or unit is None:
+        raise ValueError(
+            f"{text!r} is not a size: give bytes, or a number with KB, MB, GB, TB, KiB, MiB, "
+            "GiB or TiB (e.g. 128.8GB)."
+        )
+    try:
+        return int(Decimal(match.group(1)) * unit)
+    except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
+        raise ValueError(f"{text!r} is not a size.") from None
+
+
+def format_bytes(count: int | None) -> str:
+    """A byte count for a person: three significant figures in B, KB, MB, GB or TB.
+
+    >>> format_bytes(112_506_383_872), format_bytes(-4_200_000), format_bytes(512), format_bytes(None)
+    ('113 GB', '-4.20 MB', '512 B', '—')
+    """
+    if count is None:
+        return "—"
+    size = abs(count)
+    for unit, factor in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if size >= factor:
+            value = count / factor
+            digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+            return f"{value:.{digits}f} {unit}"
+    return f"{count} B"
