@@ -96,10 +96,11 @@ def test_recover_never_touches_a_foreign_arrow_file_beside_the_logs(tmp_path):
     assert not log.exists() and read_trace([log.parent]).height == 12  # ours was recovered
 
 
-def test_a_flipped_bit_in_the_schema_marker_keeps_the_log_and_exits_2(tmp_path):
+@pytest.mark.parametrize("where", [b"peak_bytes", b"warmfit.log"])
+def test_a_flipped_bit_in_the_schema_keeps_the_log_and_exits_2(tmp_path, where):
     log = a_log(tmp_path)
     data = bytearray(log.read_bytes())
-    at = bytes(data).index(b"warmfit.log")
+    at = bytes(data).index(where)  # a column name, or the marker: in the schema
     data[at + 3] ^= 0x04
     log.write_bytes(bytes(data))
     done = warmfit("recover", str(tmp_path))

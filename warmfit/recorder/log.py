@@ -632,16 +632,20 @@ def _beside_existing_trace(
     import pyarrow.parquet as pq
 
     try:
-        have = pq.read_table(target, columns=list(COLUMNS))
+        have = pq.read_table(target)
     except Exception as exc:  # a damaged trace: keep both
         raise UsageError(
             f"{target} exists beside the log but cannot be read ({exc}); move it away and "
             "run 'warmfit recover' again."
         ) from None
     readings = contents.table.select(list(COLUMNS)) if contents.table is not None else None
-    holds = (readings is None and have.num_rows == 0) or (
-        readings is not None and have.equals(readings)
-    )
+    if set(COLUMNS) <= set(have.column_names):
+        have = have.select(list(COLUMNS))
+        holds = (readings is None and have.num_rows == 0) or (
+            readings is not None and have.equals(readings)
+        )
+    else:
+        holds = False
     if not holds:
         raise UsageError(
             f"{target} exists beside the log and does not hold the log's readings "
