@@ -42,7 +42,9 @@ def rows(start: int, count: int) -> list[tuple]:
     out = []
     for seq in range(start, start + count):
         phase, whole = ("forward", False) if seq % 2 == 0 else ("caller", True)
-        out.append((seq, 0, seq // 2, "sig", "flat", phase, whole, 10, 20, 0, 100, 200, None, False))
+        out.append(
+            (seq, 0, seq // 2, "sig", "flat", phase, whole, 10, 20, 0, 100, 200, None, False)
+        )
     return out
 
 
@@ -471,7 +473,7 @@ def test_a_second_process_recording_the_same_rank_is_refused_at_creation(tmp_pat
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "RANK"}
     env.update(WARMFIT_RECORD_DIR=str(out), WARMFIT_RECORD_RUN="r", WARMFIT_RECORD_FLUSH_S="3600")
-    first, log, pid = _start_waiting_writer(trainer, out, env)
+    first, _, pid = _start_waiting_writer(trainer, out, env)
     try:
         second = subprocess.run(
             [sys.executable, str(trainer), "plain", str(out)],
@@ -484,7 +486,7 @@ def test_a_second_process_recording_the_same_rank_is_refused_at_creation(tmp_pat
         assert f"already being written by pid {pid}" in second.stderr, second.stderr
         assert "FileExistsError" not in second.stderr
     finally:
-        stdout, stderr = first.communicate("", timeout=60)
+        _, stderr = first.communicate("", timeout=60)
     assert first.returncode == 0, stderr
     rows = read_trace([out])
     assert rows.height == 50 and rows["seq"].to_list() == list(range(50))
@@ -546,3 +548,55 @@ def test_a_writer_killed_at_any_moment_leaves_a_log_recover_keeps_whole(tmp_path
         seqs = read_trace([tmp_path])["seq"].to_list()
         assert seqs == list(range(len(seqs))) and len(seqs) % 500 == 0
     assert not log.exists()
+
+
+FORKING = textwrap.dedent(
+    """
+    import os, sys, time
+    from warmfit.recorder import Recorder
+    from warmfit.recorder.meters import CpuMeter
+
+    rec = Recorder(sys.argv[1], run="r", rank=0, meter=CpuMeter(), flush_interval_s=3600)
+    with rec.wave("sig", 10, 20) as w:
+        w.forward_done()
+    rec.step()
+    child = os.fork()  # a data-loader worker, say: it outlives a killed trainer
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(child, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_forked_child_does_not_keep_a_killed_writers_log_busy(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "forking.py"
+    script.write_text(FORKING)
+    out = tmp_path / "out"
+    parent = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE)
+    assert parent.stdout is not None
+    worker = int(parent.stdout.readline())
+    try:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        (done,) = recover(out)  # the worker lives on, but holds no lock on the log
+        assert done.readings == 2
+    finally:
+        os.kill(worker, signal.SIGKILL)
+
+
+def test_record_force_refuses_to_remove_a_log_a_live_recording_writes(tmp_path, trainer):
+    out = tmp_path / "rec"
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    env.update(WARMFIT_RECORD_DIR=str(out), WARMFIT_RECORD_RUN="r", WARMFIT_RECORD_FLUSH_S="3600")
+    first, log, pid = _start_waiting_writer(trainer, out, env)
+    try:
+        done = warmfit("record", "-o", str(out), "--run", "r", "--force", "--", "true")
+        assert done.returncode == 2 and f"still being written by pid {pid}" in done.stderr
+        assert log.exists()
+    finally:
+        _, stderr = first.communicate("", timeout=60)
+    assert first.returncode == 0, stderr
+    assert read_trace([out]).height == 50

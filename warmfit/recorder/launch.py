@@ -27,10 +27,12 @@ from warmfit.errors import UsageError
 from warmfit.progress import progress_bar
 from warmfit.recorder.log import (
     Compaction,
+    busy_message,
     check_run_label,
     compact_logs,
     existing_recording,
     find_logs,
+    is_busy,
     lost_notes,
 )
 from warmfit.recorder.recorder import ENV_DIR, ENV_RUN
@@ -68,6 +70,9 @@ def prepare_run_dir(output_dir: Path, run: str, force: bool) -> Path:
             f"({len(found)} file(s)). Pick another --run, or pass --force to replace it."
         )
     if found:
+        for log in find_logs(run_dir):
+            if is_busy(log):  # --force replaces a finished recording, never a live one
+                raise UsageError(busy_message(log))
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir

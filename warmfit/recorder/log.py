@@ -112,6 +112,18 @@ def writer_pid(path: Path) -> str:
         return "?"
 
 
+def is_busy(path: Path) -> bool:
+    """Whether a live writer holds the lock of the log at ``path``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return not _lock(fd)
+    finally:
+        os.close(fd)  # closing the probe releases the lock it may have taken
+
+
 def busy_message(path: Path) -> str:
     """Why a log cannot be touched: a live writer holds it."""
     pid = writer_pid(path)
@@ -272,16 +284,7 @@ class LogWriter:
 
 
 def _taken_message(path: Path) -> str:
-    probe = -1
-    try:
-        probe = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        free = _lock(probe)
-    except OSError:
-        free = True
-    finally:
-        if probe >= 0:
-            os.close(probe)
-    if not free:
+    if is_busy(path):
         pid = writer_pid(path)
         who = "another Recorder in this process" if pid == str(os.getpid()) else f"pid {pid}"
         return (
@@ -434,20 +437,22 @@ def _torn_tail(data: bytes, offset: int) -> bool:
 
 def _body_length(header: bytes) -> int | None:
     """``Message.bodyLength`` of a flatbuffer IPC message header, or None if malformed."""
+
+    def at(fmt: str, offset: int) -> int:
+        if not 0 <= offset <= len(header) - struct.calcsize(fmt):
+            raise struct.error("outside the header")
+        return int(struct.unpack_from(fmt, header, offset)[0])
+
     try:
-        (table,) = struct.unpack_from("<I", header, 0)
-        (back,) = struct.unpack_from("<i", header, table)
-        vtable = table - back
-        (vtable_size,) = struct.unpack_from("<H", header, vtable)
-        if vtable < 0 or vtable_size < 12:  # bodyLength is field 3: slot at byte 10
-            return 0 if 0 <= vtable and vtable_size >= 4 else None
-        (slot,) = struct.unpack_from("<H", header, vtable + 10)
-        if slot == 0:
+        table = at("<I", 0)
+        vtable = table - at("<i", table)
+        vtable_size = at("<H", vtable)
+        if vtable_size < 12:  # bodyLength is field 3, whose slot is at byte 10: absent
             return 0
-        (length,) = struct.unpack_from("<q", header, table + slot)
+        slot = at("<H", vtable + 10)
+        return at("<q", table + slot) if slot else 0
     except struct.error:
         return None
-    return int(length)
 
 
 def _metadata(schema: pa.Schema) -> dict[str, str]:
@@ -749,7 +754,7 @@ class Recovery:
             raise UsageError(
                 f"{len(self.problems)} log(s) could not be recovered completely (every "
                 "other log was): "
-                + "; ".join(self.problems)
+                + "; ".join(problem.rstrip(".") for problem in self.problems)
                 + f". Fix each, then run 'warmfit recover {directory}' again; it handles "
                 "only the logs still there."
             )

@@ -592,7 +592,6 @@ def _close_at_exit(recorder: weakref.ref[Recorder]) -> None:
         alive.close()
     except Exception as exc:  # a traceback at exit helps no one; say what is left
         print(
-            f"warmfit: warning: could not close the recorder of rank {alive.rank} at exit: "
-            f"{exc}",
+            f"warmfit: warning: could not close the recorder of rank {alive.rank} at exit: {exc}",
             file=sys.stderr,
         )
