@@ -38,7 +38,7 @@ def recover_command(
         )
         return
     kept = sum(c.readings for c in compactions)
-    dropped = sum(c.dropped_bytes for c in compactions)
+    dropped = sum(c.dropped_bytes for c in compactions if c.problem is None)
     for c in compactions:
         where = c.trace if c.trace is not None else c.log
         line = f"{where}: kept {c.readings:,} readings in {c.batches} batches"

@@ -282,6 +282,10 @@ class LogWriter:
 
     close = release
 
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.release()
+
 
 def _taken_message(path: Path) -> str:
     if is_busy(path):
@@ -565,21 +569,24 @@ def _compact_locked(path: Path, fd: int, extra_metadata: dict[str, str] | None) 
     if lost:
         metadata["warmfit.readings_lost"] = str(lost)
     metadata.update(extra_metadata or {})
-    while True:
-        write_trace(table, target, metadata)
-        bad = _check_written(target, table)
-        if bad is None:
-            break
-        # Valid Arrow but values that break the format: the damage is in the batch
-        # holding the offending row; keep the batches before it, and the log.
-        complete = False
-        row, why = bad
-        batches = _batches_before(contents.batch_rows, row)
-        problem = f"batch {batches} holds values that break the trace format ({why})"
-        if batches == 0:
-            target.unlink(missing_ok=True)
-            raise UsageError(f"no batch of the log can be kept: {problem}; the log is kept.")
-        table = table.slice(0, sum(contents.batch_rows[:batches]))
+    try:  # the trace did not exist: whatever goes wrong, leave none behind
+        while True:
+            write_trace(table, target, metadata)
+            bad = _check_written(target, table)
+            if bad is None:
+                break
+            # Valid Arrow, but values that break the format: the damage is in the
+            # batch holding the offending row. Keep the batches before it, and the log.
+            complete = False
+            row, why = bad
+            batches = min(_batches_before(contents.batch_rows, row), batches - 1)
+            problem = f"batch {batches} holds values that break the trace format ({why})"
+            if batches == 0:
+                raise UsageError(f"no batch of the log can be kept: {problem}; the log is kept.")
+            table = table.slice(0, sum(contents.batch_rows[:batches]))
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
     size = contents.kept_bytes + contents.dropped_bytes
     dropped = (
         contents.dropped_bytes
@@ -656,6 +663,27 @@ def _beside_existing_trace(
         )
     else:
         holds = False
+    prefix = (  # an earlier recovery kept the batches before damage
+        not holds
+        and readings is not None
+        and 0 < have.num_rows < readings.num_rows
+        and have.equals(readings.slice(0, have.num_rows))
+    )
+    if prefix:
+        assert readings is not None
+        return Compaction(
+            path,
+            target,
+            have.num_rows,
+            0,
+            0,
+            "readable prefix already in the trace; the log is kept",
+            problem=f"{target} holds the first {have.num_rows:,} of the log's "
+            f"{readings.num_rows:,} readings; the others break the trace format or "
+            "cannot be read (an earlier 'warmfit recover' said which). The log is kept, "
+            "untouched, for a person to look at",
+            lost_readings=lost,
+        )
     if not holds:
         raise UsageError(
             f"{target} exists beside the log and does not hold the log's readings "

@@ -264,6 +264,7 @@ class Recorder:
         self._next_wave = 0
         self._lock = threading.Lock()
         self._flush_failure: str | None = None  # the last failed flush, until one succeeds
+        self._flush_at = MAX_BUFFERED  # buffered readings that force a flush
         self._stop = threading.Event()
         self._flusher = threading.Thread(
             target=_flush_periodically,
@@ -422,7 +423,7 @@ class Recorder:
             )
         )
         self._seq += 1
-        if len(self._rows) >= MAX_BUFFERED:
+        if len(self._rows) >= self._flush_at:
             self._flush_or_warn()
 
     # ------------------------------------------------------------------ steps and files
@@ -481,7 +482,11 @@ class Recorder:
                     file=sys.stderr,
                 )
             self._flush_failure = f"{type(exc).__name__}: {exc}"
+            # Not again at the very next reading: at the next step(), periodic flush,
+            # or MAX_BUFFERED readings from now.
+            self._flush_at = len(self._rows) + MAX_BUFFERED
             return
+        self._flush_at = MAX_BUFFERED
         if self._flush_failure is not None:
             print(
                 f"warmfit: the readings are being written to {self._writer.path} again.",
