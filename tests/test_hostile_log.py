@@ -367,6 +367,7 @@ def train(trainer: Path, mode: str, out: Path, **kwargs) -> subprocess.Completed
     )
 
 
+@pytest.mark.torch
 def test_a_disk_full_for_a_moment_loses_no_reading(tmp_path, trainer):
     done = train(trainer, "moment", tmp_path / "out")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -375,6 +376,7 @@ def test_a_disk_full_for_a_moment_loses_no_reading(tmp_path, trainer):
     assert rows.height == 50 and rows["seq"].to_list() == list(range(50))
 
 
+@pytest.mark.torch
 def test_a_disk_that_stays_full_says_how_many_readings_are_lost(tmp_path, trainer):
     out = tmp_path / "out"
     done = train(trainer, "stays", out)
@@ -390,6 +392,7 @@ def test_a_disk_that_stays_full_says_how_many_readings_are_lost(tmp_path, traine
     assert meta[b"warmfit.readings_lost"] == b"30"
 
 
+@pytest.mark.torch
 def test_a_full_disk_during_compaction_leaves_the_log_intact(tmp_path, trainer):
     out = tmp_path / "out"
     done = train(trainer, "compaction", out)
@@ -420,6 +423,7 @@ def _limit_file_size(limit: int):
     return apply
 
 
+@pytest.mark.torch
 def test_warmfit_record_exits_non_zero_and_counts_readings_lost_to_a_full_disk(tmp_path, trainer):
     out = tmp_path / "rec"
     done = warmfit("record", "-o", str(out), "--", sys.executable, str(trainer), "stays")
@@ -428,6 +432,7 @@ def test_warmfit_record_exits_non_zero_and_counts_readings_lost_to_a_full_disk(t
     assert read_trace([out]).height == 20
 
 
+@pytest.mark.torch
 def test_warmfit_record_exits_non_zero_when_the_exit_hook_could_not_close(tmp_path, trainer):
     # The trainer exits 0 and leaves closing to the exit hook, which can only warn.
     out = tmp_path / "rec"
@@ -453,6 +458,7 @@ def _start_waiting_writer(trainer: Path, out: Path, env: dict[str, str] | None =
     return child, Path(line[1]), int(line[2])
 
 
+@pytest.mark.torch
 def test_recover_refuses_a_log_that_a_live_recording_still_writes(tmp_path, trainer):
     out = tmp_path / "out"
     child, log, pid = _start_waiting_writer(trainer, out)
@@ -469,6 +475,7 @@ def test_recover_refuses_a_log_that_a_live_recording_still_writes(tmp_path, trai
     assert read_trace([out]).height == 50  # the writer kept every reading
 
 
+@pytest.mark.torch
 def test_a_second_process_recording_the_same_rank_is_refused_at_creation(tmp_path, trainer):
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "RANK"}
@@ -492,6 +499,7 @@ def test_a_second_process_recording_the_same_rank_is_refused_at_creation(tmp_pat
     assert rows.height == 50 and rows["seq"].to_list() == list(range(50))
 
 
+@pytest.mark.torch
 def test_two_recorders_of_one_rank_in_one_process_the_second_is_refused(tmp_path):
     pytest.importorskip("torch")
     from warmfit.recorder import Recorder
@@ -570,6 +578,7 @@ FORKING = textwrap.dedent(
 )
 
 
+@pytest.mark.torch
 def test_a_forked_child_does_not_keep_a_killed_writers_log_busy(tmp_path):
     pytest.importorskip("torch")
     script = tmp_path / "forking.py"
@@ -587,6 +596,7 @@ def test_a_forked_child_does_not_keep_a_killed_writers_log_busy(tmp_path):
         os.kill(worker, signal.SIGKILL)
 
 
+@pytest.mark.torch
 def test_record_force_refuses_to_remove_a_log_a_live_recording_writes(tmp_path, trainer):
     out = tmp_path / "rec"
     env = {k: v for k, v in os.environ.items() if k != "RANK"}
