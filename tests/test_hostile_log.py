@@ -265,7 +265,7 @@ def check_flips(results: list[dict], readings: int) -> None:
 def test_bit_flips_at_many_offsets_of_a_log_never_crash_or_destroy_it(tmp_path):
     base = a_log(tmp_path / "base", batches=3, per_batch=4)
     size = base.stat().st_size
-    offsets = sorted({*range(0, size, 23), *range(size - 24, size)})
+    offsets = sorted({*range(0, 256, 3), *range(0, size, 23), *range(size - 24, size)})
     results = flip_bits(tmp_path, offsets, base)
     assert len(results) == 2 * len(offsets)
     check_flips(results, 12)
@@ -610,3 +610,15 @@ def test_record_force_refuses_to_remove_a_log_a_live_recording_writes(tmp_path, 
         _, stderr = first.communicate("", timeout=60)
     assert first.returncode == 0, stderr
     assert read_trace([out]).height == 50
+
+
+def test_recover_removes_what_a_compaction_killed_part_way_left(tmp_path):
+    # write_trace's temporary file, left 0 bytes long by a compaction that died
+    log = a_log(tmp_path)
+    stale = log.with_name(".readings.parquet.k1ll3d.tmp")
+    stale.write_bytes(b"")
+    foreign = log.with_name("notes.tmp")  # not warmfit's name: left alone
+    foreign.write_bytes(b"mine")
+    recover(tmp_path)
+    assert not stale.exists() and foreign.read_bytes() == b"mine"
+    assert read_trace([tmp_path]).height == 12

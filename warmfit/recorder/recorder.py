@@ -555,7 +555,9 @@ class Recorder:
         writer.finish()
         try:
             self._compaction = compact_log(writer.path, held_fd=writer.fd)
-        except Exception as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # an I/O error, or a dependency's panic
             raise RecordingError(
                 f"could not compact {writer.path} into a trace ({type(exc).__name__}: "
                 f"{exc}). The log keeps every reading: free some space, then run "
