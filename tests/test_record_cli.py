@@ -180,10 +180,10 @@ def test_recover_recovers_the_other_logs_and_exits_2_naming_the_one_it_could_not
     good = tmp_path / "run=r" / "rank=1" / "readings.arrows"
     _log(bad, 0)
     _log(good, 1)
-    pq.write_table(pa.table({"x": [1]}), bad.with_name("readings.parquet"))  # fewer readings
+    pq.write_table(pa.table({"x": [1]}), bad.with_name("readings.parquet"))  # not its readings
     done = warmfit("recover", str(tmp_path))
     assert done.returncode == 2, done.stdout + done.stderr
-    assert str(bad) in done.stderr and "holds fewer readings" in done.stderr
+    assert str(bad) in done.stderr and "does not hold the log's readings" in done.stderr
     assert "Traceback" not in done.stderr
     assert not good.exists() and read_trace([good.parent]).height == 2  # recovered
     assert bad.exists()  # left in place for another try

@@ -221,7 +221,7 @@ def test_recover_keeps_every_complete_batch_of_a_truncated_log(tmp_path):
     for _ in range(3):
         run_wave(recorder)
         recorder.step()
-    recorder._writer._file.close()  # as a process killed mid-run: no close(), no compaction
+    recorder._writer.release()  # as a process killed mid-run: no close(), no compaction
     log = recorder.directory / LOG_NAME
     data = log.read_bytes()
     log.write_bytes(data[:-7])  # the last batch cut off mid-write
@@ -299,32 +299,36 @@ def test_a_flat_wave_without_forward_done_is_never_whole(rec):
     ]
 
 
-def _failing_close(rec, monkeypatch):
-    from warmfit.recorder.log import LogWriter
-
-    def disk_full(self, rows):
-        raise OSError(28, "No space left on device")
+def _failing_close(rec):
+    """Make the log's next write fail for real: its descriptor now writes to /dev/full."""
+    import os
 
     run_wave(rec)
-    monkeypatch.setattr(LogWriter, "append", disk_full)
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        os.dup2(full, rec._writer.fd)  # every write now fails with ENOSPC
+    finally:
+        os.close(full)
 
 
-def test_close_after_a_failed_flush_is_closed_and_a_second_close_does_nothing(rec, monkeypatch):
+def test_close_after_a_failed_flush_is_closed_and_a_second_close_does_nothing(rec):
+    from warmfit.errors import RecordingError
     from warmfit.recorder.recorder import _close_at_exit
 
-    _failing_close(rec, monkeypatch)
-    with pytest.raises(OSError, match="No space left") as caught:
+    _failing_close(rec)
+    with pytest.raises(RecordingError, match="No space left") as caught:
         rec.close()
-    assert any("warmfit recover" in note for note in caught.value.__notes__)
+    assert caught.value.lost_readings == 2
+    assert "2 readings" in str(caught.value) and "warmfit recover" in str(caught.value)
     assert rec._closed
     assert rec.close() is None  # idempotent: no second error
     _close_at_exit(weakref.ref(rec))  # the atexit hook is quiet too
 
 
-def test_the_atexit_hook_warns_instead_of_raising_when_close_fails(rec, monkeypatch, capsys):
+def test_the_atexit_hook_warns_instead_of_raising_when_close_fails(rec, capsys):
     from warmfit.recorder.recorder import _close_at_exit
 
-    _failing_close(rec, monkeypatch)
+    _failing_close(rec)
     _close_at_exit(weakref.ref(rec))
     err = capsys.readouterr().err
     assert "could not close the recorder" in err and "warmfit recover" in err
@@ -336,7 +340,7 @@ def _killed_rank(tmp_path, rank: int) -> Recorder:
     recorder = Recorder(tmp_path, run="t", rank=rank, device="cpu", flush_interval_s=3600)
     run_wave(recorder)
     recorder.step()
-    recorder._writer._file.close()  # as a process killed mid-run
+    recorder._writer.release()  # as a process killed mid-run
     recorder._closed = True
     recorder._stop.set()
     recorder.meter.close()

@@ -56,6 +56,18 @@ class TraceError(WarmfitError):
         super().__init__(text)
 
 
+class RecordingError(WarmfitError):
+    """A recording that could not be written completely (a full disk, for example).
+
+    ``lost_readings`` counts the readings that are gone; the message says
+    where the others are and what to run.
+    """
+
+    def __init__(self, message: str, *, lost_readings: int = 0) -> None:
+        super().__init__(message)
+        self.lost_readings = lost_readings
+
+
 class PolicyError(WarmfitError):
     """An unknown policy name, or a user policy that cannot be loaded."""
 

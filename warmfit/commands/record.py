@@ -39,14 +39,14 @@ def record_command(
     Every warmfit Recorder.from_env() in the command (one per rank under
     torchrun) records into DIR/run=<run>/rank=<r>/. SIGINT and SIGTERM are
     passed on; warmfit exits with the command's exit code (2 instead of 0 when
-    the log a rank left could not be compacted).
+    a rank lost readings or left a log that could not be compacted).
     """
     from warmfit.recorder.launch import default_run_label, run_recorded
 
     label = run if run is not None else default_run_label(output)
     recording = run_recorded(command or [], output, label, force=force)
     _print_summary(recording, output)
-    if recording.problems:  # the trace is incomplete: never report plain success
+    if recording.incomplete:  # the trace is incomplete: never report plain success
         raise typer.Exit(recording.exit_code or 2)
     raise typer.Exit(recording.exit_code)
 
@@ -64,6 +64,11 @@ def _print_summary(recording: object, output: Path) -> None:
         )
         say(
             f"  recovered  {c.log.parent}: {c.readings:,} readings kept{dropped} (the rank did not close)"
+        )
+    for rank, lost in recording.lost_readings.items():
+        say(
+            f"  LOST       {rank}: {lost:,} readings could not be written (a full disk?); "
+            "the trace lacks them"
         )
     for problem in recording.problems:
         say(f"  not recovered  {problem}")

@@ -27,10 +27,13 @@ from warmfit.errors import UsageError
 from warmfit.progress import progress_bar
 from warmfit.recorder.log import (
     Compaction,
+    busy_message,
     check_run_label,
     compact_logs,
     existing_recording,
     find_logs,
+    is_busy,
+    lost_notes,
 )
 from warmfit.recorder.recorder import ENV_DIR, ENV_RUN
 
@@ -46,6 +49,12 @@ class Recording:
     run_dir: Path
     compactions: list[Compaction]
     problems: list[str] = field(default_factory=list)  # logs that could not be compacted
+    lost_readings: dict[Path, int] = field(default_factory=dict)  # rank dir: readings lost
+
+    @property
+    def incomplete(self) -> bool:
+        """Whether readings may be missing: never report plain success then."""
+        return bool(self.problems or self.lost_readings)
 
 
 def prepare_run_dir(output_dir: Path, run: str, force: bool) -> Path:
@@ -61,6 +70,9 @@ def prepare_run_dir(output_dir: Path, run: str, force: bool) -> Path:
             f"({len(found)} file(s)). Pick another --run, or pass --force to replace it."
         )
     if found:
+        for log in find_logs(run_dir):
+            if is_busy(log):  # --force replaces a finished recording, never a live one
+                raise UsageError(busy_message(log))
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
@@ -92,9 +104,19 @@ def run_recorded(
             with contextlib.suppress(OSError):
                 directory.rmdir()  # only empty directories: nothing ran to fill them
         raise
+    lost = lost_notes(run_dir)  # before compaction removes the notes with the logs
     with progress_bar("compacting logs", unit="logs") as progress:
         recovery = compact_logs(find_logs(run_dir), {"warmfit.recovered": "true"}, progress)
-    return Recording(exit_code_of(returncode), run_dir, recovery.compactions, recovery.problems)
+    problems = list(recovery.problems)
+    code = exit_code_of(returncode)
+    for c in recovery.compactions:
+        if code == 0 and c.log.parent not in lost:
+            problems.append(
+                f"{c.log.parent}: the rank exited without closing its recorder (close() "
+                "failed, or the process ended without running its exit hooks), so readings "
+                "taken after its last flush may be lost"
+            )
+    return Recording(code, run_dir, recovery.compactions, problems, lost)
 
 
 def _check_startable(program: str, env: dict[str, str]) -> None:

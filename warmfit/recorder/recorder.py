@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from warmfit.errors import UsageError
+from warmfit.errors import RecordingError, UsageError
 from warmfit.recorder.log import (
     LOG_NAME,
     Compaction,
@@ -55,6 +55,7 @@ from warmfit.recorder.log import (
     compact_log,
     existing_recording,
     rank_dir,
+    write_lost_readings,
 )
 from warmfit.recorder.meters import Meter, make_meter
 from warmfit.schema import KINDS
@@ -238,24 +239,32 @@ class Recorder:
         self.run = check_run_label(run or self.output_dir.resolve().name)
         self.rank = _detect_rank() if rank is None else int(rank)
         self.directory = rank_dir(self.output_dir, self.run, self.rank)
+        if not flush_interval_s > 0:
+            raise UsageError(f"flush_interval_s must be positive; got {flush_interval_s}.")
         found = existing_recording(self.directory)
-        if found:
+        if found and not (self.directory / LOG_NAME).exists():
             raise UsageError(
                 f"{self.directory} already holds a recording ({found[0].name}); record under "
                 "another run label, or remove that directory first."
             )
-        if not flush_interval_s > 0:
-            raise UsageError(f"flush_interval_s must be positive; got {flush_interval_s}.")
         self.meter: Meter = meter if meter is not None else make_meter(device)
-        self._fsync = fsync
+        try:
+            # The log is created now, locked, so that a second recorder of this run
+            # and rank (another process without RANK, or this one) is refused here.
+            self._writer: LogWriter = LogWriter(
+                self.directory / LOG_NAME, self.run, self.rank, self._metadata(), fsync
+            )
+        except BaseException:
+            self.meter.close()
+            raise
         self._pid = os.getpid()
         self._rows: deque[tuple[Any, ...]] = deque()
         self._active: list[Wave] = []
         self._seq = 0
         self._next_wave = 0
-        self._writer: LogWriter | None = None
         self._lock = threading.Lock()
-        self._flush_warned = False
+        self._flush_failure: str | None = None  # the last failed flush, until one succeeds
+        self._flush_at = MAX_BUFFERED  # buffered readings that force a flush
         self._stop = threading.Event()
         self._flusher = threading.Thread(
             target=_flush_periodically,
@@ -414,8 +423,8 @@ class Recorder:
             )
         )
         self._seq += 1
-        if len(self._rows) >= MAX_BUFFERED:
-            self.flush()
+        if len(self._rows) >= self._flush_at:
+            self._flush_or_warn()
 
     # ------------------------------------------------------------------ steps and files
 
@@ -430,13 +439,22 @@ class Recorder:
         return self._seq if self.enabled else 0
 
     def step(self) -> None:
-        """Mark an optimizer step: later readings carry the next step; flush the log."""
+        """Mark an optimizer step: later readings carry the next step; flush the log.
+
+        A flush that fails (a full disk) does not stop the trainer: it warns on
+        stderr, keeps the readings and tries again at the next flush.
+        """
         self._step += 1
         if self.enabled:
-            self.flush()
+            self._flush_or_warn()
 
     def flush(self) -> None:
-        """Append the buffered readings to the write-ahead log as one batch."""
+        """Append the buffered readings to the write-ahead log as one batch.
+
+        Raises the write's error when it fails; the log is then cut back to
+        its last complete batch and the readings stay buffered for the next
+        flush.
+        """
         if not self.enabled or self._closed or os.getpid() != self._pid:
             return
         with self._lock:
@@ -446,18 +464,35 @@ class Recorder:
                 return
             batch = [rows.popleft() for _ in range(count)]
             try:
-                if self._writer is None:
-                    self._writer = LogWriter(
-                        self.directory / LOG_NAME,
-                        self.run,
-                        self.rank,
-                        self._metadata(),
-                        self._fsync,
-                    )
                 self._writer.append(batch)
             except BaseException:
                 rows.extendleft(reversed(batch))  # keep them for the next try
                 raise
+
+    def _flush_or_warn(self) -> None:
+        """:meth:`flush`, warning once per run of failures instead of raising."""
+        try:
+            self.flush()
+        except Exception as exc:
+            if self._flush_failure is None:
+                print(
+                    f"warmfit: warning: could not write {len(self._rows):,} readings to "
+                    f"{self._writer.path}: {exc}. They are kept in memory and written at "
+                    "the next flush; close() says if any are lost.",
+                    file=sys.stderr,
+                )
+            self._flush_failure = f"{type(exc).__name__}: {exc}"
+            # Not again at the very next reading: at the next step(), periodic flush,
+            # or MAX_BUFFERED readings from now.
+            self._flush_at = len(self._rows) + MAX_BUFFERED
+            return
+        self._flush_at = MAX_BUFFERED
+        if self._flush_failure is not None:
+            print(
+                f"warmfit: the readings are being written to {self._writer.path} again.",
+                file=sys.stderr,
+            )
+            self._flush_failure = None
 
     def _metadata(self) -> dict[str, str]:
         import torch
@@ -476,39 +511,67 @@ class Recorder:
 
         Returns what compaction did (``None`` when nothing was recorded).
         Waves still open are not recorded. Calling it again does nothing, even
-        after a first call that raised: if the last flush fails (a full disk),
-        the recorder is closed all the same, the error propagates from this
-        call, and the log keeps every batch flushed before it for
-        ``warmfit recover``.
+        after a first call that raised. If the last flush fails (a full disk),
+        the recorder is closed all the same and :class:`RecordingError` says
+        how many readings are lost; their count is also left in
+        ``readings.lost`` beside the log, which keeps every batch flushed
+        before for ``warmfit recover``. If compaction fails, the log is kept
+        whole and :class:`RecordingError` says so.
         """
         if not self.enabled or self._closed or os.getpid() != self._pid:
             return self._compaction
         self._stop.set()
         self._flusher.join()
+        writer = self._writer
         try:
             self.flush()
-        except BaseException as exc:
+        except Exception as exc:
             self._closed = True
+            lost = len(self._rows)
+            self._rows.clear()
             with contextlib.suppress(Exception):  # the flush error is the one to report
+                self.meter.close()
+            with contextlib.suppress(OSError):
+                write_lost_readings(writer.path, lost)
+            writer.finish()
+            writer.release()
+            raise RecordingError(
+                f"{lost:,} readings of rank {self.rank} could not be written to "
+                f"{writer.path} ({type(exc).__name__}: {exc}) and are lost. The "
+                f"{writer.readings:,} readings flushed before are in that log: free some "
+                f"space, then run 'warmfit recover {self.output_dir}'.",
+                lost_readings=lost,
+            ) from exc
+        except BaseException:
+            self._closed = True
+            with contextlib.suppress(Exception):
                 self._release()
-            if self._writer is not None:
-                exc.add_note(
-                    f"warmfit: the readings flushed before this are in {self._writer.path}; "
-                    f"'warmfit recover {self.output_dir}' turns them into a trace."
-                )
             raise
         self._closed = True
-        self._release()
-        if self._writer is not None:
-            self._compaction = compact_log(self._writer.path)
+        self.meter.close()
+        if writer.readings == 0:
+            writer.discard()  # nothing was recorded: leave nothing behind
+            return None
+        writer.finish()
+        try:
+            self._compaction = compact_log(writer.path, held_fd=writer.fd)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # an I/O error, or a dependency's panic
+            raise RecordingError(
+                f"could not compact {writer.path} into a trace ({type(exc).__name__}: "
+                f"{exc}). The log keeps every reading: free some space, then run "
+                f"'warmfit recover {self.output_dir}'."
+            ) from exc
+        finally:
+            writer.release()
         return self._compaction
 
     def _release(self) -> None:
         try:
             self.meter.close()
         finally:
-            if self._writer is not None:
-                self._writer.close()
+            self._writer.release()
 
     @property
     def trace_path(self) -> Path | None:
@@ -523,16 +586,7 @@ def _flush_periodically(
         alive = recorder()
         if alive is None:
             return
-        try:
-            alive.flush()
-        except Exception as exc:  # never kill the trainer from this thread; say it once
-            if not alive._flush_warned:
-                alive._flush_warned = True
-                print(
-                    f"warmfit: warning: could not flush readings to {alive.directory}: "
-                    f"{exc}; the next step() or close() will try again.",
-                    file=sys.stderr,
-                )
+        alive._flush_or_warn()  # never raises: the trainer must not die of this thread
         del alive
 
 
@@ -545,8 +599,6 @@ def _close_at_exit(recorder: weakref.ref[Recorder]) -> None:
         alive.close()
     except Exception as exc:  # a traceback at exit helps no one; say what is left
         print(
-            f"warmfit: warning: could not close the recorder of rank {alive.rank} at exit: "
-            f"{exc}. Run 'warmfit recover {alive.output_dir}' to turn the readings flushed "
-            "before this into a trace.",
+            f"warmfit: warning: could not close the recorder of rank {alive.rank} at exit: {exc}",
             file=sys.stderr,
         )
