@@ -61,7 +61,7 @@ class HfDemoConfig:
     experts_per_token: int = 2
     expert_width: int = 64
     sequences_per_batch: int = 4
-    steps: int = 24
+    steps: int = 30
     accumulation: int = 2
     learning_rate: float = 3e-3
 
