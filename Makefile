@@ -62,8 +62,12 @@ smoke-core: ## Install without extras (no torch/matplotlib); use the CLI.
 	.venv-core/bin/warmfit check traces --expect traces/expectations.toml --format csv > /dev/null
 	.venv-core/bin/warmfit plot traces/pr991 -o .venv-core/x.png 2>&1 | grep -q "needs matplotlib"
 	.venv-core/bin/python -c "import sys, warmfit.recorder; assert 'torch' not in sys.modules"
+	.venv-core/bin/python -c "import sys, warmfit.integrations, warmfit.integrations.tokens; \
+		assert not {'torch', 'lightning', 'transformers'} & set(sys.modules)"
+	.venv-core/bin/python -c "import warmfit.integrations.lightning" 2>&1 | grep -q "warmfit\[lightning\]"
+	.venv-core/bin/python -m warmfit.integrations.hf_demo 2>&1 | grep -q "needs torch and transformers"
 	.venv-core/bin/python -m warmfit.demo 2>&1 | grep -q "needs torch"
-	@echo "core install works without torch and matplotlib"
+	@echo "core install works without torch, matplotlib, lightning and transformers"
 
 clean: ## Remove the virtual environments and caches.
 	rm -rf $(VENV) .venv-core .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -25,12 +25,16 @@ def test_padding_is_not_counted():
 
 def test_left_padding_is_not_counted_either():
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
-    got = default_token_counts({"input_ids": torch.ones(2, 5, dtype=torch.long), "attention_mask": mask})
+    got = default_token_counts(
+        {"input_ids": torch.ones(2, 5, dtype=torch.long), "attention_mask": mask}
+    )
     assert got == (8, 8)
 
 
 def test_without_a_mask_every_token_counts():
-    assert batch_tokens({"input_ids": torch.ones(2, 5, dtype=torch.long)}) == BatchTokens(10, 10, 2, 5)
+    assert batch_tokens({"input_ids": torch.ones(2, 5, dtype=torch.long)}) == BatchTokens(
+        10, 10, 2, 5
+    )
     assert batch_tokens(torch.ones(3, 7, dtype=torch.long)) == BatchTokens(21, 21, 3, 7)
     assert batch_tokens((torch.ones(2, 4), torch.zeros(2))) == BatchTokens(8, 8, 2, 4)
     embeds = {"inputs_embeds": torch.zeros(2, 6, 16)}
@@ -223,9 +227,7 @@ def test_hf_trainer_records_each_micro_batch_of_accumulation(hf_demo, tmp_path):
     signatures = [r["signature"] for r in rows[::2]]
     assert set(signatures) == {"train/short", "train/long"}
     for row in rows[::2]:
-        batch = next(
-            b for b in batches if int(b["attention_mask"].sum()) == row["packed_tokens"]
-        )
+        batch = next(b for b in batches if int(b["attention_mask"].sum()) == row["packed_tokens"])
         longest = int(batch["attention_mask"].sum(dim=1).max())
         assert row["signature"] == ("train/short" if longest <= 56 else "train/long")
 

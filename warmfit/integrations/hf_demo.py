@@ -78,7 +78,6 @@ class HfDemoConfig:
             num_hidden_layers=self.layers,
             num_attention_heads=self.heads,
             num_key_value_heads=self.kv_heads,
-            head_dim=self.hidden // self.heads,
             num_experts=self.experts,
             num_experts_per_tok=self.experts_per_token,
             max_position_embeddings=256,
@@ -116,7 +115,11 @@ class MarkovBatches:
         for row, seq in enumerate(sequences):
             ids[row, : len(seq)] = torch.tensor(seq)
             mask[row, : len(seq)] = 1
-        return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "labels": ids.masked_fill(mask == 0, -100),
+        }
 
     def __len__(self) -> int:
         return len(self.batches)

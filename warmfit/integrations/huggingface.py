@@ -46,7 +46,7 @@ from warmfit.recorder import Recorder
 _MARK = "_warmfit_recording"
 
 
-class WarmfitStepCallback(TrainerCallback):  # type: ignore[misc]
+class WarmfitStepCallback(TrainerCallback):
     """Marks a recorder step at each optimizer step; flushes at the end of training."""
 
     def __init__(self, recorder: Recorder) -> None:

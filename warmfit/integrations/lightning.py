@@ -41,7 +41,7 @@ from warmfit.integrations._common import OutputBytesFn, SignatureFn, TokensFn, W
 from warmfit.recorder import Recorder
 
 
-class WarmfitCallback(Callback):  # type: ignore[misc]
+class WarmfitCallback(Callback):
     """A Lightning callback that records each training batch as a wave."""
 
     def __init__(
@@ -75,7 +75,9 @@ class WarmfitCallback(Callback):  # type: ignore[misc]
 
     # ------------------------------------------------------------------ waves
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._close_wave()  # one left open by a batch that ended without our hooks
         recorder = self.recorder
         if recorder is None or not recorder.enabled:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from warmfit.errors import UsageError
@@ -96,7 +97,7 @@ def batch_tokens(batch: Any) -> BatchTokens:
             if not starts or starts[0] != 0:
                 starts = [0, *starts]
             bounds = [*starts, kept.numel()]
-            lengths += [b - a for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+            lengths += [b - a for a, b in pairwise(bounds) if b > a]
     else:
         lengths = [n for n in real.sum(dim=-1).tolist() if n > 0]
     packed = int(sum(lengths))
