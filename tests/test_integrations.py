@@ -248,3 +248,33 @@ def test_hf_record_trainer_refuses_a_second_call_and_leaves_an_unrecorded_traine
     plain, rec = hf_demo.build_trainer(cfg, str(tmp_path / "out2"))
     assert not rec.enabled
     assert "training_step" not in vars(plain) and "compute_loss" not in vars(plain)
+
+
+def test_lightning_records_into_the_recorder_warmfit_record_asks_for(pl, tmp_path, monkeypatch):
+    from warmfit.integrations.lightning import WarmfitCallback
+    from warmfit.recorder import ENV_DIR, ENV_RUN
+
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(ENV_RUN, "env")
+    callback = WarmfitCallback()
+    _fit(pl, _tiny_module(pl), callback, max_steps=2)
+    assert callback.recorder is not None and callback.recorder.meter.name == "warmfit.cpu-storages"
+    _check_waves(_readings(callback.recorder), waves=2, steps=[0, 1])
+
+
+def test_hf_trainer_counts_padding_free_packed_rows_by_their_tokens(hf_demo, tmp_path):
+    cfg = _tiny_hf(hf_demo, steps=1)
+    recorder = Recorder(tmp_path / "trace", run="hf", device="cpu", flush_interval_s=3600)
+    trainer, _ = hf_demo.build_trainer(cfg, str(tmp_path / "out"), recorder=recorder)
+    rows_of = [[5, 9, 3], [12, 7]]  # sequence lengths packed into one row per micro-batch
+    packed = []
+    for lengths in rows_of:
+        ids = torch.randint(1, cfg.vocab, (1, sum(lengths)))
+        positions = torch.cat([torch.arange(n) for n in lengths])[None]
+        packed.append({"input_ids": ids, "position_ids": positions, "labels": ids.clone()})
+    trainer.train_dataset = packed
+    trainer.train()
+    rows = _readings(recorder)
+    _check_waves(rows, waves=2, steps=[0, 0])
+    assert sorted(r["packed_tokens"] for r in rows[::2]) == [17, 19]
+    assert {r["signature"] for r in rows} == {"train/short"}  # longest sequence 12

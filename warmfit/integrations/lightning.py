@@ -18,10 +18,11 @@ Each training batch is one wave (SPEC §1):
 - an exception while a wave is open records the phase it interrupted
   (``oom`` for an out-of-memory error).
 
-The recorder is ``Recorder.from_env(device=<the module's device>)`` unless
-one is given: it records under ``warmfit record`` and costs nothing
-otherwise. Needs the extra ``lightning`` (the ``lightning`` package;
-``pytorch_lightning`` trainers need a callback of their own package).
+The recorder is ``Recorder.from_env(device=<the strategy's root device>)``,
+created at ``on_train_start``, unless one is given: it records under
+``warmfit record`` and costs nothing otherwise. Needs the extra
+``lightning`` (the ``lightning`` package; ``pytorch_lightning`` trainers
+need a callback of their own package).
 See ``docs/integrations.md`` for what it cannot see.
 """
 
@@ -61,9 +62,9 @@ class WarmfitCallback(Callback):
 
     # ------------------------------------------------------------------ life cycle
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if self.recorder is None and stage == "fit":
-            self.recorder = Recorder.from_env(device=pl_module.device)
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.recorder is None:  # now, not in setup(): the strategy has placed the module
+            self.recorder = Recorder.from_env(device=trainer.strategy.root_device)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._close_wave()
