@@ -157,6 +157,18 @@ def test_lightning_records_each_batch_with_accumulation(pl, tmp_path):
     assert {r["signature"] for r in rows} == {"train/Tiny"}
 
 
+def test_lightning_leaves_a_batch_of_padding_only_unrecorded(pl, tmp_path):
+    from warmfit.integrations.lightning import WarmfitCallback
+
+    recorder = Recorder(tmp_path, run="pl", device="cpu", flush_interval_s=3600)
+    counts = iter([(0, 0), (5, 5), (7, 9)])
+    callback = WarmfitCallback(recorder, tokens=lambda batch: next(counts))
+    _fit(pl, _tiny_module(pl), callback, max_steps=3)
+    rows = _readings(recorder)
+    _check_waves(rows, waves=2, steps=[1, 2])
+    assert [(r["packed_tokens"], r["logical_tokens"]) for r in rows[::2]] == [(5, 5), (7, 9)]
+
+
 def test_lightning_manual_optimization_records_the_whole_batch(pl, tmp_path):
     from warmfit.integrations.lightning import WarmfitCallback
 

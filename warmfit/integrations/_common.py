@@ -45,8 +45,14 @@ class WaveSpec:
         self.tokens: TokensFn = tokens if tokens is not None else default_token_counts
         self.output_bytes = output_bytes
 
-    def arguments(self, module: Any, batch: Any) -> tuple[str, int, int, int]:
-        """``(signature, packed_tokens, logical_tokens, output_bytes)`` of a batch."""
+    def arguments(self, module: Any, batch: Any) -> tuple[str, int, int, int] | None:
+        """``(signature, packed_tokens, logical_tokens, output_bytes)`` of a batch.
+
+        ``None`` for a batch without a real token (all padding): it runs
+        unrecorded, since a wave needs ``packed_tokens > 0``.
+        """
         packed, logical = self.tokens(batch)
+        if packed == 0:
+            return None
         out = self.output_bytes(batch) if self.output_bytes is not None else 0
         return self.signature(module, batch), packed, logical, out

@@ -95,8 +95,10 @@ def record_trainer(
     def training_step(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         if recording.wave is not None:  # re-entered: record the outer call only
             return inner_step(model, inputs, *args, **kwargs)
-        sig, packed, logical, out = recording.spec.arguments(trainer.model, inputs)
-        with rec.wave(sig, packed, logical, out) as wave:
+        arguments = recording.spec.arguments(trainer.model, inputs)
+        if arguments is None:  # no real token: nothing to price
+            return inner_step(model, inputs, *args, **kwargs)
+        with rec.wave(*arguments) as wave:
             recording.wave, recording.forward_taken = wave, False
             try:
                 return inner_step(model, inputs, *args, **kwargs)

@@ -83,8 +83,10 @@ class WarmfitCallback(Callback):
         recorder = self.recorder
         if recorder is None or not recorder.enabled:
             return
-        signature, packed, logical, out = self._spec.arguments(pl_module, batch)
-        wave = recorder.wave(signature, packed, logical, out)
+        arguments = self._spec.arguments(pl_module, batch)
+        if arguments is None:
+            return
+        wave = recorder.wave(*arguments)
         wave.__enter__()
         self._wave = wave
         self._forward_taken = False
