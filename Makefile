@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-slow lint format bench traces expectations clean bench-record smoke-core
+.PHONY: help venv demo demo-hf test test-slow lint format bench traces expectations clean bench-record smoke-core
 
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-12s %s\n", $$1, $$2}'
@@ -17,7 +17,7 @@ help: ## List the targets.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev,torch,plot]"
+	$(PY) -m pip install -q -e ".[dev,torch,plot,lightning,transformers]" "$(TORCH_SPEC)"
 	@touch $(STAMP)
 
 venv: $(STAMP) ## Create .venv with every extra (torch pinned: TORCH_SPEC).
@@ -25,6 +25,11 @@ venv: $(STAMP) ## Create .venv with every extra (torch pinned: TORCH_SPEC).
 demo: $(STAMP) ## Print the table of ART PR #991 from traces/pr991.
 	$(WARMFIT) replay traces/pr991
 	$(WARMFIT) replay traces/pr991 --format markdown
+
+demo-hf: $(STAMP) ## Re-record traces/hf-qwen3moe-cpu (HF Trainer, random Qwen3-MoE, CPU).
+	HF_HUB_OFFLINE=1 $(WARMFIT) record -o traces/hf-qwen3moe-cpu --force -- \
+		$(PY) -m warmfit.integrations.hf_demo
+	$(WARMFIT) replay traces/hf-qwen3moe-cpu --by signature -p max-merge -p warm-fit -p warm-affine
 
 test: $(STAMP) ## Run the test suite (not slow, not gpu).
 	$(PY) -m pytest -q
@@ -57,8 +62,12 @@ smoke-core: ## Install without extras (no torch/matplotlib); use the CLI.
 	.venv-core/bin/warmfit check traces --expect traces/expectations.toml --format csv > /dev/null
 	.venv-core/bin/warmfit plot traces/pr991 -o .venv-core/x.png 2>&1 | grep -q "needs matplotlib"
 	.venv-core/bin/python -c "import sys, warmfit.recorder; assert 'torch' not in sys.modules"
+	.venv-core/bin/python -c "import sys, warmfit.integrations, warmfit.integrations.tokens; \
+		assert not {'torch', 'lightning', 'transformers'} & set(sys.modules)"
+	.venv-core/bin/python -c "import warmfit.integrations.lightning" 2>&1 | grep -q "warmfit\[lightning\]"
+	.venv-core/bin/python -m warmfit.integrations.hf_demo 2>&1 | grep -q "needs torch and transformers"
 	.venv-core/bin/python -m warmfit.demo 2>&1 | grep -q "needs torch"
-	@echo "core install works without torch and matplotlib"
+	@echo "core install works without torch, matplotlib, lightning and transformers"
 
 clean: ## Remove the virtual environments and caches.
 	rm -rf $(VENV) .venv-core .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,4 +1,4 @@
-"""``warmfit --help`` and ``warmfit replay`` start without torch or matplotlib (issue 4).
+"""``warmfit --help`` and ``warmfit replay`` start without torch, matplotlib or the trainers (issues 4, 15).
 
 Each command runs in a fresh interpreter; after it finishes, the interpreter
 reports which heavy modules it imported. The recorder and the plots import
@@ -17,7 +17,7 @@ import pytest
 from warmfit.trace import readings_frame, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
-HEAVY = ("torch", "matplotlib")
+HEAVY = ("torch", "matplotlib", "lightning", "transformers", "accelerate")
 
 _PROBE = """
 import json, sys

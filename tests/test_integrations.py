@@ -1,0 +1,292 @@
+"""The Lightning and Hugging Face Trainer integrations, on real training steps."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from warmfit.errors import UsageError  # noqa: E402
+from warmfit.integrations.tokens import BatchTokens, batch_tokens, default_token_counts  # noqa: E402
+from warmfit.recorder import Recorder  # noqa: E402
+from warmfit.trace import read_trace  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+# --------------------------------------------------------------------------- token counts
+
+
+def test_padding_is_not_counted():
+    ids = torch.arange(12).reshape(3, 4)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])
+    assert batch_tokens({"input_ids": ids, "attention_mask": mask}) == BatchTokens(6, 6, 2, 4)
+
+
+def test_left_padding_is_not_counted_either():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    got = default_token_counts(
+        {"input_ids": torch.ones(2, 5, dtype=torch.long), "attention_mask": mask}
+    )
+    assert got == (8, 8)
+
+
+def test_without_a_mask_every_token_counts():
+    assert batch_tokens({"input_ids": torch.ones(2, 5, dtype=torch.long)}) == BatchTokens(
+        10, 10, 2, 5
+    )
+    assert batch_tokens(torch.ones(3, 7, dtype=torch.long)) == BatchTokens(21, 21, 3, 7)
+    assert batch_tokens((torch.ones(2, 4), torch.zeros(2))) == BatchTokens(8, 8, 2, 4)
+    embeds = {"inputs_embeds": torch.zeros(2, 6, 16)}
+    assert batch_tokens(embeds) == BatchTokens(12, 12, 2, 6)
+
+
+def test_packed_sequences_are_read_from_position_id_resets():
+    # one padding-free row holding sequences of 3, 2, 4 and 1 tokens
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3, 0]])
+    batch = {"input_ids": torch.ones(1, 10, dtype=torch.long), "position_ids": positions}
+    assert batch_tokens(batch) == BatchTokens(10, 10, 4, 4)
+
+
+def test_packed_rows_with_padding_and_a_row_that_starts_mid_sequence():
+    positions = torch.tensor([[0, 1, 0, 1, 2, 0, 0], [5, 6, 0, 1, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0, 0]])
+    batch = {"input_ids": torch.ones(2, 7, dtype=torch.long), "attention_mask": mask,
+             "position_ids": positions}  # fmt: skip
+    # row 0: 2 + 3 tokens (padding at position 0 ignored); row 1: 2 (continued) + 2
+    assert batch_tokens(batch) == BatchTokens(9, 9, 4, 3)
+
+
+def test_a_batch_the_default_cannot_read_is_a_usage_error_naming_the_fix():
+    with pytest.raises(UsageError, match="token function"):
+        batch_tokens({"pixels": torch.zeros(2, 3)})
+    with pytest.raises(UsageError, match="token function"):
+        batch_tokens("text")
+
+
+# --------------------------------------------------------------------------- Lightning
+
+
+def _readings(recorder: Recorder):
+    recorder.close()
+    assert recorder.trace_path is not None
+    return read_trace([recorder.trace_path]).sort("seq").to_dicts()
+
+
+def _check_waves(rows, waves: int, steps: list[int]) -> None:
+    assert len(rows) == 2 * waves
+    assert [r["phase"] for r in rows] == ["forward", "caller"] * waves
+    assert [r["whole"] for r in rows] == [False, True] * waves
+    assert [r["wave"] for r in rows[::2]] == list(range(waves))
+    assert [r["step"] for r in rows[::2]] == steps
+    for forward, caller in zip(rows[::2], rows[1::2], strict=True):
+        assert forward["peak_bytes"] > forward["baseline_bytes"]
+        assert caller["peak_bytes"] >= forward["peak_bytes"]
+        assert caller["baseline_bytes"] == forward["baseline_bytes"]
+
+
+def _lightning_batches(rows: int = 3, width: int = 12) -> list[dict[str, torch.Tensor]]:
+    out = []
+    for i in range(6):
+        lengths = [width - (i + r) % 5 for r in range(rows)]
+        mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+        out.append({"input_ids": (torch.arange(rows * width).reshape(rows, width) % 17) * mask,
+                    "attention_mask": mask})  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def pl():
+    return pytest.importorskip("lightning.pytorch")
+
+
+def _tiny_module(pl, manual: bool = False):
+    class Tiny(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(17, 32)
+            self.head = torch.nn.Linear(32, 17)
+            self.automatic_optimization = not manual
+
+        def training_step(self, batch, batch_idx):
+            logits = self.head(torch.relu(self.embed(batch["input_ids"])))
+            loss = torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), batch["input_ids"].flatten(), reduction="none"
+            )
+            loss = (loss * batch["attention_mask"].flatten()).mean()
+            if manual:
+                optimizer = self.optimizers()
+                optimizer.zero_grad()
+                self.manual_backward(loss)
+                optimizer.step()
+                return None
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+    return Tiny()
+
+
+def _fit(pl, module, callback, max_steps: int, accumulate: int = 1) -> None:
+    trainer = pl.Trainer(
+        max_steps=max_steps,
+        accumulate_grad_batches=accumulate,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+    loader = torch.utils.data.DataLoader(_lightning_batches(), batch_size=None)
+    trainer.fit(module, train_dataloaders=loader)
+
+
+def test_lightning_records_each_batch_with_accumulation(pl, tmp_path):
+    from warmfit.integrations.lightning import WarmfitCallback
+
+    recorder = Recorder(tmp_path, run="pl", device="cpu", flush_interval_s=3600)
+    _fit(pl, _tiny_module(pl), WarmfitCallback(recorder), max_steps=2, accumulate=2)
+    rows = _readings(recorder)
+    _check_waves(rows, waves=4, steps=[0, 0, 1, 1])
+    expected = [int(b["attention_mask"].sum()) for b in _lightning_batches()[:4]]
+    assert [r["packed_tokens"] for r in rows[::2]] == expected
+    assert [r["logical_tokens"] for r in rows[::2]] == expected
+    assert {r["signature"] for r in rows} == {"train/Tiny"}
+
+
+def test_lightning_leaves_a_batch_of_padding_only_unrecorded(pl, tmp_path):
+    from warmfit.integrations.lightning import WarmfitCallback
+
+    recorder = Recorder(tmp_path, run="pl", device="cpu", flush_interval_s=3600)
+    counts = iter([(0, 0), (5, 5), (7, 9)])
+    callback = WarmfitCallback(recorder, tokens=lambda batch: next(counts))
+    _fit(pl, _tiny_module(pl), callback, max_steps=3)
+    rows = _readings(recorder)
+    _check_waves(rows, waves=2, steps=[1, 2])
+    assert [(r["packed_tokens"], r["logical_tokens"]) for r in rows[::2]] == [(5, 5), (7, 9)]
+
+
+def test_lightning_manual_optimization_records_the_whole_batch(pl, tmp_path):
+    from warmfit.integrations.lightning import WarmfitCallback
+
+    recorder = Recorder(tmp_path, run="pl", device="cpu", flush_interval_s=3600)
+    callback = WarmfitCallback(recorder, signature=lambda module, batch: "manual")
+    _fit(pl, _tiny_module(pl, manual=True), callback, max_steps=3)
+    rows = _readings(recorder)
+    _check_waves(rows, waves=3, steps=[0, 1, 2])
+    assert {r["signature"] for r in rows} == {"manual"}
+
+
+def test_lightning_out_of_memory_is_recorded_on_the_phase_it_interrupted(pl, tmp_path):
+    from warmfit.integrations.lightning import WarmfitCallback
+
+    module = _tiny_module(pl)
+    plain_step = module.training_step
+
+    def failing_step(batch, batch_idx):
+        if batch_idx == 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return plain_step(batch, batch_idx)
+
+    module.training_step = failing_step
+    recorder = Recorder(tmp_path, run="pl", device="cpu", flush_interval_s=3600)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        _fit(pl, module, WarmfitCallback(recorder), max_steps=4)
+    rows = _readings(recorder)
+    assert [(r["wave"], r["phase"], r["whole"], r["oom"]) for r in rows] == [
+        (0, "forward", False, False),
+        (0, "caller", True, False),
+        (1, "forward", False, True),
+    ]
+
+
+# --------------------------------------------------------------------------- Hugging Face
+
+
+@pytest.fixture(scope="module")
+def hf_demo():
+    pytest.importorskip("transformers")
+    from warmfit.integrations import hf_demo
+
+    return hf_demo
+
+
+def _tiny_hf(hf_demo, steps: int):
+    return hf_demo.HfDemoConfig(
+        vocab=32, hidden=16, layers=1, heads=2, kv_heads=1, experts=4, expert_width=16,
+        sequences_per_batch=3, steps=steps, accumulation=2,
+    )  # fmt: skip
+
+
+def test_hf_trainer_records_each_micro_batch_of_accumulation(hf_demo, tmp_path):
+    cfg = _tiny_hf(hf_demo, steps=2)
+    recorder = Recorder(tmp_path / "trace", run="hf", device="cpu", flush_interval_s=3600)
+    trainer, rec = hf_demo.build_trainer(cfg, str(tmp_path / "out"), recorder=recorder)
+    assert rec is recorder
+    batches = list(trainer.train_dataset.batches)
+    trainer.train()
+    rows = _readings(recorder)
+    _check_waves(rows, waves=4, steps=[0, 0, 1, 1])
+    # the sampler shuffles: the waves hold the batches' non-padding tokens in some order
+    expected = sorted(int(b["attention_mask"].sum()) for b in batches)
+    assert sorted(r["packed_tokens"] for r in rows[::2]) == expected
+    assert all(r["logical_tokens"] == r["packed_tokens"] for r in rows)
+    padded = sorted(b["attention_mask"].numel() for b in batches)
+    assert expected != padded  # the batches do hold padding, and it was left out
+    signatures = [r["signature"] for r in rows[::2]]
+    assert set(signatures) == {"train/short", "train/long"}
+    for row in rows[::2]:
+        batch = next(b for b in batches if int(b["attention_mask"].sum()) == row["packed_tokens"])
+        longest = int(batch["attention_mask"].sum(dim=1).max())
+        assert row["signature"] == ("train/short" if longest <= 56 else "train/long")
+
+
+def test_hf_record_trainer_refuses_a_second_call_and_leaves_an_unrecorded_trainer_alone(
+    hf_demo, tmp_path, monkeypatch
+):
+    from warmfit.integrations.huggingface import record_trainer
+    from warmfit.recorder import ENV_DIR
+
+    cfg = _tiny_hf(hf_demo, steps=1)
+    recorder = Recorder(tmp_path / "trace", run="hf", device="cpu", flush_interval_s=3600)
+    trainer, _ = hf_demo.build_trainer(cfg, str(tmp_path / "out"), recorder=recorder)
+    with pytest.raises(UsageError, match="already recorded"):
+        record_trainer(trainer, recorder)
+    recorder.close()
+    monkeypatch.delenv(ENV_DIR, raising=False)
+    plain, rec = hf_demo.build_trainer(cfg, str(tmp_path / "out2"))
+    assert not rec.enabled
+    assert "training_step" not in vars(plain) and "compute_loss" not in vars(plain)
+
+
+def test_lightning_records_into_the_recorder_warmfit_record_asks_for(pl, tmp_path, monkeypatch):
+    from warmfit.integrations.lightning import WarmfitCallback
+    from warmfit.recorder import ENV_DIR, ENV_RUN
+
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(ENV_RUN, "env")
+    callback = WarmfitCallback()
+    _fit(pl, _tiny_module(pl), callback, max_steps=2)
+    assert callback.recorder is not None and callback.recorder.meter.name == "warmfit.cpu-storages"
+    _check_waves(_readings(callback.recorder), waves=2, steps=[0, 1])
+
+
+def test_hf_trainer_counts_padding_free_packed_rows_by_their_tokens(hf_demo, tmp_path):
+    cfg = _tiny_hf(hf_demo, steps=1)
+    recorder = Recorder(tmp_path / "trace", run="hf", device="cpu", flush_interval_s=3600)
+    trainer, _ = hf_demo.build_trainer(cfg, str(tmp_path / "out"), recorder=recorder)
+    rows_of = [[5, 9, 3], [12, 7]]  # sequence lengths packed into one row per micro-batch
+    packed = []
+    for lengths in rows_of:
+        ids = torch.randint(1, cfg.vocab, (1, sum(lengths)))
+        positions = torch.cat([torch.arange(n) for n in lengths])[None]
+        packed.append({"input_ids": ids, "position_ids": positions, "labels": ids.clone()})
+    trainer.train_dataset = packed
+    trainer.train()
+    rows = _readings(recorder)
+    _check_waves(rows, waves=2, steps=[0, 0])
+    assert sorted(r["packed_tokens"] for r in rows[::2]) == [17, 19]
+    assert {r["signature"] for r in rows} == {"train/short"}  # longest sequence 12

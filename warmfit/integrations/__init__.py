@@ -1,0 +1,14 @@
+"""Record the trainers people already use: Lightning and the Hugging Face Trainer.
+
+- :mod:`warmfit.integrations.lightning`: ``WarmfitCallback``, a Lightning
+  ``Callback`` (extra ``lightning``);
+- :mod:`warmfit.integrations.huggingface`: ``record_trainer(trainer)`` for the
+  Hugging Face ``Trainer`` and the trainers built on it, such as TRL's (extra
+  ``transformers``);
+- :mod:`warmfit.integrations.tokens`: the token counts both take from a batch
+  by default (padding excluded; packed sequences read from ``position_ids``).
+
+Each turns one micro-batch into one wave. What each can and cannot see is in
+``docs/integrations.md``. Importing this package imports neither framework,
+nor torch.
+"""

@@ -1,0 +1,121 @@
+"""Record a Hugging Face ``Trainer`` (and TRL's trainers): ``record_trainer(trainer)``.
+
+A ``TrainerCallback`` alone cannot record a wave: the Trainer calls no hook
+between a micro-batch's forward and its backward, nor around one micro-batch
+of gradient accumulation (``on_step_begin`` fires once per optimizer step).
+So :func:`record_trainer` wraps two methods of the one trainer instance it is
+given, whatever class defined them (a TRL trainer's own ``compute_loss``
+included), and adds a callback for the steps:
+
+- ``training_step`` (one per micro-batch) becomes one wave: the signature
+  from ``signature(model, inputs)`` (default ``train/<model class>``), the
+  counts from ``tokens(inputs)`` (default
+  :func:`warmfit.integrations.tokens.default_token_counts`: non-padding
+  tokens; packed sequences in ``position_ids`` understood), counted on the
+  batch as the data loader gave it;
+- the first ``compute_loss`` to return inside it takes the ``forward``
+  reading (the model's forward and its loss have run, backward has not);
+- leaving ``training_step`` (after ``accelerator.backward``) takes the
+  ``caller`` reading;
+- ``on_optimizer_step`` marks a recorder step, so with
+  ``gradient_accumulation_steps=k`` one step holds k waves; ``on_train_end``
+  flushes the log.
+
+The recorder is ``Recorder.from_env(device=trainer.args.device)`` unless one
+is given: it records under ``warmfit record``, and when it is disabled the
+trainer is left untouched. Needs the extra ``transformers``. See
+``docs/integrations.md`` for what it cannot see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from transformers import TrainerCallback
+except ImportError as exc:  # pragma: no cover - exercised by the core install
+    raise ImportError(
+        "warmfit.integrations.huggingface needs transformers: install the extra "
+        "'warmfit[transformers]' (pin a CPU torch first on a CPU-only machine; see the README)."
+    ) from exc
+
+from warmfit.errors import UsageError
+from warmfit.integrations._common import OutputBytesFn, SignatureFn, TokensFn, WaveSpec
+from warmfit.recorder import Recorder
+
+_MARK = "_warmfit_recording"
+
+
+class WarmfitStepCallback(TrainerCallback):
+    """Marks a recorder step at each optimizer step; flushes at the end of training."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.recorder.step()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.recorder.flush()
+
+
+class _Recording:
+    """The wave open inside the trainer's current ``training_step``, if any."""
+
+    def __init__(self, recorder: Recorder, spec: WaveSpec) -> None:
+        self.recorder = recorder
+        self.spec = spec
+        self.wave: Any = None
+        self.forward_taken = False
+
+
+def record_trainer(
+    trainer: Any,
+    recorder: Recorder | None = None,
+    *,
+    signature: str | SignatureFn | None = None,
+    tokens: TokensFn | None = None,
+    output_bytes: OutputBytesFn | None = None,
+) -> Recorder:
+    """Record every training micro-batch of ``trainer`` as a wave; return the recorder.
+
+    Call it once, before ``trainer.train()``. ``signature``, ``tokens`` and
+    ``output_bytes`` are described in the module docstring.
+    """
+    if getattr(trainer, _MARK, None) is not None:
+        raise UsageError("record_trainer(): this trainer is already recorded; call it once.")
+    rec = recorder if recorder is not None else Recorder.from_env(device=trainer.args.device)
+    if not rec.enabled:
+        return rec
+    recording = _Recording(rec, WaveSpec(signature, tokens, output_bytes))
+    setattr(trainer, _MARK, recording)
+    inner_step = trainer.training_step
+    inner_loss = trainer.compute_loss
+
+    def training_step(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if recording.wave is not None:  # re-entered: record the outer call only
+            return inner_step(model, inputs, *args, **kwargs)
+        arguments = recording.spec.arguments(trainer.model, inputs)
+        if arguments is None:  # no real token: nothing to price
+            return inner_step(model, inputs, *args, **kwargs)
+        with rec.wave(*arguments) as wave:
+            recording.wave, recording.forward_taken = wave, False
+            try:
+                return inner_step(model, inputs, *args, **kwargs)
+            finally:
+                recording.wave = None
+
+    def compute_loss(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        result = inner_loss(model, inputs, *args, **kwargs)
+        if recording.wave is not None and not recording.forward_taken:
+            recording.forward_taken = True
+            recording.wave.forward_done()
+        return result
+
+    trainer.training_step = training_step
+    trainer.compute_loss = compute_loss
+    trainer.add_callback(WarmfitStepCallback(rec))
+    return rec
+
+
+__all__ = ["WarmfitStepCallback", "record_trainer"]
