@@ -9,11 +9,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from warmfit.replay import SUMMARY_COLUMNS, ReplayResult
+from warmfit.text import markdown_cell, printable
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
 
 FORMATS = ("table", "markdown", "csv", "json")
 JSON_SCHEMA = "warmfit.replay/1"
@@ -53,18 +60,24 @@ def _under_peak_cell(rows: Sequence[dict[str, object]]) -> str:
     if len(counts) == 1:
         under, total = counts.pop()
         return f"{under} of {total}"
-    return ", ".join(f"{r['policy']} {r['under_peak']} of {r['priced_waves']}" for r in rows)
+    return ", ".join(
+        f"{markdown_cell(str(r['policy']))} {r['under_peak']} of {r['priced_waves']}" for r in rows
+    )
 
 
 def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
     """The table of ART PR #991: rows are runs; per policy the median
     over-estimate with its min; then waves under their peak ("0 of 25")."""
-    header = ["run", *[f"{p} median (min)" for p in policies], "waves under their peak"]
+    header = [
+        "run",
+        *[f"{markdown_cell(p)} median (min)" for p in policies],
+        "waves under their peak",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (run,), group in summary.group_by("run", maintain_order=True):
         rows = group.to_dicts()
         by_policy = {r["policy"]: r for r in rows}
-        cells = [str(run)]
+        cells = [markdown_cell(str(run))]
         for p in policies:
             r = by_policy[p]
             if r["median_over_estimate"] is None:
@@ -78,10 +91,45 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
-    """A compact table for a terminal (fits 80 columns for short run names)."""
-    from rich import box
+def table_text(table: Table) -> str:
+    """A rich table as plain text, never breaking a cell across lines.
+
+    The table is laid out for the terminal's width (``COLUMNS``, else the
+    terminal's, else 80), widened to the table's natural width when that is
+    larger: a long label makes the table wider than a narrow terminal rather
+    than fold. Trailing spaces are dropped.
+    """
     from rich.console import Console
+
+    def console(width: int) -> Console:
+        # force_jupyter=False: inside a notebook rich would display the table itself
+        # and leave the string empty.
+        return Console(
+            file=io.StringIO(),
+            width=width,
+            color_system=None,
+            highlight=False,
+            force_jupyter=False,
+            force_terminal=False,
+        )
+
+    natural = console(100_000).measure(table).maximum
+    out = console(max(shutil.get_terminal_size((80, 24)).columns, natural))
+    out.print(table)
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+def cell(name: object) -> Text:
+    """A table cell showing ``name`` literally: no rich markup, control characters escaped."""
+    from rich.text import Text
+
+    return Text(printable(str(name)))
+
+
+def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
+    """A compact table for a terminal; labels never break across lines."""
+    from rich import box
     from rich.table import Table
 
     table = Table(
@@ -95,15 +143,15 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
         "of memory (not in the figures)",
         caption_justify="left",
     )
-    table.add_column("run", overflow="fold", min_width=3)
+    table.add_column("run", no_wrap=True, min_width=3)
     table.add_column("policy", no_wrap=True)
     for name in ("waves", "median", "min", "max", "under", "profile", "floor", "oom"):
         table.add_column(name, justify="right", no_wrap=True)
     previous = None
     for r in summary.iter_rows(named=True):
         table.add_row(
-            "" if r["run"] == previous else r["run"],
-            r["policy"],
+            "" if r["run"] == previous else cell(r["run"]),
+            cell(r["policy"]),
             str(r["priced_waves"]),
             percent(r["median_over_estimate"], 1),
             percent(r["min_over_estimate"], 1),
@@ -114,12 +162,7 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             str(r["oom_waves"]),
         )
         previous = r["run"]
-    console = Console(
-        file=io.StringIO(), width=80, color_system=None, highlight=False, force_jupyter=False
-    )
-    console.print(table)
-    text = console.file.getvalue()  # type: ignore[attr-defined]
-    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+    return table_text(table)
 
 
 def render(result: ReplayResult, fmt: str) -> str:
