@@ -345,7 +345,7 @@ def _read_columns(path: Path, columns: Sequence[str]) -> pl.DataFrame:
             page_checksum_verification=True,
             read_dictionary=strings,
         )
-        frame = pl.from_arrow(table, rechunk=False)
+        frame = _to_polars(table, strings)
     except (Exception, pl.exceptions.PanicException) as exc:  # damaged data raises many kinds
         checksum = "checksum" in str(exc).lower() or "crc" in str(exc).lower()
         raise TraceError(
@@ -356,8 +356,33 @@ def _read_columns(path: Path, columns: Sequence[str]) -> pl.DataFrame:
             "good copy or re-export it, or run 'warmfit recover' on the directory of a "
             "recording that crashed.",
         ) from None
-    assert isinstance(frame, pl.DataFrame)
     return frame
+
+
+def _to_polars(table: pa.Table, strings: Sequence[str]) -> pl.DataFrame:
+    """A polars frame of an Arrow table; the ``strings`` columns, read as dictionaries,
+    become strings by gathering their few distinct values (much cheaper than a cast)."""
+    # Metadata is not data: drop it before polars sees it (polars panics on a metadata
+    # value that is not UTF-8, as a flipped bit in the footer can make it).
+    plain = pa.schema([field.remove_metadata() for field in table.schema])
+    table = pa.Table.from_arrays(table.columns, schema=plain)
+    decoded = [n for n in strings if pa.types.is_dictionary(table.schema.field(n).type)]
+    rest = pl.from_arrow(table.drop_columns(decoded), rechunk=False)
+    assert isinstance(rest, pl.DataFrame)
+    columns = []
+    for name in decoded:
+        chunks = table.column(name).chunks
+        parts = [
+            pl.Series(name, pl.from_arrow(c.dictionary), dtype=pl.String).gather(
+                pl.Series(pl.from_arrow(c.indices))
+            )
+            for c in chunks
+        ]
+        if not parts:
+            columns.append(pl.Series(name, [], dtype=pl.String))
+        else:
+            columns.append(parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=False))
+    return rest.with_columns(columns).select(table.column_names)
 
 
 # --------------------------------------------------------------------------- trace

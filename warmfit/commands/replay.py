@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-import os
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, BinaryIO
