@@ -456,3 +456,34 @@ def test_tables_never_break_a_label(tmp_path: Path, columns: str) -> None:
     assert code == 0, err
     assert sum(LONG in line for line in out.splitlines()) == 1
     assert sum("median over-estimate" in line for line in out.splitlines()) == 2
+
+
+def test_files_without_checksums_are_read_as_before(tmp_path: Path) -> None:
+    """Checksums are optional in the format: another writer's file is read unverified."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(EP1)
+    pq.write_table(table, tmp_path / "plain.parquet", write_page_checksum=False)
+    pq.write_table(table, tmp_path / "v2.parquet", data_page_version="2.0")
+    pq.write_table(
+        table, tmp_path / "v2-crc.parquet", data_page_version="2.0", write_page_checksum=True
+    )
+    for name in ("plain.parquet", "v2.parquet", "v2-crc.parquet"):
+        code, out, err = invoke("replay", tmp_path / name, "--format", "json")
+        assert code == 0, err
+        assert out == _figures(PR991 / "EP1.parquet")[1]
+
+
+def test_a_damaged_page_header_is_named(tmp_path: Path) -> None:
+    """A page header is not covered by the CRC; warmfit still checks it before polars reads."""
+    import pyarrow.parquet as pq
+
+    column = pq.ParquetFile(EP1).metadata.row_group(0).column(8)
+    start = column.dictionary_page_offset or column.data_page_offset
+    data = bytearray(EP1.read_bytes())
+    data[start + 2] ^= 0x7F  # the page header's uncompressed size
+    data[start + 1] ^= 0x05  # and its page type
+    bad = tmp_path / "t.parquet"
+    bad.write_bytes(bytes(data))
+    code, _, err = invoke("validate", bad)
+    assert code == 2 and str(bad) in err and "damaged" in err

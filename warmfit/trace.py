@@ -23,6 +23,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from warmfit import pagecrc
 from warmfit.errors import TraceError
 from warmfit.files import not_regular, write_atomically
 from warmfit.schema import (
@@ -329,60 +330,30 @@ def _short(exc: BaseException, limit: int = 300) -> str:
 
 
 def _read_columns(path: Path, columns: Sequence[str]) -> pl.DataFrame:
-    """Read columns of one file, verifying every Parquet page checksum the file carries.
+    """Read columns of one file after verifying every Parquet page checksum it carries.
 
-    pyarrow reads (polars' reader does not verify checksums) and polars takes
-    the Arrow buffers. The required string columns are read as dictionaries
-    (categoricals, cast to strings by the caller): that halves pyarrow's
-    decoding time (docs/performance.md). Any error from either library, a
-    polars panic included, is a :class:`TraceError` naming the file.
+    The checksums are verified by :mod:`warmfit.pagecrc` (CRC-32 of each
+    page, no decoding), then polars reads the columns. Any error from either,
+    a polars panic included, is a :class:`TraceError` naming the file.
     """
-    strings = [c for c in columns if c in POLARS_DTYPES and POLARS_DTYPES[c] == pl.String()]
+    damaged = (
+        "The file is damaged (a flipped bit, a truncated copy): restore it from a good copy "
+        "or re-export it, or run 'warmfit recover' on the directory of a recording that "
+        "crashed."
+    )
     try:
-        table = pq.read_table(
-            path,
-            columns=list(columns),
-            page_checksum_verification=True,
-            read_dictionary=strings,
-        )
-        frame = _to_polars(table, strings)
+        problem = pagecrc.verify(path)
+    except (Exception, pl.exceptions.PanicException) as exc:
+        problem = f"its pages cannot be walked ({type(exc).__name__}: {_short(exc)})"
+    if problem is not None:
+        raise TraceError(f"is damaged: {problem}.", path=path, fix=damaged)
+    try:
+        # glob=False: a file name with * or [ is a name, not a pattern.
+        return pl.read_parquet(path, columns=list(columns), glob=False)
     except (Exception, pl.exceptions.PanicException) as exc:  # damaged data raises many kinds
-        checksum = "checksum" in str(exc).lower() or "crc" in str(exc).lower()
         raise TraceError(
-            ("a data page fails its checksum" if checksum else "could not be read")
-            + f" ({type(exc).__name__}: {_short(exc)}).",
-            path=path,
-            fix="The file is damaged (a flipped bit, a truncated copy): restore it from a "
-            "good copy or re-export it, or run 'warmfit recover' on the directory of a "
-            "recording that crashed.",
+            f"could not be read ({type(exc).__name__}: {_short(exc)}).", path=path, fix=damaged
         ) from None
-    return frame
-
-
-def _to_polars(table: pa.Table, strings: Sequence[str]) -> pl.DataFrame:
-    """A polars frame of an Arrow table; the ``strings`` columns, read as dictionaries,
-    become strings by gathering their few distinct values (much cheaper than a cast)."""
-    # Metadata is not data: drop it before polars sees it (polars panics on a metadata
-    # value that is not UTF-8, as a flipped bit in the footer can make it).
-    plain = pa.schema([field.remove_metadata() for field in table.schema])
-    table = pa.Table.from_arrays(table.columns, schema=plain)
-    decoded = [n for n in strings if pa.types.is_dictionary(table.schema.field(n).type)]
-    rest = pl.from_arrow(table.drop_columns(decoded), rechunk=False)
-    assert isinstance(rest, pl.DataFrame)
-    columns = []
-    for name in decoded:
-        chunks = table.column(name).chunks
-        parts = [
-            pl.Series(name, pl.from_arrow(c.dictionary), dtype=pl.String).gather(
-                pl.Series(pl.from_arrow(c.indices))
-            )
-            for c in chunks
-        ]
-        if not parts:
-            columns.append(pl.Series(name, [], dtype=pl.String))
-        else:
-            columns.append(parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=False))
-    return rest.with_columns(columns).select(table.column_names)
 
 
 # --------------------------------------------------------------------------- trace
