@@ -487,3 +487,10 @@ def test_a_damaged_page_header_is_named(tmp_path: Path) -> None:
     bad.write_bytes(bytes(data))
     code, _, err = invoke("validate", bad)
     assert code == 2 and str(bad) in err and "damaged" in err
+
+
+def test_a_file_name_with_terminal_escapes_is_shown_escaped(tmp_path: Path) -> None:
+    bad = tmp_path / "evil\x1b[2J.parquet"
+    bad.write_bytes(b"not parquet")
+    code, _, err = invoke("validate", tmp_path)
+    assert code == 2 and "\x1b" not in err and "evil\\x1b[2J.parquet" in err

@@ -77,7 +77,7 @@ class ExpectationsError(UsageError):
     """An expectations file that cannot be read or does not fit the trace (exit 2)."""
 
     def __init__(self, path: str | os.PathLike[str], problem: str, fix: str = "") -> None:
-        text = f"{path}: {problem}"
+        text = f"{printable(str(path))}: {problem}"
         if fix:
             text += f" {fix}"
         super().__init__(text)
