@@ -111,8 +111,8 @@ def writing(path: Path) -> Iterator[None]:
     except OSError as exc:  # pyarrow reports a failed write as an OSError too
         reason = exc.strerror or str(exc)
         raise UsageError(
-            f"cannot write {path}: {reason}. Nothing was written; free space (or raise the "
-            "file-size limit) and run the command again."
+            f"cannot write {path}: {reason}. No partial file was left; fix that (free space, "
+            "permissions, the file-size limit) and run the command again."
         ) from None
 
 
