@@ -494,3 +494,12 @@ def test_a_file_name_with_terminal_escapes_is_shown_escaped(tmp_path: Path) -> N
     bad.write_bytes(b"not parquet")
     code, _, err = invoke("validate", tmp_path)
     assert code == 2 and "\x1b" not in err and "evil\\x1b[2J.parquet" in err
+
+
+def test_an_empty_trace_passes_the_page_walk(tmp_path: Path) -> None:
+    """A row group of 0 rows has chunks with offset 0 and no pages: not damage."""
+    from warmfit.trace import readings_frame
+
+    write_trace(readings_frame([]), tmp_path / "empty.parquet", {})
+    code, out, err = invoke("validate", tmp_path)
+    assert code == 0 and "readings" in out, err

@@ -209,7 +209,11 @@ def _column(data: mmap.mmap, meta: Any, length: int, rows: int) -> str | None:
         return "a column chunk's offsets in the footer are damaged"
     if values < rows:  # every row has a value (or a null) in every column
         return f"a column chunk holds {values} values for {rows} rows"
-    if isinstance(dictionary, int) and 0 < dictionary < start:
+    if size == 0 and values == 0:  # an empty chunk of an empty row group: no pages
+        return None
+    # The chunk starts at its dictionary page when it has one. (A writer may leave
+    # data_page_offset 0 in a row group of 0 rows, whose chunk holds a dictionary page.)
+    if isinstance(dictionary, int) and dictionary >= 4 and (start < 4 or dictionary < start):
         start = dictionary
     if start < 4 or size < 0 or start + size > length - 8:
         return f"a column chunk (bytes {start} to {start + size}) lies outside the file's data"
