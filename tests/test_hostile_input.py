@@ -369,28 +369,29 @@ def _figures(path: Path) -> tuple[int, str]:
     return code, out
 
 
-def test_traces_warmfit_writes_carry_page_checksums(tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", ["written now", "pr991/EP1", "pr991/EP2", "cpu-demo"])
+def test_traces_warmfit_writes_carry_page_checksums(tmp_path: Path, which: str) -> None:
+    """A flipped bit inside a data page's compressed bytes fails its CRC, naming the file."""
     import pyarrow.parquet as pq
 
-    trace = trace_named(tmp_path, "EP1")
-    for path in [trace, *PR991.glob("*.parquet"), *(REPO / "traces/cpu-demo").rglob("*.parquet")]:
-        # A page's CRC shows in the column chunk's encoding stats only through a read
-        # that verifies it, so flip the first data byte of the first page instead.
-        assert pq.ParquetFile(path).metadata.num_row_groups >= 1
-    data = bytearray(trace.read_bytes())
-    start = pq.ParquetFile(trace).metadata.row_group(0).column(8).data_page_offset
-    # a few bytes into the page: past its header, inside its compressed data
-    for offset in range(start + 20, start + 60):
+    committed = {
+        "pr991/EP1": EP1,
+        "pr991/EP2": PR991 / "EP2.parquet",
+        "cpu-demo": next((REPO / "traces/cpu-demo").rglob("*.parquet")),
+    }
+    trace = trace_named(tmp_path, "EP1") if which == "written now" else committed[which]
+    data = trace.read_bytes()
+    column = pq.ParquetFile(trace).metadata.row_group(0).column(12)  # peak_bytes
+    end = column.data_page_offset + column.total_compressed_size
+    bad = tmp_path / "bad" / "t.parquet"
+    bad.parent.mkdir()
+    # the last bytes of the chunk are its last page's compressed data, past any header
+    for offset in range(end - 1, end - 4, -1):
         flipped = bytearray(data)
         flipped[offset] ^= 0x10
-        bad = tmp_path / "bad" / "t.parquet"
-        bad.parent.mkdir(exist_ok=True)
         bad.write_bytes(bytes(flipped))
         code, _, err = invoke("replay", bad)
-        if code == 2 and "checksum" in err:
-            assert str(bad) in err
-            return
-    pytest.fail("no flipped bit in a data page was caught by its checksum")
+        assert code == 2 and str(bad) in err and "fails its checksum" in err, (offset, err)
 
 
 def _damaged_copies(source: bytes, offsets: list[int], mode: str) -> Iterator[tuple[int, bytes]]:
