@@ -39,8 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from warmfit.errors import UsageError
+from warmfit.files import not_regular, write_bytes_atomically
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, ReplayResult, check_safety_factor
-from warmfit.report import percent
+from warmfit.report import cell, percent, table_text
+from warmfit.text import printable, toml_string
 
 FORMATS = ("table", "csv", "json")
 JSON_SCHEMA = "warmfit.check/1"
@@ -75,7 +77,7 @@ class ExpectationsError(UsageError):
     """An expectations file that cannot be read or does not fit the trace (exit 2)."""
 
     def __init__(self, path: str | os.PathLike[str], problem: str, fix: str = "") -> None:
-        text = f"{path}: {problem}"
+        text = f"{printable(str(path))}: {problem}"
         if fix:
             text += f" {fix}"
         super().__init__(text)
@@ -136,6 +138,12 @@ def parse_expectations(text: str, path: str | os.PathLike[str] = "<expectations>
     except tomllib.TOMLDecodeError as exc:
         raise ExpectationsError(
             path, f"is not valid TOML: {exc}.", "Fix the syntax at that line. " + _FIX
+        ) from None
+    except RecursionError:
+        raise ExpectationsError(
+            path,
+            "is nested too deeply to be read (thousands of [ or { inside one another).",
+            "An expectations file needs only [runs.RUN.POLICY] tables. " + _FIX,
         ) from None
     unknown = [k for k in doc if k not in _TOP_KEYS]
     if unknown:
@@ -220,7 +228,10 @@ def _parse_limits(
 
 
 def read_expectations(path: str | os.PathLike[str]) -> Expectations:
-    """Read and validate an expectations file."""
+    """Read and validate an expectations file (a regular file only: never a FIFO)."""
+    problem = not_regular(path)
+    if problem is not None and os.path.exists(path):
+        raise ExpectationsError(path, f"{problem}.", "Name the TOML file itself.")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -261,12 +272,13 @@ class CheckResult:
             else (">" if self.limit.upper else "<")
         )
         actual, allowed = self.shown()
+        who = f"{printable(self.run)} {printable(self.policy)}"
         if self.actual is None:
             return (
-                f"{self.run} {self.policy}: {self.limit.label} is missing (no priced wave); "
+                f"{who}: {self.limit.label} is missing (no priced wave); "
                 f"allowed {'at most' if self.limit.upper else 'at least'} {allowed}"
             )
-        return f"{self.run} {self.policy}: {self.limit.label} {actual} {sign} allowed {allowed}"
+        return f"{who}: {self.limit.label} {actual} {sign} allowed {allowed}"
 
     def shown(self) -> tuple[str, str]:
         """The actual figure and its limit as text, precise enough to tell them apart."""
@@ -384,7 +396,7 @@ def _toml_key(key: str) -> str:
     >>> _toml_key("warm-fit"), _toml_key("run 1.a")
     ('warm-fit', '"run 1.a"')
     """
-    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+    return key if _BARE_KEY.match(key) else toml_string(key)
 
 
 def _round_limit(value: float, upper: bool) -> float:
@@ -441,11 +453,11 @@ def write_expectations(
 ) -> Path:
     """Write the current figures of ``result`` as an expectations file.
 
+    The file is written atomically (:func:`warmfit.files.write_atomically`).
     The caller decides whether an existing file may be replaced.
     """
-    target = Path(path)
-    target.write_text(expectations_toml(result, sources), encoding="utf-8")
-    return target
+    text = expectations_toml(result, sources)
+    return write_bytes_atomically(path, text.encode("utf-8"))
 
 
 # --------------------------------------------------------------------------- render
@@ -501,15 +513,14 @@ def _csv_cell(value: object) -> str:
 
 
 def to_table(report: CheckReport) -> str:
-    """A table for a terminal, 80 columns wide, one line per limit."""
+    """A table for a terminal, one line per limit; labels never break across lines."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("run", overflow="fold")
-    table.add_column("policy", overflow="fold")
-    table.add_column("figure", overflow="fold")
+    table.add_column("run", no_wrap=True)
+    table.add_column("policy", no_wrap=True)
+    table.add_column("figure", no_wrap=True)
     table.add_column("allowed", justify="right", no_wrap=True)
     table.add_column("actual", justify="right", no_wrap=True)
     table.add_column("", no_wrap=True)
@@ -518,27 +529,21 @@ def to_table(report: CheckReport) -> str:
         key = (r.run, r.policy)
         actual, allowed = r.shown()
         table.add_row(
-            "" if previous is not None and previous[0] == r.run else r.run,
-            "" if key == previous else r.policy,
+            "" if previous is not None and previous[0] == r.run else cell(r.run),
+            "" if key == previous else cell(r.policy),
             r.limit.label,
             ("≤ " if r.limit.upper else "≥ ") + allowed,
             actual,
             "ok" if r.holds else "WORSE",
         )
         previous = key
-    # force_jupyter=False: inside a notebook rich would display the table itself and
-    # leave the string empty.
-    console = Console(
-        file=io.StringIO(), width=80, color_system=None, highlight=False, force_jupyter=False
-    )
-    console.print(table)
-    text = console.file.getvalue()  # type: ignore[attr-defined]
+    text = table_text(table)
     held = len(report.results) - len(report.regressions)
     verdict = (
         f"{held} of {len(report.results)} expectations hold "
         f"({report.expect_path}, safety factor {report.safety_factor:g})"
     )
-    return "\n".join([*(line.rstrip() for line in text.splitlines()), verdict]) + "\n"
+    return text + printable(verdict) + "\n"
 
 
 def render(report: CheckReport, fmt: str) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from warmfit.text import printable
+
 
 class WarmfitError(Exception):
     """Base of every error meant for the person running warmfit."""
@@ -45,7 +47,7 @@ class TraceError(WarmfitError):
         self.fix = fix
         where = []
         if self.path is not None:
-            where.append(self.path)
+            where.append(printable(self.path))  # a file name may hold terminal escapes
         if column is not None:
             where.append(f"column '{column}'")
         if row is not None:

@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING, Any, cast
 import polars as pl
 
 from warmfit.errors import UsageError
+from warmfit.files import write_bytes_atomically
 from warmfit.policies import Policy, PriceRequest, Reading, get_policy
 from warmfit.replay import ReplayResult, is_observed
+from warmfit.text import mathtext_literal
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -319,6 +321,11 @@ _ROLE_STYLE = {
 }
 
 
+def _label(name: str) -> str:
+    """A name from a trace as matplotlib text: shown literally, never as mathtext."""
+    return mathtext_literal(name)
+
+
 def _colour(policies: Sequence[str], name: str) -> str:
     return _POLICY_COLOURS[list(policies).index(name) % len(_POLICY_COLOURS)]
 
@@ -353,7 +360,9 @@ def draw_figure(data: PlotData) -> Figure:
     width, height = figure_size(len(data.runs))
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     fig.suptitle(
-        "warmfit replay: " + ", ".join(data.policies) + f" (safety factor {data.safety_factor:g})",
+        "warmfit replay: "
+        + ", ".join(map(_label, data.policies))
+        + f" (safety factor {data.safety_factor:g})",
         fontsize=14,
     )
     axes = fig.subplots(max(1, len(data.runs)), 3, squeeze=False)
@@ -401,7 +410,7 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
             mine.get_column("position").to_list(),
             (mine.get_column("estimate_gb") * scale).to_list(),
             marker=".",
-            label=f"{name} estimate",
+            label=f"{_label(name)} estimate",
             **_line(data.policies, name),
         )
         under = mine.filter(pl.col("under_peak"))
@@ -429,7 +438,7 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
             fontsize=9,
             color="#555555",
         )
-    ax.set_title(f"{run}: peak memory per wave")
+    ax.set_title(f"{_label(run)}: peak memory per wave")
     ax.set_xlabel("wave (recording order)")
     ax.set_ylabel(f"bytes above baseline ({unit})")
     ax.set_ylim(bottom=0)
@@ -448,7 +457,7 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
         ax.plot(
             (curve.get_column("packed_tokens") / 1000).to_list(),
             curve.get_column("price_kb_per_token").to_list(),
-            label=f"{name} price",
+            label=f"{_label(name)} price",
             **_line(data.policies, name),
         )
     floors = points.filter(pl.col("floor_kb_per_token").is_not_null()).sort("packed_tokens")
@@ -470,8 +479,10 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
                 chosen.get_column("rate_kb_per_token").to_list(),
                 **_ROLE_STYLE[role],
             )
-    where = f" (rank {rank}, {signature})" if profiles > 1 else ""
-    ax.set_title(f"{run}: rate per packed token{where}", **({"fontsize": 10} if where else {}))
+    where = f" (rank {rank}, {_label(signature)})" if profiles > 1 else ""
+    ax.set_title(
+        f"{_label(run)}: rate per packed token{where}", **({"fontsize": 10} if where else {})
+    )
     ax.set_xlabel("packed tokens (thousands)")
     ax.set_ylabel("compute bytes per packed token (KB/token)")
     ax.grid(alpha=0.3)
@@ -527,9 +538,9 @@ def _draw_over(ax: Any, data: PlotData, run: str) -> None:
             fontsize=9,
         )
     ax.axhline(0, color="red", linewidth=1, linestyle="--", label="actual peak (0%)")
-    ax.set_xticks(positions, list(data.policies))
+    ax.set_xticks(positions, [_label(p) for p in data.policies])
     ax.set_xlim(0.4, len(positions) + 0.6)
-    ax.set_title(f"{run}: over-estimate per wave")
+    ax.set_title(f"{_label(run)}: over-estimate per wave")
     ax.set_ylabel("estimate / actual - 1 (%)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8, loc="lower right")
@@ -561,10 +572,9 @@ def _metadata(fmt: str) -> dict[str, Any]:
 
 
 def render_plot(data: PlotData, path: str | os.PathLike[str]) -> Path:
-    """Write the figure to ``path``; PNG or SVG by its suffix."""
+    """Write the figure to ``path`` atomically; PNG or SVG by its suffix."""
     target = Path(path)
-    target.write_bytes(render_bytes(data, plot_format(target)))
-    return target
+    return write_bytes_atomically(target, render_bytes(data, plot_format(target)))
 
 
 # --------------------------------------------------------------------------- sweep
@@ -639,6 +649,4 @@ def draw_pareto(result: SweepResult) -> Figure:
 def write_pareto(result: SweepResult, path: str | os.PathLike[str]) -> Path:
     """Write the Pareto picture of a sweep to ``path``; PNG or SVG by its suffix."""
     target = Path(path)
-    fmt = plot_format(target)
-    target.write_bytes(figure_bytes(draw_pareto(result), fmt))
-    return target
+    return write_bytes_atomically(target, figure_bytes(draw_pareto(result), plot_format(target)))

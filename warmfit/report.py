@@ -9,14 +9,21 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from warmfit.replay import ReplayResult
 from warmfit.sweep import JSON_SCHEMA as SWEEP_JSON_SCHEMA
 from warmfit.sweep import SweepResult
+from warmfit.text import markdown_cell, printable
 from warmfit.units import format_bytes
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
 
 FORMATS = ("table", "markdown", "csv", "json")
 JSON_SCHEMA = "warmfit.replay/1"
@@ -57,7 +64,9 @@ def _under_peak_cell(rows: Sequence[dict[str, object]]) -> str:
     if len(counts) == 1:
         under, total = counts.pop()
         return f"{under} of {total}"
-    return ", ".join(f"{r['policy']} {r['under_peak']} of {r['priced_waves']}" for r in rows)
+    return ", ".join(
+        f"{markdown_cell(str(r['policy']))} {r['under_peak']} of {r['priced_waves']}" for r in rows
+    )
 
 
 def _keys(summary: pl.DataFrame) -> list[str]:
@@ -69,12 +78,16 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
     """The table of ART PR #991: rows are runs (and signatures); per policy the
     median over-estimate with its min; then waves under their peak ("0 of 25")."""
     keys = _keys(summary)
-    header = [*keys, *[f"{p} median (min)" for p in policies], "waves under their peak"]
+    header = [
+        *keys,
+        *[f"{markdown_cell(p)} median (min)" for p in policies],
+        "waves under their peak",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for names, group in summary.group_by(keys, maintain_order=True):
         rows = group.to_dicts()
         by_policy = {r["policy"]: r for r in rows}
-        cells = [str(name) for name in names]
+        cells = [markdown_cell(str(name)) for name in names]
         for p in policies:
             r = by_policy[p]
             if r["median_over_estimate"] is None:
@@ -88,14 +101,45 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
-    """A compact table for a terminal (fits 80 columns for short run names).
+def table_text(table: Table) -> str:
+    """A rich table as plain text, never breaking a cell across lines.
 
-    With a budget (SPEC §7) it adds the median excess bytes and the admission
-    counts, bytes in GB/MB as a person reads them.
+    The table is laid out for the terminal's width (``COLUMNS``, else the
+    terminal's, else 80), widened to the table's natural width when that is
+    larger: a long label makes the table wider than a narrow terminal rather
+    than fold. Trailing spaces are dropped.
     """
-    from rich import box
     from rich.console import Console
+
+    def console(width: int) -> Console:
+        # force_jupyter=False: inside a notebook rich would display the table itself
+        # and leave the string empty.
+        return Console(
+            file=io.StringIO(),
+            width=width,
+            color_system=None,
+            highlight=False,
+            force_jupyter=False,
+            force_terminal=False,
+        )
+
+    natural = console(100_000).measure(table).maximum
+    out = console(max(shutil.get_terminal_size((80, 24)).columns, natural))
+    out.print(table)
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+def cell(name: object) -> Text:
+    """A table cell showing ``name`` literally: no rich markup, control characters escaped."""
+    from rich.text import Text
+
+    return Text(printable(str(name)))
+
+
+def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
+    """A compact table for a terminal; labels never break across lines."""
+    from rich import box
     from rich.table import Table
 
     keys = _keys(summary)
@@ -121,7 +165,7 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
         caption_justify="left",
     )
     for key in keys:
-        table.add_column(key, overflow="fold", min_width=3)
+        table.add_column(key, no_wrap=True, min_width=3)
     table.add_column("policy", no_wrap=True)
     figures = ["waves", "median", "min", "max", "under", "profile", "floor", "oom"]
     if budget:
@@ -145,15 +189,10 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "refused": str(r.get("refused_fit")),
             "ooms": str(r.get("admitted_oom")),
         }
-        shown = [""] * len(keys) if names == previous else [str(n) for n in names]
-        table.add_row(*shown, r["policy"], *[cells[name] for name in figures])
+        shown = [""] * len(keys) if names == previous else [cell(n) for n in names]
+        table.add_row(*shown, cell(r["policy"]), *[cells[name] for name in figures])
         previous = names
-    console = Console(
-        file=io.StringIO(), width=80, color_system=None, highlight=False, force_jupyter=False
-    )
-    console.print(table)
-    text = console.file.getvalue()  # type: ignore[attr-defined]
-    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+    return table_text(table)
 
 
 def render(result: ReplayResult, fmt: str) -> str:
@@ -199,21 +238,30 @@ def render_sweep(result: SweepResult, fmt: str) -> str:
         for row in result.results
     ]
     if fmt == "markdown":
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+        lines = ["| " + " | ".join(markdown_cell(h) for h in header) + " |"]
+        lines.append("|" + "---|" * len(header))
+        lines += ["| " + " | ".join(markdown_cell(c) for c in cells) + " |" for cells in rows]
         return "\n".join(lines) + "\n"
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    numeric = len(keys) + 1
+    from rich import box
+    from rich.table import Table
 
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i < numeric else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    caption = (
-        "safe factor = the smallest safety factor with no wave under its peak (exact); "
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        caption="safe factor = the smallest safety factor with no wave under its peak (exact); "
         "median at safe = the median over-estimate there; under at 1.0 = waves under their "
-        "peak with no safety margin"
+        "peak with no safety margin",
+        caption_justify="left",
     )
-    return "\n".join([line(header), "─" * len(line(header)), *map(line, rows), caption]) + "\n"
+    for i, name in enumerate(header):
+        table.add_column(name, no_wrap=True, justify="left" if i <= len(keys) else "right")
+    previous: tuple[str, ...] | None = None
+    for cells in rows:
+        names = tuple(cells[: len(keys)])
+        shown = [""] * len(keys) if names == previous else [cell(n) for n in names]
+        table.add_row(*shown, cell(cells[len(keys)]), *cells[len(keys) + 1 :])
+        previous = names
+    return table_text(table)

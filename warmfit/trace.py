@@ -13,17 +13,19 @@ only then does a second pass find where, so a valid trace pays little.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from warmfit import pagecrc
 from warmfit.errors import TraceError
+from warmfit.files import not_regular, write_atomically
 from warmfit.schema import (
     COLUMNS,
     KINDS,
@@ -66,8 +68,9 @@ def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Expand files and directories into the list of trace files to read.
 
     A directory contributes every ``*.parquet`` below it, sorted; a file named
-    directly is read whatever its suffix. A missing path, or a directory with
-    no Parquet file, is an error.
+    directly is read whatever its suffix. A missing path, a directory with no
+    Parquet file, a directory that cannot be listed, and anything that is not
+    a regular file (a FIFO, a device) are errors: nothing is skipped silently.
     """
     files: list[Path] = []
     seen: set[Path] = set()
@@ -79,7 +82,7 @@ def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     for raw in given:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+            found = _parquet_below(path)
             if not found:
                 hint = (
                     "Pass the -o directory of a 'warmfit record' run, or a folder of v1 "
@@ -91,16 +94,44 @@ def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
                         f"run 'warmfit recover {path}' first."
                     )
                 raise TraceError("directory holds no *.parquet trace files.", path=path, fix=hint)
-        elif path.exists():
+        elif os.path.lexists(path):
             found = [path]
         else:
             raise TraceError("no such file or directory.", path=path, fix="Check the path.")
         for f in found:
+            problem = not_regular(f)
+            if problem is not None:
+                raise TraceError(
+                    f"{problem}; warmfit reads only regular files.",
+                    path=f,
+                    fix="Name the Parquet files themselves, or remove it from the trace folder.",
+                )
             key = f.resolve()
             if key not in seen:
                 seen.add(key)
                 files.append(f)
     return files
+
+
+def _parquet_below(directory: Path) -> list[Path]:
+    """Every ``*.parquet`` entry below ``directory`` (not only regular files), sorted.
+
+    Symbolic links to directories are not followed (as ``Path.rglob``); a
+    directory that cannot be listed is an error naming it.
+    """
+
+    def unreadable(exc: OSError) -> None:
+        where = exc.filename or directory
+        raise TraceError(
+            f"cannot be listed ({exc.strerror or exc}), so the trace would be incomplete.",
+            path=where,
+            fix="Make it readable (chmod a+rx), or name the readable parts of the trace.",
+        )
+
+    found = []
+    for root, _dirs, names in os.walk(directory, onerror=unreadable):
+        found += [Path(root, name) for name in names if name.endswith(".parquet")]
+    return sorted(found)
 
 
 def _string_like(t: pa.DataType) -> bool:
@@ -129,9 +160,9 @@ def check_file_schema(path: Path) -> pa.Schema:
     """Open one file's footer and check its metadata and required columns."""
     try:
         schema = pq.read_schema(path)
-    except (pa.ArrowException, OSError) as exc:
+    except (Exception, pl.exceptions.PanicException) as exc:  # damaged footers raise many kinds
         raise TraceError(
-            f"is not a readable Parquet file ({exc}).",
+            f"is not a readable Parquet file ({type(exc).__name__}: {_short(exc)}).",
             path=path,
             fix="It may be truncated or not Parquet at all: re-export it, or run "
             "'warmfit recover' on the directory of a recording that crashed.",
@@ -279,15 +310,7 @@ def _read_file(path: Path, columns: Sequence[str] | None) -> pl.DataFrame:
         wanted = list(COLUMNS) + [n for n in schema.names if n not in COLUMNS]
     else:
         wanted = list(dict.fromkeys([*REPLAY_COLUMNS, *columns]))
-    try:
-        frame = pl.read_parquet(path, columns=wanted)
-    except Exception as exc:  # polars raises several kinds for damaged files
-        raise TraceError(
-            f"could not be read ({type(exc).__name__}: {exc}).",
-            path=path,
-            fix="The file is damaged: re-export it, or run 'warmfit recover' on the "
-            "directory of a recording that crashed.",
-        ) from None
+    frame = _read_columns(path, wanted)
     for name in wanted:
         target = POLARS_DTYPES.get(name)
         if target is None or frame.schema[name] == target:
@@ -306,6 +329,39 @@ def _read_file(path: Path, columns: Sequence[str] | None) -> pl.DataFrame:
             ) from None
     _check_rows(frame, path)
     return frame
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    """An exception's text on one line, cut to ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _read_columns(path: Path, columns: Sequence[str]) -> pl.DataFrame:
+    """Read columns of one file after verifying every Parquet page checksum it carries.
+
+    The checksums are verified by :mod:`warmfit.pagecrc` (CRC-32 of each
+    page, no decoding), then polars reads the columns. Any error from either,
+    a polars panic included, is a :class:`TraceError` naming the file.
+    """
+    damaged = (
+        "The file is damaged (a flipped bit, a truncated copy): restore it from a good copy "
+        "or re-export it, or run 'warmfit recover' on the directory of a recording that "
+        "crashed."
+    )
+    try:
+        problem = pagecrc.verify(path)
+    except (Exception, pl.exceptions.PanicException) as exc:
+        problem = f"its pages cannot be walked ({type(exc).__name__}: {_short(exc)})"
+    if problem is not None:
+        raise TraceError(f"is damaged: {problem}.", path=path, fix=damaged)
+    try:
+        # glob=False: a file name with * or [ is a name, not a pattern.
+        return pl.read_parquet(path, columns=list(columns), glob=False)
+    except (Exception, pl.exceptions.PanicException) as exc:  # damaged data raises many kinds
+        raise TraceError(
+            f"could not be read ({type(exc).__name__}: {_short(exc)}).", path=path, fix=damaged
+        ) from None
 
 
 # --------------------------------------------------------------------------- trace
@@ -353,13 +409,40 @@ def read_trace(
             progress(done, len(files))
     if problems:
         raise TraceProblems(problems)
-    frame = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+    frame = _concat(frames, files) if len(frames) > 1 else frames[0]
     stream = _streams(frame)
     if not _in_canonical_order(frame, stream):
         frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
         stream = _streams(frame)
     _check_across_rows(frame, stream, files)
     return frame
+
+
+def _concat(frames: list[pl.DataFrame], files: list[Path]) -> pl.DataFrame:
+    """The files' readings as one frame; an extra column must have one type in all files."""
+    first: dict[str, tuple[pl.DataType, Path]] = {}
+    for frame, path in zip(frames, files, strict=True):
+        for name, dtype in frame.schema.items():
+            if name in POLARS_DTYPES:
+                continue
+            seen = first.setdefault(name, (dtype, path))
+            if seen[0] != dtype and not (seen[0].is_numeric() and dtype.is_numeric()):
+                raise TraceError(
+                    f"has type {dtype} here but {seen[0]} in {seen[1]}; an extra column must "
+                    "have one type across the files of a trace.",
+                    path=path,
+                    column=name,
+                    fix="Write the column with one type in every file, or rename it in one "
+                    "of them.",
+                )
+    try:
+        return pl.concat(frames, how="diagonal_relaxed")
+    except (Exception, pl.exceptions.PanicException) as exc:
+        raise TraceError(
+            f"the files {', '.join(map(str, files[:4]))} cannot be combined into one trace "
+            f"({type(exc).__name__}: {_short(exc)}).",
+            fix="Give each extra column one type across the files.",
+        ) from None
 
 
 def _check_across_rows(frame: pl.DataFrame, stream: np.ndarray, files: list[Path]) -> None:
@@ -497,7 +580,7 @@ def _locate(files: list[Path], run: str, rank: int, column: str, value: int) -> 
     found = []
     for path in files:
         hits = (
-            pl.read_parquet(path, columns=["run", "rank", column])
+            _read_columns(path, ["run", "rank", column])
             .with_row_index("__row")
             .filter(
                 (pl.col("run").cast(pl.String) == run)
@@ -566,28 +649,20 @@ def write_trace(
     """Write readings as one v1 trace file, atomically.
 
     The file is written to a temporary name in the same directory, fsynced and
-    then renamed over ``path``, so a reader never sees half a file. Extra
-    ``metadata`` is stored beside ``warmfit.schema``.
+    then renamed over ``path`` (:func:`warmfit.files.write_atomically`), so a
+    reader never sees half a file; it gets the umask's mode. Every data page
+    carries a CRC checksum, verified when warmfit reads it, so a flipped bit
+    is an error rather than a changed figure. Extra ``metadata`` is stored
+    beside ``warmfit.schema``.
     """
     table = to_arrow(frame, metadata)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as sink:
-            pq.write_table(table, sink, compression="zstd")
-            sink.flush()
-            os.fsync(sink.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return target
+
+    def write(sink: BinaryIO) -> None:
+        pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
+
+    return write_atomically(target, write)
 
 
 # --------------------------------------------------------------------------- build

@@ -17,6 +17,7 @@ from warmfit.commands.replay import (
     writing,
 )
 from warmfit.errors import PolicyError, RegressionFound, UsageError
+from warmfit.text import printable
 
 PolicyOpt = Annotated[
     list[str] | None,
@@ -80,6 +81,7 @@ def check_command(
     max-merge and warm-fit). See docs/ci-gate.md for the file's format.
     """
     from warmfit import check as checking
+    from warmfit.policies import policy_names
     from warmfit.replay import DEFAULT_SAFETY_FACTOR, replay, resolve_policies
 
     if (expect is None) == (write_expect is None):
@@ -89,7 +91,7 @@ def check_command(
             "traces/expectations.toml"
         )
     if write_expect is not None:
-        check_new_file(write_expect, force)
+        check_new_file(write_expect, force, paths)
         result = replay(
             read_traces(paths),
             policy,
@@ -116,12 +118,25 @@ def check_command(
         names = [cls.name for cls in resolve_policies(policy)]
         expectations = expectations.restricted_to(names)
     else:
+        # A data file names registered policies only: a 'module:Class' in it would
+        # import (run) that module. Such a policy is given on the command line (-p).
         try:
-            resolve_policies(expectations.policies)
+            registered = policy_names()
         except PolicyError as exc:
             raise checking.ExpectationsError(
                 expect, f"names a policy that cannot be used: {exc}"
             ) from None
+        for name in expectations.policies:
+            if ":" in name or name not in registered:
+                raise checking.ExpectationsError(
+                    expect,
+                    f"names unknown policy {printable(name)!r}: it is not registered (registered: "
+                    f"{', '.join(registered)}); an expectations file names registered "
+                    "policies only and never imports a module.",
+                    "Key its tables by a registered policy's name; give a policy of your "
+                    "own on the command line as -p MODULE:CLASS (the file then keys its "
+                    "tables by that class's name).",
+                )
     result = replay(
         read_traces(paths),
         policy or expectations.policies,

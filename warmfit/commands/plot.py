@@ -42,7 +42,7 @@ def plot_command(
     from warmfit.replay import replay
 
     plot_format(output)
-    check_new_file(output, force)
+    check_new_file(output, force, paths)
     readings = read_traces(paths)
     result = replay(readings, policy, safety, engine.value)
     with writing(output):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
 
@@ -99,10 +100,25 @@ EngineOpt = Annotated[
 ]
 
 
-def check_new_file(path: Path, force: bool) -> None:
-    """Refuse to overwrite an existing file unless ``--force`` was given."""
+def check_new_file(path: Path, force: bool, inputs: list[Path] | None = None) -> None:
+    """Refuse to overwrite an existing file unless ``--force`` was given.
+
+    A file among the trace files of ``inputs`` (the command's trace paths) is
+    refused even with ``--force``: however it is named (``..``, a symbolic or
+    a hard link), warmfit never writes onto its input.
+    """
+    from warmfit.files import written_over
+    from warmfit.trace import find_trace_files
+
     if path.is_dir():
         raise UsageError(f"{path} is a directory; name a file to write.")
+    if inputs is not None and os.path.lexists(path):
+        hit = written_over(path, find_trace_files(inputs))
+        if hit is not None:
+            raise UsageError(
+                f"will not write {path}: it is the input trace {hit}, and warmfit never "
+                "writes onto its input, not even with --force. Name another file."
+            )
     if path.exists() and not force:
         raise UsageError(f"will not overwrite without --force: {path}")
     if not path.parent.is_dir():
@@ -123,11 +139,19 @@ def read_traces(paths: list[Path]) -> pl.DataFrame:
 
 @contextmanager
 def writing(path: Path) -> Iterator[None]:
-    """Turn an operating-system error while writing ``path`` into a usage error."""
+    """Turn an error while writing ``path`` (a full disk, a file-size limit) into exit 2.
+
+    Writers go through :func:`warmfit.files.write_atomically`, so nothing of
+    the failed file is left behind and a rerun works.
+    """
     try:
         yield
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}.") from None
+    except OSError as exc:  # pyarrow reports a failed write as an OSError too
+        reason = exc.strerror or str(exc)
+        raise UsageError(
+            f"cannot write {path}: {reason}. No partial file was left; fix that (free space, "
+            "permissions, the file-size limit) and run the command again."
+        ) from None
 
 
 def replay_command(
@@ -160,11 +184,20 @@ def replay_command(
     from warmfit.report import render
 
     if per_wave is not None:
-        check_new_file(per_wave, force)
+        check_new_file(per_wave, force, paths)
     limit = budget_bytes(budget)
     result = replay(read_traces(paths), policy, safety, engine.value, by.value, limit)
     if per_wave is not None:
+        from warmfit.files import write_atomically
+
+        table = result.per_wave.to_arrow()
+
+        def write(sink: BinaryIO) -> None:
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
+
         with writing(per_wave):
-            result.per_wave.write_parquet(per_wave)
+            write_atomically(per_wave, write)
         typer.echo(f"wrote {per_wave} ({result.per_wave.height:,} rows)", err=True)
     typer.echo(render(result, format.value), nl=False)

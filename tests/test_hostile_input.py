@@ -1,0 +1,506 @@
+"""Hostile input and failing outputs, caused for real (issue 9 items 6-10, issue 14 item 2).
+
+Every test here feeds warmfit something a careless or hostile user could:
+damaged traces (bit flips and truncations at many offsets), names that are
+markup, mathtext, terminal escapes or TOML-breaking characters, FIFOs,
+unreadable folders, an expectations file that names a module, a full disk
+(a child process under ``RLIMIT_FSIZE`` with ``SIGXFSZ`` ignored). The
+answer is always exit 0 with the right output or exit 2 with one paragraph
+naming the file: never a traceback, a hang, a partial file or a changed
+figure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+from warmfit.trace import write_trace
+
+REPO = Path(__file__).resolve().parent.parent
+PR991 = REPO / "traces/pr991"
+EP1 = PR991 / "EP1.parquet"
+
+# A child warmfit: optional file-size limit (SIGXFSZ ignored, so a write past it
+# fails with EFBIG as on a full disk) and optional drop to another user after
+# every module is imported (tests run as root, who may read anything).
+_CHILD = r"""
+import os, resource, signal, sys
+limit = int(os.environ.get("WF_FSIZE", "0"))
+if limit:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+import warmfit.cli, warmfit.check, warmfit.progress, warmfit.replay, warmfit.report, warmfit.trace
+import rich.console, rich.progress, rich.table, rich.text, secrets
+uid = int(os.environ.get("WF_UID", "-1"))
+if uid >= 0:
+    os.setgid(uid)
+    os.setuid(uid)
+sys.argv = ["warmfit", *sys.argv[1:]]
+warmfit.cli.main()
+"""
+
+
+def child(
+    *args: str | Path,
+    fsize: int = 0,
+    uid: int = -1,
+    cwd: Path | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WF_FSIZE": str(fsize), "WF_UID": str(uid), "COLUMNS": "80"}
+    return subprocess.run(
+        [sys.executable, "-c", _CHILD, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def invoke(*args: str | Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run the CLI in-process; any exception but SystemExit fails the test as a traceback."""
+    runner = CliRunner()
+    try:
+        result = runner.invoke(app, [str(a) for a in args], env=env)
+    except BaseException as exc:  # a polars PanicException is a BaseException
+        pytest.fail(f"traceback ({type(exc).__name__}: {exc}) from warmfit {args}")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        pytest.fail(f"traceback ({result.exception!r}) from warmfit {args}")
+    return result.exit_code, result.stdout, result.stderr
+
+
+def no_traceback(done: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode in (0, 1, 2), (done.returncode, done.stderr)
+
+
+def trace_named(directory: Path, run: str, name: str = "t.parquet") -> Path:
+    """EP1 of traces/pr991 with its run renamed: priced waves under a hostile label."""
+    frame = pl.read_parquet(EP1).with_columns(pl.lit(run).alias("run"))
+    return write_trace(frame, directory / name, {})
+
+
+# --------------------------------------------------------------------------- item 6
+
+
+def test_an_expectations_file_never_imports_a_module(tmp_path: Path) -> None:
+    marker = tmp_path / "imported"
+    (tmp_path / "evilmod.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nclass X: pass\n", encoding="utf-8"
+    )
+    toml = tmp_path / "expect.toml"
+    toml.write_text(
+        '[runs.EP1."evilmod:X"]\nmax_under_peak = 0\n[runs.EP2."evilmod:X"]\nmax_under_peak = 0\n',
+        encoding="utf-8",
+    )
+    done = child("check", PR991, "--expect", toml, cwd=tmp_path)
+    no_traceback(done)
+    assert not marker.exists(), "warmfit check imported a module named by an expectations file"
+    assert done.returncode == 2
+    assert "evilmod:X" in done.stderr and "registered" in done.stderr and "-p" in done.stderr
+
+
+# --------------------------------------------------------------------------- item 7
+
+
+@pytest.mark.parametrize("run", ["[/bold]", "[link=https://example.com]EP1[/link]", "[red]x"])
+def test_rich_markup_in_a_run_name_is_shown_literally(tmp_path: Path, run: str) -> None:
+    trace_named(tmp_path, run)
+    code, out, err = invoke("replay", tmp_path)
+    assert code == 0, err
+    assert run in out
+    toml = tmp_path / "e.toml"
+    assert invoke("check", tmp_path, "--write-expect", toml)[0] == 0
+    code, out, err = invoke("check", tmp_path, "--expect", toml)
+    assert code == 0 and run in out, err
+
+
+def test_mathtext_in_a_run_name_does_not_crash_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    trace_named(tmp_path, "$\\undefinedcommand$")
+    out = tmp_path / "p.png"
+    code, _, err = invoke("plot", tmp_path, "-o", out)
+    assert code == 0, err
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_extra_column_with_conflicting_types_is_named(tmp_path: Path) -> None:
+    frame = pl.read_parquet(EP1)
+    write_trace(frame.with_columns(pl.lit(1).alias("note")), tmp_path / "a.parquet", {})
+    write_trace(
+        frame.with_columns(pl.lit("x").alias("note"), pl.lit("B").alias("run")),
+        tmp_path / "b.parquet",
+        {},
+    )
+    code, _, err = invoke("validate", tmp_path)
+    assert code == 2
+    assert "b.parquet" in err and "'note'" in err and "a.parquet" in err
+
+
+def test_a_deeply_nested_toml_exits_2(tmp_path: Path) -> None:
+    toml = tmp_path / "deep.toml"
+    toml.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
+    code, _, err = invoke("check", PR991, "--expect", toml)
+    assert code == 2 and str(toml) in err and "nested" in err
+
+
+# --------------------------------------------------------------------------- item 8
+
+_OUTPUTS = {
+    "per-wave": lambda trace, out: ("replay", trace, "--per-wave", out),
+    "write-expect": lambda trace, out: ("check", trace, "--write-expect", out),
+    "plot": lambda trace, out: ("plot", trace, "-o", out),
+}
+
+
+def _suffix(kind: str) -> str:
+    return {"per-wave": ".parquet", "write-expect": ".toml", "plot": ".png"}[kind]
+
+
+@pytest.mark.parametrize("kind", list(_OUTPUTS))
+def test_a_full_disk_leaves_no_partial_output_and_a_rerun_works(tmp_path: Path, kind: str) -> None:
+    if kind == "plot":
+        pytest.importorskip("matplotlib")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / f"result{_suffix(kind)}"
+    done = child(*_OUTPUTS[kind](PR991, out), fsize=300)
+    no_traceback(done)
+    assert done.returncode == 2, done.stderr
+    assert str(out) in done.stderr and "cannot write" in done.stderr
+    assert list(out_dir.iterdir()) == [], "a partial or temporary file was left behind"
+    code, _, err = invoke(*_OUTPUTS[kind](PR991, out))  # no --force needed: nothing was left
+    assert code == 0, err
+    assert out.stat().st_size > 300
+
+
+def test_a_full_disk_while_writing_a_trace_leaves_nothing(tmp_path: Path) -> None:
+    script = (
+        "import resource, signal, polars as pl\n"
+        "from warmfit.trace import write_trace\n"
+        f"frame = pl.read_parquet({str(EP1)!r})\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (500, 500))\n"
+        "try:\n"
+        f"    write_trace(frame, {str(tmp_path / 't.parquet')!r}, {{}})\n"
+        "except OSError as exc:\n"
+        "    print('failed', exc.errno)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.startswith("failed"), done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", list(_OUTPUTS))
+@pytest.mark.parametrize("how", ["same path", "via ..", "symlink", "hard link"])
+def test_an_output_is_never_written_onto_an_input_trace(
+    tmp_path: Path, kind: str, how: str
+) -> None:
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    trace = trace_named(trace_dir, "EP1", name=f"t{_suffix(kind)}")
+    before = trace.read_bytes()
+    target = {
+        "same path": trace,
+        "via ..": trace_dir / ".." / "trace" / trace.name,
+        "symlink": tmp_path / f"link{_suffix(kind)}",
+        "hard link": tmp_path / f"hard{_suffix(kind)}",
+    }[how]
+    if how == "symlink":
+        target.symlink_to(trace)
+    elif how == "hard link":
+        os.link(trace, target)
+    code, _, err = invoke(*_OUTPUTS[kind](trace, target), "--force")
+    assert code == 2 and "input" in err, err
+    assert trace.read_bytes() == before
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("kind", [*_OUTPUTS, "trace"])
+def test_outputs_get_the_umask_mode(tmp_path: Path, kind: str, umask_022: None) -> None:
+    if kind == "plot":
+        pytest.importorskip("matplotlib")
+    out = tmp_path / f"o{_suffix(kind) if kind != 'trace' else '.parquet'}"
+    if kind == "trace":
+        write_trace(pl.read_parquet(EP1), out, {})
+    else:
+        code, _, err = invoke(*_OUTPUTS[kind](PR991, out))
+        assert code == 0, err
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+# --------------------------------------------------------------------------- item 9
+
+
+def test_validate_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.parquet"
+    os.mkfifo(fifo)
+    for args in (("validate", fifo), ("validate", tmp_path), ("replay", tmp_path)):
+        done = child(*args, timeout=30)
+        no_traceback(done)
+        assert done.returncode == 2 and str(fifo) in done.stderr and "FIFO" in done.stderr
+
+
+def test_an_expectations_fifo_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "expect.toml"
+    os.mkfifo(fifo)
+    done = child("check", PR991, "--expect", fifo, timeout=30)
+    no_traceback(done)
+    assert done.returncode == 2 and str(fifo) in done.stderr
+
+
+def test_a_device_is_refused() -> None:
+    code, _, err = invoke("validate", "/dev/null")
+    assert code == 2 and "/dev/null" in err and "regular file" in err
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A folder another user can reach (pytest's tmp_path is root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="warmfit-hostile-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        for p in path.rglob("*"):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        subprocess.run(["rm", "-rf", str(path)], check=True)
+
+
+def _as_nobody_possible() -> bool:
+    return hasattr(os, "setuid") and os.geteuid() == 0
+
+
+@pytest.mark.skipif(
+    not _as_nobody_possible(), reason="needs root to drop to another user (root reads anything)"
+)
+def test_an_unreadable_subfolder_is_an_error_not_a_skip(shared_dir: Path) -> None:
+    trace_named(shared_dir, "EP1", "a.parquet")
+    hidden = shared_dir / "sub"
+    trace_named(hidden, "EP2", "b.parquet")
+    hidden.chmod(0o000)
+    done = child("replay", shared_dir, uid=65534)
+    no_traceback(done)
+    assert done.returncode == 2, done.stdout
+    assert str(hidden) in done.stderr and "cannot be listed" in done.stderr
+
+
+@pytest.mark.skipif(
+    not _as_nobody_possible(), reason="needs root to drop to another user (root reads anything)"
+)
+def test_an_unreadable_file_is_an_error(shared_dir: Path) -> None:
+    trace_named(shared_dir, "EP1", "a.parquet")
+    locked = trace_named(shared_dir, "EP2", "b.parquet")
+    locked.chmod(0o000)
+    done = child("validate", shared_dir, uid=65534)
+    no_traceback(done)
+    assert done.returncode == 2 and str(locked) in done.stderr
+
+
+# --------------------------------------------------------------------------- item 10
+
+
+def test_markdown_escapes_pipes_and_newlines(tmp_path: Path) -> None:
+    trace_named(tmp_path, "a|b\nc")
+    code, out, err = invoke("replay", tmp_path, "--format", "markdown")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 3
+    assert all(line.count("|") - line.count("\\|") == 5 for line in lines)
+    assert lines[2].startswith("| a\\|b\\nc |")
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_terminal_escapes_in_names_are_shown_escaped(tmp_path: Path, fmt: str) -> None:
+    trace_named(tmp_path, "EP\x1b[2J\x1b]0;pwned\x07\u202e1")
+    code, out, err = invoke("replay", tmp_path, "--format", fmt)
+    assert code == 0, err
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\u202e]", out)
+    assert "EP\\x1b[2J" in out
+
+
+def test_check_escapes_terminal_escapes_in_names(tmp_path: Path) -> None:
+    trace_named(tmp_path, "EP\x1b[31m")
+    toml = tmp_path / "e.toml"
+    assert invoke("check", tmp_path, "--write-expect", toml)[0] == 0
+    code, out, err = invoke("check", tmp_path, "--expect", toml)
+    assert code == 0, err
+    assert "\x1b" not in out and "EP\\x1b[31m" in out
+
+
+@pytest.mark.parametrize("run", ["EP\x7f1", "tab\there", 'quote"and\\back', "nl\nx", "ünï"])
+def test_write_expect_round_trips_any_run_name(tmp_path: Path, run: str) -> None:
+    trace_named(tmp_path, run)
+    toml = tmp_path / "e.toml"
+    code, _, err = invoke("check", tmp_path, "--write-expect", toml)
+    assert code == 0, err
+    code, out, err = invoke("check", tmp_path, "--expect", toml)
+    assert code == 0, err
+    assert out.splitlines()[-1].startswith("8 of 8 expectations hold")
+
+
+# --------------------------------------------------------------------------- checksums
+
+
+def _figures(path: Path) -> tuple[int, str]:
+    code, out, _ = invoke("replay", path, "--format", "json")
+    return code, out
+
+
+@pytest.mark.parametrize("which", ["written now", "pr991/EP1", "pr991/EP2", "cpu-demo"])
+def test_traces_warmfit_writes_carry_page_checksums(tmp_path: Path, which: str) -> None:
+    """A flipped bit inside a data page's compressed bytes fails its CRC, naming the file."""
+    import pyarrow.parquet as pq
+
+    committed = {
+        "pr991/EP1": EP1,
+        "pr991/EP2": PR991 / "EP2.parquet",
+        "cpu-demo": next((REPO / "traces/cpu-demo").rglob("*.parquet")),
+    }
+    trace = trace_named(tmp_path, "EP1") if which == "written now" else committed[which]
+    data = trace.read_bytes()
+    column = pq.ParquetFile(trace).metadata.row_group(0).column(12)  # peak_bytes
+    end = column.data_page_offset + column.total_compressed_size
+    bad = tmp_path / "bad" / "t.parquet"
+    bad.parent.mkdir()
+    # the last bytes of the chunk are its last page's compressed data, past any header
+    for offset in range(end - 1, end - 4, -1):
+        flipped = bytearray(data)
+        flipped[offset] ^= 0x10
+        bad.write_bytes(bytes(flipped))
+        code, _, err = invoke("replay", bad)
+        assert code == 2 and str(bad) in err and "fails its checksum" in err, (offset, err)
+
+
+def _damaged_copies(source: bytes, offsets: list[int], mode: str) -> Iterator[tuple[int, bytes]]:
+    for offset in offsets:
+        if mode == "flip":
+            damaged = bytearray(source)
+            damaged[offset] ^= 1 << (offset % 8)
+            yield offset, bytes(damaged)
+        else:
+            yield offset, source[:offset]
+
+
+def _fuzz(tmp_path: Path, mode: str, step: int) -> None:
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    target = trace_dir / "EP1.parquet"
+    source = EP1.read_bytes()
+    target.write_bytes(source)
+    code, expected = _figures(trace_dir)
+    assert code == 0
+    changed = []
+    for offset, damaged in _damaged_copies(source, list(range(0, len(source), step)), mode):
+        target.write_bytes(damaged)
+        code, out, err = invoke("replay", trace_dir, "--format", "json")
+        if code == 2:
+            assert str(target) in err, (offset, err)
+        else:
+            assert code == 0, (offset, err)
+            if out != expected:
+                changed.append(offset)
+    assert changed == [], f"{mode} at these offsets changed the figures unnoticed: {changed}"
+
+
+@pytest.mark.parametrize("mode", ["flip", "truncate"])
+def test_damage_at_many_offsets_is_an_error_or_harmless(tmp_path: Path, mode: str) -> None:
+    _fuzz(tmp_path, mode, step=37)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["flip", "truncate"])
+def test_damage_at_every_offset_is_an_error_or_harmless(tmp_path: Path, mode: str) -> None:
+    _fuzz(tmp_path, mode, step=1)
+
+
+# --------------------------------------------------------------------------- table widths
+
+LONG = "qwen3.5-35b-a3b-tp4-ep4-compiled-selective-core_attn-long-lb"
+
+
+@pytest.mark.parametrize("columns", ["60", "80", "200"])
+def test_tables_never_break_a_label(tmp_path: Path, columns: str) -> None:
+    assert len(LONG) == 60
+    trace_named(tmp_path, LONG)
+    env = {"COLUMNS": columns}
+    code, out, err = invoke("replay", tmp_path, env=env)
+    assert code == 0, err
+    assert sum(LONG in line for line in out.splitlines()) == 1
+    for policy in ("max-merge", "warm-fit"):
+        assert sum(policy in line for line in out.splitlines()) == 1
+    toml = tmp_path / "e.toml"
+    assert invoke("check", tmp_path, "--write-expect", toml)[0] == 0
+    code, out, err = invoke("check", tmp_path, "--expect", toml, env=env)
+    assert code == 0, err
+    assert sum(LONG in line for line in out.splitlines()) == 1
+    assert sum("median over-estimate" in line for line in out.splitlines()) == 2
+
+
+def test_files_without_checksums_are_read_as_before(tmp_path: Path) -> None:
+    """Checksums are optional in the format: another writer's file is read unverified."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(EP1)
+    pq.write_table(table, tmp_path / "plain.parquet", write_page_checksum=False)
+    pq.write_table(table, tmp_path / "v2.parquet", data_page_version="2.0")
+    pq.write_table(
+        table, tmp_path / "v2-crc.parquet", data_page_version="2.0", write_page_checksum=True
+    )
+    for name in ("plain.parquet", "v2.parquet", "v2-crc.parquet"):
+        code, out, err = invoke("replay", tmp_path / name, "--format", "json")
+        assert code == 0, err
+        assert out == _figures(PR991 / "EP1.parquet")[1]
+
+
+def test_a_damaged_page_header_is_named(tmp_path: Path) -> None:
+    """A page header is not covered by the CRC; warmfit still checks it before polars reads."""
+    import pyarrow.parquet as pq
+
+    column = pq.ParquetFile(EP1).metadata.row_group(0).column(8)
+    start = column.dictionary_page_offset or column.data_page_offset
+    data = bytearray(EP1.read_bytes())
+    data[start + 2] ^= 0x7F  # the page header's uncompressed size
+    data[start + 1] ^= 0x05  # and its page type
+    bad = tmp_path / "t.parquet"
+    bad.write_bytes(bytes(data))
+    code, _, err = invoke("validate", bad)
+    assert code == 2 and str(bad) in err and "damaged" in err
+
+
+def test_a_file_name_with_terminal_escapes_is_shown_escaped(tmp_path: Path) -> None:
+    bad = tmp_path / "evil\x1b[2J.parquet"
+    bad.write_bytes(b"not parquet")
+    code, _, err = invoke("validate", tmp_path)
+    assert code == 2 and "\x1b" not in err and "evil\\x1b[2J.parquet" in err
+
+
+def test_an_empty_trace_passes_the_page_walk(tmp_path: Path) -> None:
+    """A row group of 0 rows has chunks with offset 0 and no pages: not damage."""
+    from warmfit.trace import readings_frame
+
+    write_trace(readings_frame([]), tmp_path / "empty.parquet", {})
+    code, out, err = invoke("validate", tmp_path)
+    assert code == 0 and "readings" in out, err

@@ -1,0 +1,106 @@
+"""Reading only regular files, and writing every output atomically.
+
+Every file warmfit writes (traces, ``--per-wave``, ``--write-expect``,
+``plot -o``) goes through :func:`write_atomically`: the bytes go to a new
+temporary file in the target's directory, created with the mode the umask
+allows (``0o666 & ~umask``, as ``open()`` would, not ``mkstemp``'s 0600),
+fsynced and renamed over the target. A write that fails half-way (a full
+disk, a file-size limit, an interrupt) removes the temporary file and leaves
+the target as it was, so a rerun works.
+
+Every file warmfit reads is checked with :func:`not_regular` first, so a
+FIFO or a device is refused instead of blocking or reading forever.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be read as a data file, or ``None`` when it is a regular file.
+
+    Symbolic links are followed.
+
+    >>> not_regular("/dev/null")
+    'is a character device, not a regular file'
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "does not exist (or is a broken symbolic link)"
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    kind = next((word for test, word in kinds if test(mode)), "a special file")
+    return f"is {kind}, not a regular file"
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two existing paths name one file (through links, ``..`` or hard links)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def written_over(target: str | os.PathLike[str], inputs: Iterable[Path]) -> Path | None:
+    """The input that writing ``target`` would replace, if any."""
+    if not os.path.lexists(target):
+        return None
+    resolved = Path(target).resolve()
+    for path in inputs:
+        if same_file(target, path) or path.resolve() == resolved:
+            return path
+    return None
+
+
+def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]) -> Path:
+    """Write a file atomically: ``write(sink)`` fills a temporary file, then it is renamed.
+
+    The temporary file lives in the target's directory (so the rename is
+    atomic) and is created exclusively with mode ``0o666`` less the umask.
+    On any failure it is removed and the exception re-raised; the target is
+    then untouched. The directory is fsynced after the rename.
+    """
+    target = Path(path)
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as sink:
+            write(sink)
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return target
+
+
+def write_bytes_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
+    """:func:`write_atomically` for bytes already in memory."""
+
+    def write(sink: BinaryIO) -> None:
+        sink.write(data)
+
+    return write_atomically(path, write)

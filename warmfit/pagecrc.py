@@ -1,0 +1,221 @@
+"""Verify the CRC checksums of a Parquet file's pages without decoding them.
+
+A Parquet page is a Thrift ``PageHeader`` (compact protocol) followed by
+``compressed_page_size`` bytes; a writer may store the CRC-32 of those bytes
+in the header (field 4). pyarrow can verify them while it reads, but its
+reader is several times slower than polars', which verifies nothing. This
+module walks every column chunk's pages from the footer's offsets, checks
+that the pages tile the chunk exactly, that each header is sound (a known
+page type and encoding; data pages holding the footer's count of values),
+and compares each stored CRC with ``zlib.crc32`` of the page: about 20 ms for a million readings, so the
+trace can then be read by polars at full speed.
+
+:func:`verify` returns ``None`` when every page that carries a checksum
+matches (pages without one, as in files other writers made, are accepted),
+or the first problem as text.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import zlib
+from typing import Any
+
+# Thrift compact protocol type ids.
+_STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = range(9)
+_LIST, _SET, _MAP, _STRUCT = 9, 10, 11, 12
+_MAX_DEPTH = 32
+
+
+class _Bad(Exception):
+    """A page header that cannot be parsed."""
+
+
+class _Reader:
+    def __init__(self, data: mmap.mmap | bytes, pos: int, end: int) -> None:
+        self.data, self.pos, self.end = data, pos, end
+
+    def byte(self) -> int:
+        if self.pos >= self.end:
+            raise _Bad("page header runs past its column chunk")
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def varint(self) -> int:
+        shift = result = 0
+        while True:
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 63:
+                raise _Bad("varint too long")
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def skip(self, kind: int, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            raise _Bad("page header nested too deeply")
+        if kind in (_TRUE, _FALSE):
+            return
+        if kind == _BYTE:
+            self.byte()
+        elif kind in (_I16, _I32, _I64):
+            self.varint()
+        elif kind == _DOUBLE:
+            self.pos += 8
+        elif kind == _BINARY:
+            length = self.varint()  # read before pos is: += would add to the old pos
+            self.pos += length
+        elif kind in (_LIST, _SET):
+            head = self.byte()
+            size, element = head >> 4, head & 0x0F
+            if size == 15:
+                size = self.varint()
+            for _ in range(size):
+                self.skip(_BYTE if element in (_TRUE, _FALSE) else element, depth + 1)
+        elif kind == _MAP:
+            size = self.varint()
+            if size:
+                types = self.byte()
+                for _ in range(size):
+                    self.skip(types >> 4, depth + 1)
+                    self.skip(types & 0x0F, depth + 1)
+        elif kind == _STRUCT:
+            self.struct(depth + 1)
+        else:
+            raise _Bad(f"unknown Thrift type {kind}")
+        if self.pos > self.end:
+            raise _Bad("page header runs past its column chunk")
+
+    def struct(self, depth: int) -> dict[int, Any]:
+        """Read a struct: its integer fields, its struct fields as dicts and its lists of
+        structs as lists of dicts; skip the rest."""
+        if depth > _MAX_DEPTH:
+            raise _Bad("page header nested too deeply")
+        found: dict[int, Any] = {}
+        field = 0
+        while True:
+            head = self.byte()
+            kind = head & 0x0F
+            if kind == _STOP:
+                return found
+            delta = head >> 4
+            field = field + delta if delta else self.zigzag()
+            if kind in (_I32, _I64):
+                found[field] = self.zigzag()
+            elif kind == _STRUCT:
+                found[field] = self.struct(depth + 1)
+            elif kind == _LIST and self.pos < self.end and self.data[self.pos] & 0x0F == _STRUCT:
+                head = self.byte()
+                size = head >> 4
+                if size == 15:
+                    size = self.varint()
+                if size > self.end - self.pos:  # each struct takes at least one byte
+                    raise _Bad("a list longer than its bytes")
+                found[field] = [self.struct(depth + 1) for _ in range(size)]
+            else:
+                self.skip(kind, depth)
+
+
+#: Page types (Thrift PageType): data page, dictionary page, data page v2.
+_DATA, _DICTIONARY, _DATA_V2 = 0, 2, 3
+#: Where each page type keeps its header, and the field numbers of its value
+#: count and encoding in it.
+_LAYOUT = {_DATA: (5, 1, 2), _DICTIONARY: (7, 1, 2), _DATA_V2: (8, 1, 4)}
+#: Encodings a page may declare (Thrift Encoding, 1 is unused).
+_ENCODINGS = frozenset({0, 2, 3, 4, 5, 6, 7, 8, 9})
+
+
+def _chunk_pages(data: mmap.mmap | bytes, start: int, end: int, values: int) -> str | None:
+    """Walk one column chunk's pages; ``values`` is the chunk's value count (footer)."""
+    pos = start
+    seen = 0
+    while pos < end:
+        reader = _Reader(data, pos, end)
+        try:
+            header = reader.struct(0)
+        except _Bad as exc:
+            return f"the page header at byte {pos} is damaged ({exc})"
+        kind, size, crc = header.get(1), header.get(3), header.get(4)
+        if not isinstance(size, int) or size < 0 or reader.pos + size > end:
+            return f"the page at byte {pos} has a damaged size"
+        layout = _LAYOUT.get(kind) if isinstance(kind, int) else None
+        sub = header.get(layout[0]) if layout else None
+        if layout is None or not isinstance(sub, dict):
+            return f"the page header at byte {pos} is damaged (page type {kind!r})"
+        count, encoding = sub.get(layout[1]), sub.get(layout[2])
+        if not isinstance(count, int) or count < 0 or encoding not in _ENCODINGS:
+            return f"the page header at byte {pos} is damaged (values or encoding)"
+        if kind != _DICTIONARY:
+            seen += count
+        body = reader.pos
+        if isinstance(crc, int) and zlib.crc32(data[body : body + size]) != crc & 0xFFFFFFFF:
+            return f"the page at byte {pos} fails its checksum"
+        pos = body + size
+    if seen != values:
+        return f"its pages hold {seen} values where the footer says {values}"
+    return None
+
+
+def verify(path: str | os.PathLike[str]) -> str | None:
+    """The first damaged page of ``path`` as text, or ``None`` when every checksum holds.
+
+    The footer is parsed here too (``FileMetaData``: row groups, column
+    chunks, their offsets and sizes), not through pyarrow, whose column
+    metadata aborts the process on some damaged footers.
+    """
+    with open(path, "rb") as file:
+        length = os.fstat(file.fileno()).st_size
+        if length < 12:
+            return "the file is too short to be Parquet"
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data[-4:] != b"PAR1" or data[:4] != b"PAR1":
+                return "it does not begin and end with Parquet's magic bytes"
+            footer = int.from_bytes(data[-8:-4], "little")
+            if footer <= 0 or footer > length - 12:
+                return "its footer length is damaged"
+            try:
+                meta = _Reader(data, length - 8 - footer, length - 8).struct(0)
+            except _Bad as exc:
+                return f"its footer is damaged ({exc})"
+            groups = meta.get(4)
+            groups = groups if isinstance(groups, list) else []
+            rows = [group.get(3) for group in groups]
+            if not all(isinstance(n, int) and n >= 0 for n in rows) or sum(rows) != meta.get(3):
+                return "its footer's row counts disagree"
+            for group, count in zip(groups, rows, strict=True):
+                chunks = group.get(1)
+                if not isinstance(chunks, list):
+                    return "a row group in the footer lists no column chunks"
+                for chunk in chunks:
+                    problem = _column(data, chunk.get(3), length, count)
+                    if problem is not None:
+                        return problem
+    return None
+
+
+def _column(data: mmap.mmap, meta: Any, length: int, rows: int) -> str | None:
+    """Check one column chunk of a row group of ``rows`` rows from its ``ColumnMetaData``."""
+    if not isinstance(meta, dict):
+        return "a column chunk has no metadata in the footer"
+    values, size, start, dictionary = (meta.get(k) for k in (5, 7, 9, 11))
+    if not (isinstance(values, int) and isinstance(size, int) and isinstance(start, int)):
+        return "a column chunk's offsets in the footer are damaged"
+    if values < rows:  # every row has a value (or a null) in every column
+        return f"a column chunk holds {values} values for {rows} rows"
+    if size == 0 and values == 0:  # an empty chunk of an empty row group: no pages
+        return None
+    # The chunk starts at its dictionary page when it has one. (A writer may leave
+    # data_page_offset 0 in a row group of 0 rows, whose chunk holds a dictionary page.)
+    if isinstance(dictionary, int) and dictionary >= 4 and (start < 4 or dictionary < start):
+        start = dictionary
+    if start < 4 or size < 0 or start + size > length - 8:
+        return f"a column chunk (bytes {start} to {start + size}) lies outside the file's data"
+    problem = _chunk_pages(data, start, start + size, values)
+    return None if problem is None else f"column chunk at byte {start}: {problem}"
