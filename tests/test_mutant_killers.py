@@ -303,7 +303,7 @@ def test_extreme_wave_ids_take_the_lexsort_path_and_keep_streams_apart(
                 )  # fmt: skip
                 seq += 1
     readings = readings_frame(rows)
-    scalar, vectorized = _both(readings)
+    _, vectorized = _both(readings)
     assert calls, "the lexsort fallback was not reached"
     assert vectorized.height == 8 * len(ids) * 2  # every wave once per policy
     assert vectorized.get_column("wave").to_list()[:4] == [ids[0], ids[0], ids[1], ids[1]]
@@ -388,7 +388,9 @@ def _recorded(rec: Any) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 @torch_only
-def test_a_nested_wave_carries_the_outer_peak_after_the_outer_tensor_is_freed(recorder: Any) -> None:
+def test_a_nested_wave_carries_the_outer_peak_after_the_outer_tensor_is_freed(
+    recorder: Any,
+) -> None:
     import torch
 
     # outer: 1000 floats = 4000 bytes, freed before the inner wave; the inner
@@ -477,3 +479,16 @@ def test_every_step_fsyncs_the_write_ahead_log(tmp_path: Path) -> None:
         if re.search(r"f(data)?sync\(\d+<[^>]*" + re.escape(LOG_NAME), line)
     ]
     assert len(calls) >= 3, log.read_text()[-2000:]
+
+
+def test_a_learned_price_equal_to_the_floor_is_set_by_the_profile() -> None:
+    # 200 B/token learned; wave 1 (100 tokens) has a floor of exactly 20_000 bytes:
+    # int(p) = 20_000 >= floor, so the profile sets it (SPEC §3: "profile" when learned >= floor).
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 20_000},
+        {"wave": 1, "whole": True, "peak_bytes": 20_000, "static_floor_bytes": 20_000},
+        {"wave": 2, "whole": True, "peak_bytes": 20_000, "static_floor_bytes": 20_001},
+    )
+    _, vectorized = _both(frame, [MaxMerge], 1.0)
+    assert vectorized.get_column("set_by").to_list() == [None, "profile", "floor"]
+    assert vectorized.get_column("estimate_bytes").to_list() == [None, 20_000, 20_001]
