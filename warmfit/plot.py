@@ -299,7 +299,11 @@ def provenance_caption(files: Sequence[str | os.PathLike[str]]) -> str | None:
         text = (pq.read_schema(path).metadata or {}).get(PROVENANCE_KEY.encode())
         if text is None:
             continue
-        names = pl.read_parquet(path, columns=["run"]).get_column("run").unique(maintain_order=True)
+        names = (
+            pl.read_parquet(Path(path), columns=["run"])
+            .get_column("run")
+            .unique(maintain_order=True)
+        )
         runs.setdefault(text.decode(errors="replace"), []).extend(names.to_list())
     if not runs:
         return None
