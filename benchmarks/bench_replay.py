@@ -17,8 +17,9 @@ allocator has already grown to the replay's size. A user runs the command
 once, so each size is also replayed **cold**: a fresh ``warmfit replay PATH
 --engine E`` process per run (interpreter start, imports, read, validate,
 replay, print the table), ``--cold-runs`` times, timed from outside
-(wall) with the child's peak memory; the median is reported with the
-range. "Cold" is a fresh process, not a cold disk cache: the trace files
+(wall) with the child's CPU time (user + system) and peak memory; the
+median is reported with the range. CPU seconds vary less than wall seconds
+when other jobs share the machine. "Cold" is a fresh process, not a cold disk cache: the trace files
 are in the page cache after the first run (the machine has RAM for them).
 
 Prints a table and writes ``bench-results/replay.json``. Not a test: run it
@@ -52,9 +53,9 @@ from warmfit.replay import replay
 
 case, path, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
 files = find_trace_files([path])
-times = []
+times, cpus = [], []
 for _ in range(repeat):
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if case == "scan":
         frame = pl.concat([pl.read_parquet(f, columns=list(REPLAY_COLUMNS)) for f in files])
         readings = frame.height
@@ -64,10 +65,12 @@ for _ in range(repeat):
         readings = frame.height
         del result  # one replay's memory at a time: the next repeat must not add to it
     times.append(time.perf_counter() - start)
+    cpus.append(time.process_time() - cpu)
     columns_bytes = frame.select(REPLAY_COLUMNS).estimated_size()
     del frame
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"readings": readings, "wall_s": min(times), "walls_s": times,
+                  "cpu_s": min(cpus),
                   "peak_bytes": peak, "columns_bytes": columns_bytes}))
 """
 
@@ -99,8 +102,9 @@ done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess
 wall = time.perf_counter() - start
 if done.returncode != 0:
     sys.exit(done.stderr)
-peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-print(json.dumps({"wall_s": wall, "peak_bytes": peak}))
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "peak_bytes": usage.ru_maxrss * 1024}))
 """
 
 
@@ -112,7 +116,7 @@ def warmfit_command() -> list[str]:
 
 def run_cold(engine: str, folder: Path, runs: int) -> dict[str, Any]:
     """``warmfit replay FOLDER --engine ENGINE`` in a fresh process, ``runs`` times."""
-    walls, peaks = [], []
+    walls, cpus, peaks = [], [], []
     for _ in range(runs):
         command = [*warmfit_command(), "replay", str(folder), "--engine", engine]
         done = subprocess.run(
@@ -121,10 +125,12 @@ def run_cold(engine: str, folder: Path, runs: int) -> dict[str, Any]:
         )  # fmt: skip
         one = json.loads(done.stdout.strip().splitlines()[-1])
         walls.append(one["wall_s"])
+        cpus.append(one["cpu_s"])
         peaks.append(one["peak_bytes"])
     return {
         "wall_s": statistics.median(walls),
         "walls_s": walls,
+        "cpu_s": statistics.median(cpus),
         "peak_bytes": max(peaks),
     }
 
@@ -162,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(result)
             print(
                 f"{label:>4} {case:<15} {result['wall_s']:8.2f} s "
+                f"(cpu {result['cpu_s']:6.2f} s) "
                 f"{result['readings_per_s']:14,.0f} readings/s "
                 f"peak {result['peak_bytes'] / 2**20:8,.0f} MiB "
                 f"(columns {result['columns_bytes'] / 2**20:,.0f} MiB; {how})",
