@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo demo-hf test test-slow lint format bench traces expectations clean bench-record smoke-core
+.PHONY: help venv demo demo-hf test test-slow lint format bench traces expectations clean bench-record smoke-core mutants
 
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-12s %s\n", $$1, $$2}'
@@ -74,6 +74,9 @@ clean: ## Remove the virtual environments and caches.
 
 bench-record: $(STAMP) ## Recorder cost per reading; 1M readings written.
 	$(PY) benchmarks/bench_record.py
+
+mutants: $(STAMP) ## Plant each bug of mutants/mutants.toml in a copy; fail on a survivor.
+	$(PY) mutants/run.py
 
 bench: $(STAMP) ## Replay 1e5-1e7 readings, each engine, beside a bare scan.
 	$(PY) benchmarks/bench_replay.py

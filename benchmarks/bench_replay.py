@@ -12,6 +12,16 @@ resident memory (``ru_maxrss``):
   the vectorized engine, summary included;
 - ``scalar``: the same on the reference engine (up to 1e6 readings: it is slow).
 
+Best-of-N flatters: the interpreter has imported polars and numpy, and the
+allocator has already grown to the replay's size. A user runs the command
+once, so each size is also replayed **cold**: a fresh ``warmfit replay PATH
+--engine E`` process per run (interpreter start, imports, read, validate,
+replay, print the table), ``--cold-runs`` times, timed from outside
+(wall) with the child's CPU time (user + system) and peak memory; the
+median is reported with the range. CPU seconds vary less than wall seconds
+when other jobs share the machine. "Cold" is a fresh process, not a cold disk cache: the trace files
+are in the page cache after the first run (the machine has RAM for them).
+
 Prints a table and writes ``bench-results/replay.json``. Not a test: run it
 with ``make bench``.
 """
@@ -21,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -42,9 +53,9 @@ from warmfit.replay import replay
 
 case, path, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
 files = find_trace_files([path])
-times = []
+times, cpus = [], []
 for _ in range(repeat):
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if case == "scan":
         frame = pl.concat([pl.read_parquet(f, columns=list(REPLAY_COLUMNS)) for f in files])
         readings = frame.height
@@ -54,10 +65,12 @@ for _ in range(repeat):
         readings = frame.height
         del result  # one replay's memory at a time: the next repeat must not add to it
     times.append(time.perf_counter() - start)
+    cpus.append(time.process_time() - cpu)
     columns_bytes = frame.select(REPLAY_COLUMNS).estimated_size()
     del frame
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"readings": readings, "wall_s": min(times), "walls_s": times,
+                  "cpu_s": min(cpus),
                   "peak_bytes": peak, "columns_bytes": columns_bytes}))
 """
 
@@ -82,27 +95,83 @@ def run_case(case: str, folder: Path, repeat: int) -> dict[str, Any]:
     return result
 
 
+_COLD = r"""
+import json, resource, subprocess, sys, time
+start = time.perf_counter()
+done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+wall = time.perf_counter() - start
+if done.returncode != 0:
+    sys.exit(done.stderr)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "peak_bytes": usage.ru_maxrss * 1024}))
+"""
+
+
+def warmfit_command() -> list[str]:
+    """The ``warmfit`` command a user runs: the script beside this interpreter."""
+    script = Path(sys.executable).parent / "warmfit"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "warmfit"]
+
+
+def run_cold(engine: str, folder: Path, runs: int) -> dict[str, Any]:
+    """``warmfit replay FOLDER --engine ENGINE`` in a fresh process, ``runs`` times."""
+    walls, cpus, peaks = [], [], []
+    for _ in range(runs):
+        command = [*warmfit_command(), "replay", str(folder), "--engine", engine]
+        done = subprocess.run(
+            [sys.executable, "-c", _COLD, *command],
+            capture_output=True, text=True, check=True, cwd=ROOT,
+        )  # fmt: skip
+        one = json.loads(done.stdout.strip().splitlines()[-1])
+        walls.append(one["wall_s"])
+        cpus.append(one["cpu_s"])
+        peaks.append(one["peak_bytes"])
+    return {
+        "wall_s": statistics.median(walls),
+        "walls_s": walls,
+        "cpu_s": statistics.median(cpus),
+        "peak_bytes": max(peaks),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (best is kept)")
+    parser.add_argument(
+        "--cold-runs", type=int, default=3, help="fresh 'warmfit replay' processes per case"
+    )
     args = parser.parse_args(argv)
     rows = []
     for label in args.sizes:
         folder = ensure_trace(label, SIZES[label])
-        for case in ("scan", "vectorized", "scalar"):
+        for case in ("scan", "vectorized", "scalar", "cold vectorized", "cold scalar"):
             if case == "scalar" and SIZES[label] > SCALAR_MAX:
                 continue
-            repeat = 1 if case == "scalar" else args.repeat
-            result = run_case(case, folder, repeat)
+            if case == "cold scalar" and SIZES[label] > SCALAR_MAX:
+                continue
+            if case.startswith("cold "):
+                result = run_cold(case.removeprefix("cold "), folder, args.cold_runs)
+                done = [r for r in rows if r["size"] == label and "columns_bytes" in r]
+                result["columns_bytes"] = done[0]["columns_bytes"]
+                result["readings"] = done[0]["readings"]
+                spread = "-".join(f"{w:.2f}" for w in (min(result["walls_s"]),
+                                                        max(result["walls_s"])))  # fmt: skip
+                how = f"median of {len(result['walls_s'])} fresh processes: {spread} s"
+            else:
+                repeat = 1 if case == "scalar" else args.repeat
+                result = run_case(case, folder, repeat)
+                how = f"best of {repeat}" if repeat > 1 else "1 run"
             result.update(size=label, case=case)
             result["readings_per_s"] = result["readings"] / result["wall_s"]
             rows.append(result)
             print(
-                f"{label:>4} {case:<10} {result['wall_s']:8.2f} s "
+                f"{label:>4} {case:<15} {result['wall_s']:8.2f} s "
+                f"(cpu {result['cpu_s']:6.2f} s) "
                 f"{result['readings_per_s']:14,.0f} readings/s "
                 f"peak {result['peak_bytes'] / 2**20:8,.0f} MiB "
-                f"(columns {result['columns_bytes'] / 2**20:,.0f} MiB)",
+                f"(columns {result['columns_bytes'] / 2**20:,.0f} MiB; {how})",
                 flush=True,
             )
     checks = targets(rows)
@@ -145,8 +214,19 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, tuple[bool, str]]:
     for size in ("1e6", "1e5"):
         if (s := at.get((size, "scalar"))) and (v := at.get((size, "vectorized"))):
             speedup = v["readings_per_s"] / s["readings_per_s"]
-            out[f">= 20x the scalar engine ({size})"] = (speedup >= 20, f"{speedup:.0f}x")
+            out[f">= 20x the scalar engine ({size}, best of N)"] = (
+                speedup >= 20,
+                f"{speedup:.1f}x",
+            )
+            if (cs := at.get((size, "cold scalar"))) and (cv := at.get((size, "cold vectorized"))):
+                cold = cs["wall_s"] / cv["wall_s"]
+                out[f">= 20x the scalar engine ({size}, cold commands)"] = (
+                    cold >= 20,
+                    f"{cold:.1f}x",
+                )
             break
+    if c7 := at.get(("1e7", "cold vectorized")):
+        out["1e7 end to end < 3 s (cold command)"] = (c7["wall_s"] < 3, f"{c7['wall_s']:.2f} s")
     return out
 
 

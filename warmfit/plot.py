@@ -245,6 +245,8 @@ class PlotData:
     over: pl.DataFrame
     main_profiles: dict[str, tuple[int, str]]
     profile_counts: dict[str, int]
+    #: A footnote under the figure: where the traces come from (see :func:`provenance_caption`).
+    caption: str | None = None
 
 
 def main_profile(rates: pl.DataFrame, run: str) -> tuple[tuple[int, str], int]:
@@ -263,8 +265,10 @@ def main_profile(rates: pl.DataFrame, run: str) -> tuple[tuple[int, str], int]:
     return (top["rank"], top["signature"]), counts.height
 
 
-def build_plot_data(readings: pl.DataFrame, result: ReplayResult) -> PlotData:
-    """The data behind every figure of one replay of ``readings``."""
+def build_plot_data(
+    readings: pl.DataFrame, result: ReplayResult, caption: str | None = None
+) -> PlotData:
+    """The data behind every figure of one replay of ``readings``; ``caption`` is a footnote."""
     rates = rate_points(readings)
     runs = tuple(result.summary.get_column("run").unique(maintain_order=True).to_list())
     mains: dict[str, tuple[int, str]] = {}
@@ -281,7 +285,35 @@ def build_plot_data(readings: pl.DataFrame, result: ReplayResult) -> PlotData:
         over=over_estimates(result),
         main_profiles=mains,
         profile_counts=counts,
+        caption=caption or None,
     )
+
+
+#: Trace-file metadata naming where a trace comes from (``warmfit.synthetic`` writes it).
+PROVENANCE_KEY = "warmfit.provenance"
+
+
+def provenance_caption(files: Sequence[str | os.PathLike[str]]) -> str | None:
+    """A footnote from the files' ``warmfit.provenance`` metadata: ``RUNS: provenance`` lines.
+
+    Files without it (recordings) add nothing; ``None`` when no file has it.
+    """
+    import pyarrow.parquet as pq
+
+    runs: dict[str, list[str]] = {}
+    for path in files:
+        text = (pq.read_schema(path).metadata or {}).get(PROVENANCE_KEY.encode())
+        if text is None:
+            continue
+        names = (
+            pl.read_parquet(Path(path), columns=["run"])
+            .get_column("run")
+            .unique(maintain_order=True)
+        )
+        runs.setdefault(text.decode(errors="replace"), []).extend(names.to_list())
+    if not runs:
+        return None
+    return "\n".join(f"{', '.join(dict.fromkeys(names))}: {text}" for text, names in runs.items())
 
 
 def figure_size(runs: int) -> tuple[float, float]:
@@ -366,6 +398,8 @@ def draw_figure(data: PlotData) -> Figure:
         fontsize=14,
     )
     axes = fig.subplots(max(1, len(data.runs)), 3, squeeze=False)
+    if data.caption:
+        fig.supxlabel(data.caption, fontsize=11, fontstyle="italic")
     for row, run in enumerate(data.runs):
         _draw_peaks(axes[row][0], data, run)
         _draw_rates(axes[row][1], data, run)

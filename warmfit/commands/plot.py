@@ -29,6 +29,15 @@ def plot_command(
     safety: SafetyOpt = 1.1,
     engine: EngineOpt = Engine.auto,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output file.")] = False,
+    caption: Annotated[
+        str | None,
+        typer.Option(
+            "--caption",
+            help="Footnote under the figure (default: where the traces come from, from their "
+            "files' warmfit.provenance metadata; '' for none).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Draw peaks, rates per token and over-estimates of every run on one sheet.
 
@@ -38,13 +47,16 @@ def plot_command(
     bytes per packed token against packed tokens, the cold seed apart from
     the warm waves, under each policy's price curve; the over-estimates.
     """
-    from warmfit.plot import build_plot_data, plot_format, render_plot
+    from warmfit.plot import build_plot_data, plot_format, provenance_caption, render_plot
     from warmfit.replay import replay
+    from warmfit.trace import find_trace_files
 
     plot_format(output)
     check_new_file(output, force, paths)
     readings = read_traces(paths)
     result = replay(readings, policy, safety, engine.value)
+    if caption is None:
+        caption = provenance_caption(find_trace_files(paths))
     with writing(output):
-        render_plot(build_plot_data(readings, result), output)
+        render_plot(build_plot_data(readings, result, caption), output)
     typer.echo(f"wrote {output} ({len(result.summary.get_column('run').unique())} runs)")

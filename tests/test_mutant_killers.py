@@ -1,0 +1,495 @@
+"""Tests that fail when the code is wrong (issue 17).
+
+Each test here kills one or more planted bugs ("mutants") that survived the
+rest of the suite; ``mutants/mutants.toml`` names which (``make mutants``
+plants each one in a copy of the package and runs the tests it lists). The
+numbers are spelled out so that a reader can check them by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import warmfit.replay
+import warmfit.vectorized
+from tests.strategies import traces
+from warmfit.check import check, parse_expectations
+from warmfit.errors import UsageError
+from warmfit.policies import MaxMerge, Policy, WarmFit
+from warmfit.replay import estimate_bytes, replay, replay_scalar, result_groups, summarize
+from warmfit.trace import readings_frame
+from warmfit.vectorized import replay_vectorized
+
+BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _frame(*rows: dict[str, object]) -> pl.DataFrame:
+    """Readings of one stream and signature, seq in the order given."""
+    defaults = {"signature": "s", "packed_tokens": 100, "logical_tokens": 100}
+    return readings_frame([{**defaults, "seq": i, **row} for i, row in enumerate(rows)])
+
+
+def _assert_identical(expected: pl.DataFrame, got: pl.DataFrame) -> None:
+    assert got.schema == expected.schema
+    assert got.height == expected.height
+    for name in expected.columns:
+        assert expected.get_column(name).to_list() == got.get_column(name).to_list(), name
+
+
+def _both(
+    readings: pl.DataFrame, policies: Sequence[type[Policy]] = BUILT_IN, safety: float = 1.1
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    scalar = replay_scalar(readings, policies, safety)
+    vectorized = replay_vectorized(readings, policies, safety)
+    _assert_identical(scalar, vectorized)
+    return scalar, vectorized
+
+
+class _Spy:
+    """Counts calls of the reference engine, then runs it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> pl.DataFrame:
+        self.calls += 1
+        return replay_scalar(*args, **kwargs)
+
+
+@pytest.fixture
+def reference_spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
+    """Every call of ``replay_scalar`` (from replay() and from the vectorized fallbacks)."""
+    spy = _Spy()
+    monkeypatch.setattr(warmfit.replay, "replay_scalar", spy)
+    return spy
+
+
+# --------------------------------------------------------------------------- under_peak
+
+
+def test_an_estimate_equal_to_the_peak_is_not_under_it() -> None:
+    # Wave 0 teaches 20_000 B / 100 tokens = 200 B/token. At safety factor 1.0,
+    # wave 1 (100 tokens) is priced int(200 * 100 * 1.0) = 20_000 = its peak:
+    # not under. Wave 2 peaks one byte higher, 20_001: under.
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 20_000},
+        {"wave": 1, "whole": True, "peak_bytes": 20_000},
+        {"wave": 2, "whole": True, "peak_bytes": 20_001},
+    )
+    for engine in ("scalar", "vectorized"):
+        result = replay(frame, ["max-merge"], 1.0, engine)
+        rows = result.per_wave.select("estimate_bytes", "actual_bytes", "under_peak").rows()
+        assert rows == [(None, 20_000, None), (20_000, 20_000, False), (20_000, 20_001, True)]
+        assert result.summary.get_column("under_peak").to_list() == [1]
+        # the summary counts from estimate and actual, not from the per-wave column
+        groups = result_groups(frame)
+        assert summarize(result.per_wave.drop("under_peak"), ["max-merge"], groups).get_column(
+            "under_peak"
+        ).to_list() == [1]
+
+
+# --------------------------------------------------------------------------- which engine ran
+
+
+def test_the_engine_reported_is_the_engine_that_ran(reference_spy: _Spy) -> None:
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 30_000},
+        {"wave": 1, "whole": True, "peak_bytes": 20_000},
+    )
+    for engine in ("vectorized", "auto"):
+        result = replay(frame, None, 1.1, engine)
+        assert result.engine == "vectorized"
+        assert reference_spy.calls == 0, f"--engine {engine} ran the reference engine"
+    result = replay(frame, None, 1.1, "scalar")
+    assert result.engine == "scalar" and reference_spy.calls == 1
+
+
+# --------------------------------------------------------------------------- int64 fallback
+
+
+def test_a_price_of_2_to_the_64_is_refused_by_both_engines(reference_spy: _Spy) -> None:
+    # 2**52 B/token learned from a 1-token wave; a 2**12-token wave is then
+    # priced 2**64 bytes, beyond int64: the vectorized engine must hand the
+    # trace to the reference engine, which refuses it.
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 2**52, "packed_tokens": 1, "logical_tokens": 1},
+        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**12,
+         "logical_tokens": 2**12},
+    )  # fmt: skip
+    for engine in ("scalar", "vectorized"):
+        with pytest.raises(UsageError, match=r"above 2\*\*63 bytes"):
+            replay(frame, ["max-merge"], 1.1, engine)
+    assert reference_spy.calls == 2
+
+
+def test_an_estimate_beyond_int64_after_the_safety_factor_is_refused(reference_spy: _Spy) -> None:
+    # p = 2**52 bytes fits; times a safety factor of 4096 it is 2**64.
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 2**52, "packed_tokens": 1, "logical_tokens": 1},
+        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 1, "logical_tokens": 1},
+    )
+    for engine in ("scalar", "vectorized"):
+        with pytest.raises(UsageError, match=r"above 2\*\*63 bytes"):
+            replay(frame, ["max-merge"], 4096.0, engine)
+    assert reference_spy.calls == 2
+
+
+def test_prices_below_the_price_limit_stay_on_the_vectorized_engine(reference_spy: _Spy) -> None:
+    # p = 2**60 < PRICE_LIMIT = 2**61, estimate int(2**60 * 1.5): numpy's int64 is exact here.
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 2**48, "packed_tokens": 1, "logical_tokens": 1},
+        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**12,
+         "logical_tokens": 2**12},
+    )  # fmt: skip
+    vectorized = replay(frame, ["max-merge"], 1.5, "vectorized")
+    assert reference_spy.calls == 0
+    assert vectorized.per_wave.get_column("estimate_bytes").to_list() == [None, 3 * 2**59]
+    # and at or above it, the reference engine prices the same trace
+    at_limit = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 2**49, "packed_tokens": 1, "logical_tokens": 1},
+        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**12,
+         "logical_tokens": 2**12},
+    )  # fmt: skip
+    result = replay(at_limit, ["max-merge"], 1.0, "vectorized")
+    assert reference_spy.calls == 1
+    assert result.per_wave.get_column("estimate_bytes").to_list() == [None, 2**61]
+
+
+# --------------------------------------------------------------------------- int() not round()
+
+
+def test_the_learned_price_is_truncated_not_rounded() -> None:
+    # 10_007 B / 10 tokens = 1000.7 B/token; a 1-token wave is priced p = 1000.7:
+    # int(p) = 1000 bytes at safety factor 1.0 (round(p) would give 1001).
+    assert estimate_bytes(1000.7, 0, None, 1.0) == (1000, "profile")
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 10_007, "packed_tokens": 10,
+         "logical_tokens": 10},
+        {"wave": 1, "whole": True, "peak_bytes": 900, "packed_tokens": 1, "logical_tokens": 1},
+    )  # fmt: skip
+    for policies in ([MaxMerge], [WarmFit]):
+        _, vectorized = _both(frame, policies, 1.0)
+        assert vectorized.get_column("estimate_bytes").to_list() == [None, 1000]
+
+
+def test_the_scaled_estimate_is_truncated_not_rounded() -> None:
+    # 1000 B/token, a 1-token wave with 5 output bytes: (5 + 1000) * 1.1 = 1105.5,
+    # so int() gives 1105 bytes (round() would give 1106).
+    assert (5 + 1000) * 1.1 == 1105.5
+    assert estimate_bytes(1000.0, 5, None, 1.1) == (1105, "profile")
+    assert estimate_bytes(None, 5, 1000, 1.1) == (1105, "floor")
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 100_000},
+        {"wave": 1, "whole": True, "peak_bytes": 900, "packed_tokens": 1, "logical_tokens": 1,
+         "output_bytes": 5},
+        {"wave": 2, "whole": True, "peak_bytes": 900, "packed_tokens": 1, "logical_tokens": 1,
+         "output_bytes": 5, "signature": "other", "static_floor_bytes": 1000},
+    )  # fmt: skip
+    _, vectorized = _both(frame, [MaxMerge], 1.1)
+    assert vectorized.get_column("estimate_bytes").to_list() == [None, 1105, 1105]
+
+
+# --------------------------------------------------------------------------- segmented scan
+
+
+def _many_profiles(streams: int, signatures: int, waves: int, seed: int) -> pl.DataFrame:
+    """A trace of ``streams * signatures`` profiles, waves interleaved across signatures.
+
+    Rates, sharing and wholeness are drawn so that neighbouring profiles differ:
+    a scan that ignored profile boundaries would carry one profile's maximum
+    (or minimum) into the next.
+    """
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, object]] = []
+    for stream in range(streams):
+        seq = 0
+        for wave in range(waves * signatures):
+            n = int(rng.integers(1, 5_000))
+            base = {
+                "run": f"run{stream % 3}",
+                "rank": stream,
+                "wave": wave,
+                "signature": f"sig{int(rng.integers(signatures))}",
+                "packed_tokens": n,
+                "logical_tokens": n * int(rng.integers(1, 5)),
+                "static_floor_bytes": None if rng.random() < 0.7 else int(rng.integers(0, 10**8)),
+            }
+            peak = n * int(rng.integers(10, 10_000))
+            rows.append({**base, "seq": seq, "phase": "forward", "peak_bytes": peak // 2})
+            rows.append(
+                {**base, "seq": seq + 1, "phase": "caller", "peak_bytes": peak,
+                 "whole": bool(rng.random() < 0.8), "oom": bool(rng.random() < 0.02)}
+            )  # fmt: skip
+            seq += 2
+    return readings_frame(rows).sort("run", "rank", "seq", maintain_order=True)
+
+
+@pytest.fixture
+def segmented(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Force the segmented scan (as with more than 20,000 profiles); count its uses."""
+    monkeypatch.setattr(warmfit.vectorized, "LOOP_PROFILES", 0)
+    used: list[int] = []
+    accumulate = warmfit.vectorized._accumulate
+
+    def counting(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, *rest: Any) -> None:
+        used.append(len(starts))
+        accumulate(ufunc, values, starts, *rest)
+
+    monkeypatch.setattr(warmfit.vectorized, "_accumulate", counting)
+    return used
+
+
+def test_the_segmented_scan_equals_the_reference_on_many_profiles(segmented: list[int]) -> None:
+    readings = _many_profiles(streams=40, signatures=5, waves=12, seed=17)
+    for safety in (1.1, 1.0):
+        _both(readings, BUILT_IN, safety)
+        _both(readings, [WarmFit], safety)
+    assert segmented and min(segmented) > 100  # the scan ran, over many profiles
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(frame=traces())
+def test_the_segmented_scan_equals_the_reference_on_generated_traces(
+    frame: pl.DataFrame, segmented: list[int]
+) -> None:
+    readings = frame.sort("run", "rank", "seq", maintain_order=True)
+    _both(readings)
+
+
+# --------------------------------------------------------------------------- wave order
+
+
+def test_extreme_wave_ids_take_the_lexsort_path_and_keep_streams_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Wave ids -2**62 + k and 2**62 + k span more than an int64 can hold beside
+    # the stream number, so waves are ordered with np.lexsort on (stream, wave).
+    # Eight ranks reuse the same ids, and waves nest (forward i, forward i+1,
+    # caller i, caller i+1): a sort that mixed the streams up would cut waves apart.
+    calls: list[int] = []
+    lexsort = np.lexsort
+
+    def counting(keys: Any, *args: Any, **kwargs: Any) -> np.ndarray:
+        calls.append(len(keys))
+        return lexsort(keys, *args, **kwargs)
+
+    monkeypatch.setattr(np, "lexsort", counting)
+    ids = [(-(2**62) if k % 2 else 2**62) + k for k in range(60)]
+    rows: list[dict[str, object]] = []
+    for rank in range(8):
+        seq = 0
+        for i in range(0, len(ids), 2):
+            a, b = ids[i], ids[i + 1]
+            for wave, phase, peak in ((a, "forward", 4_000), (b, "forward", 5_000),
+                                      (a, "caller", 9_000 + rank), (b, "caller", 7_000 + i)):  # fmt: skip
+                rows.append(
+                    {"rank": rank, "seq": seq, "wave": wave, "phase": phase,
+                     "whole": phase == "caller", "peak_bytes": peak,
+                     "signature": "s", "packed_tokens": 10 + i, "logical_tokens": 10 + i}
+                )  # fmt: skip
+                seq += 1
+    readings = readings_frame(rows)
+    _, vectorized = _both(readings)
+    assert calls, "the lexsort fallback was not reached"
+    assert vectorized.height == 8 * len(ids) * 2  # every wave once per policy
+    assert vectorized.get_column("wave").to_list()[:4] == [ids[0], ids[0], ids[1], ids[1]]
+
+
+# --------------------------------------------------------------------------- check()
+
+
+CHECK_ROWS = [
+    # one unpriced seed wave, then waves priced at 300 B/token * 100 * 1.1 = 33_000:
+    # over-estimates +10%, +10%, +65% (actuals 30_000, 30_000, 20_000): median +10%, max +65%
+    {"wave": 0, "whole": True, "peak_bytes": 30_000},
+    {"wave": 1, "whole": True, "peak_bytes": 30_000},
+    {"wave": 2, "whole": True, "peak_bytes": 30_000},
+    {"wave": 3, "whole": True, "peak_bytes": 20_000},
+]
+
+
+def test_max_over_estimate_is_checked_against_the_largest_not_the_median() -> None:
+    result = replay(_frame(*CHECK_ROWS), ["max-merge"])
+    row = result.summary.row(0, named=True)
+    assert row["median_over_estimate"] == pytest.approx(0.1)
+    assert row["max_over_estimate"] == pytest.approx(0.65)
+    verdicts = check(
+        result,
+        parse_expectations(
+            "[runs.run.max-merge]\nmax_median_over_estimate = 0.3\nmax_max_over_estimate = 0.3\n"
+        ),
+    )
+    assert [(r.limit.key, r.holds) for r in verdicts.results] == [
+        ("max_median_over_estimate", True),  # +10% <= +30%
+        ("max_max_over_estimate", False),  # +65% > +30%
+    ]
+    assert not verdicts.passed
+    assert verdicts.regressions[0].describe() == (
+        "run max-merge: largest over-estimate +65.0% > allowed +30.0%"
+    )
+
+
+def test_a_missing_figure_fails_the_real_check() -> None:
+    # one wave, no floor: nothing prices it, so the run has no median, no max
+    # and no priced wave; every limit on a missing figure regresses
+    result = replay(_frame({"wave": 0, "whole": True, "peak_bytes": 30_000}), ["max-merge"])
+    assert result.summary.row(0, named=True)["median_over_estimate"] is None
+    report = check(
+        result,
+        parse_expectations(
+            "[runs.run.max-merge]\nmax_median_over_estimate = 1.0\nmax_max_over_estimate = 1.0\n"
+            "max_under_peak = 0\n"
+        ),
+    )
+    assert [(r.limit.key, r.actual, r.holds) for r in report.results] == [
+        ("max_median_over_estimate", None, False),
+        ("max_max_over_estimate", None, False),
+        ("max_under_peak", 0, True),
+    ]
+    assert not report.passed and len(report.regressions) == 2
+
+
+# --------------------------------------------------------------------------- recorder
+
+
+torch_only = pytest.mark.torch
+
+
+@pytest.fixture
+def recorder(tmp_path: Path) -> Any:
+    pytest.importorskip("torch")
+    from warmfit.recorder import Recorder
+
+    rec = Recorder(tmp_path / "out", run="t", device="cpu", flush_interval_s=3600)
+    yield rec
+    rec.close()
+
+
+def _recorded(rec: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    from warmfit.trace import read_trace
+
+    rec.close()
+    rows = read_trace([rec.trace_path]).to_dicts()
+    return {(r["signature"], r["phase"]): r for r in rows}
+
+
+@torch_only
+def test_a_nested_wave_carries_the_outer_peak_after_the_outer_tensor_is_freed(
+    recorder: Any,
+) -> None:
+    import torch
+
+    # outer: 1000 floats = 4000 bytes, freed before the inner wave; the inner
+    # wave's entry resets the peak counter, and the inner wave only reaches
+    # 100 floats = 400 bytes. The outer caller reading must still say 4000.
+    with recorder.wave("outer", 10, 10) as outer:
+        x = torch.empty(1000)
+        outer.forward_done()
+        del x
+        with recorder.wave("inner", 5, 5) as inner:
+            y = torch.empty(100)
+            inner.forward_done()
+            del y
+    rows = _recorded(recorder)
+    delta = {key: r["peak_bytes"] - r["baseline_bytes"] for key, r in rows.items()}
+    assert delta == {
+        ("outer", "forward"): 4000,
+        ("inner", "forward"): 400,
+        ("inner", "caller"): 400,
+        ("outer", "caller"): 4000,  # 400 if the peak before the reset were not carried
+    }
+    assert rows[("outer", "caller")]["whole"] is False
+
+
+@torch_only
+def test_the_forward_reading_carries_a_peak_reset_by_a_nested_wave(recorder: Any) -> None:
+    import torch
+
+    # the outer forward peaks at 4000 bytes, frees them, and a nested wave
+    # (400 bytes) resets the counter before outer.forward_done(): the forward
+    # reading must still say 4000.
+    with recorder.wave("outer", 10, 10) as outer:
+        x = torch.empty(1000)
+        del x
+        with recorder.wave("inner", 5, 5) as inner:
+            y = torch.empty(100)
+            inner.forward_done()
+            del y
+        outer.forward_done()
+    rows = _recorded(recorder)
+    forward = rows[("outer", "forward")]
+    assert forward["peak_bytes"] - forward["baseline_bytes"] == 4000  # 400 without the carry
+
+
+_FSYNC_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, torch
+    from warmfit.recorder import Recorder
+    rec = Recorder(sys.argv[1], run="t", device="cpu", flush_interval_s=3600)
+    for step in range(3):
+        with rec.wave("sig", 10, 10) as wave:
+            x = torch.empty(100)
+            wave.forward_done()
+        rec.step()
+    os._exit(0)  # as a kill -9 after the third step: no close, no compaction
+    """
+)
+
+
+def _strace_works() -> bool:
+    strace = shutil.which("strace")
+    if strace is None:
+        return False
+    probe = subprocess.run([strace, "-qq", "-e", "trace=fsync", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+@torch_only
+@pytest.mark.skipif(not _strace_works(), reason="needs strace and ptrace permission")
+def test_every_step_fsyncs_the_write_ahead_log(tmp_path: Path) -> None:
+    """The write-ahead log reaches the disk at each step: strace counts fsync on it."""
+    pytest.importorskip("torch")
+    log = tmp_path / "strace.txt"
+    done = subprocess.run(
+        ["strace", "-f", "-qq", "-y", "-e", "trace=fsync,fdatasync", "-o", str(log),
+         sys.executable, "-c", _FSYNC_SCRIPT, str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    from warmfit.recorder.log import LOG_NAME
+
+    calls = [
+        line
+        for line in log.read_text().splitlines()
+        if re.search(r"f(data)?sync\(\d+<[^>]*" + re.escape(LOG_NAME), line)
+    ]
+    assert len(calls) >= 3, log.read_text()[-2000:]
+
+
+def test_a_learned_price_equal_to_the_floor_is_set_by_the_profile() -> None:
+    # 200 B/token learned; wave 1 (100 tokens) has a floor of exactly 20_000 bytes:
+    # int(p) = 20_000 >= floor, so the profile sets it (SPEC §3: "profile" when learned >= floor).
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 20_000},
+        {"wave": 1, "whole": True, "peak_bytes": 20_000, "static_floor_bytes": 20_000},
+        {"wave": 2, "whole": True, "peak_bytes": 20_000, "static_floor_bytes": 20_001},
+    )
+    _, vectorized = _both(frame, [MaxMerge], 1.0)
+    assert vectorized.get_column("set_by").to_list() == [None, "profile", "floor"]
+    assert vectorized.get_column("estimate_bytes").to_list() == [None, 20_000, 20_001]

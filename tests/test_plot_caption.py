@@ -1,0 +1,64 @@
+"""The figure says where its traces come from: traces/pr991 is a reconstruction (issue 17)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+from warmfit.plot import build_plot_data, provenance_caption
+from warmfit.replay import replay
+from warmfit.synthetic import METADATA
+from warmfit.trace import find_trace_files, read_trace, readings_frame, write_trace
+
+REPO = Path(__file__).resolve().parent.parent
+PR991 = REPO / "traces" / "pr991"
+
+
+def test_the_caption_comes_from_the_files_provenance() -> None:
+    caption = provenance_caption(find_trace_files([REPO / "traces"]))
+    # pr991's and art-h200's files carry it; the recordings (cpu-demo, hf-...) do not
+    assert caption is not None
+    lines = caption.splitlines()
+    assert f"EP1, EP2: {METADATA['warmfit.provenance']}" in lines
+    assert [line for line in lines if "real H200 measurements" in line]
+    assert len(lines) == 2
+
+
+def test_a_trace_without_provenance_has_no_caption(tmp_path: Path) -> None:
+    rows = [dict(seq=0, wave=0, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9)]
+    path = write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    assert provenance_caption([path]) is None
+
+
+def test_the_figure_draws_the_caption_under_the_panels() -> None:
+    pytest.importorskip("matplotlib")
+    from warmfit.plot import draw_figure
+
+    readings = read_trace([PR991])
+    caption = provenance_caption(find_trace_files([PR991]))
+    fig = draw_figure(build_plot_data(readings, replay(readings), caption))
+    texts = [t.get_text() for t in fig.findobj(match=lambda a: hasattr(a, "get_text"))]
+    assert caption in texts
+    bare = draw_figure(build_plot_data(readings, replay(readings)))
+    assert not [t for t in bare.findobj(lambda a: hasattr(a, "get_text")) if "reconstruction"
+                in t.get_text()]  # fmt: skip
+
+
+def test_warmfit_plot_captions_the_reconstruction_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("matplotlib")
+    import warmfit.plot
+
+    seen: list[str | None] = []
+    monkeypatch.setattr(warmfit.plot, "render_plot", lambda data, path: seen.append(data.caption))
+    runner = CliRunner()
+    for args in ([], ["--caption", "my own words"], ["--caption", ""]):
+        out = tmp_path / f"p{len(seen)}.png"
+        result = runner.invoke(app, ["plot", str(PR991), "-o", str(out), *args])
+        assert result.exit_code == 0, result.output
+    assert seen[0] is not None and "reconstruction" in seen[0]
+    assert seen[1:] == ["my own words", None]
