@@ -36,7 +36,8 @@ from warmfit.replay import (
     summarize,
 )
 from warmfit.trace import read_trace, readings_frame, write_trace
-from warmfit.vectorized import has_vectorized_form, replay_vectorized, vectorized_form
+from warmfit.policies.rule import RATE, Max
+from warmfit.vectorized import has_vectorized_form, replay_vectorized
 
 BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit, WarmAffine]
 BUILT_IN_NAMES = [cls.name for cls in BUILT_IN]
@@ -381,12 +382,13 @@ def test_prices_beyond_int64_arithmetic_fall_back_to_the_reference() -> None:
 # --------------------------------------------------------------------------- declaring a form
 
 
-def test_built_in_policies_declare_vectorized_forms() -> None:
+def test_built_in_policies_are_declared() -> None:
     assert all(has_vectorized_form(cls) for cls in BUILT_IN)
-    assert vectorized_form(MaxMerge) is not vectorized_form(WarmFit)
+    # a subclass that only adds aggregates extends its parent's declaration
+    assert [a.name for a in WarmFit.aggregates][:2] == ["rate_max", "sharing_max"]
 
 
-def test_a_subclass_does_not_inherit_its_parents_form() -> None:
+def test_a_subclass_that_overrides_price_is_not_declared() -> None:
     class Cautious(WarmFit):
         name = "cautious"
 
@@ -395,22 +397,22 @@ def test_a_subclass_does_not_inherit_its_parents_form() -> None:
             return None if p is None else 2 * p
 
     assert not has_vectorized_form(Cautious)
-    with pytest.raises(PolicyError):
-        vectorized_form(Cautious)
     frame = _frame({"wave": 0, "peak_bytes": 100}, {"wave": 1, "peak_bytes": 100})
     assert replay(frame, ["max-merge", f"{__name__}:Halved"], 1.1).engine == "scalar"
-    with pytest.raises(UsageError, match="vectorized form"):
+    with pytest.raises(UsageError, match="declared"):
         replay(frame, ["max-merge", f"{__name__}:Halved"], 1.1, "vectorized")
+    with pytest.raises(PolicyError, match="not declared"):
+        replay_vectorized(frame, [Cautious], 1.1)
 
 
-def test_a_form_that_cannot_be_loaded_is_a_policy_error() -> None:
-    class Broken(MaxMerge):
-        name = "broken"
-        vectorized = "warmfit.vectorized:NO_SUCH_FORM"
+def test_an_aggregate_may_read_only_those_declared_before_it() -> None:
+    later = Max(RATE)
+    with pytest.raises(PolicyError, match="not declared before it"):
 
-    assert has_vectorized_form(Broken)
-    with pytest.raises(PolicyError, match="cannot be loaded"):
-        vectorized_form(Broken)
+        class Backwards(MaxMerge):
+            name = "backwards"
+            early = Max(RATE, where=later > 0)
+            late = later
 
 
 class Halved(MaxMerge):

@@ -421,7 +421,8 @@ def _choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:
     if engine == "vectorized" and not vectorizable:
         names = ", ".join(cls.name for cls in classes)
         raise UsageError(
-            f"--engine vectorized: not every policy ({names}) has a vectorized form; "
-            "use --engine scalar or auto."
+            f"--engine vectorized: not every policy ({names}) is declared "
+            "(warmfit.policies.rule.DeclaredPolicy), and only declared policies run on the "
+            "vectorized engine; use --engine scalar or auto."
         )
     return "vectorized" if vectorizable else "scalar"

@@ -1,33 +1,27 @@
 """The vectorized replay engine: every wave of a trace priced at once (SPEC §3).
 
-Each state of the built-in policies (SPEC §4) is a running maximum, minimum
-or count over the readings a profile observed, so the state a wave is priced
-from is an *exclusive* cumulative aggregate per ``(run, rank, signature)``,
-taken at the wave's first reading over the readings strictly before it. This
-module computes those aggregates in numpy on the readings sorted by profile
-(``fmax``/``fmin`` accumulations, exact in any order), with no Python loop
-over readings, and gives exactly what
-:func:`warmfit.replay.replay_scalar` gives: the same rows in the same order,
-the same bytes, the same floats.
+A declared policy (:class:`warmfit.policies.rule.DeclaredPolicy`) states its
+profile as running aggregates over the readings it observed, so the state a
+wave is priced from is each aggregate taken over the readings of its
+``(run, rank, signature)`` strictly before the wave's first reading. This
+module computes every aggregate for every reading at once in numpy, on the
+readings sorted by profile, then reads each wave's state just before its
+first reading and applies the policy's one ``rule`` to arrays — the same
+declaration the reference engine folds one reading at a time. It gives
+exactly what :func:`warmfit.replay.replay_scalar` gives: the same rows in the
+same order, the same bytes, the same floats.
 
-A policy opts in by naming its :class:`VectorizedForm` in its ``vectorized``
-class attribute (``"module:NAME"``). A form has two halves: ``state``, the
-policy's fields as running aggregates over a :class:`Profiles` (numpy
-arrays, per wave), and ``price``, the policy's ``price`` arithmetic over
-numpy arrays of those fields taken at each wave's first reading. The engine
-then applies the estimate arithmetic of :func:`warmfit.replay.estimate_bytes`.
-
-Exactness: every division and multiplication is numpy's, on IEEE doubles, as
-Python's; integers convert to doubles exactly below 2**53. A trace whose token or byte
-counts reach 2**53 (8 PiB), or whose prices would not fit an int64, is
-replayed by the reference engine instead, so the result never differs.
+Exactness: maxima, minima, first and last values are exact in any order;
+sums are accumulated profile by profile in reading order, as the reference
+engine adds them; every other operation is numpy's on IEEE doubles, as
+Python's. Integers convert to doubles exactly below 2**53. A trace whose token
+or byte counts reach 2**53 (8 PiB), or whose prices would not fit an int64,
+is replayed by the reference engine instead, so the result never differs.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
@@ -35,106 +29,13 @@ import pyarrow as pa
 
 from warmfit.errors import PolicyError
 from warmfit.policies import Policy
+from warmfit.policies.rule import Aggregate, DeclaredPolicy, State, is_declared
 from warmfit.schema import WAVE_CONSTANT
 
 #: Below this, every int64 column converts to a double exactly.
 EXACT_LIMIT = 2**53
 #: Prices and estimates (as doubles) stay below this, so int64 arithmetic on them is exact.
 PRICE_LIMIT = 2**61
-
-
-class Profiles:
-    """The readings of a trace as a vectorized form's ``state`` sees them.
-
-    The engine sorts the readings by profile (stably, so each profile's
-    readings stay in ``seq`` order and lie side by side) and hands a form
-    this view: every attribute is a numpy array with one entry per reading,
-    in that order. A reading is *observed* unless it ran out of memory
-    and is not a split child's caller reading (SPEC §3). :meth:`max_before` and :meth:`min_before` give, per wave, the
-    running maximum or minimum over the profile's readings strictly before
-    the wave's first reading: the profile's state when the wave is priced.
-    They are running maxima and minima only (exact in any order, so the
-    result is the reference engine's to the bit): arithmetic belongs in a
-    form's ``price``.
-    """
-
-    def __init__(
-        self,
-        columns: dict[str, np.ndarray],
-        starts: np.ndarray,
-        priced_at: np.ndarray,
-    ) -> None:
-        #: ``n`` per reading (int64).
-        self.packed_tokens: np.ndarray = columns["packed_tokens"]
-        self.whole: np.ndarray = columns["whole"]
-        #: The reading is learned from (:func:`warmfit.replay.is_observed`): it did
-        #: not run out of memory and is not a split child's caller reading.
-        self.observed: np.ndarray = columns["observed"]
-        #: ``max(0, delta - o) / n`` (SPEC §4), a double, as :attr:`Reading.rate`.
-        self.rate: np.ndarray = columns["rate"]
-        #: ``m / n``, a double, as :attr:`Reading.sharing`.
-        self.sharing: np.ndarray = columns["sharing"]
-        #: Compute bytes ``max(0, delta - o)``, as a double (exact below 2**53).
-        self.compute: np.ndarray = columns["compute"]
-        self._starts = starts
-        self._lengths = np.diff(np.append(starts, len(self.rate)))
-        # Per wave: the position of the reading before its first one, -1
-        # when its first reading opens the profile (nothing came before).
-        self._before = priced_at
-        self._cache: dict[tuple[str, int, int], tuple[object, object, np.ndarray]] = {}
-        self._scratch: np.ndarray | None = None
-
-    def seen_before(self, condition: np.ndarray) -> np.ndarray:
-        """Per reading: whether an earlier reading of its profile meets ``condition``."""
-        meets = np.append(np.flatnonzero(condition), len(condition))
-        ends = self._starts + self._lengths
-        # Per profile, the first reading that meets it (its end when none does).
-        at = np.searchsorted(meets, self._starts)
-        first = np.minimum(meets[at], ends)
-        # +1 from just after that reading to the profile's end: a running sum
-        # of 0s and 1s, since profiles do not overlap.
-        some = first + 1 < ends
-        edges = np.zeros(len(condition) + 1, dtype=np.int8)
-        edges[first[some] + 1] += 1
-        edges[ends[some]] -= 1
-        return np.cumsum(edges[:-1], dtype=np.int8).view(np.bool_)
-
-    def first(self, value: np.ndarray, where: np.ndarray) -> np.ndarray:
-        """Per reading: ``value`` at the first reading of its profile that meets
-        ``where`` (the same for every reading of the profile); NaN where none does."""
-        meets = np.append(np.flatnonzero(where), len(where))
-        ends = self._starts + self._lengths
-        first = np.minimum(meets[np.searchsorted(meets, self._starts)], ends)
-        found = first < ends
-        per_profile = np.full(len(first), np.nan)
-        per_profile[found] = value[first[found]]
-        return np.repeat(per_profile, self._lengths)
-
-    def max_before(self, value: np.ndarray, where: np.ndarray) -> np.ndarray:
-        """Per wave: the largest ``value`` over the profile's earlier readings that
-        meet ``where``; NaN where there is none."""
-        return self._running(np.fmax, value, where)
-
-    def min_before(self, value: np.ndarray, where: np.ndarray) -> np.ndarray:
-        """Per wave: the smallest, as :meth:`max_before`."""
-        return self._running(np.fmin, value, where)
-
-    def _running(self, ufunc: np.ufunc, value: np.ndarray, where: np.ndarray) -> np.ndarray:
-        key = (ufunc.__name__, id(value), id(where))
-        hit = self._cache.get(key)
-        if hit is not None and hit[0] is value and hit[1] is where:
-            return hit[2]
-        if self._scratch is None:
-            self._scratch = np.empty(len(value), dtype=np.float64)
-        running = self._scratch
-        running.fill(np.nan)
-        np.copyto(running, value, where=where)
-        _accumulate(ufunc, running, self._starts, self._lengths)
-        before = self._before
-        result = running[np.maximum(before, 0)]
-        result[before < 0] = np.nan
-        self._cache[key] = (value, where, result)
-        return result
 
 
 #: Up to this many profiles, running aggregates go profile by profile.
@@ -144,13 +45,14 @@ LOOP_PROFILES = 20_000
 def _accumulate(
     ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, lengths: np.ndarray
 ) -> None:
-    """Running ``ufunc`` (fmax or fmin) over each profile's slice of ``values``, in place.
+    """Running ``ufunc`` over each profile's slice of ``values``, in place.
 
     Few profiles: one ``accumulate`` per profile. Many: a segmented
     Hillis-Steele scan (log2 of the longest profile passes over every
-    reading), exact too, since a maximum or minimum is exact in any order.
+    reading), which is exact only for an order-free ``ufunc`` such as fmax or
+    fmin; sums always go profile by profile, in reading order.
     """
-    if len(starts) <= LOOP_PROFILES:
+    if len(starts) <= LOOP_PROFILES or ufunc is np.add:
         for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
             part = values[start : start + length]
             ufunc.accumulate(part, out=part)
@@ -163,149 +65,82 @@ def _accumulate(
         step *= 2
 
 
-@dataclass(frozen=True)
-class VectorizedForm:
-    """A policy's vectorized form: its state as running aggregates, and its price.
+def _running(
+    agg: Aggregate,
+    values: np.ndarray,
+    meets: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+) -> np.ndarray:
+    """Per reading, ``agg`` over its profile's readings up to and including it."""
+    count = len(values)
+    if agg.kind in ("max", "min"):
+        ufunc = np.fmax if agg.kind == "max" else np.fmin
+        running = np.full(count, np.nan)
+        np.copyto(running, values, where=meets)
+        _accumulate(ufunc, running, starts, lengths)
+        return ufunc(agg.initial, running) if not np.isnan(agg.initial) else running
+    if agg.kind in ("sum", "count"):
+        running = np.where(meets, values, 0.0)
+        running[starts] = agg.initial + running[starts]  # ((initial + v1) + v2) + ...
+        _accumulate(np.add, running, starts, lengths)
+        return running
+    # first / last: the position of the reading whose value it is, then the value
+    positions = np.where(meets, np.arange(count, dtype=np.float64), np.nan)
+    _accumulate(np.fmin if agg.kind == "first" else np.fmax, positions, starts, lengths)
+    found = ~np.isnan(positions)
+    result = np.full(count, agg.initial)
+    result[found] = values[positions[found].astype(np.int64)]
+    return result
 
-    ``state`` takes a :class:`Profiles` and maps names to numpy arrays: the
-    policy's fields, per wave, as they stand when the wave is priced (NaN:
-    unset), built from :meth:`Profiles.max_before` and
-    :meth:`Profiles.min_before`. ``price`` takes those fields and the
-    wave's packed and logical tokens, and returns ``p`` per wave (NaN: no
-    profile), doing the policy's float arithmetic in the same order as its
-    ``price`` method, on IEEE doubles as Python does.
+
+def declared_prices(
+    cls: type[DeclaredPolicy],
+    columns: dict[str, np.ndarray],
+    starts: np.ndarray,
+    priced_at: np.ndarray,
+    n: np.ndarray,
+    m: np.ndarray,
+) -> np.ndarray:
+    """``p`` per wave (NaN: no profile) for a declared policy.
+
+    ``columns`` holds every reading's :data:`~warmfit.policies.rule.FIELDS`
+    and ``observed``, sorted by profile (each profile's readings side by side,
+    in seq order, opening at ``starts``); ``priced_at`` is, per wave, the
+    position of the reading just before its first one (-1: none before);
+    ``n`` and ``m`` the waves' token counts.
     """
-
-    state: Callable[[Profiles], dict[str, np.ndarray]]
-    price: Callable[[dict[str, np.ndarray], np.ndarray, np.ndarray], np.ndarray]
-
-
-def _max_merge_state(v: Profiles) -> dict[str, np.ndarray]:
-    sharing_max = v.max_before(v.sharing, v.observed)
-    return {
-        "rate_max": v.max_before(v.rate, v.observed),
-        # sharing_max starts at 1.0 and every sharing is >= 1.0
-        "sharing_max": np.where(np.isnan(sharing_max), 1.0, sharing_max),
+    lengths = np.diff(np.append(starts, len(columns["observed"])))
+    observed = columns["observed"]
+    running: dict[str, np.ndarray] = {}
+    for agg in cls.aggregates:
+        meets = observed if agg.where is None else observed & (agg.where.array(columns, running) != 0)
+        values = agg.value.array(columns, running)
+        running[agg.name] = _running(agg, values, meets, starts, lengths)
+    before = np.maximum(priced_at, 0)
+    state = {
+        agg.name: np.where(priced_at < 0, agg.initial, running[agg.name][before])
+        for agg in cls.aggregates
     }
-
-
-def _max_merge_price(state: dict[str, np.ndarray], n: np.ndarray, m: np.ndarray) -> np.ndarray:
-    # MaxMerge.price: rate_max * max(n, m / sharing_max)
-    return state["rate_max"] * np.maximum(n, m / state["sharing_max"])
-
-
-#: :class:`~warmfit.policies.MaxMerge` at once: ``rate_max * max(n, m / sharing_max)``.
-MAX_MERGE = VectorizedForm(_max_merge_state, _max_merge_price)
-
-
-def _warm_fit_state(v: Profiles) -> dict[str, np.ndarray]:
-    # The seed is the profile's first observed whole reading; a reading is
-    # warm when the seed came strictly before it.
-    warm = v.observed & v.seen_before(v.whole & v.observed)
-    warm_whole = warm & v.whole
-    warm_rate = v.max_before(v.rate, warm)
-    warm_sharing = v.max_before(v.sharing, warm_whole)
-    return {
-        **_max_merge_state(v),
-        # warm_rate starts at 0.0 and every rate is >= 0.0
-        "warm_rate": np.where(np.isnan(warm_rate), 0.0, warm_rate),
-        "warm_tokens": v.min_before(v.packed_tokens, warm_whole),
-        "warm_sharing": np.where(np.isnan(warm_sharing), 1.0, warm_sharing),
-    }
-
-
-def _warm_fit_price(state: dict[str, np.ndarray], n: np.ndarray, m: np.ndarray) -> np.ndarray:
-    # WarmFit.price: max-merge until warm_tokens is set, then
-    # min(max_merge, warm_rate * max(warm_tokens, max(n, m / warm_sharing)))
-    max_merge = _max_merge_price(state, n, m)
-    warm_tokens = state["warm_tokens"]
-    with np.errstate(invalid="ignore"):
-        warm = state["warm_rate"] * np.maximum(
-            warm_tokens, np.maximum(n, m / state["warm_sharing"])
-        )
-        return np.where(np.isnan(warm_tokens), max_merge, np.minimum(max_merge, warm))
-
-
-#: :class:`~warmfit.policies.WarmFit` at once: the seed, then the warm fit's running fields.
-WARM_FIT = VectorizedForm(_warm_fit_state, _warm_fit_price)
-
-
-def _warm_affine_state(v: Profiles) -> dict[str, np.ndarray]:
-    # The anchor is the profile's first warm whole reading (the same reading
-    # that first sets warm_tokens); marginal rates are taken against it.
-    warm = v.observed & v.seen_before(v.whole & v.observed)
-    warm_whole = warm & v.whole
-    anchor_tokens = v.first(v.packed_tokens.astype(np.float64), warm_whole)
-    anchor_bytes = v.first(v.compute, warm_whole)
-    at_anchor = warm_whole & (v.packed_tokens == anchor_tokens)
-    elsewhere = warm_whole & ~at_anchor
-    with np.errstate(invalid="ignore", divide="ignore"):
-        marginal = (v.compute - anchor_bytes) / (v.packed_tokens - anchor_tokens)
-    below = v.max_before(v.compute, elsewhere & (v.packed_tokens < anchor_tokens))
-    return {
-        **_warm_fit_state(v),
-        "anchor_tokens": v.max_before(anchor_tokens, warm_whole),
-        "top_bytes": v.max_before(v.compute, at_anchor),
-        "below_bytes": np.where(np.isnan(below), 0.0, below),
-        "slope": v.max_before(marginal, elsewhere),
-        "max_tokens": v.max_before(v.packed_tokens, warm_whole),
-    }
-
-
-def _warm_affine_price(state: dict[str, np.ndarray], n: np.ndarray, m: np.ndarray) -> np.ndarray:
-    # WarmAffine.price: warm-fit until a slope is known, then min(warm_fit, L(n_eff)),
-    # beyond max_tokens at least L(max_tokens) * (n_eff / max_tokens)
-    warm_fit = _warm_fit_price(state, n, m)
-    slope = np.maximum(0.0, state["slope"])
-
-    def line(tokens: np.ndarray) -> np.ndarray:
-        rise = state["top_bytes"] + slope * (tokens - state["anchor_tokens"])
-        return np.maximum(state["below_bytes"], rise)
-
-    with np.errstate(invalid="ignore"):
-        n_eff = np.maximum(state["warm_tokens"], np.maximum(n, m / state["warm_sharing"]))
-        max_tokens = state["max_tokens"]
-        affine = line(n_eff)
-        reach = line(max_tokens) * (n_eff / max_tokens)
-        affine = np.where(n_eff > max_tokens, np.maximum(affine, reach), affine)
-        priced = np.minimum(warm_fit, affine)
-    return np.where(np.isnan(state["slope"]), warm_fit, priced)
-
-
-#: :class:`~warmfit.policies.WarmAffine` at once: warm-fit's fields, then the line's.
-WARM_AFFINE = VectorizedForm(_warm_affine_state, _warm_affine_price)
+    with np.errstate(all="ignore"):
+        return np.asarray(cls.rule(State(state), n.astype(np.float64), m.astype(np.float64)))
 
 
 def has_vectorized_form(cls: type[Policy]) -> bool:
-    """Whether ``cls`` itself (not a parent) declares a vectorized form.
+    """Whether ``cls`` is declared (:func:`warmfit.policies.rule.is_declared`), so the
+    vectorized engine can run it.
 
     >>> from warmfit.policies import MaxMerge, WarmFit
     >>> has_vectorized_form(MaxMerge), has_vectorized_form(WarmFit)
     (True, True)
     >>> class Tweaked(WarmFit):
     ...     name = "tweaked"
+    ...     def price(self, request):
+    ...         return 0.0
     >>> has_vectorized_form(Tweaked)
     False
     """
-    return isinstance(cls.__dict__.get("vectorized"), str)
-
-
-def vectorized_form(cls: type[Policy]) -> VectorizedForm:
-    """Load the vectorized form that ``cls`` declares."""
-    spec = cls.__dict__.get("vectorized")
-    if not isinstance(spec, str):
-        raise PolicyError(f"policy {cls.name!r} declares no vectorized form.")
-    module_name, _, attr = spec.partition(":")
-    try:
-        form = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise PolicyError(
-            f"policy {cls.name!r} names the vectorized form {spec!r}, which cannot be loaded: "
-            f"{exc}. Use --engine scalar."
-        ) from None
-    if not isinstance(form, VectorizedForm):
-        raise PolicyError(f"{spec!r} (policy {cls.name!r}) is not a warmfit VectorizedForm.")
-    return form
+    return is_declared(cls)
 
 
 def _fits_exactly(readings: pl.DataFrame) -> bool:
@@ -329,7 +164,7 @@ def replay_vectorized(
     policies: Sequence[type[Policy]],
     safety_factor: float,
 ) -> pl.DataFrame:
-    """Replay readings with every policy's vectorized form; same result as the reference.
+    """Replay readings with every policy's declaration at once; same result as the reference.
 
     ``readings`` is a validated trace sorted by run, rank and seq, as
     :func:`warmfit.replay.replay_scalar` takes it; the result is the one
@@ -338,7 +173,7 @@ def replay_vectorized(
     """
     from warmfit.replay import PER_WAVE_SCHEMA, replay_scalar
 
-    forms = [vectorized_form(cls) for cls in policies]
+    declared = [_declared(cls) for cls in policies]
     if readings.height == 0 or not policies:
         return pl.DataFrame(schema=PER_WAVE_SCHEMA)
     if not _fits_exactly(readings):
@@ -400,21 +235,24 @@ def replay_vectorized(
     at = position[first]
     del position
     priced_at = np.where(opens[at], -1, at - 1)
-    profiles = Profiles(
-        {
-            "packed_tokens": n[by_profile],
-            "whole": readings.get_column("whole").to_numpy()[by_profile],
-            "observed": observed[by_profile],
-            "rate": rate[by_profile],
-            "sharing": sharing[by_profile],
-            "compute": compute[by_profile].astype(np.float64),
-        },
-        np.flatnonzero(opens),
-        priced_at,
-    )
-    del by_profile, opens, rate, sharing, compute, oom_reading, observed, delta
-    states = [form.state(profiles) for form in forms]
-    del profiles
+    # Every reading's fields as the declarations read them (warmfit.policies.rule.FIELDS).
+    output = _ints(readings, "output_bytes")
+    columns = {
+        "packed_tokens": n[by_profile].astype(np.float64),
+        "logical_tokens": _ints(readings, "logical_tokens")[by_profile].astype(np.float64),
+        "delta_bytes": delta[by_profile].astype(np.float64),
+        "output_bytes": output[by_profile].astype(np.float64),
+        "compute_bytes": compute[by_profile].astype(np.float64),
+        "rate": rate[by_profile],
+        "sharing": sharing[by_profile],
+        "whole": readings.get_column("whole").to_numpy()[by_profile].astype(np.float64),
+        "caller": (readings.get_column("phase") == "caller").to_numpy()[by_profile].astype(
+            np.float64
+        ),
+        "observed": observed[by_profile],
+    }
+    profile_starts = np.flatnonzero(opens)
+    del by_profile, opens, rate, sharing, compute, oom_reading, observed, delta, output
 
     waves = readings.select(
         "packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"
@@ -427,8 +265,8 @@ def replay_vectorized(
     has_floor = waves.get_column("static_floor_bytes").is_not_null().to_numpy()
     floor = waves.get_column("static_floor_bytes").fill_null(0).to_numpy()
     estimates, set_by = [], []
-    for form, fields in zip(forms, states, strict=True):
-        p = form.price(fields, n, m)
+    for cls in declared:
+        p = declared_prices(cls, columns, profile_starts, priced_at, n, m)
         has_p = ~np.isnan(p)
         if (p[has_p] >= PRICE_LIMIT).any():
             return replay_scalar(readings, policies, safety_factor)
@@ -464,6 +302,15 @@ def replay_vectorized(
         under_peak=_masked(estimate < per_row_actual, priced),
         oom=pl.Series(np.repeat(oom, count)),
     ).select(pl.col(name).cast(dtype) for name, dtype in PER_WAVE_SCHEMA.items())
+
+
+def _declared(cls: type[Policy]) -> type[DeclaredPolicy]:
+    if not is_declared(cls):
+        raise PolicyError(
+            f"policy {cls.name!r} is not declared (warmfit.policies.rule.DeclaredPolicy), so "
+            "only the reference engine can replay it. Use --engine scalar or auto."
+        )
+    return cls  # type: ignore[return-value]
 
 
 def _masked(values: np.ndarray, valid: np.ndarray) -> pl.Series:
