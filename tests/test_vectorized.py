@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
 from warmfit.errors import PolicyError, UsageError
 from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmAffine, WarmFit
+from warmfit.policies.rule import RATE, Max
 from warmfit.replay import (
     GROUPINGS,
     PER_WAVE_SCHEMA,
@@ -36,7 +37,6 @@ from warmfit.replay import (
     summarize,
 )
 from warmfit.trace import read_trace, readings_frame, write_trace
-from warmfit.policies.rule import RATE, Max
 from warmfit.vectorized import has_vectorized_form, replay_vectorized
 
 BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit, WarmAffine]

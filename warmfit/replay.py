@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from warmfit.errors import PolicyError, UsageError
-from warmfit.policies import Policy, PriceRequest, Reading, get_policy
+from warmfit.policies import Policy, PriceRequest, Reading, checked_class, get_policy
 
 DEFAULT_POLICIES = ("max-merge", "warm-fit")
 DEFAULT_SAFETY_FACTOR = 1.1
@@ -108,10 +108,10 @@ def check_safety_factor(safety_factor: float) -> float:
     return float(safety_factor)
 
 
-def resolve_policies(names: Sequence[str] | None) -> list[type[Policy]]:
-    """Policy classes for names or ``module:Class`` specs, defaults when empty."""
+def resolve_policies(names: Sequence[str | type[Policy]] | None) -> list[type[Policy]]:
+    """Policy classes for names, ``module:Class`` specs or classes; defaults when empty."""
     chosen = list(names) if names else list(DEFAULT_POLICIES)
-    classes = [get_policy(name) for name in chosen]
+    classes = [checked_class(p, repr(p)) if isinstance(p, type) else get_policy(p) for p in chosen]
     seen: set[str] = set()
     for cls in classes:
         if cls.name in seen:
@@ -374,7 +374,7 @@ class ReplayResult:
 
 def replay(
     readings: pl.DataFrame,
-    policies: Sequence[str] | None = None,
+    policies: Sequence[str | type[Policy]] | None = None,
     safety_factor: float = DEFAULT_SAFETY_FACTOR,
     engine: str = "auto",
     by: str = "run",
@@ -382,8 +382,8 @@ def replay(
 ) -> ReplayResult:
     """Replay validated readings through policies and summarize, per SPEC §3 and §7.
 
-    ``policies`` are registered names or ``module:Class`` specs (default:
-    max-merge and warm-fit). ``engine`` is ``auto``, ``scalar`` or
+    ``policies`` are registered names, ``module:Class`` specs or policy
+    classes (default: max-merge and warm-fit). ``engine`` is ``auto``, ``scalar`` or
     ``vectorized``; every engine gives identical results, and ``auto`` picks
     the vectorized one when every policy has a vectorized form. ``by``
     groups the summary by ``run`` or by ``signature`` within each run. With

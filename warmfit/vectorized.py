@@ -114,7 +114,9 @@ def declared_prices(
     observed = columns["observed"]
     running: dict[str, np.ndarray] = {}
     for agg in cls.aggregates:
-        meets = observed if agg.where is None else observed & (agg.where.array(columns, running) != 0)
+        meets = (
+            observed if agg.where is None else observed & (agg.where.array(columns, running) != 0)
+        )
         values = agg.value.array(columns, running)
         running[agg.name] = _running(agg, values, meets, starts, lengths)
     before = np.maximum(priced_at, 0)
@@ -246,9 +248,9 @@ def replay_vectorized(
         "rate": rate[by_profile],
         "sharing": sharing[by_profile],
         "whole": readings.get_column("whole").to_numpy()[by_profile].astype(np.float64),
-        "caller": (readings.get_column("phase") == "caller").to_numpy()[by_profile].astype(
-            np.float64
-        ),
+        "caller": (readings.get_column("phase") == "caller")
+        .to_numpy()[by_profile]
+        .astype(np.float64),
         "observed": observed[by_profile],
     }
     profile_starts = np.flatnonzero(opens)

@@ -401,7 +401,7 @@ class DeclaredPolicy(Policy):
         values = reading_values(reading)
         state = self.state
         for agg in self.aggregates:
-            if agg.where is not None and not agg.where.scalar(values, state) != 0:
+            if agg.where is not None and agg.where.scalar(values, state) == 0:
                 continue
             if isinstance(agg, First):
                 if agg.name in self.first_seen:
@@ -418,7 +418,6 @@ class DeclaredPolicy(Policy):
             )
         p = float(p)
         return None if math.isnan(p) else p
-
 
 
 def is_declared(cls: type[Policy]) -> bool:
