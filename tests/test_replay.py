@@ -332,7 +332,7 @@ def test_replay_of_a_trace_split_across_files_equals_one_file(tmp_path: Path) ->
 def test_a_numpy_price_is_a_price() -> None:
     import numpy as np
 
-    from warmfit.replay import _checked_price
+    from warmfit.replay.reference import _checked_price
 
     assert _checked_price(MaxMerge, np.int64(5)) == 5
     with pytest.raises(PolicyError, match="'max-merge' priced a wave at"):

@@ -91,8 +91,8 @@ def test_both_engines_run_the_one_declaration(frame: pl.DataFrame) -> None:
 
 
 def test_the_segmented_path_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from warmfit import vectorized
     from warmfit.checks import random_trace, read_trace_frame
+    from warmfit.replay import vectorized
 
     trace = read_trace_frame(random_trace(11))
     expected = replay(trace, [KitchenSink], engine="scalar").per_wave

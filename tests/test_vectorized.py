@@ -36,8 +36,8 @@ from warmfit.replay import (
     result_groups,
     summarize,
 )
+from warmfit.replay.vectorized import has_vectorized_form, replay_vectorized
 from warmfit.trace import read_trace, readings_frame, write_trace
-from warmfit.vectorized import has_vectorized_form, replay_vectorized
 
 BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit, WarmAffine]
 BUILT_IN_NAMES = [cls.name for cls in BUILT_IN]

@@ -14,9 +14,10 @@ same order, the same bytes, the same floats.
 Exactness: maxima, minima, first and last values are exact in any order;
 sums are accumulated profile by profile in reading order, as the reference
 engine adds them; every other operation is numpy's on IEEE doubles, as
-Python's. Integers convert to doubles exactly below 2**53. A trace whose token
-or byte counts reach 2**53 (8 PiB), or whose prices would not fit an int64,
-is replayed by the reference engine instead, so the result never differs.
+Python's. Integers convert to doubles exactly below 2**53. For a trace whose
+token or byte counts reach 2**53 (8 PiB), or whose prices would not fit an
+int64, :func:`replay_vectorized` returns None and :func:`warmfit.replay.replay`
+runs the reference engine instead (and says so), so the result never differs.
 """
 
 from __future__ import annotations
@@ -30,12 +31,11 @@ import pyarrow as pa
 from warmfit.errors import PolicyError
 from warmfit.policies import Policy
 from warmfit.policies.rule import Aggregate, DeclaredPolicy, State, is_declared
+from warmfit.replay.semantics import PER_WAVE_SCHEMA, estimates, observed
 from warmfit.schema import WAVE_CONSTANT
 
 #: Below this, every int64 column converts to a double exactly.
 EXACT_LIMIT = 2**53
-#: Prices and estimates (as doubles) stay below this, so int64 arithmetic on them is exact.
-PRICE_LIMIT = 2**61
 
 
 #: Up to this many profiles, running aggregates go profile by profile.
@@ -165,21 +165,20 @@ def replay_vectorized(
     readings: pl.DataFrame,
     policies: Sequence[type[Policy]],
     safety_factor: float,
-) -> pl.DataFrame:
+) -> pl.DataFrame | None:
     """Replay readings with every policy's declaration at once; same result as the reference.
 
     ``readings`` is a validated trace sorted by run, rank and seq, as
     :func:`warmfit.replay.replay_scalar` takes it; the result is the one
     :func:`~warmfit.replay.replay_scalar` returns, row for row and byte for
-    byte (:data:`warmfit.replay.PER_WAVE_SCHEMA`).
+    byte (:data:`warmfit.replay.semantics.PER_WAVE_SCHEMA`) — or None where
+    doubles could not give those bytes exactly (see the module's docstring).
     """
-    from warmfit.replay import PER_WAVE_SCHEMA, replay_scalar
-
     declared = [_declared(cls) for cls in policies]
     if readings.height == 0 or not policies:
         return pl.DataFrame(schema=PER_WAVE_SCHEMA)
     if not _fits_exactly(readings):
-        return replay_scalar(readings, policies, safety_factor)
+        return None
 
     # Per reading: delta, rate and sharing, with Python's arithmetic (SPEC §4).
     n = _ints(readings, "packed_tokens")
@@ -214,12 +213,8 @@ def replay_vectorized(
     first = first[by_first]
     actual = np.maximum.reduceat(delta[order], starts)[by_first]
     oom_reading = readings.get_column("oom").to_numpy()
-    # is_observed(kind, phase, oom), over every reading at once
-    observed = (
-        ~oom_reading
-        & ~readings.select((pl.col("kind") == "split_child") & (pl.col("phase") == "caller"))
-        .to_series()
-        .to_numpy()
+    observed_reading = observed(
+        readings.get_column("kind").to_numpy(), readings.get_column("phase").to_numpy(), oom_reading
     )
     oom = np.logical_or.reduceat(oom_reading[order], starts)[by_first]
     del order, starts, by_first
@@ -251,10 +246,10 @@ def replay_vectorized(
         "caller": (readings.get_column("phase") == "caller")
         .to_numpy()[by_profile]
         .astype(np.float64),
-        "observed": observed[by_profile],
+        "observed": observed_reading[by_profile],
     }
     profile_starts = np.flatnonzero(opens)
-    del by_profile, opens, rate, sharing, compute, oom_reading, observed, delta, output
+    del by_profile, opens, rate, sharing, compute, oom_reading, observed_reading, delta, output
 
     waves = readings.select(
         "packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"
@@ -266,26 +261,20 @@ def replay_vectorized(
     o = _ints(waves, "output_bytes")
     has_floor = waves.get_column("static_floor_bytes").is_not_null().to_numpy()
     floor = waves.get_column("static_floor_bytes").fill_null(0).to_numpy()
-    estimates, set_by = [], []
+    estimates_of: list[np.ndarray] = []
+    set_by: list[np.ndarray] = []
     for cls in declared:
         p = declared_prices(cls, columns, profile_starts, priced_at, n, m)
-        has_p = ~np.isnan(p)
-        if (p[has_p] >= PRICE_LIMIT).any():
-            return replay_scalar(readings, policies, safety_factor)
-        learned = np.where(has_p, p, 0.0).astype(np.int64)  # int(p)
-        compute = np.maximum(floor, learned)
-        with np.errstate(over="ignore"):  # an overflow falls back to the reference, below
-            total = (o + np.where(has_p, compute, floor)).astype(np.float64) * safety_factor
-        if (total >= PRICE_LIMIT).any():
-            return replay_scalar(readings, policies, safety_factor)
-        estimates.append(np.where(has_p | has_floor, total.astype(np.int64), -1))
-        # 0: unpriced, 1: profile, 2: floor
-        set_by.append(np.where(has_p, np.where(learned >= floor, 1, 2), np.where(has_floor, 2, 0)))
+        arithmetic = estimates(p, o, floor, has_floor, safety_factor)
+        if arithmetic is None:
+            return None
+        estimates_of.append(arithmetic[0])
+        set_by.append(arithmetic[1])
 
     # One row per wave and policy, policies in the order given.
     count = len(policies)
-    estimate = np.stack(estimates, axis=1).ravel()
-    del estimates
+    estimate = np.stack(estimates_of, axis=1).ravel()
+    del estimates_of
     priced = estimate >= 0
     per_row_actual = np.repeat(actual, count)
     with np.errstate(divide="ignore", invalid="ignore"):
