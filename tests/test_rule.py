@@ -88,6 +88,17 @@ def test_both_engines_run_the_one_declaration(frame: pl.DataFrame) -> None:
     vectorized = replay(readings, [KitchenSink], engine="vectorized")
     assert vectorized.engine == "vectorized"
     assert scalar.per_wave.equals(vectorized.per_wave)
+    # every profile as the trace left it: the same state on both engines
+    assert scalar.profiles.keys() == vectorized.profiles.keys()
+    for key, profile in scalar.profiles.items():
+        other = vectorized.profiles[key]
+        assert isinstance(profile, DeclaredPolicy) and isinstance(other, DeclaredPolicy)
+        assert np.array_equal(
+            np.array(list(profile.state.values())),
+            np.array(list(other.state.values())),
+            equal_nan=True,
+        )
+        assert profile.first_seen == other.first_seen
 
 
 def test_the_segmented_path_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,5 +46,5 @@ def plot_command(
     readings = read_traces(paths)
     result = replay(readings, policy, safety, engine.value)
     with writing(output):
-        render_plot(build_plot_data(readings, result), output)
+        render_plot(build_plot_data(result), output)
     typer.echo(f"wrote {output} ({len(result.summary.get_column('run').unique())} runs)")

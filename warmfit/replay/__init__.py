@@ -20,7 +20,7 @@ The package, imports pointing one way:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -31,6 +31,7 @@ from warmfit.replay.semantics import (
     DEFAULT_SAFETY_FACTOR,
     MAX_ESTIMATE_BYTES,
     PER_WAVE_SCHEMA,
+    ProfileKey,
     check_safety_factor,
     estimate_bytes,
     is_observed,
@@ -42,6 +43,7 @@ from warmfit.replay.summary import (
     SUMMARY_COLUMNS,
     result_groups,
     summarize,
+    wave_roles,
 )
 from warmfit.replay.vectorized import has_vectorized_form, replay_vectorized
 
@@ -65,6 +67,7 @@ __all__ = [
     "resolve_policies",
     "result_groups",
     "summarize",
+    "wave_roles",
 ]
 
 DEFAULT_POLICIES = ("max-merge", "warm-fit")
@@ -85,7 +88,7 @@ def resolve_policies(names: Sequence[str | type[Policy]] | None) -> list[type[Po
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """What a replay produced: per-wave rows and the summary.
+    """What a replay produced: per-wave rows, the summary, and what every report needs.
 
     ``by`` is what the summary is grouped by (:data:`GROUPINGS`);
     ``budget_bytes`` the memory budget its admission figures assume, if any.
@@ -98,6 +101,10 @@ class ReplayResult:
     engine: str
     by: str = "run"
     budget_bytes: int | None = None
+    #: Every profile as it stands after the trace, by (run, rank, signature, policy).
+    profiles: dict[ProfileKey, Policy] = field(default_factory=dict)
+    #: Each wave's role in its profile: ``seed``, ``warm`` or ``other`` (:func:`wave_roles`).
+    roles: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 def replay(
@@ -128,17 +135,22 @@ def replay(
     classes = resolve_policies(policies)
     chosen = _choose_engine(engine, classes)
     per_wave = None
+    profiles: dict[ProfileKey, Policy] = {}
     if chosen == "vectorized":
         # None where doubles could not give the reference's bytes: the reference runs
-        per_wave = replay_vectorized(readings, classes, safety_factor)
+        per_wave = replay_vectorized(readings, classes, safety_factor, profiles)
     if per_wave is None:
         chosen = "scalar"
-        per_wave = replay_scalar(readings, classes, safety_factor)
+        profiles.clear()
+        per_wave = replay_scalar(readings, classes, safety_factor, profiles)
     if budget_bytes is not None:
         per_wave = per_wave.with_columns(admitted=pl.col("estimate_bytes") <= budget_bytes)
     names = tuple(cls.name for cls in classes)
     summary = summarize(per_wave, names, groups, budget_bytes)
-    return ReplayResult(per_wave, summary, names, safety_factor, chosen, by, budget_bytes)
+    return ReplayResult(
+        per_wave, summary, names, safety_factor, chosen, by, budget_bytes, profiles,
+        wave_roles(readings),
+    )  # fmt: skip
 
 
 def _choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:

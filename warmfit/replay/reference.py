@@ -19,6 +19,7 @@ from warmfit.policies import Policy, PriceRequest, Reading
 from warmfit.replay.semantics import (
     DEFAULT_SAFETY_FACTOR,
     PER_WAVE_SCHEMA,
+    ProfileKey,
     estimate_bytes,
     is_observed,
 )
@@ -58,12 +59,15 @@ def replay_scalar(
     readings: pl.DataFrame,
     policies: Sequence[type[Policy]],
     safety_factor: float = DEFAULT_SAFETY_FACTOR,
+    profiles_out: dict[ProfileKey, Policy] | None = None,
 ) -> pl.DataFrame:
     """Replay readings one at a time; return one row per wave and policy.
 
     ``readings`` is a validated trace (see :func:`warmfit.trace.read_trace`)
     sorted by run, rank and seq. Rows come out by run, rank and the wave's
-    first reading, then policy in the order given.
+    first reading, then policy in the order given. ``profiles_out``, when
+    given, receives every profile as it stands after the trace, by ``(run,
+    rank, signature, policy)``.
     """
     columns = readings.select(
         "run", "rank", "wave", "signature", "kind", "phase", "whole", "packed_tokens",
@@ -88,6 +92,8 @@ def replay_scalar(
                 profile = by_signature.get(sig)
                 if profile is None:
                     profile = by_signature[sig] = cls()
+                    if profiles_out is not None:
+                        profiles_out[(run, rank, sig, cls.name)] = profile
                 p = _checked_price(cls, profile.price(request))
                 try:
                     estimates.append(estimate_bytes(p, o, s, safety_factor))

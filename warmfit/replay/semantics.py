@@ -16,6 +16,9 @@ import polars as pl
 
 from warmfit.errors import UsageError
 
+#: A profile: ``(run, rank, signature, policy name)``.
+ProfileKey = tuple[str, int, str, str]
+
 #: The safety factor ``f`` of SPEC §3 when none is given.
 DEFAULT_SAFETY_FACTOR = 1.1
 

@@ -120,3 +120,38 @@ def result_groups(readings: pl.DataFrame, by: str = "run") -> pl.DataFrame:
         raise UsageError(f"by must be one of {', '.join(GROUPINGS)}; got {by!r}.")
     keys = ["run"] if by == "run" else ["run", "signature"]
     return readings.select(keys).unique().sort(keys)
+
+
+def wave_roles(readings: pl.DataFrame) -> pl.DataFrame:
+    """Each wave's role in its profile ``(run, rank, signature)``: ``run, rank, wave, role``.
+
+    ``seed`` for the wave holding the profile's first whole reading that is
+    observed (SPEC §4: it pays one-time costs); ``warm`` for a wave with an
+    observed whole reading after the seed; ``other`` for the rest
+    (forward-only calls, split children, interrupted or out-of-memory waves,
+    waves before the seed).
+    """
+    profile = ["run", "rank", "signature"]
+    frame = readings.select(
+        *profile, "wave", "seq", (pl.col("whole") & ~pl.col("oom")).alias("teaches")
+    )
+    seeds = frame.filter(pl.col("teaches")).group_by(profile).agg(pl.col("seq").min().alias("seed"))
+    return (
+        frame.join(seeds, on=profile, how="left")
+        .group_by(["run", "rank", "wave"], maintain_order=True)
+        .agg(
+            (pl.col("seq") == pl.col("seed")).any().alias("is_seed"),
+            (pl.col("teaches") & (pl.col("seq") > pl.col("seed"))).any().alias("is_warm"),
+        )
+        .select(
+            "run",
+            "rank",
+            "wave",
+            pl.when(pl.col("is_seed").fill_null(False))
+            .then(pl.lit("seed"))
+            .when(pl.col("is_warm").fill_null(False))
+            .then(pl.lit("warm"))
+            .otherwise(pl.lit("other"))
+            .alias("role"),
+        )
+    )

@@ -30,8 +30,8 @@ import pyarrow as pa
 
 from warmfit.errors import PolicyError
 from warmfit.policies import Policy
-from warmfit.policies.rule import Aggregate, DeclaredPolicy, State, is_declared
-from warmfit.replay.semantics import PER_WAVE_SCHEMA, estimates, observed
+from warmfit.policies.rule import Aggregate, DeclaredPolicy, First, State, is_declared
+from warmfit.replay.semantics import PER_WAVE_SCHEMA, ProfileKey, estimates, observed
 from warmfit.schema import WAVE_CONSTANT
 
 #: Below this, every int64 column converts to a double exactly.
@@ -101,8 +101,9 @@ def declared_prices(
     priced_at: np.ndarray,
     n: np.ndarray,
     m: np.ndarray,
-) -> np.ndarray:
-    """``p`` per wave (NaN: no profile) for a declared policy.
+) -> tuple[np.ndarray, list[DeclaredPolicy]]:
+    """``p`` per wave (NaN: no profile) for a declared policy, and each profile as it
+    stands after its last reading.
 
     ``columns`` holds every reading's :data:`~warmfit.policies.rule.FIELDS`
     and ``observed``, sorted by profile (each profile's readings side by side,
@@ -113,19 +114,31 @@ def declared_prices(
     lengths = np.diff(np.append(starts, len(columns["observed"])))
     observed = columns["observed"]
     running: dict[str, np.ndarray] = {}
+    reached: dict[str, np.ndarray] = {}  # per profile: whether a First aggregate was set
     for agg in cls.aggregates:
         meets = (
             observed if agg.where is None else observed & (agg.where.array(columns, running) != 0)
         )
         values = agg.value.array(columns, running)
         running[agg.name] = _running(agg, values, meets, starts, lengths)
+        if isinstance(agg, First):
+            reached[agg.name] = np.logical_or.reduceat(meets, starts)
     before = np.maximum(priced_at, 0)
     state = {
         agg.name: np.where(priced_at < 0, agg.initial, running[agg.name][before])
         for agg in cls.aggregates
     }
     with np.errstate(all="ignore"):
-        return np.asarray(cls.rule(State(state), n.astype(np.float64), m.astype(np.float64)))
+        p = np.asarray(cls.rule(State(state), n.astype(np.float64), m.astype(np.float64)))
+    last = starts + lengths - 1
+    finals = {name: values[last] for name, values in running.items()}
+    profiles = []
+    for j in range(len(starts)):
+        profile = cls()
+        profile.state = {name: values[j] for name, values in finals.items()}
+        profile.first_seen = {name for name, met in reached.items() if met[j]}
+        profiles.append(profile)
+    return p, profiles
 
 
 def has_vectorized_form(cls: type[Policy]) -> bool:
@@ -165,6 +178,7 @@ def replay_vectorized(
     readings: pl.DataFrame,
     policies: Sequence[type[Policy]],
     safety_factor: float,
+    profiles_out: dict[ProfileKey, Policy] | None = None,
 ) -> pl.DataFrame | None:
     """Replay readings with every policy's declaration at once; same result as the reference.
 
@@ -173,6 +187,8 @@ def replay_vectorized(
     :func:`~warmfit.replay.replay_scalar` returns, row for row and byte for
     byte (:data:`warmfit.replay.semantics.PER_WAVE_SCHEMA`) — or None where
     doubles could not give those bytes exactly (see the module's docstring).
+    ``profiles_out``, when given, receives every profile as it stands after the
+    trace, as :func:`~warmfit.replay.replay_scalar` gives them.
     """
     declared = [_declared(cls) for cls in policies]
     if readings.height == 0 or not policies:
@@ -249,6 +265,7 @@ def replay_vectorized(
         "observed": observed_reading[by_profile],
     }
     profile_starts = np.flatnonzero(opens)
+    by_profile_first = by_profile[profile_starts]
     del by_profile, opens, rate, sharing, compute, oom_reading, observed_reading, delta, output
 
     waves = readings.select(
@@ -263,8 +280,15 @@ def replay_vectorized(
     floor = waves.get_column("static_floor_bytes").fill_null(0).to_numpy()
     estimates_of: list[np.ndarray] = []
     set_by: list[np.ndarray] = []
+    # Each profile's (run, rank, signature), from its first reading.
+    owners: list[tuple[str, int, str]] = (
+        readings.select("run", "rank", "signature").gather(by_profile_first).rows()
+    )
     for cls in declared:
-        p = declared_prices(cls, columns, profile_starts, priced_at, n, m)
+        p, finals = declared_prices(cls, columns, profile_starts, priced_at, n, m)
+        if profiles_out is not None:
+            for owner, final in zip(owners, finals, strict=True):
+                profiles_out[(*owner, cls.name)] = final
         arithmetic = estimates(p, o, floor, has_floor, safety_factor)
         if arithmetic is None:
             return None
