@@ -48,3 +48,26 @@ def test_no_module_imports_itself_back_through_others() -> None:
         if module not in state:
             visit(module, [module])
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_library_errors_name_arguments_and_the_cli_names_flags() -> None:
+    import pytest
+    from typer.testing import CliRunner
+
+    from warmfit.cli import app
+    from warmfit.errors import UsageError
+    from warmfit.replay import replay
+    from warmfit.report import render
+    from warmfit.trace import readings_frame
+
+    frame = readings_frame(
+        [dict(seq=0, wave=0, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9)]
+    )
+    with pytest.raises(UsageError, match="^safety_factor must be a positive number"):
+        replay(frame, safety_factor=0)
+    with pytest.raises(UsageError, match="^engine must be one of"):
+        replay(frame, engine="fast")
+    with pytest.raises(UsageError, match="^fmt must be one of"):
+        render(replay(frame), "yaml")
+    result = CliRunner().invoke(app, ["replay", "traces/pr991", "--safety", "0"])
+    assert result.exit_code == 2 and "--safety must be a positive number" in result.output

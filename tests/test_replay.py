@@ -250,7 +250,7 @@ def test_median_is_the_mean_of_the_two_middle_values() -> None:
 
 def test_bad_safety_factor_and_policy_names_are_usage_errors() -> None:
     frame = readings_frame(WORKED)
-    with pytest.raises(UsageError, match="--safety must be a positive number"):
+    with pytest.raises(UsageError, match="^safety_factor must be a positive number"):
         replay(frame, safety_factor=0)
     with pytest.raises(UsageError, match="named twice"):
         replay(frame, policies=["warm-fit", "warm-fit"])

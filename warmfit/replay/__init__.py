@@ -130,7 +130,9 @@ def replay(
     """
     safety_factor = check_safety_factor(safety_factor)
     if budget_bytes is not None and not budget_bytes >= 0:
-        raise UsageError(f"the budget must be a number of bytes >= 0; got {budget_bytes!r}.")
+        raise UsageError(
+            f"must be a number of bytes >= 0; got {budget_bytes!r}.", argument="budget_bytes"
+        )
     groups = result_groups(readings, by)
     classes = resolve_policies(policies)
     chosen = _choose_engine(engine, classes)
@@ -155,7 +157,7 @@ def replay(
 
 def _choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:
     if engine not in ENGINES:
-        raise UsageError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}.")
+        raise UsageError(f"must be one of {', '.join(ENGINES)}; got {engine!r}.", argument="engine")
     if engine == "scalar":
         return "scalar"
     vectorizable = all(has_vectorized_form(cls) for cls in classes)

@@ -101,7 +101,7 @@ def replay_scalar(
                     raise UsageError(
                         f"policy {cls.name!r} prices wave {wave} (run {run!r}, rank {rank}) "
                         f"above 2**63 bytes (p={p!r}, outputs {o}, floor {s}, safety factor "
-                        f"{safety_factor:g}); check the trace's byte counts and --safety."
+                        f"{safety_factor:g}); check the trace's byte counts and the safety factor."
                     ) from None
             state = _Wave(run, rank, wave, sig, kind, n, m, o, s, delta, oom, estimates)
             open_waves[wave] = state

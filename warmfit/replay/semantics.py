@@ -136,6 +136,7 @@ def check_safety_factor(safety_factor: float) -> float:
     """Reject a safety factor that is not a positive finite number."""
     if not (math.isfinite(safety_factor) and safety_factor > 0):
         raise UsageError(
-            f"--safety must be a positive number (1.1 adds a 10% margin); got {safety_factor}."
+            f"must be a positive number (1.1 adds a 10% margin); got {safety_factor}.",
+            argument="safety_factor",
         )
     return float(safety_factor)

@@ -117,7 +117,7 @@ def _count(condition: pl.Expr, name: str) -> pl.Expr:
 def result_groups(readings: pl.DataFrame, by: str = "run") -> pl.DataFrame:
     """The groups a summary reports, sorted: every run, or every run and signature."""
     if by not in GROUPINGS:
-        raise UsageError(f"by must be one of {', '.join(GROUPINGS)}; got {by!r}.")
+        raise UsageError(f"must be one of {', '.join(GROUPINGS)}; got {by!r}.", argument="by")
     keys = ["run"] if by == "run" else ["run", "signature"]
     return readings.select(keys).unique().sort(keys)
 

@@ -323,7 +323,7 @@ def _declared(cls: type[Policy]) -> type[DeclaredPolicy]:
     if not is_declared(cls):
         raise PolicyError(
             f"policy {cls.name!r} is not declared (warmfit.policies.rule.DeclaredPolicy), so "
-            "only the reference engine can replay it. Use --engine scalar or auto."
+            "only the reference engine can replay it: use the scalar or auto engine."
         )
     return cls  # type: ignore[return-value]
 
