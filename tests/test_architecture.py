@@ -69,5 +69,6 @@ def test_library_errors_name_arguments_and_the_cli_names_flags() -> None:
         replay(frame, engine="fast")
     with pytest.raises(UsageError, match="^fmt must be one of"):
         render(replay(frame), "yaml")
-    result = CliRunner().invoke(app, ["replay", "traces/pr991", "--safety", "0"])
+    trace = str(PACKAGE.parent / "traces" / "pr991")
+    result = CliRunner().invoke(app, ["replay", trace, "--safety", "0"])
     assert result.exit_code == 2 and "--safety must be a positive number" in result.output
