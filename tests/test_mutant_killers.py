@@ -24,14 +24,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import warmfit.replay
-import warmfit.vectorized
+import warmfit.replay.vectorized
 from tests.strategies import traces
 from warmfit.check import check, parse_expectations
 from warmfit.errors import UsageError
 from warmfit.policies import MaxMerge, Policy, WarmFit
 from warmfit.replay import estimate_bytes, replay, replay_scalar, result_groups, summarize
+from warmfit.replay.vectorized import replay_vectorized
 from warmfit.trace import readings_frame
-from warmfit.vectorized import replay_vectorized
 
 BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit]
 REPO = Path(__file__).resolve().parent.parent
@@ -55,6 +55,7 @@ def _both(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     scalar = replay_scalar(readings, policies, safety)
     vectorized = replay_vectorized(readings, policies, safety)
+    assert vectorized is not None, "the vectorized engine handed this trace to the reference"
     _assert_identical(scalar, vectorized)
     return scalar, vectorized
 
@@ -165,7 +166,7 @@ def test_prices_below_the_price_limit_stay_on_the_vectorized_engine(reference_sp
          "logical_tokens": 2**12},
     )  # fmt: skip
     result = replay(at_limit, ["max-merge"], 1.0, "vectorized")
-    assert reference_spy.calls == 1
+    assert reference_spy.calls == 1 and result.engine == "scalar"  # and it says so
     assert result.per_wave.get_column("estimate_bytes").to_list() == [None, 2**61]
 
 
@@ -241,15 +242,15 @@ def _many_profiles(streams: int, signatures: int, waves: int, seed: int) -> pl.D
 @pytest.fixture
 def segmented(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Force the segmented scan (as with more than 20,000 profiles); count its uses."""
-    monkeypatch.setattr(warmfit.vectorized, "LOOP_PROFILES", 0)
+    monkeypatch.setattr(warmfit.replay.vectorized, "LOOP_PROFILES", 0)
     used: list[int] = []
-    accumulate = warmfit.vectorized._accumulate
+    accumulate = warmfit.replay.vectorized._accumulate
 
     def counting(ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, *rest: Any) -> None:
         used.append(len(starts))
         accumulate(ufunc, values, starts, *rest)
 
-    monkeypatch.setattr(warmfit.vectorized, "_accumulate", counting)
+    monkeypatch.setattr(warmfit.replay.vectorized, "_accumulate", counting)
     return used
 
 

@@ -68,7 +68,7 @@ def test_peaks_panel_data() -> None:
 
 
 def test_rates_panel_points() -> None:
-    points = rate_points(worked()).to_dicts()
+    points = rate_points(replay(worked(), engine="scalar")).to_dicts()
     assert [p["wave"] for p in points] == [0, 1, 2, 3]
     assert [p["role"] for p in points] == ["seed", "warm", "other", "other"]
     # rate = max(0, actual - o) / n, in KB (1000 bytes) per packed token
@@ -77,7 +77,7 @@ def test_rates_panel_points() -> None:
 
 
 def test_rates_panel_curves() -> None:
-    curves = price_curves(worked(), ["max-merge", "warm-fit"])
+    curves = price_curves(replay(worked(), ["max-merge", "warm-fit"], engine="vectorized"))
     tokens = curves.filter(pl.col("policy") == "max-merge").get_column("packed_tokens").to_list()
     assert tokens[0] == 80 and tokens[-1] == 440  # 0.8 x 100 to 1.1 x 400
     assert 200 in tokens
@@ -112,7 +112,7 @@ def test_main_profile_is_the_busiest() -> None:
         for i in range(2)
     ]  # fmt: skip
     frame = readings_frame([*({**COMMON, **r} for r in WORKED), *extra]).sort("run", "rank", "seq")
-    data = build_plot_data(frame, replay(frame, engine="scalar"))
+    data = build_plot_data(replay(frame, engine="scalar"))
     assert data.main_profiles == {"run": (0, "s")} and data.profile_counts == {"run": 2}
 
 
@@ -137,7 +137,7 @@ def test_png_render_through_the_cli(tmp_path: Path) -> None:
 
 def test_svg_render(tmp_path: Path) -> None:
     frame = worked()
-    out = render_plot(build_plot_data(frame, replay(frame, engine="scalar")), tmp_path / "f.svg")
+    out = render_plot(build_plot_data(replay(frame, engine="scalar")), tmp_path / "f.svg")
     head = out.read_text()[:1000]
     width, height = figure_size(1)
     assert f'width="{width * 72:g}pt" height="{height * 72:g}pt"' in head

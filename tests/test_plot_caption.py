@@ -39,10 +39,10 @@ def test_the_figure_draws_the_caption_under_the_panels() -> None:
 
     readings = read_trace([PR991])
     caption = provenance_caption(find_trace_files([PR991]))
-    fig = draw_figure(build_plot_data(readings, replay(readings), caption))
+    fig = draw_figure(build_plot_data(replay(readings), caption))
     texts = [t.get_text() for t in fig.findobj(match=lambda a: hasattr(a, "get_text"))]
     assert caption in texts
-    bare = draw_figure(build_plot_data(readings, replay(readings)))
+    bare = draw_figure(build_plot_data(replay(readings)))
     assert not [t for t in bare.findobj(lambda a: hasattr(a, "get_text")) if "reconstruction"
                 in t.get_text()]  # fmt: skip
 

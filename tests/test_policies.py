@@ -85,7 +85,7 @@ def test_max_merge_sharing_never_below_one() -> None:
 def test_seed_touches_only_max_merge_fields() -> None:
     # The first whole reading is the seed: it pays one-time costs and never enters the fit.
     p = fed(WarmFit, whole(15_600, 275 * KB * 15_600))
-    assert p.seeded and p.warm_tokens is None and p.warm_rate == 0.0
+    assert p.wholes == 1 and p.warm_tokens is None and p.warm_rate == 0.0
     # without a warm fit, warm-fit prices exactly as max-merge
     assert p.price(req(30_000)) == fed(MaxMerge, whole(15_600, 275 * KB * 15_600)).price(
         req(30_000)
@@ -95,7 +95,7 @@ def test_seed_touches_only_max_merge_fields() -> None:
 def test_readings_before_the_seed_touch_only_max_merge_fields() -> None:
     # forward readings come before the first whole one: no pending rate from them
     p = fed(WarmFit, forward(1_000, 900_000), forward(2_000, 100_000))
-    assert not p.seeded and p.warm_rate == 0.0 and p.rate_max == 900.0
+    assert p.wholes == 0 and p.warm_rate == 0.0 and p.rate_max == 900.0
 
 
 def test_warm_fit_after_the_seed_prices_below_max_merge() -> None:

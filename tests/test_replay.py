@@ -250,7 +250,7 @@ def test_median_is_the_mean_of_the_two_middle_values() -> None:
 
 def test_bad_safety_factor_and_policy_names_are_usage_errors() -> None:
     frame = readings_frame(WORKED)
-    with pytest.raises(UsageError, match="--safety must be a positive number"):
+    with pytest.raises(UsageError, match=r"^safety_factor must be a positive number"):
         replay(frame, safety_factor=0)
     with pytest.raises(UsageError, match="named twice"):
         replay(frame, policies=["warm-fit", "warm-fit"])
@@ -332,7 +332,7 @@ def test_replay_of_a_trace_split_across_files_equals_one_file(tmp_path: Path) ->
 def test_a_numpy_price_is_a_price() -> None:
     import numpy as np
 
-    from warmfit.replay import _checked_price
+    from warmfit.replay.reference import _checked_price
 
     assert _checked_price(MaxMerge, np.int64(5)) == 5
     with pytest.raises(PolicyError, match="'max-merge' priced a wave at"):

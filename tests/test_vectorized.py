@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
 from warmfit.errors import PolicyError, UsageError
 from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmAffine, WarmFit
+from warmfit.policies.rule import RATE, Max
 from warmfit.replay import (
     GROUPINGS,
     PER_WAVE_SCHEMA,
@@ -35,8 +36,8 @@ from warmfit.replay import (
     result_groups,
     summarize,
 )
+from warmfit.replay.vectorized import has_vectorized_form, replay_vectorized
 from warmfit.trace import read_trace, readings_frame, write_trace
-from warmfit.vectorized import has_vectorized_form, replay_vectorized, vectorized_form
 
 BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit, WarmAffine]
 BUILT_IN_NAMES = [cls.name for cls in BUILT_IN]
@@ -53,9 +54,11 @@ def examples(count: int) -> settings:
 def both_engines(
     readings: pl.DataFrame, policies: Sequence[type[Policy]], safety: float = 1.1
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Each engine's per-wave rows; the vectorized one through replay(), which falls back
+    to the reference engine where doubles cannot match it (and says so)."""
     return (
         replay_scalar(readings, policies, safety),
-        replay_vectorized(readings, policies, safety),
+        replay(readings, list(policies), safety, "vectorized").per_wave,
     )
 
 
@@ -364,6 +367,8 @@ def test_values_too_large_for_doubles_fall_back_to_the_reference() -> None:
     scalar, vectorized = both_engines(frame, PR_POLICIES)
     assert_identical(scalar, vectorized)
     assert vectorized.get_column("estimate_bytes").to_list()[2] is not None
+    assert replay_vectorized(frame, PR_POLICIES, 1.1) is None
+    assert replay(frame, ["max-merge"], 1.1, "vectorized").engine == "scalar"
 
 
 def test_prices_beyond_int64_arithmetic_fall_back_to_the_reference() -> None:
@@ -376,17 +381,20 @@ def test_prices_beyond_int64_arithmetic_fall_back_to_the_reference() -> None:
     scalar, vectorized = both_engines(frame, PR_POLICIES, 1.1)
     assert_identical(scalar, vectorized)
     assert vectorized.get_column("estimate_bytes").to_list()[2] == int(2**62 * 1.1)
+    assert replay_vectorized(frame, PR_POLICIES, 1.1) is None
+    assert replay(frame, ["max-merge"], 1.1, "vectorized").engine == "scalar"
 
 
 # --------------------------------------------------------------------------- declaring a form
 
 
-def test_built_in_policies_declare_vectorized_forms() -> None:
+def test_built_in_policies_are_declared() -> None:
     assert all(has_vectorized_form(cls) for cls in BUILT_IN)
-    assert vectorized_form(MaxMerge) is not vectorized_form(WarmFit)
+    # a subclass that only adds aggregates extends its parent's declaration
+    assert [a.name for a in WarmFit.aggregates][:2] == ["rate_max", "sharing_max"]
 
 
-def test_a_subclass_does_not_inherit_its_parents_form() -> None:
+def test_a_subclass_that_overrides_price_is_not_declared() -> None:
     class Cautious(WarmFit):
         name = "cautious"
 
@@ -395,22 +403,22 @@ def test_a_subclass_does_not_inherit_its_parents_form() -> None:
             return None if p is None else 2 * p
 
     assert not has_vectorized_form(Cautious)
-    with pytest.raises(PolicyError):
-        vectorized_form(Cautious)
     frame = _frame({"wave": 0, "peak_bytes": 100}, {"wave": 1, "peak_bytes": 100})
     assert replay(frame, ["max-merge", f"{__name__}:Halved"], 1.1).engine == "scalar"
-    with pytest.raises(UsageError, match="vectorized form"):
+    with pytest.raises(UsageError, match="declared"):
         replay(frame, ["max-merge", f"{__name__}:Halved"], 1.1, "vectorized")
+    with pytest.raises(PolicyError, match="not declared"):
+        replay_vectorized(frame, [Cautious], 1.1)
 
 
-def test_a_form_that_cannot_be_loaded_is_a_policy_error() -> None:
-    class Broken(MaxMerge):
-        name = "broken"
-        vectorized = "warmfit.vectorized:NO_SUCH_FORM"
+def test_an_aggregate_may_read_only_those_declared_before_it() -> None:
+    later = Max(RATE)
+    with pytest.raises(PolicyError, match="not declared before it"):
 
-    assert has_vectorized_form(Broken)
-    with pytest.raises(PolicyError, match="cannot be loaded"):
-        vectorized_form(Broken)
+        class Backwards(MaxMerge):
+            name = "backwards"
+            early = Max(RATE, where=later > 0)
+            late = later
 
 
 class Halved(MaxMerge):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from warmfit.policies import PriceRequest, Reading, WarmAffine, WarmFit
+from warmfit.policies.rule import State
 from warmfit.replay import replay
 from warmfit.trace import read_trace
 
@@ -35,11 +36,11 @@ def test_a_wave_beyond_the_largest_warm_wave_pays_at_least_its_rate() -> None:
     request = PriceRequest(4096, 4096)
     # The line alone: 365,585,920 + 1,058,996 * (4096 - 128) = 4,567,682,048, far under
     # the real 6,959,876,608: the marginal rate between small waves is too low here.
-    assert profile.line(4096) == 4_567_682_048
+    assert WarmAffine.line(State(profile.state), 4096.0) == 4_567_682_048
     # Beyond the largest warm wave (256) the price is at least that wave's own rate:
     # 501,137,408 * (4096 / 256) = 8,018,198,528, below warm-fit's
     # 2,856,140 B/token (the anchor's rate) * 4096 = 11,698,749,440.
-    assert WarmFit.price(profile, request) == 11_698_749_440
+    assert WarmFit.rule(State(profile.state), 4096.0, 4096.0) == 11_698_749_440
     assert profile.price(request) == 8_018_198_528
 
 

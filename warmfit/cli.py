@@ -15,7 +15,16 @@ import typer
 from typer.core import TyperGroup
 
 from warmfit.commands import check, plot, policies, record, recover, replay, sweep, validate
-from warmfit.errors import WarmfitError
+from warmfit.errors import UsageError, WarmfitError
+
+#: The flag of each library argument a command passes on (UsageError.argument).
+FLAGS = {
+    "safety_factor": "--safety",
+    "engine": "--engine",
+    "by": "--by",
+    "budget_bytes": "--budget",
+    "fmt": "--format",
+}
 
 
 class _Group(TyperGroup):
@@ -25,6 +34,8 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except WarmfitError as exc:
+            if isinstance(exc, UsageError) and exc.argument in FLAGS:
+                exc = exc.for_flag(FLAGS[exc.argument])
             typer.echo(f"warmfit: error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
 

@@ -20,7 +20,26 @@ class WarmfitError(Exception):
 
 
 class UsageError(WarmfitError):
-    """A command line or an argument that cannot be acted on."""
+    """A command line or an argument that cannot be acted on.
+
+    Library code names the argument (``argument="safety_factor"``) and says
+    what is wrong with it; the command line translates the argument into its
+    flag (:meth:`for_flag`), so a message never names a flag the caller did
+    not use.
+
+    >>> error = UsageError("must be a positive number; got 0.", argument="safety_factor")
+    >>> str(error), str(error.for_flag("--safety"))
+    ('safety_factor must be a positive number; got 0.', '--safety must be a positive number; got 0.')
+    """
+
+    def __init__(self, problem: str, *, argument: str | None = None) -> None:
+        self.problem = problem
+        self.argument = argument
+        super().__init__(problem if argument is None else f"{argument} {problem}")
+
+    def for_flag(self, flag: str) -> UsageError:
+        """The same error, naming the command line's ``flag`` for the argument."""
+        return UsageError(f"{flag} {self.problem}")
 
 
 class TraceError(WarmfitError):

@@ -35,8 +35,8 @@ import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.files import write_bytes_atomically
-from warmfit.policies import Policy, PriceRequest, Reading, get_policy
-from warmfit.replay import ReplayResult, is_observed
+from warmfit.policies import PriceRequest
+from warmfit.replay import IN_FIGURES, ReplayResult
 from warmfit.text import mathtext_literal
 
 if TYPE_CHECKING:
@@ -86,117 +86,59 @@ def peak_series(result: ReplayResult) -> pl.DataFrame:
     )
 
 
-def rate_points(readings: pl.DataFrame) -> pl.DataFrame:
+def rate_points(result: ReplayResult) -> pl.DataFrame:
     """Panel (b) points: one row per wave with its rate and role.
 
     ``rate_kb_per_token`` = ``max(0, actual - output) / packed / 1000``,
     where actual is the wave's largest delta; ``floor_kb_per_token`` is the
-    static floor per packed token (null without a floor). ``role`` is ``seed`` for the
-    wave holding its profile's (run, rank, signature) first whole reading
-    that did not run out of memory, ``warm`` for a wave with such a reading
-    after the seed, and ``other`` for the rest (forward-only, split children,
-    interrupted or out-of-memory waves, waves before the seed).
+    static floor per packed token (null without a floor). ``role`` is the
+    wave's role in its profile as the replay found it
+    (:func:`warmfit.replay.wave_roles`): ``seed``, ``warm`` or ``other``.
     """
-    profile = ["run", "rank", "signature"]
-    frame = readings.with_columns(
-        (pl.col("peak_bytes") - pl.col("baseline_bytes")).clip(lower_bound=0).alias("delta"),
-        (pl.col("whole") & ~pl.col("oom")).alias("teaches"),
-    )
-    seeds = (
-        frame.filter(pl.col("teaches")).group_by(profile).agg(pl.col("seq").min().alias("seed_seq"))
-    )
-    waves = (
-        frame.join(seeds, on=profile, how="left")
-        .group_by(["run", "rank", "wave"], maintain_order=True)
-        .agg(
-            pl.col("signature").first(),
-            pl.col("seq").min().alias("first_seq"),
-            pl.col("packed_tokens").first(),
-            pl.col("output_bytes").first(),
-            pl.col("static_floor_bytes").first(),
-            pl.col("delta").max().alias("actual_bytes"),
-            pl.col("oom").any(),
-            (pl.col("seq") == pl.col("seed_seq")).any().alias("is_seed"),
-            (pl.col("teaches") & (pl.col("seq") > pl.col("seed_seq"))).any().alias("is_warm"),
+    waves = result.per_wave.filter(pl.col("policy") == result.policies[0])
+    return (
+        waves.with_row_index("first_seq")
+        .join(result.roles, on=["run", "rank", "wave"], how="left", maintain_order="left")
+        .select(
+            "run",
+            "rank",
+            "signature",
+            "wave",
+            pl.col("first_seq").cast(pl.Int64),
+            "packed_tokens",
+            "actual_bytes",
+            (
+                (pl.col("actual_bytes") - pl.col("output_bytes")).clip(lower_bound=0)
+                / pl.col("packed_tokens")
+                / KB
+            ).alias("rate_kb_per_token"),
+            (pl.col("static_floor_bytes") / pl.col("packed_tokens") / KB).alias(
+                "floor_kb_per_token"
+            ),
+            pl.col("role").fill_null("other"),
         )
+        .sort(["run", "rank", "first_seq"])
     )
-    return waves.select(
-        "run",
-        "rank",
-        "signature",
-        "wave",
-        "first_seq",
-        "packed_tokens",
-        "actual_bytes",
-        (
-            (pl.col("actual_bytes") - pl.col("output_bytes")).clip(lower_bound=0)
-            / pl.col("packed_tokens")
-            / KB
-        ).alias("rate_kb_per_token"),
-        (pl.col("static_floor_bytes") / pl.col("packed_tokens") / KB).alias("floor_kb_per_token"),
-        pl.when(pl.col("is_seed").fill_null(False))
-        .then(pl.lit("seed"))
-        .when(pl.col("is_warm").fill_null(False))
-        .then(pl.lit("warm"))
-        .otherwise(pl.lit("other"))
-        .alias("role"),
-    ).sort(["run", "rank", "first_seq"])
 
 
-def final_profiles(
-    readings: pl.DataFrame, policies: Sequence[str | type[Policy]]
-) -> dict[tuple[str, int, str, str], Policy]:
-    """Each policy's profile per (run, rank, signature) after the whole trace.
-
-    Observes the readings replay observes (:func:`warmfit.replay.is_observed`),
-    in ``seq`` order. Keys are ``(run, rank, signature, policy name)``.
-    """
-    classes = [get_policy(p) if isinstance(p, str) else p for p in policies]
-    profiles: dict[tuple[str, int, str, str], Policy] = {}
-    ordered = readings.sort(["run", "rank", "seq"], maintain_order=True)
-    for row in ordered.iter_rows(named=True):
-        if not is_observed(row["kind"], row["phase"], row["oom"]):
-            continue
-        delta = max(0, row["peak_bytes"] - row["baseline_bytes"])
-        reading = Reading(
-            row["packed_tokens"],
-            row["logical_tokens"],
-            delta,
-            row["output_bytes"],
-            row["whole"],
-            row["phase"],
-            row["kind"],
-            row["static_floor_bytes"],
-        )
-        for cls in classes:
-            key = (row["run"], row["rank"], row["signature"], cls.name)
-            profile = profiles.get(key)
-            if profile is None:
-                profile = profiles[key] = cls()
-            profile.observe(reading)
-    return profiles
-
-
-def price_curves(
-    readings: pl.DataFrame,
-    policies: Sequence[str | type[Policy]],
-    points: int = CURVE_POINTS,
-) -> pl.DataFrame:
+def price_curves(result: ReplayResult, points: int = CURVE_POINTS) -> pl.DataFrame:
     """Panel (b) curves: each policy's final price per packed token.
 
     One row per (run, rank, signature, policy) and packed-token count on a
     grid spanning the profile's waves (from 0.8x the smallest to 1.1x the
-    largest), priced with logical = packed tokens, no outputs and no floor:
-    ``price_kb_per_token`` = ``p / packed / 1000`` (null while unpriced).
+    largest), priced by the profile as the replay left it
+    (:attr:`warmfit.replay.ReplayResult.profiles`) with logical = packed
+    tokens, no outputs and no floor: ``price_kb_per_token`` = ``p / packed /
+    1000`` (null while unpriced).
     """
-    spans = readings.group_by(["run", "rank", "signature"], maintain_order=True).agg(
+    spans = result.per_wave.group_by(["run", "rank", "signature"], maintain_order=True).agg(
         pl.col("packed_tokens").min().alias("lo"), pl.col("packed_tokens").max().alias("hi")
     )
     span = {(r["run"], r["rank"], r["signature"]): (r["lo"], r["hi"]) for r in spans.to_dicts()}
     rows: dict[str, list[Any]] = {
         k: [] for k in ("run", "rank", "signature", "policy", "packed_tokens", "price_kb_per_token")
     }
-    for (run, rank, signature, name), profile in final_profiles(readings, policies).items():
+    for (run, rank, signature, name), profile in result.profiles.items():
         lo, hi = span[(run, rank, signature)]
         start, stop = max(1, int(lo * 0.8)), max(2, int(hi * 1.1))
         grid = sorted({start + (stop - start) * i // (points - 1) for i in range(points)})
@@ -227,9 +169,9 @@ def over_estimates(result: ReplayResult) -> pl.DataFrame:
     Those are the priced waves that did not run out of memory and have an
     actual peak above baseline (SPEC §3 "Report").
     """
-    return result.per_wave.filter(
-        pl.col("estimate_bytes").is_not_null() & ~pl.col("oom") & (pl.col("actual_bytes") > 0)
-    ).select("run", "policy", (pl.col("over_estimate") * 100).alias("over_estimate_pct"))
+    return result.per_wave.filter(IN_FIGURES).select(
+        "run", "policy", (pl.col("over_estimate") * 100).alias("over_estimate_pct")
+    )
 
 
 @dataclass(frozen=True)
@@ -265,11 +207,10 @@ def main_profile(rates: pl.DataFrame, run: str) -> tuple[tuple[int, str], int]:
     return (top["rank"], top["signature"]), counts.height
 
 
-def build_plot_data(
-    readings: pl.DataFrame, result: ReplayResult, caption: str | None = None
-) -> PlotData:
-    """The data behind every figure of one replay of ``readings``; ``caption`` is a footnote."""
-    rates = rate_points(readings)
+def build_plot_data(result: ReplayResult, caption: str | None = None) -> PlotData:
+    """The data behind every figure of one replay, drawn from its result alone;
+    ``caption`` is a footnote."""
+    rates = rate_points(result)
     runs = tuple(result.summary.get_column("run").unique(maintain_order=True).to_list())
     mains: dict[str, tuple[int, str]] = {}
     counts: dict[str, int] = {}
@@ -281,7 +222,7 @@ def build_plot_data(
         safety_factor=result.safety_factor,
         peaks=peak_series(result),
         rates=rates,
-        curves=price_curves(readings, result.policies),
+        curves=price_curves(result),
         over=over_estimates(result),
         main_profiles=mains,
         profile_counts=counts,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from warmfit.errors import UsageError
 from warmfit.replay import ReplayResult
 from warmfit.sweep import JSON_SCHEMA as SWEEP_JSON_SCHEMA
 from warmfit.sweep import SweepResult
@@ -203,7 +204,9 @@ def render(result: ReplayResult, fmt: str) -> str:
         return to_csv(result.summary)
     if fmt == "markdown":
         return to_markdown(result.summary, result.policies)
-    return to_table(result.summary, result.safety_factor)
+    if fmt == "table":
+        return to_table(result.summary, result.safety_factor)
+    raise UsageError(f"must be one of {', '.join(FORMATS)}; got {fmt!r}.", argument="fmt")
 
 
 # --------------------------------------------------------------------------- sweep
@@ -226,6 +229,8 @@ def render_sweep(result: SweepResult, fmt: str) -> str:
                 ["" if v is None else repr(v) if isinstance(v, float) else v for v in values]
             )
         return buffer.getvalue()
+    if fmt not in FORMATS:
+        raise UsageError(f"must be one of {', '.join(FORMATS)}; got {fmt!r}.", argument="fmt")
     header = [*keys, "policy", "safe factor", "median at safe", "under at 1.0"]
     rows = [
         [

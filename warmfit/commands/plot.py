@@ -58,5 +58,5 @@ def plot_command(
     if caption is None:
         caption = provenance_caption(find_trace_files(paths))
     with writing(output):
-        render_plot(build_plot_data(readings, result, caption), output)
+        render_plot(build_plot_data(result, caption), output)
     typer.echo(f"wrote {output} ({len(result.summary.get_column('run').unique())} runs)")

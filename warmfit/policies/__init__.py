@@ -31,6 +31,7 @@ __all__ = [
     "Reading",
     "WarmAffine",
     "WarmFit",
+    "checked_class",
     "get_policy",
     "policy_names",
     "register",
@@ -40,7 +41,7 @@ _REGISTRY: dict[str, type[Policy]] = {}
 _ENTRY_POINTS_LOADED = False
 
 
-def _checked_class(obj: object, label: str) -> type[Policy]:
+def checked_class(obj: object, label: str) -> type[Policy]:
     """``obj`` if it is a concrete, named Policy subclass; else a PolicyError."""
     if not (isinstance(obj, type) and issubclass(obj, Policy)):
         raise PolicyError(f"{label!r} is not a subclass of warmfit.policies.Policy.")
@@ -55,7 +56,7 @@ def _checked_class(obj: object, label: str) -> type[Policy]:
 
 def register(cls: type[Policy]) -> type[Policy]:
     """Register a policy class under its ``name``; usable as a decorator."""
-    cls = _checked_class(cls, repr(cls))
+    cls = checked_class(cls, repr(cls))
     name = cls.name
     existing = _REGISTRY.get(name)
     if existing is not None and existing is not cls:
@@ -104,7 +105,7 @@ def get_policy(spec: str) -> type[Policy]:
                 "name or an importable 'module:Class' (the module is looked for on PYTHONPATH "
                 "and in the current directory)."
             ) from None
-        return _checked_class(obj, spec)
+        return checked_class(obj, spec)
     _load_entry_points()
     try:
         return _REGISTRY[spec]

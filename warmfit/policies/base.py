@@ -67,23 +67,18 @@ class Policy(ABC):
     (with defaults, so that ``cls()`` works), and implement ``observe`` and
     ``price``. ``price`` must not change the instance.
 
-    ``vectorized`` optionally names (``"module:NAME"``) the policy's
-    vectorized form, a :class:`warmfit.vectorized.VectorizedForm` that
-    prices every wave of a trace at once and gives the same bytes as this
-    class's loop. It is a name, not an import, so that policies stay free of
-    the engine.
-    It counts only on the class that sets it: a subclass that changes
-    ``observe`` or ``price`` must not inherit its parent's form, so it is
-    replayed one reading at a time unless it declares its own.
+    This free-form class runs on the reference engine, one reading at a time.
+    To run on the vectorized engine too, declare the rule once instead:
+    :class:`warmfit.policies.rule.DeclaredPolicy`.
     """
 
     name: ClassVar[str]
     summary: ClassVar[str]
-    vectorized: ClassVar[str | None] = None
 
     @abstractmethod
     def observe(self, reading: Reading) -> None:
-        """Learn from one reading (never called for out-of-memory readings)."""
+        """Learn from one reading (replay never passes an out-of-memory reading, nor a
+        split child's caller reading)."""
 
     @abstractmethod
     def price(self, request: PriceRequest) -> float | None:

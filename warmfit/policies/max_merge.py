@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from warmfit.policies.base import Policy, PriceRequest, Reading
+from typing import Any
+
+import numpy as np
+
+from warmfit.policies.rule import RATE, SHARING, DeclaredPolicy, Max
 
 
-class MaxMerge(Policy):
+class MaxMerge(DeclaredPolicy):
     """Keep the highest rate and the deepest sharing ever seen.
 
     Every reading raises ``rate_max`` (bytes per packed token above the
@@ -13,6 +17,7 @@ class MaxMerge(Policy):
     ``m`` logical tokens is priced ``rate_max * max(n, m / sharing_max)``, so a
     small, cold first wave's rate prices every later wave.
 
+    >>> from warmfit.policies import PriceRequest, Reading
     >>> profile = MaxMerge()
     >>> profile.price(PriceRequest(packed_tokens=100, logical_tokens=100)) is None
     True
@@ -23,19 +28,10 @@ class MaxMerge(Policy):
 
     name = "max-merge"
     summary = "highest rate and sharing ever seen (before ART PR #991)"
-    vectorized = "warmfit.vectorized:MAX_MERGE"
 
-    def __init__(self) -> None:
-        self.rate_max: float | None = None
-        self.sharing_max = 1.0
+    rate_max = Max(RATE)
+    sharing_max = Max(SHARING, initial=1.0)
 
-    def observe(self, reading: Reading) -> None:
-        rate = reading.rate
-        self.rate_max = rate if self.rate_max is None else max(self.rate_max, rate)
-        self.sharing_max = max(self.sharing_max, reading.sharing)
-
-    def price(self, request: PriceRequest) -> float | None:
-        if self.rate_max is None:
-            return None
-        n, m = request.packed_tokens, request.logical_tokens
-        return self.rate_max * max(n, m / self.sharing_max)
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return state.rate_max * np.maximum(n, m / state.sharing_max)

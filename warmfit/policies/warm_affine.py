@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from warmfit.policies.base import PriceRequest, Reading
+from typing import Any
+
+import numpy as np
+
+from warmfit.policies.rule import COMPUTE, PACKED, WHOLE, First, Max
 from warmfit.policies.warm_fit import WarmFit
 
 
@@ -33,14 +37,18 @@ class WarmAffine(WarmFit):
     rate predicts, and only the safety factor stands between it and the
     device's limit, until that wave's own reading steepens the line.
 
+    >>> from warmfit.policies import PriceRequest, Reading
     >>> seed = Reading(packed_tokens=100, logical_tokens=100, delta_bytes=90_000, whole=True)
     >>> small = Reading(packed_tokens=200, logical_tokens=200, delta_bytes=60_000, whole=True)
     >>> large = Reading(packed_tokens=400, logical_tokens=400, delta_bytes=100_000, whole=True)
     >>> profile = WarmAffine()
     >>> for reading in (seed, small, large):
     ...     profile.observe(reading)
+    >>> fit = WarmFit()
+    >>> for reading in (seed, small, large):
+    ...     fit.observe(reading)
     >>> within = PriceRequest(packed_tokens=300, logical_tokens=300)
-    >>> WarmFit.price(profile, within)  # warm-fit: 300 B/token (the 200-token wave) * 300
+    >>> fit.price(within)  # warm-fit: 300 B/token (the 200-token wave) * 300
     90000.0
     >>> profile.price(within)  # the line, 20,000 fixed + 200 B/token: 60,000 + 200 * 100
     80000.0
@@ -50,48 +58,30 @@ class WarmAffine(WarmFit):
 
     name = "warm-affine"
     summary = "warm-fit lowered by a fixed cost + per-token rate over the warm waves"
-    vectorized = "warmfit.vectorized:WARM_AFFINE"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.anchor_tokens: int | None = None
-        self.anchor_bytes = 0
-        self.top_bytes = 0
-        self.below_bytes = 0
-        self.slope: float | None = None
-        self.max_tokens = 0
+    _warm_whole = WarmFit._warm & WHOLE
+    anchor_tokens = First(PACKED, where=_warm_whole)
+    anchor_bytes = First(COMPUTE, where=_warm_whole)
+    top_bytes = Max(COMPUTE, where=_warm_whole & (PACKED == anchor_tokens))
+    slope = Max(
+        (COMPUTE - anchor_bytes) / (PACKED - anchor_tokens),
+        where=_warm_whole & (PACKED != anchor_tokens),
+    )
+    below_bytes = Max(COMPUTE, where=_warm_whole & (PACKED < anchor_tokens), initial=0.0)
+    max_tokens = Max(PACKED, where=_warm_whole)
 
-    def observe(self, reading: Reading) -> None:
-        warm = self.seeded
-        super().observe(reading)
-        if not (warm and reading.whole):
-            return
-        n = reading.packed_tokens
-        compute = max(0, reading.delta_bytes - reading.output_bytes)
-        self.max_tokens = max(self.max_tokens, n)
-        if self.anchor_tokens is None:
-            self.anchor_tokens, self.anchor_bytes, self.top_bytes = n, compute, compute
-        elif n == self.anchor_tokens:
-            self.top_bytes = max(self.top_bytes, compute)
-        else:
-            marginal = (compute - self.anchor_bytes) / (n - self.anchor_tokens)
-            self.slope = marginal if self.slope is None else max(self.slope, marginal)
-            if n < self.anchor_tokens:
-                self.below_bytes = max(self.below_bytes, compute)
+    @staticmethod
+    def line(state: Any, tokens: Any) -> Any:
+        """The fitted line ``L(x) = max(below, top + max(0, slope) * (x - n0))``."""
+        rise = state.top_bytes + np.maximum(0.0, state.slope) * (tokens - state.anchor_tokens)
+        return np.maximum(state.below_bytes, rise)
 
-    def price(self, request: PriceRequest) -> float | None:
-        warm_fit = super().price(request)
-        if warm_fit is None or self.slope is None or self.warm_tokens is None:
-            return warm_fit
-        n, m = request.packed_tokens, request.logical_tokens
-        n_eff = max(self.warm_tokens, max(n, m / self.warm_sharing))
-        affine = self.line(n_eff)
-        if n_eff > self.max_tokens:  # beyond the largest warm wave: at least its rate
-            affine = max(affine, self.line(self.max_tokens) * (n_eff / self.max_tokens))
-        return min(warm_fit, affine)
-
-    def line(self, tokens: float) -> float:
-        assert self.slope is not None and self.anchor_tokens is not None
-        return max(
-            self.below_bytes, self.top_bytes + max(0.0, self.slope) * (tokens - self.anchor_tokens)
-        )
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        warm_fit = WarmFit.rule(state, n, m)
+        n_eff = np.maximum(state.warm_tokens, np.maximum(n, m / state.warm_sharing))
+        affine = WarmAffine.line(state, n_eff)
+        # beyond the largest warm wave: at least that wave's own rate
+        reach = WarmAffine.line(state, state.max_tokens) * (n_eff / state.max_tokens)
+        affine = np.where(n_eff > state.max_tokens, np.maximum(affine, reach), affine)
+        return np.where(np.isnan(state.slope), warm_fit, np.minimum(warm_fit, affine))

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from warmfit.policies.base import PriceRequest, Reading
+from typing import Any
+
+import numpy as np
+
 from warmfit.policies.max_merge import MaxMerge
+from warmfit.policies.rule import PACKED, RATE, SHARING, WHOLE, Count, Max, Min
 
 
 class WarmFit(MaxMerge):
@@ -17,6 +21,7 @@ class WarmFit(MaxMerge):
     (before that, as max-merge): a wave smaller than the smallest warm wave is
     priced as if it were that large, so cost never shrinks as waves grow.
 
+    >>> from warmfit.policies import PriceRequest, Reading
     >>> seed = Reading(packed_tokens=100, logical_tokens=100, delta_bytes=30_000, whole=True)
     >>> warm = Reading(packed_tokens=400, logical_tokens=400, delta_bytes=80_000, whole=True)
     >>> profile = WarmFit()
@@ -27,30 +32,17 @@ class WarmFit(MaxMerge):
 
     name = "warm-fit"
     summary = "max-merge lowered by a fit over the warm waves (ART PR #991)"
-    vectorized = "warmfit.vectorized:WARM_FIT"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.seeded = False
-        self.warm_rate = 0.0
-        self.warm_tokens: int | None = None
-        self.warm_sharing = 1.0
+    wholes = Count(WHOLE)
+    #: After the seed: a whole reading came before this one.
+    _warm = (wholes - WHOLE) >= 1
+    warm_rate = Max(RATE, where=_warm, initial=0.0)
+    warm_tokens = Min(PACKED, where=_warm & WHOLE)
+    warm_sharing = Max(SHARING, where=_warm & WHOLE, initial=1.0)
 
-    def observe(self, reading: Reading) -> None:
-        super().observe(reading)
-        if not self.seeded:
-            self.seeded = reading.whole
-            return
-        self.warm_rate = max(self.warm_rate, reading.rate)
-        if reading.whole:
-            n = reading.packed_tokens
-            self.warm_tokens = n if self.warm_tokens is None else min(self.warm_tokens, n)
-            self.warm_sharing = max(self.warm_sharing, reading.sharing)
-
-    def price(self, request: PriceRequest) -> float | None:
-        max_merge = super().price(request)
-        if max_merge is None or self.warm_tokens is None:
-            return max_merge
-        n, m = request.packed_tokens, request.logical_tokens
-        warm = self.warm_rate * max(self.warm_tokens, max(n, m / self.warm_sharing))
-        return min(max_merge, warm)
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        max_merge = MaxMerge.rule(state, n, m)
+        warm_tokens = state.warm_tokens
+        warm = state.warm_rate * np.maximum(warm_tokens, np.maximum(n, m / state.warm_sharing))
+        return np.where(np.isnan(warm_tokens), max_merge, np.minimum(max_merge, warm))

@@ -1,0 +1,171 @@
+"""Replay a trace through pricing policies (SPEC §3).
+
+Each ``(run, rank)`` stream is replayed alone, readings in ``seq`` order, with
+one profile per signature. At a wave's first reading the wave is priced from
+its signature's profile as it stands; then every reading that did not run out
+of memory is observed, except a split child's caller reading (the trainer
+records that against its split structure, not the signature's profile). A
+wave's actual bytes are the largest delta over its readings.
+
+The package, imports pointing one way:
+
+- :mod:`~warmfit.replay.semantics` — what the contract computes (which readings
+  are observed, the estimate arithmetic), scalar and array forms side by side;
+- :mod:`~warmfit.replay.reference` — the reference engine, one reading at a time;
+- :mod:`~warmfit.replay.vectorized` — every wave at once, for declared policies;
+- :mod:`~warmfit.replay.summary` — the report's figures;
+- here: :func:`replay`, which picks the engine and reports the one that ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from warmfit.errors import UsageError
+from warmfit.policies import Policy, checked_class, get_policy
+from warmfit.replay.reference import replay_scalar
+from warmfit.replay.semantics import (
+    DEFAULT_SAFETY_FACTOR,
+    MAX_ESTIMATE_BYTES,
+    PER_WAVE_SCHEMA,
+    ProfileKey,
+    check_safety_factor,
+    estimate_bytes,
+    is_observed,
+)
+from warmfit.replay.summary import (
+    BUDGET_COLUMNS,
+    GROUPINGS,
+    IN_FIGURES,
+    SUMMARY_COLUMNS,
+    result_groups,
+    summarize,
+    wave_roles,
+)
+from warmfit.replay.vectorized import has_vectorized_form, replay_vectorized
+
+__all__ = [
+    "BUDGET_COLUMNS",
+    "DEFAULT_POLICIES",
+    "DEFAULT_SAFETY_FACTOR",
+    "ENGINES",
+    "GROUPINGS",
+    "IN_FIGURES",
+    "MAX_ESTIMATE_BYTES",
+    "PER_WAVE_SCHEMA",
+    "SUMMARY_COLUMNS",
+    "ReplayResult",
+    "check_safety_factor",
+    "estimate_bytes",
+    "is_observed",
+    "replay",
+    "replay_scalar",
+    "replay_vectorized",
+    "resolve_policies",
+    "result_groups",
+    "summarize",
+    "wave_roles",
+]
+
+DEFAULT_POLICIES = ("max-merge", "warm-fit")
+ENGINES = ("auto", "scalar", "vectorized")
+
+
+def resolve_policies(names: Sequence[str | type[Policy]] | None) -> list[type[Policy]]:
+    """Policy classes for names, ``module:Class`` specs or classes; defaults when empty."""
+    chosen = list(names) if names else list(DEFAULT_POLICIES)
+    classes = [checked_class(p, repr(p)) if isinstance(p, type) else get_policy(p) for p in chosen]
+    seen: set[str] = set()
+    for cls in classes:
+        if cls.name in seen:
+            raise UsageError(f"policy {cls.name!r} is named twice; name each policy once.")
+        seen.add(cls.name)
+    return classes
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What a replay produced: per-wave rows, the summary, and what every report needs.
+
+    ``by`` is what the summary is grouped by (:data:`GROUPINGS`);
+    ``budget_bytes`` the memory budget its admission figures assume, if any.
+    """
+
+    per_wave: pl.DataFrame
+    summary: pl.DataFrame
+    policies: tuple[str, ...]
+    safety_factor: float
+    engine: str
+    by: str = "run"
+    budget_bytes: int | None = None
+    #: Every profile as it stands after the trace, by (run, rank, signature, policy).
+    profiles: dict[ProfileKey, Policy] = field(default_factory=dict)
+    #: Each wave's role in its profile: ``seed``, ``warm`` or ``other`` (:func:`wave_roles`).
+    roles: pl.DataFrame = field(default_factory=pl.DataFrame)
+
+
+def replay(
+    readings: pl.DataFrame,
+    policies: Sequence[str | type[Policy]] | None = None,
+    safety_factor: float = DEFAULT_SAFETY_FACTOR,
+    engine: str = "auto",
+    by: str = "run",
+    budget_bytes: int | None = None,
+) -> ReplayResult:
+    """Replay validated readings through policies and summarize, per SPEC §3 and §7.
+
+    ``policies`` are registered names, ``module:Class`` specs or policy
+    classes (default: max-merge and warm-fit). ``engine`` is ``auto``, ``scalar`` or
+    ``vectorized``; every engine gives identical results, and ``auto`` picks
+    the vectorized one when every policy is declared; :attr:`ReplayResult.engine`
+    says which engine ran (the reference one also where the vectorized one could
+    not match it exactly: values beyond 2**53). ``by``
+    groups the summary by ``run`` or by ``signature`` within each run. With
+    ``budget_bytes`` (the memory free above the baseline when a wave is
+    admitted) the per-wave rows gain ``admitted`` and the summary the
+    admission counts.
+    """
+    safety_factor = check_safety_factor(safety_factor)
+    if budget_bytes is not None and not budget_bytes >= 0:
+        raise UsageError(
+            f"must be a number of bytes >= 0; got {budget_bytes!r}.", argument="budget_bytes"
+        )
+    groups = result_groups(readings, by)
+    classes = resolve_policies(policies)
+    chosen = _choose_engine(engine, classes)
+    per_wave = None
+    profiles: dict[ProfileKey, Policy] = {}
+    if chosen == "vectorized":
+        # None where doubles could not give the reference's bytes: the reference runs
+        per_wave = replay_vectorized(readings, classes, safety_factor, profiles)
+    if per_wave is None:
+        chosen = "scalar"
+        profiles.clear()
+        per_wave = replay_scalar(readings, classes, safety_factor, profiles)
+    if budget_bytes is not None:
+        per_wave = per_wave.with_columns(admitted=pl.col("estimate_bytes") <= budget_bytes)
+    names = tuple(cls.name for cls in classes)
+    summary = summarize(per_wave, names, groups, budget_bytes)
+    return ReplayResult(
+        per_wave, summary, names, safety_factor, chosen, by, budget_bytes, profiles,
+        wave_roles(readings),
+    )  # fmt: skip
+
+
+def _choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:
+    if engine not in ENGINES:
+        raise UsageError(f"must be one of {', '.join(ENGINES)}; got {engine!r}.", argument="engine")
+    if engine == "scalar":
+        return "scalar"
+    vectorizable = all(has_vectorized_form(cls) for cls in classes)
+    if engine == "vectorized" and not vectorizable:
+        names = ", ".join(cls.name for cls in classes)
+        raise UsageError(
+            f"the vectorized engine: not every policy ({names}) is declared "
+            "(warmfit.policies.rule.DeclaredPolicy), and only declared policies run on the "
+            "vectorized engine; use the scalar or auto engine."
+        )
+    return "vectorized" if vectorizable else "scalar"

@@ -1,0 +1,142 @@
+"""What the contract says a replay computes, scalar and array forms side by side.
+
+SPEC §3: which readings a profile learns from (:func:`is_observed`,
+:func:`observed`), and how a policy's learned bytes ``p`` become a wave's
+estimate (:func:`estimate_bytes`, :func:`estimates`); SPEC §5: the columns of
+the per-wave result. Both engines use these and nothing else, so they cannot
+drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+
+from warmfit.errors import UsageError
+
+#: A profile: ``(run, rank, signature, policy name)``.
+ProfileKey = tuple[str, int, str, str]
+
+#: The safety factor ``f`` of SPEC §3 when none is given.
+DEFAULT_SAFETY_FACTOR = 1.1
+
+#: Columns and dtypes of the per-wave result (SPEC §5 ``--per-wave``).
+PER_WAVE_SCHEMA: dict[str, pl.DataType] = {
+    "run": pl.String(),
+    "rank": pl.Int32(),
+    "wave": pl.Int64(),
+    "signature": pl.String(),
+    "kind": pl.String(),
+    "policy": pl.String(),
+    "packed_tokens": pl.Int64(),
+    "logical_tokens": pl.Int64(),
+    "output_bytes": pl.Int64(),
+    "static_floor_bytes": pl.Int64(),
+    "actual_bytes": pl.Int64(),
+    "estimate_bytes": pl.Int64(),
+    "set_by": pl.String(),
+    "over_estimate": pl.Float64(),
+    "under_peak": pl.Boolean(),
+    "oom": pl.Boolean(),
+}
+
+
+def is_observed(kind: str, phase: str, oom: bool) -> bool:
+    """Whether a profile learns from a reading (SPEC §3 step 2).
+
+    Never from an out-of-memory reading, nor from a ``split_child`` wave's
+    caller reading (ART records that against the split structure; it still
+    counts toward the wave's actual bytes).
+
+    >>> is_observed("flat", "caller", False), is_observed("split_child", "forward", False)
+    (True, True)
+    >>> is_observed("split_child", "caller", False), is_observed("flat", "forward", True)
+    (False, False)
+    """
+    return not oom and not (kind == "split_child" and phase == "caller")
+
+
+def observed(kind: np.ndarray, phase: np.ndarray, oom: np.ndarray) -> np.ndarray:
+    """:func:`is_observed` over arrays of readings at once."""
+    return ~oom & ~((kind == "split_child") & (phase == "caller"))
+
+
+def estimate_bytes(
+    p: float | None, output_bytes: int, static_floor_bytes: int | None, safety_factor: float
+) -> tuple[int | None, str | None]:
+    """A wave's estimate and what set it, from the policy's ``p`` (SPEC §3).
+
+    >>> estimate_bytes(1000.7, 10, None, 1.1)   # int((10 + 1000) * 1.1)
+    (1111, 'profile')
+    >>> estimate_bytes(1000.7, 10, 2000, 1.1)   # the floor is higher
+    (2211, 'floor')
+    >>> estimate_bytes(None, 10, 2000, 1.1), estimate_bytes(None, 10, None, 1.1)
+    ((2211, 'floor'), (None, None))
+    """
+    floor = static_floor_bytes or 0
+    if p is not None:
+        learned = int(p)
+        compute = max(floor, learned)
+        return _scaled(output_bytes + compute, safety_factor), (
+            "profile" if learned >= floor else "floor"
+        )
+    if static_floor_bytes is not None:
+        return _scaled(output_bytes + static_floor_bytes, safety_factor), "floor"
+    return None, None
+
+
+#: Estimates are int64 bytes (SPEC §5's per-wave Parquet); 8 EiB is beyond any device.
+MAX_ESTIMATE_BYTES = 2**63 - 1
+
+
+def _scaled(total_bytes: int, safety_factor: float) -> int:
+    """``int(total_bytes * safety_factor)``, refusing what int64 cannot hold."""
+    scaled = total_bytes * safety_factor
+    if not scaled <= MAX_ESTIMATE_BYTES:  # also catches inf and nan
+        raise OverflowError(f"estimate {scaled:.4g} bytes exceeds int64")
+    return int(scaled)
+
+
+#: Prices and estimates (as doubles) stay below this in :func:`estimates`, so int64
+#: arithmetic on them is exact.
+PRICE_LIMIT = 2**61
+
+
+def estimates(
+    p: np.ndarray,
+    output_bytes: np.ndarray,
+    static_floor_bytes: np.ndarray,
+    has_floor: np.ndarray,
+    safety_factor: float,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`estimate_bytes` over arrays of waves: the estimates (-1: unpriced) and what
+    set them (0: unpriced, 1: profile, 2: floor); None where a value could leave the range
+    in which int64 arithmetic on doubles is exact (the reference engine then prices)."""
+    has_p = ~np.isnan(p)
+    if (p[has_p] >= PRICE_LIMIT).any():
+        return None
+    learned = np.where(has_p, p, 0.0).astype(np.int64)  # int(p)
+    compute = np.maximum(static_floor_bytes, learned)
+    with np.errstate(over="ignore"):  # an overflow is caught just below
+        total = (output_bytes + np.where(has_p, compute, static_floor_bytes)).astype(
+            np.float64
+        ) * safety_factor
+    if (total >= PRICE_LIMIT).any():
+        return None
+    estimate = np.where(has_p | has_floor, total.astype(np.int64), -1)
+    set_by = np.where(
+        has_p, np.where(learned >= static_floor_bytes, 1, 2), np.where(has_floor, 2, 0)
+    )
+    return estimate, set_by
+
+
+def check_safety_factor(safety_factor: float) -> float:
+    """Reject a safety factor that is not a positive finite number."""
+    if not (math.isfinite(safety_factor) and safety_factor > 0):
+        raise UsageError(
+            f"must be a positive number (1.1 adds a 10% margin); got {safety_factor}.",
+            argument="safety_factor",
+        )
+    return float(safety_factor)

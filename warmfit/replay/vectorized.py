@@ -1,0 +1,372 @@
+"""The vectorized replay engine: every wave of a trace priced at once (SPEC §3).
+
+A declared policy (:class:`warmfit.policies.rule.DeclaredPolicy`) states its
+profile as running aggregates over the readings it observed, so the state a
+wave is priced from is each aggregate taken over the readings of its
+``(run, rank, signature)`` strictly before the wave's first reading. This
+module computes every aggregate for every reading at once in numpy, on the
+readings sorted by profile, then reads each wave's state just before its
+first reading and applies the policy's one ``rule`` to arrays — the same
+declaration the reference engine folds one reading at a time. It gives
+exactly what :func:`warmfit.replay.replay_scalar` gives: the same rows in the
+same order, the same bytes, the same floats.
+
+Exactness: maxima, minima, first and last values are exact in any order;
+sums are accumulated profile by profile in reading order, as the reference
+engine adds them; every other operation is numpy's on IEEE doubles, as
+Python's. Integers convert to doubles exactly below 2**53. For a trace whose
+token or byte counts reach 2**53 (8 PiB), or whose prices would not fit an
+int64, :func:`replay_vectorized` returns None and :func:`warmfit.replay.replay`
+runs the reference engine instead (and says so), so the result never differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from warmfit.errors import PolicyError
+from warmfit.policies import Policy
+from warmfit.policies.rule import Aggregate, DeclaredPolicy, First, State, is_declared
+from warmfit.replay.semantics import PER_WAVE_SCHEMA, ProfileKey, estimates, observed
+from warmfit.schema import WAVE_CONSTANT
+
+#: Below this, every int64 column converts to a double exactly.
+EXACT_LIMIT = 2**53
+
+
+#: Up to this many profiles, running aggregates go profile by profile.
+LOOP_PROFILES = 20_000
+
+
+def _accumulate(
+    ufunc: np.ufunc, values: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> None:
+    """Running ``ufunc`` over each profile's slice of ``values``, in place.
+
+    Few profiles: one ``accumulate`` per profile. Many: a segmented
+    Hillis-Steele scan (log2 of the longest profile passes over every
+    reading), which is exact only for an order-free ``ufunc`` such as fmax or
+    fmin; sums always go profile by profile, in reading order.
+    """
+    if len(starts) <= LOOP_PROFILES or ufunc is np.add:
+        for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
+            part = values[start : start + length]
+            ufunc.accumulate(part, out=part)
+        return
+    segment = np.repeat(np.arange(len(starts)), lengths)
+    step, longest = 1, int(lengths.max())
+    while step < longest:
+        same = segment[step:] == segment[:-step]
+        values[step:] = np.where(same, ufunc(values[step:], values[:-step]), values[step:])
+        step *= 2
+
+
+def _running(
+    agg: Aggregate,
+    values: np.ndarray,
+    meets: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+) -> np.ndarray:
+    """Per reading, ``agg`` over its profile's readings up to and including it."""
+    count = len(values)
+    if agg.kind in ("max", "min"):
+        ufunc = np.fmax if agg.kind == "max" else np.fmin
+        running = np.full(count, np.nan)
+        np.copyto(running, values, where=meets)
+        _accumulate(ufunc, running, starts, lengths)
+        return ufunc(agg.initial, running) if not np.isnan(agg.initial) else running
+    if agg.kind in ("sum", "count"):
+        running = np.where(meets, values, 0.0)
+        running[starts] = agg.initial + running[starts]  # ((initial + v1) + v2) + ...
+        _accumulate(np.add, running, starts, lengths)
+        return running
+    # first / last: the position of the reading whose value it is, then the value
+    positions = np.where(meets, np.arange(count, dtype=np.float64), np.nan)
+    _accumulate(np.fmin if agg.kind == "first" else np.fmax, positions, starts, lengths)
+    found = ~np.isnan(positions)
+    result = np.full(count, agg.initial)
+    result[found] = values[positions[found].astype(np.int64)]
+    return result
+
+
+def declared_prices(
+    cls: type[DeclaredPolicy],
+    columns: dict[str, np.ndarray],
+    starts: np.ndarray,
+    priced_at: np.ndarray,
+    n: np.ndarray,
+    m: np.ndarray,
+) -> tuple[np.ndarray, list[DeclaredPolicy]]:
+    """``p`` per wave (NaN: no profile) for a declared policy, and each profile as it
+    stands after its last reading.
+
+    ``columns`` holds every reading's :data:`~warmfit.policies.rule.FIELDS`
+    and ``observed``, sorted by profile (each profile's readings side by side,
+    in seq order, opening at ``starts``); ``priced_at`` is, per wave, the
+    position of the reading just before its first one (-1: none before);
+    ``n`` and ``m`` the waves' token counts.
+    """
+    lengths = np.diff(np.append(starts, len(columns["observed"])))
+    observed = columns["observed"]
+    running: dict[str, np.ndarray] = {}
+    reached: dict[str, np.ndarray] = {}  # per profile: whether a First aggregate was set
+    for agg in cls.aggregates:
+        meets = (
+            observed if agg.where is None else observed & (agg.where.array(columns, running) != 0)
+        )
+        values = agg.value.array(columns, running)
+        running[agg.name] = _running(agg, values, meets, starts, lengths)
+        if isinstance(agg, First):
+            reached[agg.name] = np.logical_or.reduceat(meets, starts)
+    before = np.maximum(priced_at, 0)
+    state = {
+        agg.name: np.where(priced_at < 0, agg.initial, running[agg.name][before])
+        for agg in cls.aggregates
+    }
+    with np.errstate(all="ignore"):
+        p = np.asarray(cls.rule(State(state), n.astype(np.float64), m.astype(np.float64)))
+    last = starts + lengths - 1
+    finals = {name: values[last] for name, values in running.items()}
+    profiles = []
+    for j in range(len(starts)):
+        profile = cls()
+        profile.state = {name: values[j] for name, values in finals.items()}
+        profile.first_seen = {name for name, met in reached.items() if met[j]}
+        profiles.append(profile)
+    return p, profiles
+
+
+def has_vectorized_form(cls: type[Policy]) -> bool:
+    """Whether ``cls`` is declared (:func:`warmfit.policies.rule.is_declared`), so the
+    vectorized engine can run it.
+
+    >>> from warmfit.policies import MaxMerge, WarmFit
+    >>> has_vectorized_form(MaxMerge), has_vectorized_form(WarmFit)
+    (True, True)
+    >>> class Tweaked(WarmFit):
+    ...     name = "tweaked"
+    ...     def price(self, request):
+    ...         return 0.0
+    >>> has_vectorized_form(Tweaked)
+    False
+    """
+    return is_declared(cls)
+
+
+def _fits_exactly(readings: pl.DataFrame) -> bool:
+    limits = readings.select(
+        pl.max_horizontal(
+            pl.col(c).max()
+            for c in (
+                "packed_tokens",
+                "logical_tokens",
+                "output_bytes",
+                "peak_bytes",
+                "static_floor_bytes",
+            )
+        )
+    ).item()
+    return limits is None or limits < EXACT_LIMIT
+
+
+def replay_vectorized(
+    readings: pl.DataFrame,
+    policies: Sequence[type[Policy]],
+    safety_factor: float,
+    profiles_out: dict[ProfileKey, Policy] | None = None,
+) -> pl.DataFrame | None:
+    """Replay readings with every policy's declaration at once; same result as the reference.
+
+    ``readings`` is a validated trace sorted by run, rank and seq, as
+    :func:`warmfit.replay.replay_scalar` takes it; the result is the one
+    :func:`~warmfit.replay.replay_scalar` returns, row for row and byte for
+    byte (:data:`warmfit.replay.semantics.PER_WAVE_SCHEMA`) — or None where
+    doubles could not give those bytes exactly (see the module's docstring).
+    ``profiles_out``, when given, receives every profile as it stands after the
+    trace, as :func:`~warmfit.replay.replay_scalar` gives them.
+    """
+    declared = [_declared(cls) for cls in policies]
+    if readings.height == 0 or not policies:
+        return pl.DataFrame(schema=PER_WAVE_SCHEMA)
+    if not _fits_exactly(readings):
+        return None
+
+    # Per reading: delta, rate and sharing, with Python's arithmetic (SPEC §4).
+    n = _ints(readings, "packed_tokens")
+    delta = np.maximum(_ints(readings, "peak_bytes") - _ints(readings, "baseline_bytes"), 0)
+    compute = np.maximum(delta - _ints(readings, "output_bytes"), 0)
+    rate = compute / n
+    sharing = _ints(readings, "logical_tokens") / n
+    # Streams are contiguous (sorted by run, rank, seq): number them, then profiles.
+    new_stream = (pl.col("run") != pl.col("run").shift(1)) | (
+        pl.col("rank") != pl.col("rank").shift(1)
+    )
+    keys = readings.select(
+        new_stream.fill_null(True).cum_sum().cast(pl.Int64).alias("stream"),
+        pl.col("signature").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("signature"),
+    )
+    stream = keys.get_column("stream").to_numpy()
+    signature = keys.get_column("signature").to_numpy()
+    del keys
+
+    # Per wave, by sorting readings by (stream, wave): its first reading, its
+    # actual bytes and whether it ran out of memory. Waves then come in the
+    # order of their first readings, as the reference engine emits them.
+    wave = _ints(readings, "wave")
+    order = _wave_order(stream, wave)
+    wave_stream, wave = stream[order], wave[order]
+    starts = np.flatnonzero(
+        np.concatenate(([True], (np.diff(wave_stream) != 0) | (np.diff(wave) != 0)))
+    )
+    del wave_stream, wave
+    first = order[starts]
+    by_first = np.argsort(first, kind="stable")
+    first = first[by_first]
+    actual = np.maximum.reduceat(delta[order], starts)[by_first]
+    oom_reading = readings.get_column("oom").to_numpy()
+    observed_reading = observed(
+        readings.get_column("kind").to_numpy(), readings.get_column("phase").to_numpy(), oom_reading
+    )
+    oom = np.logical_or.reduceat(oom_reading[order], starts)[by_first]
+    del order, starts, by_first
+
+    # Readings sorted by profile, each profile's readings side by side in
+    # seq order; each wave's state is read just before its first reading.
+    profile = _dense(stream * (int(signature.max()) + 1) + signature)
+    del stream, signature
+    by_profile = _profile_order(profile)
+    sorted_profile = profile[by_profile]
+    opens = np.concatenate(([True], sorted_profile[1:] != sorted_profile[:-1]))
+    del profile, sorted_profile
+    position = np.empty(len(by_profile), dtype=np.int64)
+    position[by_profile] = np.arange(len(by_profile))
+    at = position[first]
+    del position
+    priced_at = np.where(opens[at], -1, at - 1)
+    # Every reading's fields as the declarations read them (warmfit.policies.rule.FIELDS).
+    output = _ints(readings, "output_bytes")
+    columns = {
+        "packed_tokens": n[by_profile].astype(np.float64),
+        "logical_tokens": _ints(readings, "logical_tokens")[by_profile].astype(np.float64),
+        "delta_bytes": delta[by_profile].astype(np.float64),
+        "output_bytes": output[by_profile].astype(np.float64),
+        "compute_bytes": compute[by_profile].astype(np.float64),
+        "rate": rate[by_profile],
+        "sharing": sharing[by_profile],
+        "whole": readings.get_column("whole").to_numpy()[by_profile].astype(np.float64),
+        "caller": (readings.get_column("phase") == "caller")
+        .to_numpy()[by_profile]
+        .astype(np.float64),
+        "observed": observed_reading[by_profile],
+    }
+    profile_starts = np.flatnonzero(opens)
+    by_profile_first = by_profile[profile_starts]
+    del by_profile, opens, rate, sharing, compute, oom_reading, observed_reading, delta, output
+
+    waves = readings.select(
+        "packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"
+    ).gather(first)
+
+    # Per wave and policy: p, then the estimate (SPEC §3), in numpy.
+    n = _ints(waves, "packed_tokens")
+    m = _ints(waves, "logical_tokens")
+    o = _ints(waves, "output_bytes")
+    has_floor = waves.get_column("static_floor_bytes").is_not_null().to_numpy()
+    floor = waves.get_column("static_floor_bytes").fill_null(0).to_numpy()
+    estimates_of: list[np.ndarray] = []
+    set_by: list[np.ndarray] = []
+    # Each profile's (run, rank, signature), from its first reading.
+    owners: list[tuple[str, int, str]] = (
+        readings.select("run", "rank", "signature").gather(by_profile_first).rows()
+    )
+    for cls in declared:
+        p, finals = declared_prices(cls, columns, profile_starts, priced_at, n, m)
+        if profiles_out is not None:
+            for owner, final in zip(owners, finals, strict=True):
+                profiles_out[(*owner, cls.name)] = final
+        arithmetic = estimates(p, o, floor, has_floor, safety_factor)
+        if arithmetic is None:
+            return None
+        estimates_of.append(arithmetic[0])
+        set_by.append(arithmetic[1])
+
+    # One row per wave and policy, policies in the order given.
+    count = len(policies)
+    estimate = np.stack(estimates_of, axis=1).ravel()
+    del estimates_of
+    priced = estimate >= 0
+    per_row_actual = np.repeat(actual, count)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = estimate.astype(np.float64) / per_row_actual.astype(np.float64) - 1
+    # set_by: index into ("profile", "floor"), null when unpriced
+    code = np.stack(set_by, axis=1).ravel().astype(np.uint32)
+    del set_by
+    names = pl.Series([cls.name for cls in policies], dtype=pl.String)
+    rows = readings.select(*_WAVE_KEY, *WAVE_CONSTANT).gather(np.repeat(first, count))
+    return rows.with_columns(
+        policy=names.gather(np.tile(np.arange(count, dtype=np.uint32), len(first))),
+        actual_bytes=pl.Series(per_row_actual),
+        estimate_bytes=_masked(estimate, priced),
+        set_by=pl.Series(["profile", "floor"]).gather(_masked(code - 1, code > 0)),
+        over_estimate=_masked(over, priced & (per_row_actual > 0)),
+        under_peak=_masked(estimate < per_row_actual, priced),
+        oom=pl.Series(np.repeat(oom, count)),
+    ).select(pl.col(name).cast(dtype) for name, dtype in PER_WAVE_SCHEMA.items())
+
+
+def _declared(cls: type[Policy]) -> type[DeclaredPolicy]:
+    if not is_declared(cls):
+        raise PolicyError(
+            f"policy {cls.name!r} is not declared (warmfit.policies.rule.DeclaredPolicy), so "
+            "only the reference engine can replay it: use the scalar or auto engine."
+        )
+    return cls  # type: ignore[return-value]
+
+
+def _masked(values: np.ndarray, valid: np.ndarray) -> pl.Series:
+    """``values`` as a Series, null where not ``valid``."""
+    return pl.Series(pa.array(values, mask=~valid))
+
+
+def _wave_order(stream: np.ndarray, wave: np.ndarray) -> np.ndarray:
+    """A stable order of readings by (stream, wave).
+
+    Recorders number waves in order, so the key is nearly sorted already and
+    a stable sort (timsort/radix) of one integer key is quick; when the wave
+    ids span too much to share one int64 with the stream, sort on both.
+    """
+    low, high = int(wave.min()), int(wave.max())
+    span = high - low + 1
+    if int(stream[-1]) * span + span < 2**63:
+        return np.argsort(stream * span + (wave - low), kind="stable")
+    return np.lexsort((wave, stream))
+
+
+def _dense(key: np.ndarray) -> np.ndarray:
+    """Number the distinct values of a non-negative int64 key 0, 1, ... in order."""
+    high = int(key.max())
+    if high < 4 * len(key) + 2**16:
+        present = np.zeros(high + 1, dtype=np.int64)
+        present[key] = 1
+        return (np.cumsum(present) - 1)[key]
+    return np.unique(key, return_inverse=True)[1].reshape(-1)
+
+
+def _profile_order(profile: np.ndarray) -> np.ndarray:
+    """A stable order of readings by (dense) profile number: a radix sort when it fits 16 bits."""
+    if int(profile.max()) < 2**16:
+        return np.argsort(profile.astype(np.uint16), kind="stable")
+    return np.argsort(profile, kind="stable")
+
+
+def _ints(frame: pl.DataFrame, column: str) -> np.ndarray:
+    """A non-null integer column as an int64 numpy array."""
+    return frame.get_column(column).cast(pl.Int64).to_numpy()
+
+
+_WAVE_KEY = ("run", "rank", "wave")
