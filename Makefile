@@ -61,7 +61,7 @@ smoke-core: ## Install without extras (no torch/matplotlib); use the CLI.
 	.venv-core/bin/warmfit replay traces/pr991 --format markdown
 	.venv-core/bin/warmfit check traces --expect traces/expectations.toml --format csv > /dev/null
 	.venv-core/bin/warmfit plot traces/pr991 -o .venv-core/x.png 2>&1 | grep -q "needs matplotlib"
-	.venv-core/bin/python -c "import sys, warmfit.recorder; assert 'torch' not in sys.modules"
+	.venv-core/bin/python -c "import sys, warmfit.recorder; assert not {'torch', 'polars'} & set(sys.modules)"
 	.venv-core/bin/python -c "import sys, warmfit.integrations, warmfit.integrations.tokens; \
 		assert not {'torch', 'lightning', 'transformers'} & set(sys.modules)"
 	.venv-core/bin/python -c "import warmfit.integrations.lightning" 2>&1 | grep -q "warmfit\[lightning\]"

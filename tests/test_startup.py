@@ -81,3 +81,14 @@ def test_replay_imports_no_heavy_module(small_trace: Path) -> None:
 def test_replay_with_every_format_and_engine_imports_no_heavy_module(small_trace: Path) -> None:
     result = _run(["replay", str(small_trace), "--format", "json", "--engine", "vectorized"])
     assert result == {"code": 0, "heavy": []}
+
+
+def test_the_recorder_imports_neither_polars_nor_torch() -> None:
+    # A trainer imports warmfit.recorder: it writes its log and its trace with
+    # pyarrow alone; polars is loaded only when a log is compacted and read back.
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, warmfit.recorder; "
+         "print(sorted({m.split('.')[0] for m in sys.modules} & {'polars', 'torch'}))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == "[]"

@@ -16,7 +16,6 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 import polars as pl
@@ -25,7 +24,7 @@ import pyarrow.parquet as pq
 
 from warmfit import pagecrc
 from warmfit.errors import TraceError
-from warmfit.files import not_regular, write_atomically
+from warmfit.files import not_regular
 from warmfit.schema import (
     COLUMNS,
     KINDS,
@@ -35,8 +34,9 @@ from warmfit.schema import (
     SCHEMA_KEY,
     SCHEMA_VERSION,
     WAVE_CONSTANT,
-    arrow_schema,
 )
+from warmfit.writer import to_arrow as to_arrow  # re-exported: the one writer
+from warmfit.writer import write_trace as write_trace
 
 #: Canonical polars dtypes of the required columns.
 POLARS_DTYPES: dict[str, pl.DataType] = {
@@ -620,49 +620,6 @@ class TraceSummary:
 
 
 # --------------------------------------------------------------------------- write
-
-
-def to_arrow(frame: pl.DataFrame | pa.Table, metadata: dict[str, str] | None = None) -> pa.Table:
-    """Cast readings to the v1 Arrow schema (required columns first, extras after)."""
-    table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
-    schema = arrow_schema(metadata)
-    extras = [n for n in table.column_names if n not in COLUMNS]
-    missing = [n for n in COLUMNS if n not in table.column_names]
-    if missing:
-        raise TraceError(
-            "cannot write a trace without the required columns " + ", ".join(missing) + ".",
-            fix=_FIX_FORMAT,
-        )
-    arrays = [table.column(n).cast(schema.field(n).type) for n in COLUMNS]
-    fields = list(schema)
-    for name in extras:
-        arrays.append(table.column(name))
-        fields.append(table.schema.field(name))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
-
-
-def write_trace(
-    frame: pl.DataFrame | pa.Table,
-    path: str | os.PathLike[str],
-    metadata: dict[str, str] | None = None,
-) -> Path:
-    """Write readings as one v1 trace file, atomically.
-
-    The file is written to a temporary name in the same directory, fsynced and
-    then renamed over ``path`` (:func:`warmfit.files.write_atomically`), so a
-    reader never sees half a file; it gets the umask's mode. Every data page
-    carries a CRC checksum, verified when warmfit reads it, so a flipped bit
-    is an error rather than a changed figure. Extra ``metadata`` is stored
-    beside ``warmfit.schema``.
-    """
-    table = to_arrow(frame, metadata)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(sink: BinaryIO) -> None:
-        pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
-
-    return write_atomically(target, write)
 
 
 # --------------------------------------------------------------------------- build

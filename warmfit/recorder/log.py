@@ -45,7 +45,7 @@ import pyarrow as pa
 from warmfit.errors import TraceError, UsageError
 from warmfit.progress import ProgressCallback, no_progress
 from warmfit.schema import COLUMNS, arrow_schema
-from warmfit.trace import read_trace, write_trace
+from warmfit.writer import write_trace
 
 LOG_NAME: Final = "readings.arrows"
 TRACE_NAME: Final = "readings.parquet"
@@ -626,7 +626,9 @@ def _check_written(target: Path, table: pa.Table) -> tuple[int, str] | None:
     rule spans rows), and why. A file that validates but holds other
     readings (the disk returned other bytes) raises :class:`OSError`.
     """
-    import polars as pl
+    import polars as pl  # at compaction, never when a trainer imports the recorder
+
+    from warmfit.trace import read_trace
 
     try:
         back = read_trace([target]).select(list(COLUMNS))

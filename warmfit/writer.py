@@ -1,0 +1,65 @@
+"""Write trace format v1 with pyarrow alone.
+
+The one writer of trace files: :func:`warmfit.trace` re-exports it, and the
+recorder calls it directly, so that a trainer that records never imports
+polars (``python -c "import warmfit.recorder"`` loads pyarrow only).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from warmfit.errors import TraceError
+from warmfit.files import write_atomically
+from warmfit.schema import COLUMNS, arrow_schema
+
+_FIX_FORMAT = "See docs/trace-format.md for the rules of trace format v1."
+
+
+def to_arrow(frame: Any, metadata: dict[str, str] | None = None) -> pa.Table:
+    """Cast readings (an Arrow table, or a frame with ``to_arrow()``, such as a polars
+    DataFrame) to the v1 Arrow schema: required columns first, extras after."""
+    table = frame if isinstance(frame, pa.Table) else frame.to_arrow()
+    schema = arrow_schema(metadata)
+    extras = [n for n in table.column_names if n not in COLUMNS]
+    missing = [n for n in COLUMNS if n not in table.column_names]
+    if missing:
+        raise TraceError(
+            "cannot write a trace without the required columns " + ", ".join(missing) + ".",
+            fix=_FIX_FORMAT,
+        )
+    arrays = [table.column(n).cast(schema.field(n).type) for n in COLUMNS]
+    fields = list(schema)
+    for name in extras:
+        arrays.append(table.column(name))
+        fields.append(table.schema.field(name))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
+
+
+def write_trace(
+    frame: Any,
+    path: str | os.PathLike[str],
+    metadata: dict[str, str] | None = None,
+) -> Path:
+    """Write readings as one v1 trace file, atomically.
+
+    The file is written to a temporary name in the same directory, fsynced and
+    then renamed over ``path`` (:func:`warmfit.files.write_atomically`), so a
+    reader never sees half a file; it gets the umask's mode. Every data page
+    carries a CRC checksum, verified when warmfit reads it, so a flipped bit
+    is an error rather than a changed figure. Extra ``metadata`` is stored
+    beside ``warmfit.schema``.
+    """
+    table = to_arrow(frame, metadata)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(sink: BinaryIO) -> None:
+        pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
+
+    return write_atomically(target, write)
