@@ -12,16 +12,16 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from warmfit.check import (
+from warmfit.cli import app
+from warmfit.gate import (
     LIMITS,
     CheckResult,
     ExpectationsError,
-    check,
+    evaluate,
     expectations_from,
     parse_expectations,
     read_expectations,
 )
-from warmfit.cli import app
 from warmfit.replay import replay
 from warmfit.trace import read_trace, readings_frame, write_trace
 
@@ -114,7 +114,7 @@ def test_limits_hold_at_equality_and_fail_beyond() -> None:
         f"[runs.run.max-merge]\nmax_median_over_estimate = {over!r}\nmin_priced_waves = 1\n"
         f"[runs.run.warm-fit]\nmax_median_over_estimate = {over - 1e-9!r}\nmin_priced_waves = 2\n"
     )
-    report = check(result, e)
+    report = evaluate(result, e)
     verdicts = [(r.policy, r.limit.key, r.holds) for r in report.results]
     assert verdicts == [
         ("max-merge", "max_median_over_estimate", True),
@@ -141,10 +141,10 @@ def test_a_missing_figure_is_a_regression() -> None:
 def test_runs_must_match_the_trace() -> None:
     result = replay(readings_frame(ROWS), engine="scalar")
     with pytest.raises(ExpectationsError, match="expects run 'EP9'"):
-        check(result, parse_expectations("[runs.EP9.warm-fit]\nmax_under_peak = 0\n"))
+        evaluate(result, parse_expectations("[runs.EP9.warm-fit]\nmax_under_peak = 0\n"))
     two = readings_frame([*ROWS, *({**r, "run": "other"} for r in ROWS)]).sort("run", "seq")
     with pytest.raises(ExpectationsError, match="no expectations for run"):
-        check(replay(two, engine="scalar"), parse_expectations("[runs.run.warm-fit]\n"))
+        evaluate(replay(two, engine="scalar"), parse_expectations("[runs.run.warm-fit]\n"))
 
 
 def test_expectations_from_round_up_to_hold() -> None:

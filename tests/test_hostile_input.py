@@ -41,7 +41,7 @@ limit = int(os.environ.get("WF_FSIZE", "0"))
 if limit:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-import warmfit.cli, warmfit.check, warmfit.progress, warmfit.replay, warmfit.report, warmfit.trace
+import warmfit.cli, warmfit.gate, warmfit.progress, warmfit.replay, warmfit.report, warmfit.trace
 import rich.console, rich.progress, rich.table, rich.text, secrets
 uid = int(os.environ.get("WF_UID", "-1"))
 if uid >= 0:

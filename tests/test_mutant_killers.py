@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 import warmfit.replay
 import warmfit.replay.vectorized
 from tests.strategies import traces
-from warmfit.check import check, parse_expectations
 from warmfit.errors import UsageError
+from warmfit.gate import evaluate, parse_expectations
 from warmfit.policies import MaxMerge, Policy, WarmFit
 from warmfit.replay import estimate_bytes, replay, replay_scalar, result_groups, summarize
 from warmfit.replay.vectorized import replay_vectorized
@@ -311,7 +311,7 @@ def test_extreme_wave_ids_take_the_lexsort_path_and_keep_streams_apart(
     assert vectorized.get_column("wave").to_list()[:4] == [ids[0], ids[0], ids[1], ids[1]]
 
 
-# --------------------------------------------------------------------------- check()
+# --------------------------------------------------------------------------- evaluate()
 
 
 CHECK_ROWS = [
@@ -329,7 +329,7 @@ def test_max_over_estimate_is_checked_against_the_largest_not_the_median() -> No
     row = result.summary.row(0, named=True)
     assert row["median_over_estimate"] == pytest.approx(0.1)
     assert row["max_over_estimate"] == pytest.approx(0.65)
-    verdicts = check(
+    verdicts = evaluate(
         result,
         parse_expectations(
             "[runs.run.max-merge]\nmax_median_over_estimate = 0.3\nmax_max_over_estimate = 0.3\n"
@@ -350,7 +350,7 @@ def test_a_missing_figure_fails_the_real_check() -> None:
     # and no priced wave; every limit on a missing figure regresses
     result = replay(_frame({"wave": 0, "whole": True, "peak_bytes": 30_000}), ["max-merge"])
     assert result.summary.row(0, named=True)["median_over_estimate"] is None
-    report = check(
+    report = evaluate(
         result,
         parse_expectations(
             "[runs.run.max-merge]\nmax_median_over_estimate = 1.0\nmax_max_over_estimate = 1.0\n"

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from warmfit.commands.replay import (
+from warmfit.commands.options import (
     Engine,
     EngineOpt,
     PathsArg,
@@ -80,7 +80,7 @@ def check_command(
     Policies default to those the expectations name (with --write-expect:
     max-merge and warm-fit). See docs/ci-gate.md for the file's format.
     """
-    from warmfit import check as checking
+    from warmfit import gate
     from warmfit.policies import policy_names
     from warmfit.replay import DEFAULT_SAFETY_FACTOR, replay, resolve_policies
 
@@ -99,8 +99,8 @@ def check_command(
             engine.value,
         )
         with writing(write_expect):
-            checking.write_expectations(result, write_expect, [str(p) for p in paths])
-        count = sum(1 for _ in checking.expectations_from(result))
+            gate.write_expectations(result, write_expect, [str(p) for p in paths])
+        count = sum(1 for _ in gate.expectations_from(result))
         typer.echo(
             f"wrote expectations for {count} run/policy pairs "
             f"({', '.join(result.policies)}) to {write_expect}"
@@ -113,7 +113,7 @@ def check_command(
             f"--safety applies to --write-expect only; {expect} fixes the safety factor "
             "its figures were taken at (its 'safety_factor' key)."
         )
-    expectations = checking.read_expectations(expect)
+    expectations = gate.read_expectations(expect)
     if policy:
         names = [cls.name for cls in resolve_policies(policy)]
         expectations = expectations.restricted_to(names)
@@ -123,12 +123,12 @@ def check_command(
         try:
             registered = policy_names()
         except PolicyError as exc:
-            raise checking.ExpectationsError(
+            raise gate.ExpectationsError(
                 expect, f"names a policy that cannot be used: {exc}"
             ) from None
         for name in expectations.policies:
             if ":" in name or name not in registered:
-                raise checking.ExpectationsError(
+                raise gate.ExpectationsError(
                     expect,
                     f"names unknown policy {printable(name)!r}: it is not registered (registered: "
                     f"{', '.join(registered)}); an expectations file names registered "
@@ -143,7 +143,7 @@ def check_command(
         expectations.safety_factor,
         engine.value,
     )
-    report = checking.check(result, expectations)
-    typer.echo(checking.render(report, format.value), nl=False)
+    report = gate.evaluate(result, expectations)
+    typer.echo(gate.render(report, format.value), nl=False)
     if not report.passed:
         raise RegressionFound(report.regression_message())

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from warmfit.commands.replay import (
+from warmfit.commands.options import (
     Engine,
     EngineOpt,
     PathsArg,

@@ -2,156 +2,26 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, BinaryIO
+from typing import Annotated, BinaryIO
 
 import typer
 
-from warmfit.errors import UsageError
-
-if TYPE_CHECKING:
-    import polars as pl
-
-
-class Format(StrEnum):
-    table = "table"
-    markdown = "markdown"
-    csv = "csv"
-    json = "json"
-
-
-class Engine(StrEnum):
-    auto = "auto"
-    scalar = "scalar"
-    vectorized = "vectorized"
-
-
-PathsArg = Annotated[
-    list[Path],
-    typer.Argument(
-        help="Trace files or directories (read recursively).",
-        show_default=False,
-        metavar="PATH...",
-    ),
-]
-PolicyOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--policy",
-        "-p",
-        help="Policy to replay (repeatable): a registered name or module:Class. "
-        "Default: max-merge and warm-fit.",
-        show_default=False,
-        metavar="POLICY",
-    ),
-]
-SafetyOpt = Annotated[
-    float,
-    typer.Option("--safety", help="Safety factor f applied to every estimate.", metavar="F"),
-]
-
-
-class By(StrEnum):
-    run = "run"
-    signature = "signature"
-
-
-ByOpt = Annotated[
+from warmfit.commands.options import (
+    BudgetOpt,
     By,
-    typer.Option(
-        "--by", help="One result per run, or per run and signature (each signature's profile)."
-    ),
-]
-BudgetOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--budget",
-        help="Memory free above the baseline when a wave is admitted, e.g. 128.8GB or 80GiB: "
-        "adds how many waves a policy admits, refuses although they fit, and admits although "
-        "they do not.",
-        show_default=False,
-        metavar="SIZE",
-    ),
-]
-
-
-def budget_bytes(budget: str | None) -> int | None:
-    """The ``--budget`` option in bytes (None when not given)."""
-    if budget is None:
-        return None
-    from warmfit.units import parse_bytes
-
-    try:
-        return parse_bytes(budget)
-    except ValueError as exc:
-        raise UsageError(f"--budget: {exc}") from None
-
-
-EngineOpt = Annotated[
+    ByOpt,
     Engine,
-    typer.Option(
-        help="auto: vectorized when every policy has a vectorized form (the built-in ones "
-        "do), else scalar, the one-reading-at-a-time reference. Both give identical output.",
-    ),
-]
-
-
-def check_new_file(path: Path, force: bool, inputs: list[Path] | None = None) -> None:
-    """Refuse to overwrite an existing file unless ``--force`` was given.
-
-    A file among the trace files of ``inputs`` (the command's trace paths) is
-    refused even with ``--force``: however it is named (``..``, a symbolic or
-    a hard link), warmfit never writes onto its input.
-    """
-    from warmfit.files import written_over
-    from warmfit.trace import find_trace_files
-
-    if path.is_dir():
-        raise UsageError(f"{path} is a directory; name a file to write.")
-    if inputs is not None and os.path.lexists(path):
-        hit = written_over(path, find_trace_files(inputs))
-        if hit is not None:
-            raise UsageError(
-                f"will not write {path}: it is the input trace {hit}, and warmfit never "
-                "writes onto its input, not even with --force. Name another file."
-            )
-    if path.exists() and not force:
-        raise UsageError(f"will not overwrite without --force: {path}")
-    if not path.parent.is_dir():
-        raise UsageError(f"the folder of {path} does not exist; create it first.")
-
-
-def read_traces(paths: list[Path]) -> pl.DataFrame:
-    """Read and validate the traces a command replays, with a progress bar on a terminal.
-
-    Loads only the columns replay uses (every column is still checked).
-    """
-    from warmfit.progress import progress_bar
-    from warmfit.trace import read_trace
-
-    with progress_bar("reading traces") as progress:
-        return read_trace(paths, columns=(), progress=progress)
-
-
-@contextmanager
-def writing(path: Path) -> Iterator[None]:
-    """Turn an error while writing ``path`` (a full disk, a file-size limit) into exit 2.
-
-    Writers go through :func:`warmfit.files.write_atomically`, so nothing of
-    the failed file is left behind and a rerun works.
-    """
-    try:
-        yield
-    except OSError as exc:  # pyarrow reports a failed write as an OSError too
-        reason = exc.strerror or str(exc)
-        raise UsageError(
-            f"cannot write {path}: {reason}. No partial file was left; fix that (free space, "
-            "permissions, the file-size limit) and run the command again."
-        ) from None
+    EngineOpt,
+    Format,
+    PathsArg,
+    PolicyOpt,
+    SafetyOpt,
+    budget_bytes,
+    check_new_file,
+    read_traces,
+    writing,
+)
 
 
 def replay_command(

@@ -332,7 +332,7 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def check(result: ReplayResult, expectations: Expectations) -> CheckReport:
+def evaluate(result: ReplayResult, expectations: Expectations) -> CheckReport:
     """Check a replay's summary against expectations.
 
     Every run and policy named in the expectations must be in the replay,
