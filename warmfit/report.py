@@ -131,6 +131,22 @@ def table_text(table: Table) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
 
+def plain_table(caption: str) -> Table:
+    """The look of every warmfit table: a rule under the header, no frame, a caption below."""
+    from rich import box
+    from rich.table import Table
+
+    return Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        caption=caption,
+        caption_justify="left",
+    )
+
+
 def cell(name: object) -> Text:
     """A table cell showing ``name`` literally: no rich markup, control characters escaped."""
     from rich.text import Text
@@ -140,8 +156,6 @@ def cell(name: object) -> Text:
 
 def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
     """A compact table for a terminal; labels never break across lines."""
-    from rich import box
-    from rich.table import Table
 
     keys = _keys(summary)
     budget = "budget_bytes" in summary.columns
@@ -156,15 +170,7 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             f"{format_bytes(summary.get_column('budget_bytes')[0])}: admitted = estimate within "
             "it, refused = refused although the wave fits, ooms = admitted although it did not"
         )
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
-        caption=caption,
-        caption_justify="left",
-    )
+    table = plain_table(caption)
     for key in keys:
         table.add_column(key, no_wrap=True, min_width=3)
     table.add_column("policy", no_wrap=True)
@@ -247,19 +253,10 @@ def render_sweep(result: SweepResult, fmt: str) -> str:
         lines.append("|" + "---|" * len(header))
         lines += ["| " + " | ".join(markdown_cell(c) for c in cells) + " |" for cells in rows]
         return "\n".join(lines) + "\n"
-    from rich import box
-    from rich.table import Table
-
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
-        caption="safe factor = the smallest safety factor with no wave under its peak (exact); "
+    table = plain_table(
+        "safe factor = the smallest safety factor with no wave under its peak (exact); "
         "median at safe = the median over-estimate there; under at 1.0 = waves under their "
-        "peak with no safety margin",
-        caption_justify="left",
+        "peak with no safety margin"
     )
     for i, name in enumerate(header):
         table.add_column(name, no_wrap=True, justify="left" if i <= len(keys) else "right")
