@@ -135,7 +135,7 @@ def declared_prices(
     profiles = []
     for j in range(len(starts)):
         profile = cls()
-        profile.state = {name: values[j] for name, values in finals.items()}
+        profile.state = {name: float(values[j]) for name, values in finals.items()}
         profile.first_seen = {name for name, met in reached.items() if met[j]}
         profiles.append(profile)
     return p, profiles
