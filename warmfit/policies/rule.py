@@ -60,7 +60,9 @@ class Expr:
         """The expression as Python source over plain floats (the reference engine's fold)."""
         raise NotImplementedError
 
-    def array(self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> np.ndarray:
+    def array(
+        self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray], memo: Memo
+    ) -> np.ndarray:
         raise NotImplementedError
 
     def refs(self) -> Iterator[Aggregate]:
@@ -118,6 +120,21 @@ class Expr:
     __hash__ = object.__hash__
 
 
+#: Arrays already computed in one vectorized pass, by expression (its ``id``).
+Memo = dict[int, np.ndarray]
+
+
+def evaluate(
+    expr: Expr, columns: dict[str, np.ndarray], state: dict[str, np.ndarray], memo: Memo
+) -> np.ndarray:
+    """``expr`` over every reading at once, each sub-expression computed once per pass
+    (a condition shared by several aggregates, such as "after the seed", is not redone)."""
+    key = id(expr)
+    if key not in memo:
+        memo[key] = expr.array(columns, state, memo)
+    return memo[key]
+
+
 def _expr(value: object) -> Expr:
     if isinstance(value, Expr):
         return value
@@ -138,7 +155,9 @@ class _Const(Expr):
             return "_inf" if value > 0 else "(-_inf)"
         return repr(value)
 
-    def array(self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> np.ndarray:
+    def array(
+        self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray], memo: Memo
+    ) -> np.ndarray:
         return np.full(len(columns["packed_tokens"]), self.value)
 
     def __repr__(self) -> str:
@@ -154,7 +173,9 @@ class _Field(Expr):
     def source(self) -> str:
         return f"f_{self.name}"
 
-    def array(self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> np.ndarray:
+    def array(
+        self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray], memo: Memo
+    ) -> np.ndarray:
         return columns[self.name]
 
     def __repr__(self) -> str:
@@ -171,9 +192,14 @@ class _Op(Expr):
             return f"_div({left}, {right})"
         return f"({left} {self.symbol} {right})"
 
-    def array(self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> np.ndarray:
+    def array(
+        self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray], memo: Memo
+    ) -> np.ndarray:
         with np.errstate(all="ignore"):
-            return self.ufunc(self.left.array(columns, state), self.right.array(columns, state))
+            return self.ufunc(
+                evaluate(self.left, columns, state, memo),
+                evaluate(self.right, columns, state, memo),
+            )
 
     def refs(self) -> Iterator[Aggregate]:
         yield from self.left.refs()
@@ -190,9 +216,11 @@ class _Logic(_Op):
         word = "and" if self.symbol == "&" else "or"
         return f"(({self.left.source()}) != 0 {word} ({self.right.source()}) != 0)"
 
-    def array(self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> np.ndarray:
-        left = self.left.array(columns, state) != 0
-        return self.ufunc(left, self.right.array(columns, state) != 0)
+    def array(
+        self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray], memo: Memo
+    ) -> np.ndarray:
+        left = evaluate(self.left, columns, state, memo) != 0
+        return self.ufunc(left, evaluate(self.right, columns, state, memo) != 0)
 
 
 class _Not(Expr):
@@ -202,8 +230,10 @@ class _Not(Expr):
     def source(self) -> str:
         return f"(not ({self.inner.source()}) != 0)"
 
-    def array(self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> np.ndarray:
-        return np.logical_not(self.inner.array(columns, state) != 0)
+    def array(
+        self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray], memo: Memo
+    ) -> np.ndarray:
+        return np.logical_not(evaluate(self.inner, columns, state, memo) != 0)
 
     def refs(self) -> Iterator[Aggregate]:
         return self.inner.refs()
@@ -303,7 +333,9 @@ class Aggregate(Expr):
     def source(self) -> str:
         return f"a_{self.name}"
 
-    def array(self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray]) -> np.ndarray:
+    def array(
+        self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray], memo: Memo
+    ) -> np.ndarray:
         return state[self.name]
 
     def refs(self) -> Iterator[Aggregate]:

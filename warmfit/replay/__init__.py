@@ -103,8 +103,14 @@ class ReplayResult:
     budget_bytes: int | None = None
     #: Every profile as it stands after the trace, by (run, rank, signature, policy).
     profiles: dict[ProfileKey, Policy] = field(default_factory=dict)
-    #: Each wave's role in its profile: ``seed``, ``warm`` or ``other`` (:func:`wave_roles`).
-    roles: pl.DataFrame = field(default_factory=pl.DataFrame)
+    #: The readings replayed (a reference to the caller's frame, not a copy).
+    readings: pl.DataFrame = field(default_factory=pl.DataFrame, repr=False)
+
+    @property
+    def roles(self) -> pl.DataFrame:
+        """Each wave's role in its profile: ``seed``, ``warm`` or ``other``
+        (:func:`wave_roles`), computed when a report asks for it."""
+        return wave_roles(self.readings)
 
 
 def replay(
@@ -151,7 +157,7 @@ def replay(
     summary = summarize(per_wave, names, groups, budget_bytes)
     return ReplayResult(
         per_wave, summary, names, safety_factor, chosen, by, budget_bytes, profiles,
-        wave_roles(readings),
+        readings,
     )  # fmt: skip
 
 

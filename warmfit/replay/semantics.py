@@ -58,9 +58,10 @@ def is_observed(kind: str, phase: str, oom: bool) -> bool:
     return not oom and not (kind == "split_child" and phase == "caller")
 
 
-def observed(kind: np.ndarray, phase: np.ndarray, oom: np.ndarray) -> np.ndarray:
-    """:func:`is_observed` over arrays of readings at once."""
-    return ~oom & ~((kind == "split_child") & (phase == "caller"))
+def observed(split_child: np.ndarray, caller: np.ndarray, oom: np.ndarray) -> np.ndarray:
+    """:func:`is_observed` over arrays of readings at once (booleans: the wave is a
+    split child, the reading is a caller reading, it ran out of memory)."""
+    return ~oom & ~(split_child & caller)
 
 
 def estimate_bytes(

@@ -33,14 +33,23 @@ GROUPINGS = ("run", "signature")
 IN_FIGURES = pl.col("estimate_bytes").is_not_null() & ~pl.col("oom") & (pl.col("actual_bytes") > 0)
 
 
-def _median_int(values: pl.Expr) -> pl.Expr:
+def _median_int(values: pl.Expr, exact_in_doubles: bool) -> pl.Expr:
     """The median of integers as an integer: the mean of the two middle values
-    truncated toward zero for an even count (SPEC §7); null with no value."""
-    ordered = values.sort()
+    truncated toward zero for an even count (SPEC §7); null with no value.
+
+    The two middle values are found by selection (``quantile`` lower and
+    higher, doubles) where every value is below 2**53 and so exact as a
+    double, else by a sort.
+    """
     count = values.len()
-    total = ordered.get((count - 1) // 2, null_on_oob=True).cast(pl.Int128) + ordered.get(
-        count // 2, null_on_oob=True
-    ).cast(pl.Int128)
+    if exact_in_doubles:
+        lower = values.quantile(0.5, interpolation="lower").cast(pl.Int128)
+        upper = values.quantile(0.5, interpolation="higher").cast(pl.Int128)
+    else:
+        ordered = values.sort()
+        lower = ordered.get((count - 1) // 2, null_on_oob=True).cast(pl.Int128)
+        upper = ordered.get(count // 2, null_on_oob=True).cast(pl.Int128)
+    total = lower + upper
     # floor division, moved up by one for a negative odd total: truncation toward zero
     rounds_down = ((total < 0) & (total % 2 != 0)).cast(pl.Int128)
     return (total // 2 + rounds_down).cast(pl.Int64)
@@ -67,6 +76,9 @@ def summarize(
     although they fit, ``admitted_oom`` waves admitted although they did not.
     """
     keys = list(groups.columns)
+    excess = pl.col("estimate_bytes") - pl.col("actual_bytes")
+    largest = per_wave.select(excess.abs().max()).item()
+    exact = largest is None or largest < 2**53
     priced = pl.col("estimate_bytes").is_not_null()
     over = pl.col("over_estimate").filter(IN_FIGURES)
     count = IN_FIGURES.sum()
@@ -83,9 +95,7 @@ def summarize(
         _count(IN_FIGURES & (pl.col("set_by") == "profile"), "set_by_profile"),
         _count(IN_FIGURES & (pl.col("set_by") == "floor"), "set_by_floor"),
         _count(priced & pl.col("oom"), "oom_waves"),
-        _median_int((pl.col("estimate_bytes") - pl.col("actual_bytes")).filter(IN_FIGURES)).alias(
-            "median_excess_bytes"
-        ),
+        _median_int(excess.filter(IN_FIGURES), exact).alias("median_excess_bytes"),
     ]
     counts = ["priced_waves", "under_peak", "set_by_profile", "set_by_floor", "oom_waves"]
     columns = [*keys, *SUMMARY_COLUMNS[1:]]

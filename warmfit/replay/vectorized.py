@@ -30,7 +30,15 @@ import pyarrow as pa
 
 from warmfit.errors import PolicyError
 from warmfit.policies import Policy
-from warmfit.policies.rule import Aggregate, DeclaredPolicy, First, State, is_declared
+from warmfit.policies.rule import (
+    Aggregate,
+    DeclaredPolicy,
+    First,
+    Memo,
+    State,
+    evaluate,
+    is_declared,
+)
 from warmfit.replay.semantics import PER_WAVE_SCHEMA, ProfileKey, estimates, observed
 from warmfit.schema import WAVE_CONSTANT
 
@@ -114,12 +122,15 @@ def declared_prices(
     lengths = np.diff(np.append(starts, len(columns["observed"])))
     observed = columns["observed"]
     running: dict[str, np.ndarray] = {}
+    memo: Memo = {}
     reached: dict[str, np.ndarray] = {}  # per profile: whether a First aggregate was set
     for agg in cls.aggregates:
         meets = (
-            observed if agg.where is None else observed & (agg.where.array(columns, running) != 0)
+            observed
+            if agg.where is None
+            else observed & (evaluate(agg.where, columns, running, memo) != 0)
         )
-        values = agg.value.array(columns, running)
+        values = evaluate(agg.value, columns, running, memo)
         running[agg.name] = _running(agg, values, meets, starts, lengths)
         if isinstance(agg, First):
             reached[agg.name] = np.logical_or.reduceat(meets, starts)
@@ -229,9 +240,9 @@ def replay_vectorized(
     first = first[by_first]
     actual = np.maximum.reduceat(delta[order], starts)[by_first]
     oom_reading = readings.get_column("oom").to_numpy()
-    observed_reading = observed(
-        readings.get_column("kind").to_numpy(), readings.get_column("phase").to_numpy(), oom_reading
-    )
+    caller = (readings.get_column("phase") == "caller").to_numpy()
+    split_child = (readings.get_column("kind") == "split_child").to_numpy()
+    observed_reading = observed(split_child, caller, oom_reading)
     oom = np.logical_or.reduceat(oom_reading[order], starts)[by_first]
     del order, starts, by_first
 
@@ -259,14 +270,24 @@ def replay_vectorized(
         "rate": rate[by_profile],
         "sharing": sharing[by_profile],
         "whole": readings.get_column("whole").to_numpy()[by_profile].astype(np.float64),
-        "caller": (readings.get_column("phase") == "caller")
-        .to_numpy()[by_profile]
-        .astype(np.float64),
+        "caller": caller[by_profile].astype(np.float64),
         "observed": observed_reading[by_profile],
     }
     profile_starts = np.flatnonzero(opens)
     by_profile_first = by_profile[profile_starts]
-    del by_profile, opens, rate, sharing, compute, oom_reading, observed_reading, delta, output
+    del (
+        by_profile,
+        opens,
+        rate,
+        sharing,
+        compute,
+        oom_reading,
+        observed_reading,
+        delta,
+        output,
+        caller,
+        split_child,
+    )
 
     waves = readings.select(
         "packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"
