@@ -50,7 +50,7 @@ import numpy as np
 from warmfit.errors import PolicyError
 from warmfit.policies.base import Policy, PriceRequest, Reading
 
-Value = Any  # a numpy float64 / bool_, or an array of them
+Value = Any  # a float (the reference fold) or a numpy array (the vectorized engine)
 
 
 class Expr:
