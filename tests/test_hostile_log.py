@@ -570,9 +570,10 @@ FORKING = textwrap.dedent(
     rec.step()
     child = os.fork()  # a data-loader worker, say: it outlives a killed trainer
     if child == 0:
+        # the fork handlers have run by now: the child says so, with its pid
+        print(os.getpid(), flush=True)
         time.sleep(60)
         os._exit(0)
-    print(child, flush=True)
     time.sleep(60)
     """
 )
