@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
 from warmfit.errors import PolicyError, UsageError
 from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmAffine, WarmFit
-from warmfit.policies.rule import RATE, Max
+from warmfit.policies.rule import RATE, Max, is_declared
 from warmfit.replay import (
     GROUPINGS,
     PER_WAVE_SCHEMA,
@@ -36,7 +36,7 @@ from warmfit.replay import (
     result_groups,
     summarize,
 )
-from warmfit.replay.vectorized import has_vectorized_form, replay_vectorized
+from warmfit.replay.vectorized import replay_vectorized
 from warmfit.trace import read_trace, readings_frame, write_trace
 
 BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit, WarmAffine]
@@ -389,7 +389,7 @@ def test_prices_beyond_int64_arithmetic_fall_back_to_the_reference() -> None:
 
 
 def test_built_in_policies_are_declared() -> None:
-    assert all(has_vectorized_form(cls) for cls in BUILT_IN)
+    assert all(is_declared(cls) for cls in BUILT_IN)
     # a subclass that only adds aggregates extends its parent's declaration
     assert [a.name for a in WarmFit.aggregates][:2] == ["rate_max", "sharing_max"]
 
@@ -402,7 +402,7 @@ def test_a_subclass_that_overrides_price_is_not_declared() -> None:
             p = super().price(request)
             return None if p is None else 2 * p
 
-    assert not has_vectorized_form(Cautious)
+    assert not is_declared(Cautious)
     frame = _frame({"wave": 0, "peak_bytes": 100}, {"wave": 1, "peak_bytes": 100})
     assert replay(frame, ["max-merge", f"{__name__}:Halved"], 1.1).engine == "scalar"
     with pytest.raises(UsageError, match="declared"):

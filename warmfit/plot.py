@@ -36,7 +36,7 @@ import polars as pl
 from warmfit.errors import UsageError
 from warmfit.files import write_bytes_atomically
 from warmfit.policies import PriceRequest
-from warmfit.replay import IN_FIGURES, ReplayResult
+from warmfit.replay import IN_FIGURES, ReplayResult, group_keys
 from warmfit.text import mathtext_literal
 
 if TYPE_CHECKING:
@@ -559,7 +559,7 @@ def pareto_points(result: SweepResult) -> pl.DataFrame:
     """The Pareto picture's data: per result and policy, every grid factor's waves
     under their peak and median over-estimate (%), and the safe factor's point."""
     rows = []
-    keys = ["run"] if result.by == "run" else ["run", "signature"]
+    keys = group_keys(result.by)
     for r in result.results:
         label = " / ".join(str(r[k]) for k in keys)
         grid = cast(list[dict[str, Any]], r["points"])

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.replay import ReplayResult
+from warmfit.replay import ReplayResult, group_keys
 from warmfit.sweep import JSON_SCHEMA as SWEEP_JSON_SCHEMA
 from warmfit.sweep import SweepResult
 from warmfit.text import markdown_cell, printable
@@ -220,7 +220,7 @@ def render(result: ReplayResult, fmt: str) -> str:
 
 def render_sweep(result: SweepResult, fmt: str) -> str:
     """Render a safety-factor sweep: json (with every grid point), csv, markdown or table."""
-    keys = ["run"] if result.by == "run" else ["run", "signature"]
+    keys = group_keys(result.by)
     if fmt == "json":
         doc = {"schema": SWEEP_JSON_SCHEMA, "results": result.results}
         return json.dumps(doc, indent=2) + "\n"

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.replay import IN_FIGURES, replay
+from warmfit.replay import IN_FIGURES, group_keys, replay
 
 JSON_SCHEMA = "warmfit.sweep/1"
 DEFAULT_GRID = "1.0:1.6:0.01"
@@ -120,7 +120,7 @@ def sweep(
     """Sweep the safety factor of every policy over validated readings."""
     factors = list(grid) if grid is not None else parse_grid(DEFAULT_GRID)
     result = replay(readings, policies, 1.0, engine, by)
-    keys = ["run"] if by == "run" else ["run", "signature"]
+    keys = group_keys(by)
     waves = result.per_wave.filter(IN_FIGURES).select(
         *keys, "policy", "estimate_bytes", "actual_bytes"
     )

@@ -491,7 +491,18 @@ class DeclaredPolicy(Policy):
 
 def is_declared(cls: type[Policy]) -> bool:
     """Whether both engines can run ``cls`` from its declaration (it overrides neither
-    ``observe`` nor ``price``)."""
+    ``observe`` nor ``price``).
+
+    >>> from warmfit.policies import MaxMerge, WarmFit
+    >>> is_declared(MaxMerge), is_declared(WarmFit)
+    (True, True)
+    >>> class Tweaked(WarmFit):
+    ...     name = "tweaked"
+    ...     def price(self, request):
+    ...         return 0.0
+    >>> is_declared(Tweaked)
+    False
+    """
     return (
         issubclass(cls, DeclaredPolicy)
         and cls.observe is DeclaredPolicy.observe

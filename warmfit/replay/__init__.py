@@ -26,6 +26,7 @@ import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.policies import Policy, checked_class, get_policy
+from warmfit.policies.rule import is_declared
 from warmfit.replay.reference import replay_scalar
 from warmfit.replay.semantics import (
     DEFAULT_SAFETY_FACTOR,
@@ -41,11 +42,12 @@ from warmfit.replay.summary import (
     GROUPINGS,
     IN_FIGURES,
     SUMMARY_COLUMNS,
+    group_keys,
     result_groups,
     summarize,
     wave_roles,
 )
-from warmfit.replay.vectorized import has_vectorized_form, replay_vectorized
+from warmfit.replay.vectorized import replay_vectorized
 
 __all__ = [
     "BUDGET_COLUMNS",
@@ -60,6 +62,7 @@ __all__ = [
     "ReplayResult",
     "check_safety_factor",
     "estimate_bytes",
+    "group_keys",
     "is_observed",
     "replay",
     "replay_scalar",
@@ -166,7 +169,7 @@ def _choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:
         raise UsageError(f"must be one of {', '.join(ENGINES)}; got {engine!r}.", argument="engine")
     if engine == "scalar":
         return "scalar"
-    vectorizable = all(has_vectorized_form(cls) for cls in classes)
+    vectorizable = all(is_declared(cls) for cls in classes)
     if engine == "vectorized" and not vectorizable:
         names = ", ".join(cls.name for cls in classes)
         raise UsageError(

@@ -124,11 +124,20 @@ def _count(condition: pl.Expr, name: str) -> pl.Expr:
     return condition.sum().cast(pl.Int64).alias(name)
 
 
-def result_groups(readings: pl.DataFrame, by: str = "run") -> pl.DataFrame:
-    """The groups a summary reports, sorted: every run, or every run and signature."""
+def group_keys(by: str = "run") -> list[str]:
+    """The columns that name one result when grouping ``by`` (:data:`GROUPINGS`).
+
+    >>> group_keys("run"), group_keys("signature")
+    (['run'], ['run', 'signature'])
+    """
     if by not in GROUPINGS:
         raise UsageError(f"must be one of {', '.join(GROUPINGS)}; got {by!r}.", argument="by")
-    keys = ["run"] if by == "run" else ["run", "signature"]
+    return ["run"] if by == "run" else ["run", "signature"]
+
+
+def result_groups(readings: pl.DataFrame, by: str = "run") -> pl.DataFrame:
+    """The groups a summary reports, sorted: every run, or every run and signature."""
+    keys = group_keys(by)
     return readings.select(keys).unique().sort(keys)
 
 

@@ -152,23 +152,6 @@ def declared_prices(
     return p, profiles
 
 
-def has_vectorized_form(cls: type[Policy]) -> bool:
-    """Whether ``cls`` is declared (:func:`warmfit.policies.rule.is_declared`), so the
-    vectorized engine can run it.
-
-    >>> from warmfit.policies import MaxMerge, WarmFit
-    >>> has_vectorized_form(MaxMerge), has_vectorized_form(WarmFit)
-    (True, True)
-    >>> class Tweaked(WarmFit):
-    ...     name = "tweaked"
-    ...     def price(self, request):
-    ...         return 0.0
-    >>> has_vectorized_form(Tweaked)
-    False
-    """
-    return is_declared(cls)
-
-
 def _fits_exactly(readings: pl.DataFrame) -> bool:
     limits = readings.select(
         pl.max_horizontal(
