@@ -129,3 +129,38 @@ def test_a_declaration_reads_only_aggregates_declared_before_it() -> None:
 def test_a_declaration_takes_only_numbers_and_fields() -> None:
     with pytest.raises(PolicyError, match="numbers and fields"):
         Max(RATE, where=RATE > "a lot")
+
+
+class PythonMax(DeclaredPolicy):
+    """Broken on purpose: Python's max() runs on numbers but not on arrays."""
+
+    name = "python-max"
+    summary = "broken on purpose"
+    rate = Max(RATE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return max(state.rate * n, 1.0)
+
+
+class Raising(DeclaredPolicy):
+    """Broken on purpose: the rule raises on every call."""
+
+    name = "raising"
+    summary = "broken on purpose"
+    rate = Max(RATE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        raise RuntimeError("boom")
+
+
+def test_a_rule_that_fails_is_named_not_a_traceback() -> None:
+    from warmfit.checks import random_trace, read_trace_frame
+
+    trace = read_trace_frame(random_trace(1))
+    with pytest.raises(PolicyError, match="'python-max': its rule failed on arrays"):
+        replay(trace, [PythonMax], engine="vectorized")
+    assert replay(trace, [PythonMax], engine="scalar").engine == "scalar"  # numbers are fine
+    with pytest.raises(PolicyError, match=r"'raising' failed in price\(\) on wave \d+"):
+        replay(trace, [Raising], engine="scalar")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -23,6 +24,20 @@ from warmfit.replay.semantics import (
     estimate_bytes,
     is_observed,
 )
+
+
+def _call(
+    cls: type[Policy], method: Callable[[Any], Any], argument: Any, run: str, rank: int, wave: int
+) -> Any:
+    """A policy's ``price`` or ``observe``; whatever it raises becomes a PolicyError
+    naming the policy, the run, the rank and the wave (a user's code may fail anyhow)."""
+    try:
+        return method(argument)
+    except Exception as exc:
+        raise PolicyError(
+            f"policy {cls.name!r} failed in {method.__name__}() on wave {wave} (run {run!r}, "
+            f"rank {rank}): {type(exc).__name__}: {exc}. Fix the policy's code."
+        ) from None
 
 
 def _checked_price(cls: type[Policy], value: float | None) -> float | None:
@@ -94,7 +109,7 @@ def replay_scalar(
                     profile = by_signature[sig] = cls()
                     if profiles_out is not None:
                         profiles_out[(run, rank, sig, cls.name)] = profile
-                p = _checked_price(cls, profile.price(request))
+                p = _checked_price(cls, _call(cls, profile.price, request, run, rank, wave))
                 try:
                     estimates.append(estimate_bytes(p, o, s, safety_factor))
                 except OverflowError:
@@ -111,8 +126,8 @@ def replay_scalar(
             state.oom = state.oom or oom
         if is_observed(kind, phase, oom):
             reading = Reading(n, m, delta, o, whole, phase, kind, s)
-            for by_signature in profiles:
-                by_signature[sig].observe(reading)
+            for cls, by_signature in zip(policies, profiles, strict=True):
+                _call(cls, by_signature[sig].observe, reading, run, rank, wave)
     return _per_wave_frame(waves, [cls.name for cls in policies])
 
 

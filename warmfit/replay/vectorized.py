@@ -139,8 +139,21 @@ def declared_prices(
         agg.name: np.where(priced_at < 0, agg.initial, running[agg.name][before])
         for agg in cls.aggregates
     }
-    with np.errstate(all="ignore"):
-        p = np.asarray(cls.rule(State(state), n.astype(np.float64), m.astype(np.float64)))
+    try:
+        with np.errstate(all="ignore"):
+            p = np.asarray(cls.rule(State(state), n.astype(np.float64), m.astype(np.float64)))
+    except Exception as exc:  # a user's rule may fail on arrays in any way
+        raise PolicyError(
+            f"policy {cls.name!r}: its rule failed on arrays ({type(exc).__name__}: {exc}). "
+            "A declared rule must run on numbers and on numpy arrays alike: use "
+            "np.maximum / np.minimum / np.where, not max / min / if. Or replay it with "
+            "the scalar engine."
+        ) from None
+    if p.shape != n.shape:
+        raise PolicyError(
+            f"policy {cls.name!r}: its rule gave shape {p.shape} for {len(n)} waves; it must "
+            "return one price per wave (NaN for no profile)."
+        )
     last = starts + lengths - 1
     finals = {name: values[last] for name, values in running.items()}
     profiles = []
