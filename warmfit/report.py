@@ -17,6 +17,7 @@ import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.replay import ReplayResult, group_keys
+from warmfit.replay.stream import StreamedReplay
 from warmfit.sweep import JSON_SCHEMA as SWEEP_JSON_SCHEMA
 from warmfit.sweep import SweepResult
 from warmfit.text import markdown_cell, printable
@@ -202,7 +203,7 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
     return table_text(table)
 
 
-def render(result: ReplayResult, fmt: str) -> str:
+def render(result: ReplayResult | StreamedReplay, fmt: str) -> str:
     """Render a replay result in one of :data:`FORMATS`."""
     if fmt == "json":
         return to_json(result.summary, result.safety_factor)

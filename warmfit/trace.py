@@ -283,7 +283,9 @@ def _row_rules() -> list[_RowRule]:
     return rules
 
 
-def _check_rows(frame: pl.DataFrame, path: Path) -> None:
+def _check_rows(frame: pl.DataFrame, path: Path, rows: np.ndarray | None = None) -> None:
+    """Raise on the first broken row rule; ``rows`` numbers the frame's rows in the
+    file when the frame is a part of it (else row i is the file's row i)."""
     rules = _row_rules()
     broken = frame.select(
         [r.broken.fill_null(False).any().alias(str(i)) for i, r in enumerate(rules)]
@@ -291,27 +293,39 @@ def _check_rows(frame: pl.DataFrame, path: Path) -> None:
     for rule, is_broken in zip(rules, broken, strict=True):
         if not is_broken:
             continue
-        rows = frame.select(rule.broken.fill_null(False).arg_true()).to_series()
-        row = int(rows[0])
+        hits = frame.select(rule.broken.fill_null(False).arg_true()).to_series()
+        row = int(hits[0])
         value = frame.get_column(rule.column)[row]
-        more = f" ({len(rows) - 1} more rows break this rule.)" if len(rows) > 1 else ""
+        more = f" ({len(hits) - 1} more rows break this rule.)" if len(hits) > 1 else ""
         raise TraceError(
             f"value {value!r} {rule.problem}{more}",
             path=path,
             column=rule.column,
-            row=row,
+            row=row if rows is None else int(rows[row]),
             fix=rule.fix,
         )
 
 
 def _read_file(path: Path, columns: Sequence[str] | None) -> pl.DataFrame:
-    schema = check_file_schema(path)
+    wanted = wanted_columns(check_file_schema(path), columns)
+    return conform(_read_columns(path, wanted), path)
+
+
+def wanted_columns(schema: pa.Schema, columns: Sequence[str] | None) -> list[str]:
+    """The columns to load of a file: all (``None``), or replay's and ``columns``."""
     if columns is None:
-        wanted = list(COLUMNS) + [n for n in schema.names if n not in COLUMNS]
-    else:
-        wanted = list(dict.fromkeys([*REPLAY_COLUMNS, *columns]))
-    frame = _read_columns(path, wanted)
-    for name in wanted:
+        return list(COLUMNS) + [n for n in schema.names if n not in COLUMNS]
+    return list(dict.fromkeys([*REPLAY_COLUMNS, *columns]))
+
+
+def conform(frame: pl.DataFrame, path: Path, rows: np.ndarray | None = None) -> pl.DataFrame:
+    """Cast a file's columns to the v1 dtypes and check every row rule.
+
+    ``frame`` holds some of ``path``'s rows (all of them, or those ``rows``
+    numbers); a value that does not fit or breaks a rule raises
+    :class:`TraceError` naming the file, column and row.
+    """
+    for name in frame.columns:
         target = POLARS_DTYPES.get(name)
         if target is None or frame.schema[name] == target:
             continue
@@ -324,10 +338,10 @@ def _read_file(path: Path, columns: Sequence[str] | None) -> pl.DataFrame:
                 f"value {frame.get_column(name)[row]!r} does not fit the column's type ({target}).",
                 path=path,
                 column=name,
-                row=row,
+                row=row if rows is None else int(rows[row]),
                 fix="Check how the trainer measured it; " + _FIX_FORMAT,
             ) from None
-    _check_rows(frame, path)
+    _check_rows(frame, path, rows)
     return frame
 
 
@@ -344,23 +358,41 @@ def _read_columns(path: Path, columns: Sequence[str]) -> pl.DataFrame:
     page, no decoding), then polars reads the columns. Any error from either,
     a polars panic included, is a :class:`TraceError` naming the file.
     """
-    damaged = (
-        "The file is damaged (a flipped bit, a truncated copy): restore it from a good copy "
-        "or re-export it, or run 'warmfit recover' on the directory of a recording that "
-        "crashed."
-    )
+    verify_pages(path)
+    return read_rows(path, columns)
+
+
+_DAMAGED = (
+    "The file is damaged (a flipped bit, a truncated copy): restore it from a good copy "
+    "or re-export it, or run 'warmfit recover' on the directory of a recording that "
+    "crashed."
+)
+
+
+def verify_pages(path: Path) -> None:
+    """Raise :class:`TraceError` unless every Parquet page checksum of ``path`` holds."""
     try:
         problem = pagecrc.verify(path)
     except (Exception, pl.exceptions.PanicException) as exc:
         problem = f"its pages cannot be walked ({type(exc).__name__}: {_short(exc)})"
     if problem is not None:
-        raise TraceError(f"is damaged: {problem}.", path=path, fix=damaged)
+        raise TraceError(f"is damaged: {problem}.", path=path, fix=_DAMAGED)
+
+
+def read_rows(
+    path: Path, columns: Sequence[str], start: int = 0, length: int | None = None
+) -> pl.DataFrame:
+    """Columns of rows ``[start, start + length)`` of a file whose pages were verified
+    (:func:`verify_pages`); any error reading them is a :class:`TraceError`."""
     try:
         # glob=False: a file name with * or [ is a name, not a pattern.
-        return pl.read_parquet(path, columns=list(columns), glob=False)
+        if start == 0 and length is None:
+            return pl.read_parquet(path, columns=list(columns), glob=False)
+        scan = pl.scan_parquet(path, glob=False).select(columns)
+        return scan.slice(start, length).collect()
     except (Exception, pl.exceptions.PanicException) as exc:  # damaged data raises many kinds
         raise TraceError(
-            f"could not be read ({type(exc).__name__}: {_short(exc)}).", path=path, fix=damaged
+            f"could not be read ({type(exc).__name__}: {_short(exc)}).", path=path, fix=_DAMAGED
         ) from None
 
 
@@ -410,11 +442,11 @@ def read_trace(
     if problems:
         raise TraceProblems(problems)
     frame = _concat(frames, files) if len(frames) > 1 else frames[0]
-    stream = _streams(frame)
-    if not _in_canonical_order(frame, stream):
+    stream = stream_numbers(frame)
+    if not in_canonical_order(frame, stream):
         frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
-        stream = _streams(frame)
-    _check_across_rows(frame, stream, files)
+        stream = stream_numbers(frame)
+    check_across_rows(frame, stream, files)
     return frame
 
 
@@ -445,7 +477,7 @@ def _concat(frames: list[pl.DataFrame], files: list[Path]) -> pl.DataFrame:
         ) from None
 
 
-def _check_across_rows(frame: pl.DataFrame, stream: np.ndarray, files: list[Path]) -> None:
+def check_across_rows(frame: pl.DataFrame, stream: np.ndarray, files: list[Path]) -> None:
     """Rules that span rows: unique seq per stream, wave constants agree.
 
     ``frame`` is in canonical order and ``stream`` numbers its (run, rank) streams.
@@ -497,12 +529,12 @@ def _check_across_rows(frame: pl.DataFrame, stream: np.ndarray, files: list[Path
         )
 
 
-def _streams(frame: pl.DataFrame) -> np.ndarray:
+def stream_numbers(frame: pl.DataFrame) -> np.ndarray:
     """Per row, the number of its run of equal (run, rank): a stream, on a sorted frame."""
     return frame.select(pl.struct("run", "rank").rle_id()).to_series().to_numpy()
 
 
-def _in_canonical_order(frame: pl.DataFrame, stream: np.ndarray) -> bool:
+def in_canonical_order(frame: pl.DataFrame, stream: np.ndarray) -> bool:
     """Whether rows are already sorted by run, rank, seq (then sorting is skipped).
 
     Within a stretch of equal (run, rank), seq must not decrease (numpy, on

@@ -7,6 +7,8 @@ from typing import Annotated, BinaryIO
 
 import typer
 
+from warmfit.errors import UsageError
+
 from warmfit.commands.options import (
     BudgetOpt,
     By,
@@ -19,7 +21,6 @@ from warmfit.commands.options import (
     SafetyOpt,
     budget_bytes,
     check_new_file,
-    read_traces,
     writing,
 )
 
@@ -33,7 +34,7 @@ def replay_command(
         Path | None,
         typer.Option(
             "--per-wave",
-            help="Also write one row per wave and policy to this Parquet file.",
+            help="Also write one row per wave and policy to this file: .parquet or .csv.",
             metavar="FILE",
         ),
     ] = None,
@@ -41,6 +42,27 @@ def replay_command(
     force: Annotated[bool, typer.Option("--force", help="Overwrite the --per-wave file.")] = False,
     by: ByOpt = By.run,
     budget: BudgetOpt = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Replay batches of streams in this many processes. Default: the cores "
+            "this process may use. The output is the same for any number.",
+            metavar="N",
+            show_default=False,
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="Run the batches on this Dask scheduler (tcp://HOST:8786) instead; its "
+            "workers must see the trace's paths. Needs warmfit[cluster].",
+            metavar="ADDRESS",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Replay traces through pricing policies and print the over-estimate table.
 
@@ -48,26 +70,42 @@ def replay_command(
 
     With --budget 128.8GB it also counts the waves each policy would admit on a
     device with that much memory free, and with --by signature it gives one
-    result per signature.
+    result per signature. A trace of any size replays in bounded memory, a batch
+    of (run, rank) streams at a time, on every core (--jobs) or a cluster.
     """
-    from warmfit.replay import replay
+    from warmfit.progress import progress_bar
+    from warmfit.replay.stream import replay_stream
     from warmfit.report import render
+    from warmfit.text import printable
 
-    if per_wave is not None:
-        check_new_file(per_wave, force, paths)
     limit = budget_bytes(budget)
-    result = replay(read_traces(paths), policy, safety, engine.value, by.value, limit)
-    if per_wave is not None:
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1; got {jobs}.")
+    options = dict(
+        policies=policy, safety_factor=safety, engine=engine.value, by=by.value,
+        budget_bytes=limit, jobs=jobs, cluster=cluster,
+    )  # fmt: skip
+    if per_wave is None:
+        with progress_bar("replaying", unit="batches") as progress:
+            result = replay_stream(paths, **options, progress=progress)  # type: ignore[arg-type]
+    else:
         from warmfit.files import write_atomically
+        from warmfit.perwave import PerWaveWriter, per_wave_format
 
-        table = result.per_wave.to_arrow()
+        fmt = per_wave_format(per_wave)
+        check_new_file(per_wave, force, paths)
+        results = []
 
         def write(sink: BinaryIO) -> None:
-            import pyarrow.parquet as pq
-
-            pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
+            writer = PerWaveWriter(sink, fmt, admitted=limit is not None)
+            with progress_bar("replaying", unit="batches") as progress:
+                results.append(
+                    replay_stream(paths, **options, per_wave=writer.write, progress=progress)  # type: ignore[arg-type]
+                )
+            writer.close()
 
         with writing(per_wave):
             write_atomically(per_wave, write)
-        typer.echo(f"wrote {per_wave} ({result.per_wave.height:,} rows)", err=True)
+        result = results[0]
+        typer.echo(f"wrote {printable(str(per_wave))} ({result.per_wave_rows:,} rows)", err=True)
     typer.echo(render(result, format.value), nl=False)

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.policies import Policy, checked_class, get_policy
-from warmfit.policies.rule import is_declared
+from warmfit.policies import Policy
+from warmfit.replay.engines import DEFAULT_POLICIES, ENGINES, choose_engine, resolve_policies
 from warmfit.replay.reference import replay_scalar
 from warmfit.replay.semantics import (
     DEFAULT_SAFETY_FACTOR,
@@ -46,6 +46,7 @@ from warmfit.replay.summary import (
     result_groups,
     summarize,
     wave_roles,
+    with_admitted,
 )
 from warmfit.replay.vectorized import replay_vectorized
 
@@ -72,21 +73,6 @@ __all__ = [
     "summarize",
     "wave_roles",
 ]
-
-DEFAULT_POLICIES = ("max-merge", "warm-fit")
-ENGINES = ("auto", "scalar", "vectorized")
-
-
-def resolve_policies(names: Sequence[str | type[Policy]] | None) -> list[type[Policy]]:
-    """Policy classes for names, ``module:Class`` specs or classes; defaults when empty."""
-    chosen = list(names) if names else list(DEFAULT_POLICIES)
-    classes = [checked_class(p, repr(p)) if isinstance(p, type) else get_policy(p) for p in chosen]
-    seen: set[str] = set()
-    for cls in classes:
-        if cls.name in seen:
-            raise UsageError(f"policy {cls.name!r} is named twice; name each policy once.")
-        seen.add(cls.name)
-    return classes
 
 
 @dataclass(frozen=True)
@@ -144,7 +130,7 @@ def replay(
         )
     groups = result_groups(readings, by)
     classes = resolve_policies(policies)
-    chosen = _choose_engine(engine, classes)
+    chosen = choose_engine(engine, classes)
     per_wave = None
     profiles: dict[ProfileKey, Policy] = {}
     if chosen == "vectorized":
@@ -154,27 +140,10 @@ def replay(
         chosen = "scalar"
         profiles.clear()
         per_wave = replay_scalar(readings, classes, safety_factor, profiles)
-    if budget_bytes is not None:
-        per_wave = per_wave.with_columns(admitted=pl.col("estimate_bytes") <= budget_bytes)
+    per_wave = with_admitted(per_wave, budget_bytes)
     names = tuple(cls.name for cls in classes)
     summary = summarize(per_wave, names, groups, budget_bytes)
     return ReplayResult(
         per_wave, summary, names, safety_factor, chosen, by, budget_bytes, profiles,
         readings,
     )  # fmt: skip
-
-
-def _choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:
-    if engine not in ENGINES:
-        raise UsageError(f"must be one of {', '.join(ENGINES)}; got {engine!r}.", argument="engine")
-    if engine == "scalar":
-        return "scalar"
-    vectorizable = all(is_declared(cls) for cls in classes)
-    if engine == "vectorized" and not vectorizable:
-        names = ", ".join(cls.name for cls in classes)
-        raise UsageError(
-            f"the vectorized engine: not every policy ({names}) is declared "
-            "(warmfit.policies.rule.DeclaredPolicy), and only declared policies run on the "
-            "vectorized engine; use the scalar or auto engine."
-        )
-    return "vectorized" if vectorizable else "scalar"

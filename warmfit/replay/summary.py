@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from warmfit.errors import UsageError
 
@@ -33,26 +35,242 @@ GROUPINGS = ("run", "signature")
 IN_FIGURES = pl.col("estimate_bytes").is_not_null() & ~pl.col("oom") & (pl.col("actual_bytes") > 0)
 
 
-def _median_int(values: pl.Expr, exact_in_doubles: bool) -> pl.Expr:
-    """The median of integers as an integer: the mean of the two middle values
-    truncated toward zero for an even count (SPEC §7); null with no value.
+#: What ``set_by`` codes stand for in :class:`SummaryFold` (0: unpriced).
+SET_BY_CODES = {"profile": 1, "floor": 2}
 
-    The two middle values are found by selection (``quantile`` lower and
-    higher, doubles) where every value is below 2**53 and so exact as a
-    double, else by a sort.
+# Per (group, policy) cell, the counts SummaryFold keeps, in this order.
+_COUNTS = ("priced_waves", "under_peak", "set_by_profile", "set_by_floor", "oom_waves")
+_BUDGET_COUNTS = ("admitted", "refused_fit", "admitted_oom")
+
+
+class SummaryFold:
+    """The report's figures (SPEC §3 "Report", §7), folded part by part.
+
+    A replay hands over its waves part by part — the whole trace at once, or
+    one batch of ``(run, rank)`` streams at a time (:mod:`warmfit.replay.stream`)
+    — and :meth:`finish` gives the summary; the parts may come in any order
+    and the figures are the same. Counts, minima and maxima are kept per
+    ``(group, policy)`` cell; the two medians need every value, which
+    :class:`~warmfit.replay.medians.ExactMedians` keeps exactly, spilling sorted
+    runs to a temporary folder beyond ``spill_bytes`` so that memory stays
+    bounded however long the trace. Use it as a context manager, or call
+    :meth:`close`, to remove the spilled runs.
+
+    Figures count the priced waves that did not run out of memory and have
+    ``actual > 0``; ``oom_waves`` counts priced waves with an oom reading.
+    The median is the mean of the two middle values for an even count,
+    ``(a + b) / 2`` like :func:`statistics.median`; ``median_excess_bytes``
+    is the median of ``estimate - actual``, an integer (the mean of the
+    two middle values truncated toward zero). With ``budget_bytes`` a figure
+    wave is *admitted* when its estimate is at most the budget;
+    ``refused_fit`` counts waves refused although they fit, ``admitted_oom``
+    waves admitted although they did not.
     """
-    count = values.len()
-    if exact_in_doubles:
-        lower = values.quantile(0.5, interpolation="lower").cast(pl.Int128)
-        upper = values.quantile(0.5, interpolation="higher").cast(pl.Int128)
-    else:
-        ordered = values.sort()
-        lower = ordered.get((count - 1) // 2, null_on_oob=True).cast(pl.Int128)
-        upper = ordered.get(count // 2, null_on_oob=True).cast(pl.Int128)
-    total = lower + upper
-    # floor division, moved up by one for a negative odd total: truncation toward zero
-    rounds_down = ((total < 0) & (total % 2 != 0)).cast(pl.Int128)
-    return (total // 2 + rounds_down).cast(pl.Int64)
+
+    def __init__(
+        self,
+        policies: Sequence[str],
+        by: str = "run",
+        budget_bytes: int | None = None,
+        spill_bytes: int | None = None,
+    ) -> None:
+        from warmfit.replay.medians import ExactMedians
+
+        self.policies = tuple(policies)
+        self.keys = group_keys(by)
+        self.budget_bytes = budget_bytes
+        self._codes: dict[tuple[object, ...], int] = {}
+        width = len(_COUNTS) + (len(_BUDGET_COUNTS) if budget_bytes is not None else 0)
+        self._counts = np.zeros((0, width), dtype=np.int64)
+        self._min = np.zeros(0)
+        self._max = np.zeros(0)
+        spill = {} if spill_bytes is None else {"spill_bytes": spill_bytes}
+        self._over = ExactMedians(np.float64, **spill)
+        self._excess = ExactMedians(np.int64, **spill)
+
+    def __enter__(self) -> SummaryFold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove what the medians spilled to disk."""
+        self._over.close()
+        self._excess.close()
+
+    def add(
+        self,
+        groups: pl.DataFrame,
+        actual: np.ndarray,
+        oom: np.ndarray,
+        estimate: np.ndarray,
+        set_by: np.ndarray,
+    ) -> None:
+        """Fold in some waves: per wave its group's key columns (``groups``),
+        ``actual`` bytes and ``oom``; per (wave, policy), raveled wave-major,
+        the ``estimate`` (-1: unpriced) and ``set_by`` code (:data:`SET_BY_CODES`)."""
+        group, keys = number_groups(groups)
+        self.add_coded(group, keys, actual, oom, estimate, set_by)
+
+    def add_coded(
+        self,
+        group: np.ndarray,
+        keys: Sequence[tuple[object, ...]],
+        actual: np.ndarray,
+        oom: np.ndarray,
+        estimate: np.ndarray,
+        set_by: np.ndarray,
+    ) -> None:
+        """:meth:`add` with each wave's group as a number into ``keys`` (:func:`number_groups`)."""
+        waves = len(actual)
+        if not waves:
+            return
+        count = len(self.policies)
+        codes = np.array([self._code(key) for key in keys], dtype=np.int64)
+        self._grow()
+        cell = np.repeat(codes[group] * count, count)
+        cell += np.tile(np.arange(count, dtype=np.int64), waves)
+        actual = np.repeat(actual, count)
+        oom = np.repeat(oom, count)
+        priced = estimate >= 0
+        figure = priced & ~oom & (actual > 0)
+        conditions = [
+            figure,
+            figure & (estimate < actual),
+            figure & (set_by == SET_BY_CODES["profile"]),
+            figure & (set_by == SET_BY_CODES["floor"]),
+            priced & oom,
+        ]
+        if self.budget_bytes is not None:
+            admitted = figure & (estimate <= self.budget_bytes)
+            fits = actual <= self.budget_bytes
+            conditions += [admitted, figure & ~admitted & fits, admitted & ~fits]
+        cells = len(self._min)
+        for column, condition in enumerate(conditions):
+            self._counts[:, column] += np.bincount(cell[condition], minlength=cells)
+        cell, estimate, actual = cell[figure], estimate[figure], actual[figure]
+        over = estimate.astype(np.float64) / actual.astype(np.float64) - 1
+        np.minimum.at(self._min, cell, over)
+        np.maximum.at(self._max, cell, over)
+        self._over.add(cell, over)
+        self._excess.add(cell, estimate - actual)
+
+    def _code(self, key: tuple[object, ...]) -> int:
+        return self._codes.setdefault(key, len(self._codes))
+
+    def _grow(self) -> None:
+        """Room for every group numbered so far."""
+        grown = len(self._codes) * len(self.policies) - len(self._min)
+        if grown:
+            self._counts = np.vstack(
+                [self._counts, np.zeros((grown, self._counts.shape[1]), dtype=np.int64)]
+            )
+            self._min = np.concatenate([self._min, np.full(grown, np.inf)])
+            self._max = np.concatenate([self._max, np.full(grown, -np.inf)])
+
+    def add_per_wave(self, per_wave: pl.DataFrame) -> None:
+        """Fold in per-wave rows (:data:`~warmfit.replay.semantics.PER_WAVE_SCHEMA`),
+        every wave with one row per policy, policies in this fold's order."""
+        waves, actual, oom, estimate, set_by = per_wave_arrays(per_wave, len(self.policies))
+        self.add(waves.select(self.keys), actual, oom, estimate, set_by)
+
+    def finish(self, groups: pl.DataFrame | None = None) -> pl.DataFrame:
+        """The summary: one row per group and policy, groups sorted (or as ``groups``
+        lists them, with a row of nulls for a group without waves), policies in order."""
+        columns = [*self.keys, *SUMMARY_COLUMNS[1:]]
+        if self.budget_bytes is not None:
+            columns += BUDGET_COLUMNS
+        known = pl.DataFrame(
+            list(self._codes), schema=dict.fromkeys(self.keys, pl.String()), orient="row"
+        ).with_row_index("__group")
+        if groups is None:
+            groups = known.select(self.keys).sort(self.keys)
+        count = len(self.policies)
+        cells = len(self._min)
+        figures: dict[str, object] = {
+            name: self._counts[:, i]
+            for i, name in enumerate(_COUNTS + _BUDGET_COUNTS)
+            if i < self._counts.shape[1]
+        }
+        has = self._counts[:, 0] > 0
+        figures["min_over_estimate"] = _nullable(self._min, has)
+        figures["max_over_estimate"] = _nullable(self._max, has)
+        median = np.zeros(cells)
+        excess: list[int | None] = [None] * cells
+        for code, low, high in zip(*self._over.middles(), strict=True):
+            median[code] = (low + high) / 2
+        for code, low, high in zip(*self._excess.middles(), strict=True):
+            total = int(low) + int(high)
+            excess[code] = abs(total) // 2 * (1 if total >= 0 else -1)  # toward zero
+        figures["median_over_estimate"] = _nullable(median, has)
+        figures["median_excess_bytes"] = pl.Series(excess, dtype=pl.Int64)
+        stats = pl.DataFrame(
+            {
+                "__group": pl.Series(
+                    np.repeat(np.arange(cells // max(count, 1)), count), dtype=pl.UInt32
+                ),
+                "policy": pl.Series(
+                    list(self.policies) * (cells // max(count, 1)), dtype=pl.String
+                ),
+                **figures,
+            }
+        )
+        grid = groups.join(
+            pl.DataFrame({"policy": list(self.policies)}, schema={"policy": pl.String()}),
+            how="cross",
+        )
+        summary = grid.join(known, on=self.keys, how="left", maintain_order="left").join(
+            stats, on=["__group", "policy"], how="left", maintain_order="left"
+        )
+        counts = [c for c in (*_COUNTS, *_BUDGET_COUNTS) if c in summary.columns]
+        summary = summary.with_columns(pl.col(counts).fill_null(0).cast(pl.Int64))
+        if self.budget_bytes is not None:
+            summary = summary.with_columns(budget_bytes=pl.lit(self.budget_bytes, dtype=pl.Int64))
+        return summary.select(columns)
+
+
+def with_admitted(per_wave: pl.DataFrame, budget_bytes: int | None) -> pl.DataFrame:
+    """Per-wave rows with ``admitted`` (estimate within the budget) when there is a budget."""
+    if budget_bytes is None:
+        return per_wave
+    return per_wave.with_columns(admitted=pl.col("estimate_bytes") <= budget_bytes)
+
+
+def per_wave_arrays(
+    per_wave: pl.DataFrame, policies: int
+) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-wave rows (one per wave and policy, wave-major) as a fold takes them:
+    one row per wave, its ``actual`` and ``oom``, and per (wave, policy) the
+    ``estimate`` (-1: unpriced) and ``set_by`` code (:data:`SET_BY_CODES`)."""
+    if policies < 1 or per_wave.height % policies:
+        raise ValueError("per-wave rows must hold one row per wave and policy")
+    waves = per_wave.gather_every(policies)
+    codes = pl.col("set_by").replace_strict(SET_BY_CODES, default=0, return_dtype=pl.UInt8)
+    arrays = per_wave.select(pl.col("estimate_bytes").fill_null(-1), codes)
+    return (
+        waves,
+        waves.get_column("actual_bytes").to_numpy(),
+        waves.get_column("oom").to_numpy(),
+        arrays.get_column("estimate_bytes").to_numpy(),
+        arrays.get_column("set_by").to_numpy(),
+    )
+
+
+def number_groups(groups: pl.DataFrame) -> tuple[np.ndarray, list[tuple[object, ...]]]:
+    """Number each row's key (all of ``groups``' columns): the numbers, and the
+    distinct keys they index, in the order they first appear."""
+    distinct = groups.unique(maintain_order=True)
+    if distinct.height <= 1:
+        return np.zeros(groups.height, dtype=np.int64), distinct.rows()
+    code = groups.join(
+        distinct.with_row_index("__code"), on=groups.columns, how="left", maintain_order="left"
+    ).get_column("__code")
+    return code.to_numpy(), distinct.rows()
+
+
+def _nullable(values: np.ndarray, valid: np.ndarray) -> pl.Series:
+    return pl.Series(pa.array(values, mask=~valid), dtype=pl.Float64)
 
 
 def summarize(
@@ -61,67 +279,18 @@ def summarize(
     groups: pl.DataFrame,
     budget_bytes: int | None = None,
 ) -> pl.DataFrame:
-    """Per group and policy, the figures of SPEC §3 "Report" and §7.
+    """Per group and policy, the figures of SPEC §3 "Report" and §7 (:class:`SummaryFold`).
 
     ``groups`` holds one row per result to report, with a ``run`` column and,
     for :data:`GROUPINGS` ``"signature"``, a ``signature`` column; rows come in
     its order, then by policy as given, and a group without figures has
-    nulls. Figures count the priced waves that did not run out of memory and
-    have ``actual > 0``; ``oom_waves`` counts priced waves with an oom
-    reading. The median is the mean of the two middle values for an even
-    count, ``(a + b) / 2`` like :func:`statistics.median`;
-    ``median_excess_bytes`` is the median of ``estimate - actual``, an
-    integer. With ``budget_bytes`` a figure wave is *admitted* when its
-    estimate is at most the budget; ``refused_fit`` counts waves refused
-    although they fit, ``admitted_oom`` waves admitted although they did not.
+    nulls.
     """
-    keys = list(groups.columns)
-    excess = pl.col("estimate_bytes") - pl.col("actual_bytes")
-    largest = per_wave.select(excess.abs().max()).item()
-    exact = largest is None or largest < 2**53
-    priced = pl.col("estimate_bytes").is_not_null()
-    over = pl.col("over_estimate").filter(IN_FIGURES)
-    count = IN_FIGURES.sum()
-    # The two middle values (one value twice for an odd count): the sorted
-    # values at (n - 1) // 2 and n // 2, found by selection rather than a sort.
-    lower = over.quantile(0.5, interpolation="lower")
-    upper = over.quantile(0.5, interpolation="higher")
-    figures = [
-        count.cast(pl.Int64).alias("priced_waves"),
-        ((lower + upper) / 2).alias("median_over_estimate"),
-        over.min().alias("min_over_estimate"),
-        over.max().alias("max_over_estimate"),
-        _count(IN_FIGURES & (pl.col("estimate_bytes") < pl.col("actual_bytes")), "under_peak"),
-        _count(IN_FIGURES & (pl.col("set_by") == "profile"), "set_by_profile"),
-        _count(IN_FIGURES & (pl.col("set_by") == "floor"), "set_by_floor"),
-        _count(priced & pl.col("oom"), "oom_waves"),
-        _median_int(excess.filter(IN_FIGURES), exact).alias("median_excess_bytes"),
-    ]
-    counts = ["priced_waves", "under_peak", "set_by_profile", "set_by_floor", "oom_waves"]
-    columns = [*keys, *SUMMARY_COLUMNS[1:]]
-    if budget_bytes is not None:
-        admitted = IN_FIGURES & (pl.col("estimate_bytes") <= budget_bytes)
-        fits = pl.col("actual_bytes") <= budget_bytes
-        figures += [
-            _count(admitted, "admitted"),
-            _count(IN_FIGURES & ~admitted & fits, "refused_fit"),
-            _count(admitted & ~fits, "admitted_oom"),
-        ]
-        counts += ["admitted", "refused_fit", "admitted_oom"]
-        columns += BUDGET_COLUMNS
-    stats = per_wave.lazy().group_by(*keys, "policy").agg(figures).collect()
-    grid = groups.join(
-        pl.DataFrame({"policy": list(policies)}, schema={"policy": pl.String()}), how="cross"
-    )
-    summary = grid.join(stats, on=[*keys, "policy"], how="left", maintain_order="left")
-    summary = summary.with_columns(pl.col(counts).fill_null(0))
-    if budget_bytes is not None:
-        summary = summary.with_columns(budget_bytes=pl.lit(budget_bytes, dtype=pl.Int64))
-    return summary.select(columns)
-
-
-def _count(condition: pl.Expr, name: str) -> pl.Expr:
-    return condition.sum().cast(pl.Int64).alias(name)
+    by = "signature" if "signature" in groups.columns else "run"
+    with SummaryFold(policies, by, budget_bytes) as fold:
+        if per_wave.height and policies:
+            fold.add_per_wave(per_wave)
+        return fold.finish(groups)
 
 
 def group_keys(by: str = "run") -> list[str]:

@@ -23,6 +23,7 @@ runs the reference engine instead (and says so), so the result never differs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -197,9 +198,52 @@ def replay_vectorized(
     ``profiles_out``, when given, receives every profile as it stands after the
     trace, as :func:`~warmfit.replay.replay_scalar` gives them.
     """
+    priced = price_waves(readings, policies, safety_factor, profiles_out)
+    if priced is None:
+        return None
+    return per_wave_frame(readings, priced, [cls.name for cls in policies])
+
+
+@dataclass(frozen=True)
+class PricedWaves:
+    """Every wave of some readings priced by every policy, as arrays (no strings).
+
+    Waves come in the order of their first readings; the ``(wave, policy)``
+    arrays are raveled wave-major, policies in the order given.
+    """
+
+    #: Per wave, the position of its first reading in the readings.
+    first: np.ndarray
+    #: Per wave, its actual bytes (the largest delta of its readings).
+    actual: np.ndarray
+    #: Per wave, whether any of its readings ran out of memory.
+    oom: np.ndarray
+    #: Per (wave, policy), the estimate in bytes; -1 where the wave is unpriced.
+    estimate: np.ndarray
+    #: Per (wave, policy), what set the estimate: 0 nothing, 1 the profile, 2 the floor.
+    set_by: np.ndarray
+
+    @property
+    def policies(self) -> int:
+        return len(self.estimate) // len(self.first) if len(self.first) else 0
+
+
+def price_waves(
+    readings: pl.DataFrame,
+    policies: Sequence[type[Policy]],
+    safety_factor: float,
+    profiles_out: dict[ProfileKey, Policy] | None = None,
+) -> PricedWaves | None:
+    """Every wave's actual bytes and every policy's estimate, without building rows.
+
+    The figures of :func:`replay_vectorized` before they become a frame (a
+    summary needs no strings); None where doubles could not give the
+    reference engine's bytes.
+    """
     declared = [_declared(cls) for cls in policies]
     if readings.height == 0 or not policies:
-        return pl.DataFrame(schema=PER_WAVE_SCHEMA)
+        empty = np.zeros(0, dtype=np.int64)
+        return PricedWaves(empty, empty, empty.astype(bool), empty, empty.astype(np.uint32))
     if not _fits_exactly(readings):
         return None
 
@@ -313,26 +357,35 @@ def replay_vectorized(
         set_by.append(arithmetic[1])
 
     # One row per wave and policy, policies in the order given.
-    count = len(policies)
     estimate = np.stack(estimates_of, axis=1).ravel()
     del estimates_of
-    priced = estimate >= 0
-    per_row_actual = np.repeat(actual, count)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        over = estimate.astype(np.float64) / per_row_actual.astype(np.float64) - 1
     # set_by: index into ("profile", "floor"), null when unpriced
     code = np.stack(set_by, axis=1).ravel().astype(np.uint32)
-    del set_by
-    names = pl.Series([cls.name for cls in policies], dtype=pl.String)
-    rows = readings.select(*_WAVE_KEY, *WAVE_CONSTANT).gather(np.repeat(first, count))
+    return PricedWaves(first, actual, oom, estimate, code)
+
+
+def per_wave_frame(
+    readings: pl.DataFrame, priced: PricedWaves, names: Sequence[str]
+) -> pl.DataFrame:
+    """The per-wave rows (:data:`~warmfit.replay.semantics.PER_WAVE_SCHEMA`) of priced waves."""
+    if not len(priced.first) or not names:
+        return pl.DataFrame(schema=PER_WAVE_SCHEMA)
+    count = len(names)
+    estimate, code = priced.estimate, priced.set_by
+    valid = estimate >= 0
+    per_row_actual = np.repeat(priced.actual, count)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = estimate.astype(np.float64) / per_row_actual.astype(np.float64) - 1
+    policy = pl.Series(list(names), dtype=pl.String)
+    rows = readings.select(*_WAVE_KEY, *WAVE_CONSTANT).gather(np.repeat(priced.first, count))
     return rows.with_columns(
-        policy=names.gather(np.tile(np.arange(count, dtype=np.uint32), len(first))),
+        policy=policy.gather(np.tile(np.arange(count, dtype=np.uint32), len(priced.first))),
         actual_bytes=pl.Series(per_row_actual),
-        estimate_bytes=_masked(estimate, priced),
+        estimate_bytes=_masked(estimate, valid),
         set_by=pl.Series(["profile", "floor"]).gather(_masked(code - 1, code > 0)),
-        over_estimate=_masked(over, priced & (per_row_actual > 0)),
-        under_peak=_masked(estimate < per_row_actual, priced),
-        oom=pl.Series(np.repeat(oom, count)),
+        over_estimate=_masked(over, valid & (per_row_actual > 0)),
+        under_peak=_masked(estimate < per_row_actual, valid),
+        oom=pl.Series(np.repeat(priced.oom, count)),
     ).select(pl.col(name).cast(dtype) for name, dtype in PER_WAVE_SCHEMA.items())
 
 

@@ -1,0 +1,306 @@
+"""Replay a trace of any size: a bounded batch of streams at a time, on every core.
+
+:func:`replay_stream` is what ``warmfit replay`` runs. It plans the trace's
+batches (:mod:`warmfit.streams`), replays each batch with the engine
+:func:`warmfit.replay.replay` would use, and folds each batch's figures into
+one :class:`~warmfit.replay.summary.SummaryFold` — medians exactly, spilled to
+disk beyond a bound — while the per-wave rows, when wanted, go to a sink batch
+by batch in canonical order. The summary and the per-wave rows are those of
+:func:`~warmfit.replay.replay` on the whole trace, byte for byte, whatever the
+batch size and the number of jobs.
+
+Where the batches run:
+
+- in this process (``jobs=1``, or a trace of one batch);
+- in ``jobs`` worker processes of this machine (a fork server that has
+  imported warmfit once, so a worker starts in milliseconds);
+- on a Dask distributed cluster (``cluster="tcp://scheduler:8786"``, or a
+  :class:`distributed.Client`): the same two functions, :func:`index_part`
+  and :func:`replay_batch`, submitted as tasks. Workers must see the trace's
+  paths (a shared file system).
+
+Memory: the parent holds one batch's results per job in flight and the
+fold's counts; each worker one batch.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from warmfit.errors import UsageError
+from warmfit.policies import Policy
+from warmfit.progress import ProgressCallback, no_progress
+from warmfit.replay.engines import choose_engine, resolve_policies
+from warmfit.replay.reference import replay_scalar
+from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_safety_factor
+from warmfit.replay.summary import (
+    SummaryFold,
+    group_keys,
+    number_groups,
+    per_wave_arrays,
+    with_admitted,
+)
+from warmfit.replay.vectorized import per_wave_frame, price_waves
+from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, FileIndex, index_file, plan, read_batch
+from warmfit.trace import find_trace_files
+
+#: Receives the per-wave rows of each batch, in canonical order.
+PerWaveSink = Callable[[pl.DataFrame], None]
+
+
+@dataclass(frozen=True)
+class StreamedReplay:
+    """What :func:`replay_stream` produced: the summary and how it ran."""
+
+    summary: pl.DataFrame
+    policies: tuple[str, ...]
+    safety_factor: float
+    #: ``vectorized``, or ``scalar`` where any batch ran on the reference engine.
+    engine: str
+    by: str
+    budget_bytes: int | None
+    readings: int
+    per_wave_rows: int
+    batches: int
+    #: Where the batches ran: ``1`` (this process), the worker processes, or the cluster.
+    jobs: int | str
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One batch replayed: its waves' figures, compact, for the fold."""
+
+    number: int
+    engine: str
+    readings: int
+    #: Each wave's group, numbering ``keys`` (the distinct group keys of the batch).
+    group: np.ndarray
+    keys: list[tuple[Any, ...]]
+    actual: np.ndarray
+    oom: np.ndarray
+    estimate: np.ndarray
+    set_by: np.ndarray
+    per_wave: pl.DataFrame | None
+
+
+def default_jobs() -> int:
+    """The cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def index_part(path: str) -> FileIndex:
+    """Index one file (a task: runs in a worker)."""
+    return index_file(path)
+
+
+def replay_batch(
+    batch: Batch,
+    policies: Sequence[type[Policy]],
+    safety_factor: float,
+    engine: str,
+    by: str,
+    per_wave: bool,
+    budget_bytes: int | None = None,
+) -> BatchResult:
+    """Read, validate and replay one batch (a task: runs in a worker).
+
+    ``engine`` is ``vectorized`` or ``scalar``; the vectorized engine hands a
+    batch it cannot price exactly to the reference engine, as
+    :func:`warmfit.replay.replay` does with a trace.
+    """
+    readings = read_batch(batch)
+    keys = group_keys(by)
+    priced = price_waves(readings, policies, safety_factor) if engine == "vectorized" else None
+    rows = None
+    if priced is not None:
+        if per_wave:
+            rows = per_wave_frame(readings, priced, [cls.name for cls in policies])
+        groups = readings.select(keys).gather(priced.first)
+        actual, oom, estimate, set_by = priced.actual, priced.oom, priced.estimate, priced.set_by
+        ran = "vectorized"
+    else:
+        frame = replay_scalar(readings, policies, safety_factor)
+        waves, actual, oom, estimate, set_by = per_wave_arrays(frame, len(policies))
+        groups = waves.select(keys)
+        rows = frame if per_wave else None
+        ran = "scalar"
+    code, distinct = number_groups(groups)
+    if rows is not None:
+        rows = with_admitted(rows, budget_bytes)
+    return BatchResult(
+        batch.number, ran, readings.height, code, distinct, actual, oom, estimate,
+        set_by.astype(np.uint8), rows,
+    )  # fmt: skip
+
+
+def replay_stream(
+    paths: Sequence[str | os.PathLike[str]],
+    policies: Sequence[str | type[Policy]] | None = None,
+    safety_factor: float = DEFAULT_SAFETY_FACTOR,
+    engine: str = "auto",
+    by: str = "run",
+    budget_bytes: int | None = None,
+    *,
+    jobs: int | None = None,
+    cluster: Any = None,
+    batch_readings: int = DEFAULT_BATCH_READINGS,
+    per_wave: PerWaveSink | None = None,
+    progress: ProgressCallback | None = None,
+    spill_bytes: int | None = None,
+) -> StreamedReplay:
+    """Replay the trace at ``paths`` batch by batch; the figures of :func:`~warmfit.replay.replay`.
+
+    ``policies``, ``safety_factor``, ``engine``, ``by`` and ``budget_bytes``
+    mean what they mean for :func:`~warmfit.replay.replay`. ``jobs`` worker
+    processes replay batches at once (default: :func:`default_jobs`; 1 runs
+    here), or ``cluster`` (a Dask scheduler address or ``distributed.Client``)
+    runs them. ``per_wave``, when given, receives each batch's per-wave rows,
+    batches in canonical order. ``progress(done, total)`` counts batches.
+    """
+    safety_factor = check_safety_factor(safety_factor)
+    if budget_bytes is not None and not budget_bytes >= 0:
+        raise UsageError(
+            f"must be a number of bytes >= 0; got {budget_bytes!r}.", argument="budget_bytes"
+        )
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"must be at least 1; got {jobs!r}.", argument="jobs")
+    if batch_readings < 1:
+        raise UsageError(f"must be at least 1; got {batch_readings!r}.", argument="batch_readings")
+    group_keys(by)
+    classes = resolve_policies(policies)
+    chosen = choose_engine(engine, classes)
+    files = [str(f) for f in find_trace_files(paths)]
+    progress = progress or no_progress
+    names = [cls.name for cls in classes]
+    task = (classes, safety_factor, chosen, by, per_wave is not None, budget_bytes)
+    engines: set[str] = set()
+    readings = rows = 0
+    with _Runner(jobs, cluster) as runner:
+        # Files are indexed here, unless a cluster's workers do it; one batch runs here.
+        index = runner.run if cluster is not None else _here
+        batches = plan(index(index_part, [(f,) for f in files]), batch_readings)
+        run = runner.run if cluster is not None or len(batches) > 1 else _here
+        where = runner.where if run is runner.run else 1
+        with SummaryFold(names, by, budget_bytes, spill_bytes) as fold:
+            progress(0, len(batches))
+            for done, result in enumerate(run(replay_batch, [(b, *task) for b in batches]), 1):
+                engines.add(result.engine)
+                readings += result.readings
+                fold.add_coded(
+                    result.group, result.keys, result.actual, result.oom, result.estimate,
+                    result.set_by,
+                )  # fmt: skip
+                if result.per_wave is not None and per_wave is not None:
+                    rows += result.per_wave.height
+                    per_wave(result.per_wave)
+                progress(done, len(batches))
+            summary = fold.finish()
+    ran = "scalar" if "scalar" in engines else chosen
+    return StreamedReplay(
+        summary, tuple(names), safety_factor, ran, by, budget_bytes, readings, rows,
+        len(batches), where,
+    )  # fmt: skip
+
+
+def _here(function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
+    return (function(*args) for args in calls)
+
+
+class _Runner:
+    """Where tasks run: a process pool or a Dask cluster, started when first used;
+    :meth:`run` yields results in the order of the calls."""
+
+    def __init__(self, jobs: int | None, cluster: Any) -> None:
+        self.jobs = default_jobs() if jobs is None else jobs
+        self.cluster = cluster
+        self._pool: ProcessPoolExecutor | None = None
+        self._client: Any = None
+        self._own_client = False
+
+    def __enter__(self) -> _Runner:
+        return self
+
+    @property
+    def where(self) -> int | str:
+        """The number of worker processes, or the cluster's scheduler address."""
+        if self.cluster is None:
+            return self.jobs
+        return str(getattr(self._client, "scheduler", None) or self.cluster)
+
+    def run(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
+        if self.cluster is not None:
+            return self._on_cluster(function, calls)
+        if self.jobs == 1:
+            return _here(function, calls)
+        return self._in_pool(function, calls)
+
+    def _in_pool(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
+        if self._pool is None:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["warmfit.replay.stream"])
+            self._pool = ProcessPoolExecutor(self.jobs, mp_context=context)
+        pending: list[Any] = []
+        # at most two tasks per worker in flight: finished results wait in memory, in order
+        for args in calls:
+            pending.append(self._pool.submit(function, *args))
+            if len(pending) >= 2 * self.jobs:
+                yield pending.pop(0).result()
+        while pending:
+            yield pending.pop(0).result()
+
+    def _connect(self) -> Any:
+        if self._client is not None:
+            return self._client
+        try:
+            from distributed import Client
+        except ImportError:
+            raise UsageError(
+                "a cluster needs Dask distributed: pip install 'warmfit[cluster]'."
+            ) from None
+        if isinstance(self.cluster, Client):
+            self._client = self.cluster
+            return self._client
+        try:
+            self._client = Client(self.cluster, timeout="10s")
+        except (OSError, TimeoutError) as exc:
+            raise UsageError(
+                f"cannot reach the Dask scheduler at {self.cluster!r} ({exc}); start one "
+                "('dask scheduler', then 'dask worker ADDRESS' on each machine) or check the "
+                "address."
+            ) from None
+        self._own_client = True
+        return self._client
+
+    def _on_cluster(
+        self, function: Callable[..., Any], calls: list[tuple[Any, ...]]
+    ) -> Iterator[Any]:
+        from distributed import as_completed
+
+        client = self._connect()
+        futures = [client.submit(function, *args, pure=False) for args in calls]
+        position = {future.key: i for i, future in enumerate(futures)}
+        done: dict[int, Any] = {}
+        wanted = 0
+        for future in as_completed(futures):
+            done[position[future.key]] = future.result()
+            future.release()
+            while wanted in done:
+                yield done.pop(wanted)
+                wanted += 1
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._own_client:
+            self._client.close()
