@@ -17,7 +17,7 @@ help: ## List the targets.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev,torch,plot,lightning,transformers]" "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev,torch,plot,lightning,transformers,cluster]" "$(TORCH_SPEC)"
 	@touch $(STAMP)
 
 venv: $(STAMP) ## Create .venv with every extra (torch pinned: TORCH_SPEC).

@@ -7,8 +7,6 @@ from typing import Annotated, BinaryIO
 
 import typer
 
-from warmfit.errors import UsageError
-
 from warmfit.commands.options import (
     BudgetOpt,
     By,
@@ -23,6 +21,7 @@ from warmfit.commands.options import (
     check_new_file,
     writing,
 )
+from warmfit.errors import UsageError
 
 
 def replay_command(

@@ -1,6 +1,7 @@
 """PLACEHOLDER until the helper's module lands."""
 
 from __future__ import annotations
+
 import numpy as np
 
 

@@ -152,7 +152,7 @@ def replay_stream(
     by: str = "run",
     budget_bytes: int | None = None,
     *,
-    jobs: int | None = None,
+    jobs: int | None = 1,
     cluster: Any = None,
     batch_readings: int = DEFAULT_BATCH_READINGS,
     per_wave: PerWaveSink | None = None,
@@ -163,9 +163,10 @@ def replay_stream(
 
     ``policies``, ``safety_factor``, ``engine``, ``by`` and ``budget_bytes``
     mean what they mean for :func:`~warmfit.replay.replay`. ``jobs`` worker
-    processes replay batches at once (default: :func:`default_jobs`; 1 runs
-    here), or ``cluster`` (a Dask scheduler address or ``distributed.Client``)
-    runs them. ``per_wave``, when given, receives each batch's per-wave rows,
+    processes replay batches at once (1, the default, runs them here; None:
+    :func:`default_jobs`; a script that asks for workers needs the usual
+    ``if __name__ == "__main__":`` guard of :mod:`multiprocessing`), or
+    ``cluster`` (a Dask scheduler address or ``distributed.Client``) runs them. ``per_wave``, when given, receives each batch's per-wave rows,
     batches in canonical order. ``progress(done, total)`` counts batches.
     """
     safety_factor = check_safety_factor(safety_factor)
@@ -190,8 +191,9 @@ def replay_stream(
         # Files are indexed here, unless a cluster's workers do it; one batch runs here.
         index = runner.run if cluster is not None else _here
         batches = plan(index(index_part, [(f,) for f in files]), batch_readings)
-        run = runner.run if cluster is not None or len(batches) > 1 else _here
-        where = runner.where if run is runner.run else 1
+        elsewhere = cluster is not None or len(batches) > 1
+        run = runner.run if elsewhere else _here
+        where = runner.where if elsewhere else 1
         with SummaryFold(names, by, budget_bytes, spill_bytes) as fold:
             progress(0, len(batches))
             for done, result in enumerate(run(replay_batch, [(b, *task) for b in batches]), 1):
@@ -236,7 +238,9 @@ class _Runner:
         """The number of worker processes, or the cluster's scheduler address."""
         if self.cluster is None:
             return self.jobs
-        return str(getattr(self._client, "scheduler", None) or self.cluster)
+        info = getattr(self._client, "scheduler_info", None)
+        address = info().get("address") if info is not None else None
+        return str(address or self.cluster)
 
     def run(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
         if self.cluster is not None:

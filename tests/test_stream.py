@@ -1,0 +1,279 @@
+"""Replay at any size (issue 13): batches of streams, every core, a Dask cluster.
+
+Every path must give exactly what :func:`warmfit.replay.replay` gives on the
+whole trace in memory: the summary (JSON byte for byte) and the per-wave rows,
+whatever the batch size, the files' layout and the number of jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from tests.strategies import trace_parts
+from warmfit.cli import app
+from warmfit.errors import TraceError, UsageError
+from warmfit.perwave import PER_WAVE_KEY
+from warmfit.replay import GROUPINGS, IN_FIGURES, replay
+from warmfit.replay.stream import replay_stream
+from warmfit.replay.summary import SummaryFold
+from warmfit.report import render
+from warmfit.streams import index_file, plan, read_batch
+from warmfit.trace import read_trace, readings_frame, write_trace
+
+POLICIES = ["max-merge", "warm-fit", "warm-affine"]
+TRACES = ["traces/pr991", "traces/art-h200", "traces/cpu-demo", "traces/hf-qwen3moe-cpu"]
+
+
+def _write_parts(parts: list[pl.DataFrame], folder: Path) -> None:
+    for i, part in enumerate(parts):
+        # nested folders, names that do not sort like the rows, rows in any order
+        write_trace(part, folder / f"d{i % 2}" / f"part-{len(parts) - i}.parquet")
+
+
+def _streamed(paths: list[str | Path], **options: object) -> tuple[object, pl.DataFrame]:
+    frames: list[pl.DataFrame] = []
+    result = replay_stream(paths, per_wave=frames.append, **options)  # type: ignore[arg-type]
+    rows = pl.concat(frames) if frames else None
+    return result, rows  # type: ignore[return-value]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    trace_parts(),
+    st.integers(1, 40),
+    st.sampled_from(GROUPINGS),
+    st.sampled_from([None, 0, 50_000, 10**12]),
+    st.sampled_from(["auto", "scalar"]),
+)
+def test_batches_give_the_whole_trace_replay(
+    parts: list[pl.DataFrame], batch: int, by: str, budget: int | None, engine: str
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        _write_parts(parts, Path(tmp))
+        expected = replay(read_trace([tmp], columns=()), POLICIES, 1.1, engine, by, budget)
+        got, rows = _streamed(
+            [tmp], policies=POLICIES, engine=engine, by=by, budget_bytes=budget,
+            batch_readings=batch, spill_bytes=64,
+        )  # fmt: skip
+    assert render(got, "json") == render(expected, "json")  # type: ignore[arg-type]
+    assert render(got, "csv") == render(expected, "csv")  # type: ignore[arg-type]
+    assert got.summary.to_dicts() == expected.summary.to_dicts()  # type: ignore[attr-defined]
+    if expected.per_wave.height:
+        assert rows.to_dicts() == expected.per_wave.to_dicts()
+    assert got.readings == sum(p.height for p in parts)  # type: ignore[attr-defined]
+
+
+def _oracle(per_wave: pl.DataFrame, by: str) -> dict[tuple[object, ...], dict[str, object]]:
+    """The figures of SPEC §3 and §7 computed the plain way, group by group."""
+    keys = ["run"] if by == "run" else ["run", "signature"]
+    figures: dict[tuple[object, ...], dict[str, object]] = {}
+    for key, group in per_wave.group_by([*keys, "policy"]):
+        waves = group.filter(IN_FIGURES)
+        over = waves.get_column("over_estimate").to_list()
+        excess = sorted(
+            e - a
+            for e, a in zip(waves["estimate_bytes"].to_list(), waves["actual_bytes"].to_list())
+        )
+        middle = None
+        if excess:  # the mean of the two middle values, truncated toward zero, in integers
+            total = excess[(len(excess) - 1) // 2] + excess[len(excess) // 2]
+            middle = abs(total) // 2 * (1 if total >= 0 else -1)
+        figures[key] = {
+            "priced_waves": len(over),
+            "median_over_estimate": statistics.median(over) if over else None,
+            "min_over_estimate": min(over) if over else None,
+            "max_over_estimate": max(over) if over else None,
+            "median_excess_bytes": middle,
+        }
+    return figures
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace_parts(max_waves=20), st.sampled_from(GROUPINGS))
+def test_the_fold_agrees_with_figures_computed_the_plain_way(
+    parts: list[pl.DataFrame], by: str
+) -> None:
+    frame = pl.concat(parts).sort("run", "rank", "seq")
+    result = replay(frame, POLICIES, 1.1, "auto", by)
+    expected = _oracle(result.per_wave, by)
+    keys = ["run"] if by == "run" else ["run", "signature"]
+    for row in result.summary.iter_rows(named=True):
+        key = (*(row[k] for k in keys), row["policy"])
+        for name, value in expected.get(key, {}).items():
+            assert row[name] == value, (key, name)
+
+
+def test_a_fold_in_parts_equals_a_fold_at_once() -> None:
+    """Parts in any order, medians spilled to disk: the same summary."""
+    per_wave = replay(read_trace(TRACES, columns=()), POLICIES).per_wave
+    with SummaryFold(POLICIES, "signature", 10**11) as whole:
+        whole.add_per_wave(per_wave)
+        once = whole.finish()
+    step = 3 * len(POLICIES)  # whole waves per part
+    chunks = [per_wave[i : i + step] for i in range(0, per_wave.height, step)]
+    with SummaryFold(POLICIES, "signature", 10**11, spill_bytes=128) as parts:
+        for chunk in reversed(chunks):
+            parts.add_per_wave(chunk)
+        assert parts.finish().to_dicts() == once.to_dicts()
+
+
+def test_every_stored_trace_in_small_batches_and_two_jobs() -> None:
+    expected = replay(read_trace(TRACES, columns=()), POLICIES, 1.1, "auto", "signature", 10**11)
+    for jobs in (1, 2):
+        got, rows = _streamed(
+            TRACES, policies=POLICIES, by="signature", budget_bytes=10**11, jobs=jobs,
+            batch_readings=40,
+        )  # fmt: skip
+        assert got.batches > 4  # type: ignore[attr-defined]
+        assert got.jobs == jobs  # type: ignore[attr-defined]
+        assert render(got, "json") == render(expected, "json")  # type: ignore[arg-type]
+        assert rows.to_dicts() == expected.per_wave.to_dicts()
+
+
+def test_a_batch_holds_whole_streams_in_canonical_order(tmp_path: Path) -> None:
+    """Streams are never split; a batch closes once it reaches the size asked for."""
+    rows = [
+        dict(run=run, rank=rank, seq=s, wave=s, signature="s", packed_tokens=4,
+             logical_tokens=4, peak_bytes=100)
+        for run, rank, n in (("b", 0, 5), ("a", 1, 3), ("a", 0, 2))
+        for s in range(n)
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    index = index_file(tmp_path / "t.parquet")
+    assert [s[:2] for s in index.stretches] == [("b", 0), ("a", 1), ("a", 0)]
+    batches = plan([index], batch_readings=4)
+    assert [b.streams for b in batches] == [(("a", 0), ("a", 1)), (("b", 0),)]
+    assert [b.readings for b in batches] == [5, 5]
+    first = read_batch(batches[0])
+    assert first.select("run", "rank", "seq").rows() == [
+        ("a", 0, 0), ("a", 0, 1), ("a", 1, 0), ("a", 1, 1), ("a", 1, 2)
+    ]  # fmt: skip
+
+
+def test_a_broken_rule_is_named_by_its_row_in_the_file(tmp_path: Path) -> None:
+    """The bad reading is in the second of two batches, in the middle of the file."""
+    rows = [
+        dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=-5 if (rank, s) == (1, 2) else 100)
+        for rank in (0, 1) for s in range(4)
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    with pytest.raises(TraceError) as caught:
+        replay_stream([tmp_path], batch_readings=4)
+    assert caught.value.path == str(tmp_path / "t.parquet")
+    assert caught.value.column == "peak_bytes"
+    assert caught.value.row == 6
+
+
+def test_a_duplicated_seq_across_files_is_found_in_a_batch(tmp_path: Path) -> None:
+    row = dict(seq=3, wave=0, signature="s", packed_tokens=4, logical_tokens=4, peak_bytes=100)
+    write_trace(readings_frame([row]), tmp_path / "a.parquet")
+    write_trace(readings_frame([row]), tmp_path / "b.parquet")
+    with pytest.raises(TraceError, match="seq 3 appears more than once"):
+        replay_stream([tmp_path])
+
+
+def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
+    for options in ({"jobs": 0}, {"batch_readings": 0}, {"by": "rank"}, {"budget_bytes": -1}):
+        with pytest.raises(UsageError):
+            replay_stream(["traces/pr991"], **options)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("_TYPER_FORCE_DISABLE_TERMINAL", "1")
+    return CliRunner()
+
+
+def test_jobs_do_not_change_the_output(runner: CliRunner) -> None:
+    outputs = []
+    for jobs in ("1", "2"):
+        result = runner.invoke(app, ["replay", *TRACES, "-j", jobs, "-f", "json", "--by",
+                                     "signature"])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        outputs.append(result.stdout)
+    expected = replay(read_trace(TRACES, columns=()), by="signature")
+    assert outputs == [render(expected, "json")] * 2
+
+
+def test_per_wave_is_written_in_the_format_its_suffix_names(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    expected = replay(read_trace(["traces/pr991"], columns=())).per_wave
+    for name in ("w.csv", "w.parquet", "W.CSV"):
+        result = runner.invoke(app, ["replay", "traces/pr991", "--per-wave", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "w.csv").read_text() == expected.write_csv()
+    assert pl.read_csv(tmp_path / "W.CSV", schema=expected.schema).equals(expected)
+    assert pl.read_parquet(tmp_path / "w.parquet").equals(expected)
+    import pyarrow.parquet as pq
+
+    metadata = pq.read_schema(tmp_path / "w.parquet").metadata
+    assert metadata[PER_WAVE_KEY.encode()] == b"1"
+
+
+def test_an_unknown_per_wave_suffix_is_refused(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["replay", "traces/pr991", "--per-wave", str(tmp_path / "w.txt")])
+    assert result.exit_code == 2
+    assert "'.txt'" in result.stderr and ".parquet or .csv" in result.stderr
+    assert not os.listdir(tmp_path)
+
+
+def test_a_failed_replay_leaves_no_per_wave_file(runner: CliRunner, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    out = tmp_path / "out" / "w.csv"
+    out.parent.mkdir()
+    result = runner.invoke(app, ["replay", str(bad), "--per-wave", str(out)])
+    assert result.exit_code == 2
+    assert not os.listdir(out.parent)
+
+
+def test_jobs_must_be_positive(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["replay", "traces/pr991", "--jobs", "0"])
+    assert result.exit_code == 2
+    assert "--jobs must be at least 1" in result.stderr
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+def test_a_dask_cluster_gives_the_local_json(tmp_path: Path) -> None:
+    """A real Dask scheduler and two worker processes, started and stopped here."""
+    distributed = pytest.importorskip("distributed")
+    expected = replay(read_trace(TRACES, columns=()), POLICIES, by="signature")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        got = replay_stream(
+            [os.path.abspath(t) for t in TRACES], POLICIES, by="signature",
+            cluster=cluster.scheduler_address, batch_readings=40,
+        )  # fmt: skip
+        assert got.batches > 4
+        assert got.jobs == cluster.scheduler_address
+        assert len(client.scheduler_info()["workers"]) == 2
+    assert render(got, "json") == render(expected, "json")
+    assert json.loads(render(got, "json"))["results"]
+
+
+def test_an_unreachable_cluster_is_a_clear_error(runner: CliRunner) -> None:
+    pytest.importorskip("distributed")
+    result = runner.invoke(app, ["replay", "traces/pr991", "--cluster", "tcp://127.0.0.1:9"])
+    assert result.exit_code == 2
+    assert "cannot reach the Dask scheduler" in result.stderr
