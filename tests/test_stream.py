@@ -80,10 +80,8 @@ def _oracle(per_wave: pl.DataFrame, by: str) -> dict[tuple[object, ...], dict[st
     for key, group in per_wave.group_by([*keys, "policy"]):
         waves = group.filter(IN_FIGURES)
         over = waves.get_column("over_estimate").to_list()
-        excess = sorted(
-            e - a
-            for e, a in zip(waves["estimate_bytes"].to_list(), waves["actual_bytes"].to_list())
-        )
+        estimate, actual = waves["estimate_bytes"].to_list(), waves["actual_bytes"].to_list()
+        excess = sorted(e - a for e, a in zip(estimate, actual, strict=True))
         middle = None
         if excess:  # the mean of the two middle values, truncated toward zero, in integers
             total = excess[(len(excess) - 1) // 2] + excess[len(excess) // 2]
