@@ -78,5 +78,5 @@ bench-record: $(STAMP) ## Recorder cost per reading; 1M readings written.
 mutants: $(STAMP) ## Plant each bug of mutants/mutants.toml in a copy; fail on a survivor.
 	$(PY) mutants/run.py
 
-bench: $(STAMP) ## Replay 1e5-1e7 readings, each engine, beside a bare scan.
-	$(PY) benchmarks/bench_replay.py
+bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too), each path, beside a bare scan.
+	$(PY) benchmarks/bench_replay.py $(if $(SIZES),--sizes $(SIZES))

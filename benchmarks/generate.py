@@ -131,10 +131,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, default=8, help="ranks per run")
     parser.add_argument("--signatures", type=int, default=6, help="signatures per rank")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--run-by-run",
+        action="store_true",
+        help="generate and write one run at a time (run i seeded seed + i), so a trace "
+        "larger than memory (1e8 readings) can be made",
+    )
     args = parser.parse_args(argv)
+    if args.run_by_run:
+        total = files = 0
+        for i in range(args.runs):
+            frame = generate(
+                int(args.readings) // args.runs, 1, args.ranks, args.signatures, args.seed + i
+            ).with_columns(run=pl.lit(f"run{i:04d}"))
+            total += frame.height
+            files += len(write(frame, args.directory))
+            del frame
+        print(f"{total:,} readings in {files} files under {args.directory}")
+        return 0
     frame = generate(int(args.readings), args.runs, args.ranks, args.signatures, args.seed)
-    files = write(frame, args.directory)
-    print(f"{frame.height:,} readings in {len(files)} files under {args.directory}")
+    files_written = write(frame, args.directory)
+    print(f"{frame.height:,} readings in {len(files_written)} files under {args.directory}")
     return 0
 
 

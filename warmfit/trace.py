@@ -565,13 +565,10 @@ def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str], stream: np
     """
     if frame.height < 2:
         return False
-    # Small codes in polars (strings as categories), integers straight from
-    # polars' buffers: few temporaries, so little memory is held afterwards.
-    codes = frame.select(
-        pl.col(c).cast(pl.Categorical).to_physical()
-        for c in constant
-        if frame.schema[c] == pl.String()
-    )
+    # Strings as 64-bit hashes (two different strings share one with odds of
+    # 2**-64, and then this quick check would miss them), integers straight
+    # from polars' buffers: few temporaries, so little memory is held afterwards.
+    codes = frame.select(pl.col(c).hash() for c in constant if frame.schema[c] == pl.String())
     stream = stream.astype(np.int64)  # a copy: the key is built in place below
     wave = _numpy(frame.get_column("wave").cast(pl.Int64))
     low, span = int(wave.min()), int(wave.max()) - int(wave.min()) + 1

@@ -110,9 +110,10 @@ def declared_prices(
     priced_at: np.ndarray,
     n: np.ndarray,
     m: np.ndarray,
+    profiles_wanted: bool = True,
 ) -> tuple[np.ndarray, list[DeclaredPolicy]]:
     """``p`` per wave (NaN: no profile) for a declared policy, and each profile as it
-    stands after its last reading.
+    stands after its last reading (none unless ``profiles_wanted``).
 
     ``columns`` holds every reading's :data:`~warmfit.policies.rule.FIELDS`
     and ``observed``, sorted by profile (each profile's readings side by side,
@@ -155,6 +156,8 @@ def declared_prices(
             f"policy {cls.name!r}: its rule gave shape {p.shape} for {len(n)} waves; it must "
             "return one price per wave (NaN for no profile)."
         )
+    if not profiles_wanted:
+        return p, []
     last = starts + lengths - 1
     finals = {name: values[last] for name, values in running.items()}
     profiles = []
@@ -223,10 +226,6 @@ class PricedWaves:
     #: Per (wave, policy), what set the estimate: 0 nothing, 1 the profile, 2 the floor.
     set_by: np.ndarray
 
-    @property
-    def policies(self) -> int:
-        return len(self.estimate) // len(self.first) if len(self.first) else 0
-
 
 def price_waves(
     readings: pl.DataFrame,
@@ -254,11 +253,8 @@ def price_waves(
     rate = compute / n
     sharing = _ints(readings, "logical_tokens") / n
     # Streams are contiguous (sorted by run, rank, seq): number them, then profiles.
-    new_stream = (pl.col("run") != pl.col("run").shift(1)) | (
-        pl.col("rank") != pl.col("rank").shift(1)
-    )
     keys = readings.select(
-        new_stream.fill_null(True).cum_sum().cast(pl.Int64).alias("stream"),
+        pl.struct("run", "rank").rle_id().cast(pl.Int64).alias("stream"),
         pl.col("signature").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("signature"),
     )
     stream = keys.get_column("stream").to_numpy()
@@ -344,9 +340,13 @@ def price_waves(
     # Each profile's (run, rank, signature), from its first reading.
     owners: list[tuple[str, int, str]] = (
         readings.select("run", "rank", "signature").gather(by_profile_first).rows()
+        if profiles_out is not None
+        else []
     )
     for cls in declared:
-        p, finals = declared_prices(cls, columns, profile_starts, priced_at, n, m)
+        p, finals = declared_prices(
+            cls, columns, profile_starts, priced_at, n, m, profiles_out is not None
+        )
         if profiles_out is not None:
             for owner, final in zip(owners, finals, strict=True):
                 profiles_out[(*owner, cls.name)] = final
