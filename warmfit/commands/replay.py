@@ -20,6 +20,7 @@ from warmfit.commands.options import (
     budget_bytes,
     check_new_file,
     read_traces,
+    warn_without_whole,
     writing,
 )
 
@@ -56,7 +57,9 @@ def replay_command(
     if per_wave is not None:
         check_new_file(per_wave, force, paths)
     limit = budget_bytes(budget)
-    result = replay(read_traces(paths), policy, safety, engine.value, by.value, limit)
+    frame = read_traces(paths)
+    warn_without_whole(frame)
+    result = replay(frame, policy, safety, engine.value, by.value, limit)
     if per_wave is not None:
         from warmfit.files import write_atomically
 
