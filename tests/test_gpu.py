@@ -53,3 +53,26 @@ def test_warmfit_record_of_the_demo_on_cuda_is_a_valid_trace(tmp_path: Path) -> 
     readings = read_trace([out])
     assert readings.height > 0
     assert (readings["logical_tokens"] > readings["packed_tokens"]).any()
+
+
+def test_a_cuda_recording_carries_the_reserved_peak(tmp_path: Path) -> None:
+    from warmfit.recorder import Recorder
+    from warmfit.recorder.meters import AcceleratorMeter
+    from warmfit.trace import read_trace
+
+    meter = AcceleratorMeter("cuda")
+    assert meter.has_reserved
+    meter.reset_peak()
+    assert meter.reserved_peak_bytes() == torch.cuda.max_memory_reserved()
+    rec = Recorder(tmp_path / "out", run="gpu", device="cuda")
+    for n in (1 << 16, 1 << 20):
+        with rec.wave("sig", n, n) as wave:
+            x = torch.empty(n, device="cuda")
+            wave.forward_done()
+            y = x * 2
+            del x, y
+    rec.close()
+    readings = read_trace([tmp_path / "out"])
+    reserved = readings["reserved_peak_bytes"]
+    assert reserved.null_count() == 0
+    assert (reserved >= readings["peak_bytes"]).all()  # the pool holds every allocation

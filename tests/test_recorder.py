@@ -173,11 +173,15 @@ def test_a_second_recorder_of_the_same_run_and_rank_is_refused(rec, tmp_path):
         Recorder(tmp_path / "out", run="t", device="cpu")
 
 
-def test_bad_wave_arguments_are_refused_with_the_values(rec):
-    with pytest.raises(UsageError, match="packed_tokens=0"):
-        rec.wave("sig", 0, 10)
+def test_a_wave_whose_values_cannot_be_recorded_runs_unrecorded_with_a_warning(rec):
+    from warmfit.recorder import RecorderWarning
+
+    # used to raise UsageError under warmfit record
+    with pytest.warns(RecorderWarning, match="packed_tokens=0"), rec.wave("sig", 0, 10) as w:
+        w.forward_done()
     with pytest.raises(UsageError, match="kind='odd'"):
         rec.wave("sig", 10, 10, kind="odd")
+    assert rec.readings == 0 and rec.skipped_waves == 1
 
 
 def test_a_run_label_that_cannot_name_a_directory_is_refused(tmp_path):
@@ -248,7 +252,6 @@ def test_recover_refuses_a_directory_without_logs(tmp_path):
 @pytest.mark.parametrize(
     ("args", "kwargs", "named"),
     [
-        (("sig", 10, 10), {"static_floor_bytes": -1}, "static_floor_bytes=-1"),
         ((b"sig", 10, 10), {}, "signature"),
         ((None, 10, 10), {}, "signature"),
         (("", 10, 10), {}, "signature"),
@@ -376,3 +379,154 @@ def test_recovery_reports_progress_once_before_and_after_each_log(tmp_path):
     recovery = recover_all(tmp_path, progress=lambda done, total: calls.append((done, total)))
     assert calls == [(0, 2), (1, 2), (2, 2)]
     assert len(recovery.compactions) == 2 and not recovery.problems
+
+
+# --------------------------------------------------------------------------- issue 14
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "problem"),
+    [
+        (("sig", 0, 10), {}, "packed_tokens=0 is not positive"),
+        (("sig", -3, 10), {}, "packed_tokens=-3 is not positive"),
+        (("sig", 10, 5), {}, "logical_tokens=5 is below packed_tokens=10"),
+        (("sig", 10, 10), {"output_bytes": -1}, "output_bytes=-1 is negative"),
+        (("sig", 10, 10), {"static_floor_bytes": -1}, "static_floor_bytes=-1 is negative"),
+    ],
+)
+@pytest.mark.parametrize("enabled", [True, False])
+def test_wave_values_that_cannot_be_recorded_warn_alike_with_and_without_recording(
+    tmp_path, args, kwargs, problem, enabled
+):
+    from warmfit.recorder import RecorderWarning
+
+    rec = Recorder(tmp_path / "out", run="t", device="cpu", enabled=enabled)
+    try:
+        with pytest.warns(RecorderWarning, match=problem) as caught:
+            for _ in range(3):
+                with rec.wave(*args, **kwargs) as w:
+                    w.forward_done()
+        assert len(caught) == 1  # one warning, not one per wave
+        assert caught[0].filename == __file__  # it points at the trainer's own line
+        assert rec.skipped_waves == 3 and rec.readings == 0
+    finally:
+        rec.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "named"),
+    [
+        (("sig", 10.0, 10), {}, "packed_tokens"),
+        (("sig", -1.5, 10), {}, "packed_tokens"),
+        (("sig", 10, 10), {"kind": "odd"}, "kind"),
+        (("", 10, 10), {}, "signature"),
+    ],
+)
+@pytest.mark.parametrize("enabled", [True, False])
+def test_wrong_types_raise_alike_with_and_without_recording(tmp_path, args, kwargs, named, enabled):
+    # outside warmfit record, wave(packed_tokens=10.0) used to be accepted silently
+    rec = Recorder(tmp_path / "out", run="t", device="cpu", enabled=enabled)
+    try:
+        with pytest.raises(UsageError, match=named):
+            rec.wave(*args, **kwargs)
+    finally:
+        rec.close()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_forward_done_twice_raises_alike_with_and_without_recording(tmp_path, enabled):
+    rec = Recorder(tmp_path / "out", run="t", device="cpu", enabled=enabled)
+    try:
+        with pytest.raises(UsageError, match="twice"), rec.wave("sig", 10, 10) as w:
+            w.forward_done()
+            w.forward_done()
+    finally:
+        rec.close()
+
+
+def test_a_skipped_wave_inside_a_recorded_one_leaves_it_whole(rec):
+    with rec.wave("outer", 10, 10) as outer:
+        outer.forward_done()
+        with pytest.warns(UserWarning), rec.wave("inner", 0, 10):  # skipped: no counter reset
+            x = torch.empty(100)
+            del x
+    rows = readings(rec)
+    assert [(r["signature"], r["phase"], r["whole"]) for r in rows] == [
+        ("outer", "forward", False),
+        ("outer", "caller", True),
+    ]
+
+
+def test_the_trace_counts_skipped_waves_in_its_metadata(rec):
+    run_wave(rec)
+    with pytest.warns(UserWarning):
+        for _ in range(4):
+            with rec.wave("sig", 0, 10):
+                pass
+    rec.close()
+    meta = pq.read_schema(rec.trace_path).metadata
+    assert meta[b"warmfit.skipped_waves"] == b"4"
+
+
+def test_a_cpu_recording_has_no_reserved_column(rec):
+    run_wave(rec)
+    rec.close()
+    assert "reserved_peak_bytes" not in pq.read_schema(rec.trace_path).names
+
+
+class _ReservedMeter:
+    """A CPU meter with a fake reserved pool: 2x the allocated peak, plus a fixed 1000."""
+
+    def __init__(self):
+        from warmfit.recorder.meters import CpuMeter
+
+        self._cpu = CpuMeter()
+        self.name = "test.reserved"
+        self.device_name = "cpu (fake reserved pool)"
+        self.has_reserved = True
+
+    def allocated_bytes(self):
+        return self._cpu.allocated_bytes()
+
+    def peak_bytes(self):
+        return self._cpu.peak_bytes()
+
+    def reset_peak(self):
+        self._cpu.reset_peak()
+
+    def reserved_peak_bytes(self):
+        return 2 * self._cpu.peak_bytes() + 1000
+
+    def close(self):
+        self._cpu.close()
+
+
+def test_a_meter_with_a_reserved_pool_writes_its_peak_as_an_extra_column(tmp_path):
+    rec = Recorder(tmp_path / "out", run="t", meter=_ReservedMeter(), flush_interval_s=3600)
+    run_wave(rec, 1000, 500)
+    with rec.wave("outer", 10, 10) as outer:  # the nested reset: the outer's peak is carried
+        big = torch.empty(10_000)
+        del big
+        outer.forward_done()
+        with rec.wave("inner", 5, 5) as inner:
+            inner.forward_done()
+    rec.close()
+    assert pq.read_schema(rec.trace_path).field("reserved_peak_bytes").type == "int64"
+    rows = read_trace([rec.trace_path]).to_dicts()
+    for r in rows:
+        assert r["reserved_peak_bytes"] >= 2 * r["peak_bytes"] + 1000
+    outer_caller = next(r for r in rows if r["signature"] == "outer" and r["phase"] == "caller")
+    assert outer_caller["reserved_peak_bytes"] >= 2 * (outer_caller["baseline_bytes"] + 40_000)
+
+
+def test_a_log_with_the_reserved_column_is_recovered_with_it(tmp_path):
+    from warmfit.recorder.log import LogWriter, log_schema, read_log
+
+    log = tmp_path / "run=t" / "rank=0" / LOG_NAME
+    writer = LogWriter(log, "t", 0, {}, fsync=False, extra_columns=("reserved_peak_bytes",))
+    writer.append([(0, 0, 0, "s", "flat", "caller", True, 4, 4, 0, 10, 100, None, False, 300)])
+    writer.release()  # killed: never closed
+    assert read_log(log).ours
+    assert log_schema(("reserved_peak_bytes",)).names[-1] == "reserved_peak_bytes"
+    (compaction,) = recover(tmp_path)
+    assert read_trace([compaction.trace])["reserved_peak_bytes"].to_list() == [300]

@@ -51,6 +51,10 @@ WAVE_CONSTANT: Final = (
     "static_floor_bytes",
 )
 
+#: An optional extra column: the peak of the allocator's reserved pool during the
+#: reading, recorded where the device has one (docs/recorder.md). Replay ignores it.
+RESERVED_COLUMN: Final = "reserved_peak_bytes"
+
 #: The columns replay needs (everything but ``step``).
 REPLAY_COLUMNS: Final = tuple(c for c in COLUMNS if c != "step")
 

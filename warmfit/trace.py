@@ -31,10 +31,12 @@ from warmfit.schema import (
     NULLABLE,
     PHASES,
     REPLAY_COLUMNS,
+    RESERVED_COLUMN,
     SCHEMA_KEY,
     SCHEMA_VERSION,
     WAVE_CONSTANT,
 )
+from warmfit.text import printable
 from warmfit.writer import to_arrow as to_arrow  # re-exported: the one writer
 from warmfit.writer import write_trace as write_trace
 
@@ -646,6 +648,135 @@ class TraceSummary:
             pl.struct("run", "rank", "wave").n_unique().alias("waves"),
         ).row(0, named=True)
         return cls(files=files, readings=frame.height, **row)
+
+
+def signature_counts(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per ``(run, signature)``, sorted: waves, readings, whole and OOM readings.
+
+    Adds ``reserved_peak_bytes`` (the largest; null where none was recorded)
+    when the frame has that column as integers.
+    """
+    waves = frame.group_by("run", "signature").agg(
+        pl.struct("rank", "wave").n_unique().cast(pl.Int64).alias("waves")
+    )
+    counts = reading_counts(frame).join(waves, on=["run", "signature"])
+    if RESERVED_COLUMN in frame.columns and frame.schema[RESERVED_COLUMN].is_integer():
+        reserved = frame.group_by("run", "signature").agg(
+            pl.col(RESERVED_COLUMN).max().cast(pl.Int64)
+        )
+        counts = counts.join(reserved, on=["run", "signature"])
+    return counts.sort("run", "signature")
+
+
+def file_metadata(files: Iterable[Path]) -> list[dict[str, str]]:
+    """Each file's Parquet key-value metadata (what the recorder wrote there), as text."""
+    found = []
+    for path in files:
+        try:
+            raw = pq.read_schema(path).metadata or {}
+        except (Exception, pl.exceptions.PanicException):  # read_trace checked it already
+            raw = {}
+        found.append(
+            {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
+        )
+    return found
+
+
+def metadata_total(metadata: Iterable[dict[str, str]], key: str) -> int:
+    """The sum of a count the files' metadata carry under ``key`` (a non-number counts 0).
+
+    >>> metadata_total([{"warmfit.skipped_waves": "3"}, {}, {"warmfit.skipped_waves": "x"}],
+    ...                "warmfit.skipped_waves")
+    3
+    """
+    total = 0
+    for meta in metadata:
+        text = meta.get(key, "0")
+        total += int(text) if text.isdecimal() else 0
+    return total
+
+
+# --------------------------------------------------------------------------- whole readings
+
+#: Where the fix for a run without whole readings is documented.
+WHOLE_DOCS = "docs/recorder.md, 'What \"whole\" means here'"
+
+
+def reading_counts(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per ``(run, signature)``: readings, flat readings, whole readings and OOM readings.
+
+    A whole reading counts only when it did not run out of memory (``whole &
+    ~oom``): replay never learns from an OOM reading. Works on any frame with
+    the columns ``run``, ``signature``, ``whole`` and ``oom`` (and ``kind``:
+    without it every reading counts as flat); the
+    counts are sums, so the counts of parts of a trace, concatenated, give the
+    trace's (:func:`pairs_without_whole` adds them up).
+    """
+    whole = pl.col("whole").fill_null(False) & ~pl.col("oom").fill_null(False)
+    flat = (pl.col("kind") == "flat") if "kind" in frame.columns else pl.lit(True)
+    return frame.group_by("run", "signature").agg(
+        pl.len().cast(pl.Int64).alias("readings"),
+        flat.sum().cast(pl.Int64).alias("flat_readings"),
+        whole.sum().cast(pl.Int64).alias("whole_readings"),
+        pl.col("oom").fill_null(False).sum().cast(pl.Int64).alias("oom_readings"),
+    )
+
+
+def pairs_without_whole(counts: pl.DataFrame) -> pl.DataFrame:
+    """The sorted ``(run, signature)`` pairs of :func:`reading_counts` with no whole reading.
+
+    ``counts`` may hold several rows per pair (the counts of parts of a
+    trace, concatenated): they are added up first. Only pairs with a flat
+    reading are named: split children and forward-only calls never record a
+    whole reading, so a signature of those alone has nothing to fix.
+    """
+    return (
+        counts.group_by("run", "signature")
+        .agg(pl.col("flat_readings").sum(), pl.col("whole_readings").sum())
+        .filter((pl.col("flat_readings") > 0) & (pl.col("whole_readings") == 0))
+        .select("run", "signature")
+        .sort("run", "signature")
+    )
+
+
+def without_whole(frame: pl.DataFrame) -> pl.DataFrame:
+    """The sorted ``(run, signature)`` pairs that have flat readings but no whole one.
+
+    A whole reading is ``whole & ~oom``. warm-fit learns its warm rate from
+    whole readings only, so on these pairs it prices exactly as max-merge:
+    usually the trainer never calls ``wave.forward_done()``. The frame may be
+    a part of a trace; to combine parts, concatenate their
+    :func:`reading_counts` and pass that to :func:`pairs_without_whole`.
+
+    >>> frame = readings_frame([dict(seq=0, wave=0, signature="s", packed_tokens=1,
+    ...                              logical_tokens=1, peak_bytes=9)])
+    >>> without_whole(frame).rows()
+    [('run', 's')]
+    """
+    return pairs_without_whole(reading_counts(frame))
+
+
+def no_whole_warning(pairs: pl.DataFrame | Iterable[tuple[str, str]], shown: int = 5) -> str:
+    """The warning for pairs from :func:`without_whole` (``""`` when there are none).
+
+    Names the run and signature of up to ``shown`` pairs (escaped with
+    :func:`warmfit.text.printable`), what it means and the fix.
+    """
+    rows = pairs.rows() if isinstance(pairs, pl.DataFrame) else list(pairs)
+    if not rows:
+        return ""
+    named = ", ".join(
+        f"run '{printable(str(run))}' signature '{printable(str(sig))}'"
+        for run, sig in rows[:shown]
+    )
+    if len(rows) > shown:
+        named += f" and {len(rows) - shown} more"
+    return (
+        f"warmfit: warning: no whole reading in {named}: warm-fit has nothing to learn "
+        "from there and prices exactly as max-merge. A caller reading is whole only when "
+        "the trainer calls wave.forward_done() between the forward and the backward "
+        f"(see {WHOLE_DOCS})."
+    )
 
 
 # --------------------------------------------------------------------------- write

@@ -140,6 +140,19 @@ def read_traces(paths: list[Path]) -> pl.DataFrame:
         return read_trace(paths, columns=(), progress=progress)
 
 
+def warn_without_whole(pairs: pl.DataFrame) -> None:
+    """Warn on stderr about each run and signature without a whole reading (not a failure).
+
+    ``pairs`` come from :func:`warmfit.trace.without_whole`: warm-fit then
+    prices exactly as max-merge there, and nothing else says why.
+    """
+    from warmfit.trace import no_whole_warning
+
+    text = no_whole_warning(pairs)
+    if text:
+        typer.echo(text, err=True)
+
+
 @contextmanager
 def writing(path: Path) -> Iterator[None]:
     """Turn an error while writing ``path`` (a full disk, a file-size limit) into exit 2.

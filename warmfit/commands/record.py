@@ -39,21 +39,30 @@ def record_command(
     Every warmfit Recorder.from_env() in the command (one per rank under
     torchrun) records into DIR/run=<run>/rank=<r>/. SIGINT and SIGTERM are
     passed on; warmfit exits with the command's exit code (2 instead of 0 when
-    a rank lost readings or left a log that could not be compacted).
+    a rank lost readings or left a log that could not be compacted, or when
+    the command recorded nothing).
     """
     from warmfit.recorder.launch import default_run_label, run_recorded
 
     label = run if run is not None else default_run_label(output)
     recording = run_recorded(command or [], output, label, force=force)
     _print_summary(recording, output)
-    if recording.incomplete:  # the trace is incomplete: never report plain success
+    if recording.incomplete or not recording.recorded:  # never report plain success then
         raise typer.Exit(recording.exit_code or 2)
     raise typer.Exit(recording.exit_code)
 
 
 def _print_summary(recording: object, output: Path) -> None:
     from warmfit.recorder.launch import Recording
-    from warmfit.trace import TraceSummary, find_trace_files, read_trace
+    from warmfit.trace import (
+        TraceSummary,
+        file_metadata,
+        find_trace_files,
+        metadata_total,
+        no_whole_warning,
+        read_trace,
+        without_whole,
+    )
 
     assert isinstance(recording, Recording)
     say = lambda text: typer.echo(text, err=True)  # noqa: E731 (diagnostics go to stderr)
@@ -74,15 +83,28 @@ def _print_summary(recording: object, output: Path) -> None:
         say(f"  not recovered  {problem}")
     if recording.problems:
         say(f"  fix each, then run: warmfit recover {output}")
-    if not any(recording.run_dir.rglob("*.parquet")):
+    removed = (
+        f" (removed the empty {', '.join(str(d) for d in recording.removed)})"
+        if recording.removed
+        else ""
+    )
+    if not recording.recorded and recording.exit_code != 0:
+        say(f"  nothing was recorded: the command failed before any wave was recorded{removed}")
+        return
+    if not recording.recorded:
         say(
-            f"  nothing was recorded in {recording.run_dir}: does the command create a "
-            "warmfit Recorder (Recorder.from_env()) and run waves?"
+            f"  nothing was recorded{removed}: the command succeeded, but no warmfit Recorder "
+            "in it recorded a wave. Create one with Recorder.from_env() and run each wave "
+            "inside recorder.wave(...) (docs/recorder.md); a wave whose arguments cannot be "
+            "recorded is skipped, with a RecorderWarning. warmfit record exits 2."
         )
         return
+    if not any(recording.run_dir.rglob("*.parquet")):
+        return  # only logs that could not be compacted: named above
     try:
         files = find_trace_files([recording.run_dir])
-        summary = TraceSummary.of(read_trace(files), files=len(files))
+        frame = read_trace(files)
+        summary = TraceSummary.of(frame, files=len(files))
     except WarmfitError as exc:
         say(f"  the recording is not a valid trace: {exc}")
         return
@@ -95,4 +117,13 @@ def _print_summary(recording: object, output: Path) -> None:
         say(f"             {path}")
     if len(files) > len(shown):
         say(f"             and {len(files) - len(shown)} more")
+    skipped = metadata_total(file_metadata(files), "warmfit.skipped_waves")
+    if skipped:
+        say(
+            f"  skipped    {skipped:>10,}  waves not recorded: their arguments cannot be "
+            "recorded (the recorder's warning above says which)"
+        )
+    warning = no_whole_warning(without_whole(frame))
+    if warning:
+        say(warning)
     say(f"replay it:   warmfit replay {output}")

@@ -19,6 +19,7 @@ from warmfit.commands.options import (
     SafetyOpt,
     budget_bytes,
     check_new_file,
+    warn_without_whole,
     writing,
 )
 from warmfit.errors import UsageError
@@ -107,4 +108,5 @@ def replay_command(
             write_atomically(per_wave, write)
         result = results[0]
         typer.echo(f"wrote {printable(str(per_wave))} ({result.per_wave_rows:,} rows)", err=True)
+    warn_without_whole(result.without_whole)
     typer.echo(render(result, format.value), nl=False)

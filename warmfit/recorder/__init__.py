@@ -10,6 +10,22 @@ Importing this package does not import torch; creating an enabled
 """
 
 from warmfit.recorder.log import Compaction, recover
-from warmfit.recorder.recorder import ENV_DIR, ENV_RUN, Recorder, Wave, is_out_of_memory
+from warmfit.recorder.recorder import (
+    ENV_DIR,
+    ENV_RUN,
+    Recorder,
+    RecorderWarning,
+    Wave,
+    is_out_of_memory,
+)
 
-__all__ = ["ENV_DIR", "ENV_RUN", "Compaction", "Recorder", "Wave", "is_out_of_memory", "recover"]
+__all__ = [
+    "ENV_DIR",
+    "ENV_RUN",
+    "Compaction",
+    "Recorder",
+    "RecorderWarning",
+    "Wave",
+    "is_out_of_memory",
+    "recover",
+]

@@ -50,6 +50,8 @@ class Recording:
     compactions: list[Compaction]
     problems: list[str] = field(default_factory=list)  # logs that could not be compacted
     lost_readings: dict[Path, int] = field(default_factory=dict)  # rank dir: readings lost
+    recorded: bool = True  # False: no trace and no log; the folders warmfit made are gone
+    removed: list[Path] = field(default_factory=list)  # the empty folders removed then
 
     @property
     def incomplete(self) -> bool:
@@ -96,13 +98,13 @@ def run_recorded(
     _check_startable(command[0], env)  # before --force removes an earlier recording
     run_dir = output_dir / f"run={run}"
     created = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # deepest first
+    if force and existing_recording(run_dir):
+        created.insert(0, run_dir)  # --force removes it and makes it anew
     run_dir = prepare_run_dir(output_dir, run, force)
     try:
         returncode = _run_forwarding_signals(list(command), env)
     except UsageError:  # the command could not be started: leave nothing behind
-        for directory in created:
-            with contextlib.suppress(OSError):
-                directory.rmdir()  # only empty directories: nothing ran to fill them
+        _remove_empty(run_dir, created)
         raise
     lost = lost_notes(run_dir)  # before compaction removes the notes with the logs
     with progress_bar("compacting logs", unit="logs") as progress:
@@ -116,7 +118,26 @@ def run_recorded(
                 "failed, or the process ended without running its exit hooks), so readings "
                 "taken after its last flush may be lost"
             )
-    return Recording(code, run_dir, recovery.compactions, problems, lost)
+    recorded = bool(existing_recording(run_dir) or find_logs(run_dir) or lost)
+    removed = [] if recorded else _remove_empty(run_dir, created)
+    return Recording(code, run_dir, recovery.compactions, problems, lost, recorded, removed)
+
+
+def _remove_empty(run_dir: Path, created: list[Path]) -> list[Path]:
+    """Remove the folders warmfit created for a recording that left nothing; return them.
+
+    Only folders in ``created`` (and the ``rank=*`` folders recorders made
+    inside a created run folder) are removed, and only when empty.
+    """
+    removed = []
+    candidates = list(created)
+    if run_dir in created and run_dir.is_dir():
+        candidates[:0] = sorted(d for d in run_dir.glob("rank=*") if d.is_dir())
+    for directory in candidates:
+        with contextlib.suppress(OSError):
+            directory.rmdir()  # only an empty folder
+            removed.append(directory)
+    return removed
 
 
 def _check_startable(program: str, env: dict[str, str]) -> None:

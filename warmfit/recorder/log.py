@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from warmfit.errors import TraceError, UsageError
 from warmfit.progress import ProgressCallback, no_progress
-from warmfit.schema import COLUMNS, arrow_schema
+from warmfit.schema import COLUMNS, RESERVED_COLUMN, arrow_schema
 from warmfit.writer import write_trace
 
 LOG_NAME: Final = "readings.arrows"
@@ -65,6 +65,28 @@ _MAX_BODY_BYTES: Final = 1 << 36
 
 #: The columns of a reading tuple, in order (``run`` and ``rank`` are per log).
 ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("run", "rank"))
+#: Optional columns a log may carry after the v1 columns, in this order (each
+#: reading tuple then ends with their values): the reserved pool's peak, from a
+#: meter that has one (docs/recorder.md).
+EXTRA_COLUMNS: Final[dict[str, pa.DataType]] = {RESERVED_COLUMN: pa.int64()}
+
+
+def log_schema(
+    extra_columns: tuple[str, ...] = (), metadata: dict[str, str] | None = None
+) -> pa.Schema:
+    """The Arrow schema of a log: trace format v1's, then the given :data:`EXTRA_COLUMNS`."""
+    base = arrow_schema(metadata)
+    fields = list(base) + [pa.field(name, EXTRA_COLUMNS[name]) for name in extra_columns]
+    return pa.schema(fields, metadata=base.metadata)
+
+
+def _is_log_schema(schema: pa.Schema) -> bool:
+    """Whether ``schema`` (without metadata) is a log's: v1's columns, then known extras."""
+    extras = tuple(schema.names[len(COLUMNS) :])
+    if len(set(extras)) != len(extras) or any(name not in EXTRA_COLUMNS for name in extras):
+        return False
+    ordered = tuple(name for name in EXTRA_COLUMNS if name in extras)
+    return ordered == extras and schema.remove_metadata().equals(log_schema(extras))
 
 
 def check_run_label(run: str) -> str:
@@ -179,18 +201,26 @@ class LogWriter:
     """
 
     def __init__(
-        self, path: Path, run: str, rank: int, metadata: dict[str, str], fsync: bool = True
+        self,
+        path: Path,
+        run: str,
+        rank: int,
+        metadata: dict[str, str],
+        fsync: bool = True,
+        extra_columns: tuple[str, ...] = (),
     ) -> None:
         self.path = path
         self.run = run
         self.rank = rank
-        self.schema = arrow_schema({**metadata, LOG_MARKER: LOG_VERSION, PID_KEY: str(os.getpid())})
+        self.schema = log_schema(
+            extra_columns, {**metadata, LOG_MARKER: LOG_VERSION, PID_KEY: str(os.getpid())}
+        )
         self.fsync = fsync
         self.readings = 0
         self._inherited = False
         self._torn = False
         self._fd = -1
-        self._types = [self.schema.field(name).type for name in ROW_COLUMNS]
+        self._types = [self.schema.field(name).type for name in (*ROW_COLUMNS, *extra_columns)]
         path.parent.mkdir(parents=True, exist_ok=True)
         header = self.schema.serialize()
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(self):x}.tmp")
@@ -215,7 +245,7 @@ class LogWriter:
         _OPEN_WRITERS.add(self)
 
     def append(self, rows: list[tuple[Any, ...]]) -> None:
-        """Write reading tuples (in :data:`ROW_COLUMNS` order) as one batch."""
+        """Write reading tuples (in :data:`ROW_COLUMNS` order, then the extras) as one batch."""
         if not rows:
             return
         count = len(rows)
@@ -368,7 +398,7 @@ def read_log(path: Path, data: bytes | None = None) -> LogContents:
             f"its schema carries no '{LOG_MARKER}: {LOG_VERSION}' marker: it is not a log "
             "this warmfit wrote (another program's Arrow file, or a log whose schema is damaged)"
         )
-    if not schema.remove_metadata().equals(arrow_schema().remove_metadata()):
+    if not _is_log_schema(schema):
         return refused("its columns are not those of a warmfit log (its schema is damaged)")
     batches: list[pa.RecordBatch] = []
     ends: list[int] = []
@@ -630,12 +660,13 @@ def _check_written(target: Path, table: pa.Table) -> tuple[int, str] | None:
 
     from warmfit.trace import read_trace
 
+    names = list(table.column_names)  # the v1 columns and the log's extras
     try:
-        back = read_trace([target]).select(list(COLUMNS))
+        back = read_trace([target]).select(names)
     except TraceError as exc:
         return (exc.row if exc.row is not None else 0), str(exc)
     # without the log's schema metadata: polars refuses metadata that is not UTF-8
-    expected = pl.from_arrow(table.select(list(COLUMNS)).replace_schema_metadata(None))
+    expected = pl.from_arrow(table.select(names).replace_schema_metadata(None))
     assert isinstance(expected, pl.DataFrame)
     # read_trace returns readings sorted by seq; a log holds them as they came
     if not back.equals(expected) and not back.equals(

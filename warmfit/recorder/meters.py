@@ -44,6 +44,11 @@ class Meter(Protocol):
     def close(self) -> None: ...
 
 
+# A meter may also have ``has_reserved = True`` and ``reserved_peak_bytes()``: the peak
+# of the allocator's reserved pool since the last reset_peak(). The recorder then
+# writes it to the optional column ``reserved_peak_bytes`` (docs/recorder.md).
+
+
 # --------------------------------------------------------------------------- accelerator
 
 
@@ -69,6 +74,8 @@ class AcceleratorMeter:
             self._allocated = lambda: accel.memory_allocated(index)
             self._peak = lambda: accel.max_memory_allocated(index)
             self._reset = lambda: accel.reset_peak_memory_stats(index)
+            reserved = getattr(accel, "max_memory_reserved", None)
+            self._reserved = None if reserved is None else (lambda: reserved(index))
             raw = getattr(torch._C, "_accelerator_getDeviceStats", None)
         elif torch.cuda.is_available():
             kind = "cuda"
@@ -77,6 +84,7 @@ class AcceleratorMeter:
             self._allocated = lambda: torch.cuda.memory_allocated(index)
             self._peak = lambda: torch.cuda.max_memory_allocated(index)
             self._reset = lambda: torch.cuda.reset_peak_memory_stats(index)
+            self._reserved = lambda: torch.cuda.max_memory_reserved(index)
             raw = getattr(torch._C, "_cuda_memoryStats", None)
         else:
             raise UsageError(
@@ -84,6 +92,8 @@ class AcceleratorMeter:
                 "instead (device='cpu')."
             )
         self.index = index
+        #: Whether the reserved pool's peak can be read (reset with the allocated peak).
+        self.has_reserved = self._reserved is not None
         self.device_name = _accelerator_name(torch, kind, index)
         if raw is not None:
             self._use_raw_stats(raw, index)
@@ -111,12 +121,21 @@ class AcceleratorMeter:
         def peak() -> int:
             return int(raw(index)["allocated_bytes"]["all"]["peak"])
 
+        def reserved() -> int:
+            return int(raw(index)["reserved_bytes"]["all"]["peak"])
+
         try:
             agrees = current() == int(self._allocated()) and peak() == int(self._peak())
         except Exception:  # a torch whose raw dict has another shape: keep the public API
             return
         if agrees:
             self._allocated, self._peak = current, peak
+        if self._reserved is not None:
+            try:
+                if reserved() == int(self._reserved()):
+                    self._reserved = reserved
+            except Exception:  # keep the public call
+                pass
 
     def allocated_bytes(self) -> int:
         return int(self._allocated())
@@ -125,7 +144,12 @@ class AcceleratorMeter:
         return int(self._peak())
 
     def reset_peak(self) -> None:
-        self._reset()
+        self._reset()  # resets the reserved pool's peak too
+
+    def reserved_peak_bytes(self) -> int:
+        """The allocator's reserved-pool peak since the last reset (``has_reserved`` only)."""
+        assert self._reserved is not None
+        return int(self._reserved())
 
     def close(self) -> None:
         pass
@@ -183,6 +207,8 @@ class CpuMeter:
     """
 
     name = "warmfit.cpu-storages"
+    #: CPU storages have no reserved pool: the recorder writes no reserved column.
+    has_reserved = False
 
     def __init__(self) -> None:
         import torch

@@ -40,6 +40,7 @@ import operator
 import os
 import sys
 import threading
+import warnings
 import weakref
 from collections import deque
 from pathlib import Path
@@ -58,7 +59,7 @@ from warmfit.recorder.log import (
     write_lost_readings,
 )
 from warmfit.recorder.meters import Meter, make_meter
-from warmfit.schema import KINDS
+from warmfit.schema import KINDS, RESERVED_COLUMN
 
 #: Environment variables ``warmfit record`` sets for :meth:`Recorder.from_env`.
 ENV_DIR: Final = "WARMFIT_RECORD_DIR"
@@ -82,6 +83,7 @@ class Wave:
         "_recorder",
         "baseline_bytes",
         "carried_peak_bytes",
+        "carried_reserved_bytes",
         "forward_peak_bytes",
         "interrupted",
         "kind",
@@ -114,6 +116,7 @@ class Wave:
         self.baseline_bytes = 0
         self.forward_peak_bytes = -1  # the raw counter at forward_done; -1 before
         self.carried_peak_bytes = 0  # the peak before a nested wave reset the counter
+        self.carried_reserved_bytes = 0  # the same for the reserved pool's peak
         self.interrupted = False  # a nested wave reset the counter inside this one
 
     def __enter__(self) -> Wave:
@@ -134,21 +137,31 @@ class Wave:
 
 
 class _NullWave:
-    """The wave of a disabled recorder: does nothing, costs almost nothing."""
+    """A wave that records nothing: of a disabled recorder, or one the recorder skips.
 
-    __slots__ = ()
+    It keeps the rules a recorded wave keeps (``forward_done()`` once), so a
+    trainer behaves the same whether it records or not.
+    """
+
+    __slots__ = ("_forward",)
+
+    def __init__(self) -> None:
+        self._forward = False
 
     def __enter__(self) -> _NullWave:
         return self
 
     def forward_done(self) -> None:
-        pass
+        if self._forward:
+            raise UsageError("forward_done() called twice in one wave.")
+        self._forward = True
 
     def __exit__(self, *exc: object) -> None:
         pass
 
 
-_NULL_WAVE: Final = _NullWave()
+class RecorderWarning(UserWarning):
+    """A wave the recorder cannot record: it runs as usual, and the recorder skips it."""
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -229,6 +242,7 @@ class Recorder:
         self._step = 0
         self._closed = False
         self._compaction: Compaction | None = None
+        self._skipped: dict[str, int] = {}  # waves skipped, by the argument that was wrong
         if not self.enabled:
             self.output_dir = None
             self.run = run or ""
@@ -248,11 +262,21 @@ class Recorder:
                 "another run label, or remove that directory first."
             )
         self.meter: Meter = meter if meter is not None else make_meter(device)
+        self._reserved = (
+            getattr(self.meter, "reserved_peak_bytes", None)
+            if getattr(self.meter, "has_reserved", False)
+            else None
+        )
         try:
             # The log is created now, locked, so that a second recorder of this run
             # and rank (another process without RANK, or this one) is refused here.
             self._writer: LogWriter = LogWriter(
-                self.directory / LOG_NAME, self.run, self.rank, self._metadata(), fsync
+                self.directory / LOG_NAME,
+                self.run,
+                self.rank,
+                self._metadata(),
+                fsync,
+                extra_columns=(RESERVED_COLUMN,) if self._reserved is not None else (),
             )
         except BaseException:
             self.meter.close()
@@ -318,13 +342,25 @@ class Recorder:
         static_floor_bytes: int | None = None,
         kind: str = "flat",
     ) -> Wave | _NullWave:
-        """A context manager for one wave; see the module docstring."""
-        if not self.enabled:
-            return _NULL_WAVE
+        """A context manager for one wave; see the module docstring.
+
+        The arguments are checked the same way whether the recorder records or
+        not, so recording never changes what the trainer does. A wrong type (a
+        float count, a signature that is not a non-empty str, an unknown kind)
+        is a programming error: :class:`UsageError`. Values that cannot be
+        recorded (``packed_tokens <= 0``, ``logical_tokens < packed_tokens``, a
+        negative byte size) are not: the wave runs unrecorded, the first such
+        wave per argument gives a :class:`RecorderWarning`, and
+        :attr:`skipped_waves` counts them all.
+        """
         if not isinstance(signature, str) or not signature:
             raise UsageError(
                 f"wave(signature={signature!r}): the signature must be a non-empty str "
                 f"(got {type(signature).__name__})."
+            )
+        if kind not in KINDS:
+            raise UsageError(
+                f"wave({signature!r}, kind={kind!r}): kind must be one of " + ", ".join(KINDS) + "."
             )
         # Counts become ints here (a 0-d integer tensor gives its value), so a float or
         # a float tensor is refused now, not at the next flush. The fast path is one
@@ -335,34 +371,70 @@ class Recorder:
             logical_tokens = _count("logical_tokens", logical_tokens)
         if type(output_bytes) is not int:
             output_bytes = _count("output_bytes", output_bytes)
-        if static_floor_bytes is not None:
-            if type(static_floor_bytes) is not int:
-                static_floor_bytes = _count("static_floor_bytes", static_floor_bytes)
-            if static_floor_bytes < 0:
-                raise UsageError(
-                    f"wave({signature!r}, static_floor_bytes={static_floor_bytes}): "
-                    "static_floor_bytes must be >= 0, or None when the trainer has no floor."
-                )
-        if not (0 < packed_tokens <= logical_tokens) or output_bytes < 0 or kind not in KINDS:
-            raise UsageError(
-                f"wave({signature!r}, packed_tokens={packed_tokens}, "
-                f"logical_tokens={logical_tokens}, output_bytes={output_bytes}, kind={kind!r}): "
-                "need 0 < packed_tokens <= logical_tokens, output_bytes >= 0 and kind one of "
-                + ", ".join(KINDS)
-                + "."
+        if static_floor_bytes is not None and type(static_floor_bytes) is not int:
+            static_floor_bytes = _count("static_floor_bytes", static_floor_bytes)
+        if (
+            not (0 < packed_tokens <= logical_tokens)
+            or output_bytes < 0
+            or (static_floor_bytes is not None and static_floor_bytes < 0)
+        ):
+            return self._skip(
+                signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes
             )
+        if not self.enabled:
+            return _NullWave()
         return Wave(
             self, signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes, kind
         )
+
+    def _skip(
+        self,
+        signature: str,
+        packed_tokens: int,
+        logical_tokens: int,
+        output_bytes: int,
+        static_floor_bytes: int | None,
+    ) -> _NullWave:
+        """A wave whose values cannot be recorded: it runs unrecorded; warn once per argument."""
+        if packed_tokens <= 0:
+            argument, rule = "packed_tokens", f"packed_tokens={packed_tokens} is not positive"
+        elif logical_tokens < packed_tokens:
+            argument = "logical_tokens"
+            rule = f"logical_tokens={logical_tokens} is below packed_tokens={packed_tokens}"
+        elif output_bytes < 0:
+            argument, rule = "output_bytes", f"output_bytes={output_bytes} is negative"
+        else:
+            argument = "static_floor_bytes"
+            rule = f"static_floor_bytes={static_floor_bytes} is negative (None means no floor)"
+        count = self._skipped.get(argument, 0)
+        self._skipped[argument] = count + 1
+        if count == 0:
+            warnings.warn(
+                f"warmfit: wave({signature!r}) is not recorded: {rule}. The wave runs as "
+                "usual, unrecorded; later waves with this problem are skipped without another "
+                "warning and counted (Recorder.skipped_waves, and the summary of 'warmfit "
+                "record').",
+                RecorderWarning,
+                stacklevel=3,
+            )
+        return _NullWave()
+
+    @property
+    def skipped_waves(self) -> int:
+        """Waves not recorded because their values cannot be recorded (see :meth:`wave`)."""
+        return sum(self._skipped.values())
 
     def _enter(self, wave: Wave) -> None:
         meter = self.meter
         if self._active:  # nested: this reset hides the open waves' peaks from the counter
             peak = meter.peak_bytes()
+            reserved = self._reserved() if self._reserved is not None else 0
             for outer in self._active:
                 outer.interrupted = True
                 if peak > outer.carried_peak_bytes:
                     outer.carried_peak_bytes = peak
+                if reserved > outer.carried_reserved_bytes:
+                    outer.carried_reserved_bytes = reserved
         wave.baseline_bytes = meter.allocated_bytes()
         meter.reset_peak()
         wave.wave = self._next_wave
@@ -374,7 +446,14 @@ class Recorder:
             raise UsageError(f"forward_done() called twice in wave {wave.wave}.")
         raw = self.meter.peak_bytes()
         wave.forward_peak_bytes = raw
-        self._append(wave, "forward", False, max(raw, wave.carried_peak_bytes), False)
+        reserved = self._reserved_peak(wave)
+        self._append(wave, "forward", False, max(raw, wave.carried_peak_bytes), False, reserved)
+
+    def _reserved_peak(self, wave: Wave) -> int | None:
+        """The reserved pool's peak over the reading's interval, when the meter has one."""
+        if self._reserved is None:
+            return None
+        return max(int(self._reserved()), wave.carried_reserved_bytes)
 
     def _exit(self, wave: Wave, exc: BaseException | None) -> None:
         active = self._active
@@ -385,13 +464,14 @@ class Recorder:
                 active.remove(wave)
         raw = self.meter.peak_bytes()
         peak = max(raw, wave.carried_peak_bytes)
+        reserved = self._reserved_peak(wave)
         forward_taken = wave.forward_peak_bytes >= 0
         if exc is not None:
             phase = "caller" if forward_taken else "forward"
-            self._append(wave, phase, False, peak, is_out_of_memory(exc))
+            self._append(wave, phase, False, peak, is_out_of_memory(exc), reserved)
         elif wave.kind != "flat":  # split children and forward-only calls: forward only
             if not forward_taken:
-                self._append(wave, "forward", False, peak, False)
+                self._append(wave, "forward", False, peak, False, reserved)
         else:
             # Without forward_done() there is no forward peak to hold the counter to
             # (SPEC §1), so the reading is never whole: see the module docstring.
@@ -401,27 +481,28 @@ class Recorder:
                 and raw >= wave.forward_peak_bytes
                 and raw >= wave.baseline_bytes
             )
-            self._append(wave, "caller", whole, peak, False)
+            self._append(wave, "caller", whole, peak, False, reserved)
 
-    def _append(self, wave: Wave, phase: str, whole: bool, peak: int, oom: bool) -> None:
-        self._rows.append(
-            (
-                self._seq,
-                self._step,
-                wave.wave,
-                wave.signature,
-                wave.kind,
-                phase,
-                whole,
-                wave.packed_tokens,
-                wave.logical_tokens,
-                wave.output_bytes,
-                wave.baseline_bytes,
-                peak,
-                wave.static_floor_bytes,
-                oom,
-            )
+    def _append(
+        self, wave: Wave, phase: str, whole: bool, peak: int, oom: bool, reserved: int | None
+    ) -> None:
+        row = (
+            self._seq,
+            self._step,
+            wave.wave,
+            wave.signature,
+            wave.kind,
+            phase,
+            whole,
+            wave.packed_tokens,
+            wave.logical_tokens,
+            wave.output_bytes,
+            wave.baseline_bytes,
+            peak,
+            wave.static_floor_bytes,
+            oom,
         )
+        self._rows.append(row if self._reserved is None else (*row, reserved))
         self._seq += 1
         if len(self._rows) >= self._flush_at:
             self._flush_or_warn()
@@ -553,8 +634,9 @@ class Recorder:
             writer.discard()  # nothing was recorded: leave nothing behind
             return None
         writer.finish()
+        skipped = {"warmfit.skipped_waves": str(self.skipped_waves)} if self._skipped else None
         try:
-            self._compaction = compact_log(writer.path, held_fd=writer.fd)
+            self._compaction = compact_log(writer.path, skipped, held_fd=writer.fd)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # an I/O error, or a dependency's panic

@@ -50,7 +50,7 @@ from warmfit.replay.summary import (
 )
 from warmfit.replay.vectorized import per_wave_frame, price_waves
 from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, FileIndex, index_file, plan, read_batch
-from warmfit.trace import find_trace_files
+from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
 
 #: Receives the per-wave rows of each batch, in canonical order.
 PerWaveSink = Callable[[pl.DataFrame], None]
@@ -72,6 +72,9 @@ class StreamedReplay:
     batches: int
     #: Where the batches ran: ``1`` (this process), the worker processes, or the cluster.
     jobs: int | str
+    #: The (run, signature) pairs with flat readings but no whole one
+    #: (:func:`warmfit.trace.without_whole`).
+    without_whole: pl.DataFrame
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class BatchResult:
     estimate: np.ndarray
     set_by: np.ndarray
     per_wave: pl.DataFrame | None
+    #: :func:`warmfit.trace.reading_counts` of the batch's readings.
+    counts: pl.DataFrame
 
 
 def default_jobs() -> int:
@@ -140,7 +145,7 @@ def replay_batch(
         rows = with_admitted(rows, budget_bytes)
     return BatchResult(
         batch.number, ran, readings.height, code, distinct, actual, oom, estimate,
-        set_by.astype(np.uint8), rows,
+        set_by.astype(np.uint8), rows, reading_counts(readings),
     )  # fmt: skip
 
 
@@ -187,6 +192,7 @@ def replay_stream(
     task = (classes, safety_factor, chosen, by, per_wave is not None, budget_bytes)
     engines: set[str] = set()
     readings = rows = 0
+    counts: list[pl.DataFrame] = []
     with _Runner(jobs, cluster) as runner:
         # Files are indexed here, unless a cluster's workers do it; one batch runs here.
         index = runner.run if cluster is not None else _here
@@ -199,6 +205,7 @@ def replay_stream(
             for done, result in enumerate(run(replay_batch, [(b, *task) for b in batches]), 1):
                 engines.add(result.engine)
                 readings += result.readings
+                counts.append(result.counts)
                 fold.add_coded(
                     result.group, result.keys, result.actual, result.oom, result.estimate,
                     result.set_by,
@@ -211,8 +218,14 @@ def replay_stream(
     ran = "scalar" if "scalar" in engines else chosen
     return StreamedReplay(
         summary, tuple(names), safety_factor, ran, by, budget_bytes, readings, rows,
-        len(batches), where,
+        len(batches), where, _without_whole(counts),
     )  # fmt: skip
+
+
+def _without_whole(counts: list[pl.DataFrame]) -> pl.DataFrame:
+    if not counts:
+        return pl.DataFrame(schema={"run": pl.String(), "signature": pl.String()})
+    return pairs_without_whole(pl.concat(counts))
 
 
 def _here(function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
