@@ -355,7 +355,7 @@ def evaluate(result: ReplayResult, expectations: Expectations) -> CheckReport:
     if missing:
         raise ExpectationsError(
             path,
-            f"has no expectations for run(s) {', '.join(map(repr, missing))} of the trace.",
+            f"has no expectations for {'run' if len(missing) == 1 else 'runs'} {', '.join(map(repr, missing))} of the trace.",
             "Add them with 'warmfit check PATH... --write-expect NEW.toml' and copy its tables "
             "in, or leave those traces out of the paths.",
         )

@@ -35,6 +35,7 @@ from warmfit.schema import (
     SCHEMA_VERSION,
     WAVE_CONSTANT,
 )
+from warmfit.text import counted
 from warmfit.writer import to_arrow as to_arrow  # re-exported: the one writer
 from warmfit.writer import write_trace as write_trace
 
@@ -59,6 +60,8 @@ POLARS_DTYPES: dict[str, pl.DataType] = {
 }
 
 _FIX_FORMAT = "See docs/trace-format.md for the rules of trace format v1."
+#: Words a newcomer may write after a flag (``--force true``), read as a path.
+_FLAG_VALUES = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
 
 
 # --------------------------------------------------------------------------- files
@@ -97,7 +100,13 @@ def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
         elif os.path.lexists(path):
             found = [path]
         else:
-            raise TraceError("no such file or directory.", path=path, fix="Check the path.")
+            fix = "Check the path."
+            if path.name.lower() in _FLAG_VALUES:
+                fix += (
+                    f" If {path.name!r} was meant as the value of a flag (--force), leave it "
+                    "out: a flag takes no value."
+                )
+            raise TraceError("no such file or directory.", path=path, fix=fix)
         for f in found:
             problem = not_regular(f)
             if problem is not None:
@@ -373,7 +382,8 @@ class TraceProblems(TraceError):
     def __init__(self, problems: list[TraceError]) -> None:
         self.problems = problems
         super().__init__(
-            f"{len(problems)} trace file(s) are invalid:\n" + "\n".join(f"  {p}" for p in problems)
+            f"{counted(len(problems), 'trace file')} {'is' if len(problems) == 1 else 'are'} invalid:\n"
+            + "\n".join(f"  {p}" for p in problems)
         )
 
 

@@ -38,7 +38,7 @@ PathsArg = Annotated[
     typer.Argument(
         help="Trace files or directories (read recursively).",
         show_default=False,
-        metavar="PATH...",
+        metavar="PATH",
     ),
 ]
 PolicyOpt = Annotated[
@@ -54,7 +54,7 @@ PolicyOpt = Annotated[
 ]
 SafetyOpt = Annotated[
     float,
-    typer.Option("--safety", help="Safety factor f applied to every estimate.", metavar="F"),
+    typer.Option("--safety", help="Safety factor applied to every estimate.", metavar="FACTOR"),
 ]
 
 

@@ -23,7 +23,13 @@ def plot_command(
     paths: PathsArg,
     output: Annotated[
         Path,
-        typer.Option("--output", "-o", help="Image to write: .png or .svg.", show_default=False),
+        typer.Option(
+            "--output",
+            "-o",
+            help="Image to write: .png or .svg.",
+            show_default=False,
+            metavar="FILE",
+        ),
     ],
     policy: PolicyOpt = None,
     safety: SafetyOpt = 1.1,
@@ -36,6 +42,7 @@ def plot_command(
             help="Footnote under the figure (default: where the traces come from, from their "
             "files' warmfit.provenance metadata; '' for none).",
             show_default=False,
+            metavar="TEXT",
         ),
     ] = None,
 ) -> None:

@@ -29,9 +29,7 @@ def sweep_command(
     ] = Format.table,
     grid: Annotated[
         str,
-        typer.Option(
-            "--grid", help="Safety factors of the points: START:STOP:STEP.", metavar="GRID"
-        ),
+        typer.Option("--grid", help="Safety factors of the points.", metavar="START:STOP:STEP"),
     ] = "1.0:1.6:0.01",
     plot: Annotated[
         Path | None,
