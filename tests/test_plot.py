@@ -178,3 +178,35 @@ def test_without_matplotlib_plot_says_what_to_install(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     with pytest.raises(UsageError, match=r"pip install 'warmfit\[plot\]'"):
         _require_matplotlib()
+
+
+def two_signatures() -> pl.DataFrame:
+    extra = [
+        dict(COMMON, seq=10 + i, wave=10 + i, signature="t", packed_tokens=10, logical_tokens=10,
+             peak_bytes=20_000, whole=True)
+        for i in range(2)
+    ]  # fmt: skip
+    return readings_frame([*({**COMMON, **r} for r in WORKED), *extra]).sort("run", "rank", "seq")
+
+
+def test_signature_picks_the_middle_panel_in_each_run_that_has_it() -> None:
+    result = replay(two_signatures(), engine="scalar")
+    assert build_plot_data(result).main_profiles == {"run": (0, "s")}
+    assert build_plot_data(result, signature="t").main_profiles == {"run": (0, "t")}
+
+
+def test_plot_names_the_signature_it_shows_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    write_trace(two_signatures(), tmp_path / "trace" / "t.parquet")
+    out = tmp_path / "figure.png"
+    base = ["plot", str(tmp_path / "trace"), "--engine", "scalar"]
+    result = CliRunner().invoke(app, [*base, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "wrote " in result.output and "(1 run)" in result.output  # not "1 runs"
+    assert "the middle panel shows rank 0, signature 's' (1 of 2 profiles" in result.output
+    picked = CliRunner().invoke(app, [*base, "-o", str(out), "--force", "--signature", "t"])
+    assert picked.exit_code == 0, picked.output
+    assert "signature 't'" in picked.output
+    wrong = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "x.png"), "--signature", "u\x1b"])
+    assert wrong.exit_code == 2 and "Traceback" not in wrong.output
+    assert "--signature 'u\\x1b'" in wrong.output and "'s', 't'" in wrong.output
+    assert not (tmp_path / "x.png").exists()

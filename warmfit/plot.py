@@ -37,7 +37,7 @@ from warmfit.errors import UsageError
 from warmfit.files import write_bytes_atomically
 from warmfit.policies import PriceRequest
 from warmfit.replay import IN_FIGURES, ReplayResult, group_keys
-from warmfit.text import mathtext_literal
+from warmfit.text import mathtext_literal, printable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -191,11 +191,14 @@ class PlotData:
     caption: str | None = None
 
 
-def main_profile(rates: pl.DataFrame, run: str) -> tuple[tuple[int, str], int]:
-    """The (rank, signature) with the most waves in ``run``, and how many profiles it has.
+def main_profile(
+    rates: pl.DataFrame, run: str, signature: str | None = None
+) -> tuple[tuple[int, str], int]:
+    """The (rank, signature) panel (b) shows for ``run``, and how many profiles it has.
 
-    Panel (b) shows one profile; a run with several ranks or signatures shows
-    its busiest one (lowest rank, then signature, on a tie).
+    Panel (b) shows one profile: the one of ``signature`` when the run has
+    it, else the busiest one; among several, the one with the most waves
+    (lowest rank, then signature in name order, on a tie).
     """
     counts = (
         rates.filter(pl.col("run") == run)
@@ -203,19 +206,40 @@ def main_profile(rates: pl.DataFrame, run: str) -> tuple[tuple[int, str], int]:
         .len()
         .sort(["len", "rank", "signature"], descending=[True, False, False])
     )
-    top = counts.row(0, named=True)
+    chosen = counts.filter(pl.col("signature") == signature) if signature is not None else counts
+    top = (chosen if chosen.height else counts).row(0, named=True)
     return (top["rank"], top["signature"]), counts.height
 
 
-def build_plot_data(result: ReplayResult, caption: str | None = None) -> PlotData:
-    """The data behind every figure of one replay, drawn from its result alone;
-    ``caption`` is a footnote."""
+def check_signature(result: ReplayResult, signature: str) -> None:
+    """Refuse (exit 2) a ``--signature`` that no run of the replay has, listing those it has."""
+    known = result.per_wave.get_column("signature").unique(maintain_order=True).to_list()
+    if signature not in known:
+        shown = ", ".join("'" + printable(s) + "'" for s in sorted(known))
+        raise UsageError(
+            f"--signature '{printable(signature)}': no run of the trace has that signature. "
+            f"Its signatures: {shown}. Name one of them, or leave --signature out to show "
+            "each run's busiest one."
+        )
+
+
+def build_plot_data(
+    result: ReplayResult, caption: str | None = None, signature: str | None = None
+) -> PlotData:
+    """The data behind every figure of one replay, drawn from its result alone.
+
+    ``caption`` is a footnote; ``signature`` picks the profile panel (b)
+    shows in each run that has it (default: each run's busiest one,
+    :func:`main_profile`).
+    """
+    if signature is not None:
+        check_signature(result, signature)
     rates = rate_points(result)
     runs = tuple(result.summary.get_column("run").unique(maintain_order=True).to_list())
     mains: dict[str, tuple[int, str]] = {}
     counts: dict[str, int] = {}
     for run in runs:
-        mains[run], counts[run] = main_profile(rates, run)
+        mains[run], counts[run] = main_profile(rates, run, signature)
     return PlotData(
         runs=runs,
         policies=result.policies,
@@ -454,7 +478,7 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
                 chosen.get_column("rate_kb_per_token").to_list(),
                 **_ROLE_STYLE[role],
             )
-    where = f" (rank {rank}, {_label(signature)})" if profiles > 1 else ""
+    where = f" (rank {rank}, signature {_label(signature)})" if profiles > 1 else ""
     ax.set_title(
         f"{_label(run)}: rate per packed token{where}", **({"fontsize": 10} if where else {})
     )

@@ -17,6 +17,7 @@ from warmfit.commands.options import (
     read_traces,
     writing,
 )
+from warmfit.text import counted, printable
 
 
 def plot_command(
@@ -45,6 +46,16 @@ def plot_command(
             metavar="TEXT",
         ),
     ] = None,
+    signature: Annotated[
+        str | None,
+        typer.Option(
+            "--signature",
+            help="Signature whose profile the middle panel shows, in each run that has it "
+            "(default: the run's profile with the most waves).",
+            show_default=False,
+            metavar="NAME",
+        ),
+    ] = None,
 ) -> None:
     """Draw peaks, rates per token and over-estimates of every run on one sheet.
 
@@ -53,6 +64,8 @@ def plot_command(
     One row per run: each wave's actual peak and every policy's estimate;
     bytes per packed token against packed tokens, the cold seed apart from
     the warm waves, under each policy's price curve; the over-estimates.
+    The middle panel shows one profile per run: with several, its title names
+    the rank and signature shown, and --signature NAME picks another.
     """
     from warmfit.plot import build_plot_data, plot_format, provenance_caption, render_plot
     from warmfit.replay import replay
@@ -64,6 +77,21 @@ def plot_command(
     result = replay(readings, policy, safety, engine.value)
     if caption is None:
         caption = provenance_caption(find_trace_files(paths))
+    data = build_plot_data(result, caption, signature)
     with writing(output):
-        render_plot(build_plot_data(result, caption), output)
-    typer.echo(f"wrote {output} ({len(result.summary.get_column('run').unique())} runs)")
+        render_plot(data, output)
+    for run in data.runs:
+        rank, shown = data.main_profiles[run]
+        if data.profile_counts[run] > 1 or (signature is not None and shown != signature):
+            missing = (
+                f"has no signature '{printable(signature)}'; "
+                if signature is not None and shown != signature
+                else ""
+            )
+            typer.echo(
+                f"{printable(run)}: {missing}the middle panel shows rank {rank}, signature "
+                f"'{printable(shown)}' (1 of {counted(data.profile_counts[run], 'profile')}; "
+                "--signature NAME picks another)",
+                err=True,
+            )
+    typer.echo(f"wrote {output} ({counted(len(data.runs), 'run')})")
