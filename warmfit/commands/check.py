@@ -77,7 +77,7 @@ def check_command(
         bool, typer.Option("--force", help="Let --write-expect overwrite an existing file.")
     ] = False,
 ) -> None:
-    """Check replay figures against stored expectations; exit 1 on a regression.
+    """Check replay figures against stored expectations; exit 1 when a limit fails.
 
     Example: warmfit check traces --expect traces/expectations.toml
 
