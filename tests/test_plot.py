@@ -3,10 +3,12 @@ render of each format (the pixels themselves are looked at by a person)."""
 
 from __future__ import annotations
 
+import math
 import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -16,6 +18,7 @@ from warmfit.cli import app
 from warmfit.plot import (
     DPI,
     build_plot_data,
+    draw_figure,
     figure_size,
     over_estimates,
     peak_series,
@@ -24,8 +27,9 @@ from warmfit.plot import (
     rate_points,
     render_plot,
 )
+from warmfit.policies import Policy, PriceRequest, Reading
 from warmfit.replay import replay
-from warmfit.trace import readings_frame, write_trace
+from warmfit.trace import read_trace, readings_frame, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -210,3 +214,60 @@ def test_plot_names_the_signature_it_shows_and_refuses_an_unknown_one(tmp_path: 
     assert wrong.exit_code == 2 and "Traceback" not in wrong.output
     assert "--signature 'u\\x1b'" in wrong.output and "'s', 't'" in wrong.output
     assert not (tmp_path / "x.png").exists()
+
+
+class SkipSeed(Policy):
+    """The tour's tempting shortcut: max-merge that skips the cold seed (prices waves under)."""
+
+    name = "skip-seed"
+    summary = "highest rate seen, except the cold seed's"
+
+    def __init__(self) -> None:
+        self.seeded = False
+        self.rate: float | None = None
+
+    def observe(self, reading: Reading) -> None:
+        if reading.whole and not self.seeded:
+            self.seeded = True
+            return
+        self.rate = reading.rate if self.rate is None else max(self.rate, reading.rate)
+
+    def price(self, request: PriceRequest) -> float | None:
+        return None if self.rate is None else self.rate * request.packed_tokens
+
+
+def drawn_points(ax: Any) -> list[tuple[float, float]]:
+    """Every marker an axes draws (scatter points, line markers), in display pixels."""
+    points: list[tuple[float, float]] = []
+    for collection in ax.collections:
+        offsets = collection.get_offsets()
+        if len(offsets):
+            points += [tuple(p) for p in collection.get_offset_transform().transform(offsets)]
+    for line in ax.get_lines():
+        if line.get_marker() not in (None, "None", "", " "):
+            points += [tuple(p) for p in line.get_transform().transform(line.get_xydata())]
+    return [p for p in points if all(map(math.isfinite, p))]
+
+
+def test_no_legend_hides_a_wave_or_a_label() -> None:
+    """Issue 14: the tour's skip-seed figure had a legend over the wave it should show."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    result = replay(read_trace([REPO / "traces"]), ["max-merge", "warm-fit", SkipSeed])
+    fig = draw_figure(build_plot_data(result))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    points = [p for ax in fig.axes for p in drawn_points(ax)]
+    assert len(points) > 1000
+    labels = [ax.xaxis.label.get_window_extent(renderer) for ax in fig.axes]
+    labels += [ax.title.get_window_extent(renderer) for ax in fig.axes]
+    legends = [ax.get_legend() for ax in fig.axes]
+    assert all(legends)
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        covered = [p for p in points if box.contains(*p)]
+        assert covered == [], f"the legend at {box} covers {len(covered)} drawn points"
+        assert not any(box.overlaps(label) for label in labels)
+        assert fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)

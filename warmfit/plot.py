@@ -384,6 +384,16 @@ def byte_unit(largest_gb: float) -> tuple[float, str]:
     return 1e6, "KB"
 
 
+#: Where a panel's legend goes: below its axes (under the x-axis label), so
+#: that it can hide no wave, whatever the data (the constrained layout makes
+#: room for it).
+LEGEND_BELOW = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.17), "fontsize": 8}
+
+
+def _legend_below(ax: Any, **options: Any) -> Any:
+    return ax.legend(**{**LEGEND_BELOW, **options})
+
+
 def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
     peaks = data.peaks.filter(pl.col("run") == run)
     actual = peaks.unique(["position"], keep="first", maintain_order=True)
@@ -442,7 +452,7 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
     ax.set_ylabel(f"bytes above baseline ({unit})")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    _legend_below(ax, ncol=2)
 
 
 def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
@@ -485,7 +495,6 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
     ax.set_xlabel("packed tokens (thousands)")
     ax.set_ylabel("compute bytes per packed token (KB/token)")
     ax.grid(alpha=0.3)
-    # Room below the points for the legend, so that it hides none of them.
     shown = [
         *points.get_column("rate_kb_per_token").to_list(),
         *curves.get_column("price_kb_per_token").drop_nulls().to_list(),
@@ -494,10 +503,9 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
     if shown:
         low, high = min(shown), max(shown)
         span = max(high - low, 0.05 * high, 1.0)
-        ax.set_ylim(low - 0.55 * span, high + 0.08 * span)
-    ax.legend(
-        fontsize=8,
-        loc="lower center",
+        ax.set_ylim(low - 0.08 * span, high + 0.08 * span)
+    _legend_below(
+        ax,
         ncol=2,
         title=f"price per token after the last wave, before ×{data.safety_factor:g}",
         title_fontsize=8,
@@ -542,7 +550,7 @@ def _draw_over(ax: Any, data: PlotData, run: str) -> None:
     ax.set_title(f"{_label(run)}: over-estimate per wave")
     ax.set_ylabel("estimate / actual - 1 (%)")
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8, loc="lower right")
+    _legend_below(ax, ncol=2)
     low, high = ax.get_ylim()
     ax.set_ylim(min(low, -5), high + (high - low) * 0.08)
 
