@@ -555,19 +555,19 @@ def _draw_over(ax: Any, data: PlotData, run: str) -> None:
     ax.set_ylim(min(low, -5), high + (high - low) * 0.08)
 
 
-def render_bytes(data: PlotData, fmt: str = "png") -> bytes:
-    """The figure as PNG or SVG bytes."""
-    return figure_bytes(draw_figure(data), fmt)
+def render_bytes(data: PlotData, fmt: str = "png", dpi: float = DPI) -> bytes:
+    """The figure as PNG or SVG bytes (``dpi``: pixels per inch of a PNG)."""
+    return figure_bytes(draw_figure(data), fmt, dpi)
 
 
-def figure_bytes(fig: Figure, fmt: str = "png") -> bytes:
+def figure_bytes(fig: Figure, fmt: str = "png", dpi: float = DPI) -> bytes:
     """A drawn figure as PNG or SVG bytes, with no date or version in them."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()
     extra: dict[str, Any] = {"pil_kwargs": {"optimize": True}} if fmt == "png" else {}
-    fig.savefig(buffer, format=fmt, dpi=DPI, metadata=_metadata(fmt), **extra)
+    fig.savefig(buffer, format=fmt, dpi=dpi, metadata=_metadata(fmt), **extra)
     return buffer.getvalue()
 
 
