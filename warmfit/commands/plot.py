@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,6 +18,32 @@ from warmfit.commands.options import (
     writing,
 )
 from warmfit.text import counted, printable
+
+if TYPE_CHECKING:
+    from warmfit.plot import PlotData
+
+
+def _say_which_profiles(data: PlotData, signature: str | None) -> None:
+    """Name the profile of each middle panel that could have shown another (on stderr)."""
+    lacking = [run for run in data.runs if data.main_profiles[run][1] != signature]
+    if signature is not None:
+        if lacking:
+            names = ", ".join(printable(run) for run in lacking)
+            typer.echo(
+                f"signature '{printable(signature)}' is not in {counted(len(lacking), 'run')} "
+                f"({names}): the middle panel shows each one's busiest profile",
+                err=True,
+            )
+        return
+    for run in data.runs:
+        rank, shown = data.main_profiles[run]
+        if data.profile_counts[run] > 1:
+            typer.echo(
+                f"{printable(run)}: the middle panel shows rank {rank}, signature "
+                f"'{printable(shown)}' (1 of {counted(data.profile_counts[run], 'profile')}; "
+                "--signature NAME picks another)",
+                err=True,
+            )
 
 
 def plot_command(
@@ -80,18 +106,5 @@ def plot_command(
     data = build_plot_data(result, caption, signature)
     with writing(output):
         render_plot(data, output)
-    for run in data.runs:
-        rank, shown = data.main_profiles[run]
-        if data.profile_counts[run] > 1 or (signature is not None and shown != signature):
-            missing = (
-                f"has no signature '{printable(signature)}'; "
-                if signature is not None and shown != signature
-                else ""
-            )
-            typer.echo(
-                f"{printable(run)}: {missing}the middle panel shows rank {rank}, signature "
-                f"'{printable(shown)}' (1 of {counted(data.profile_counts[run], 'profile')}; "
-                "--signature NAME picks another)",
-                err=True,
-            )
+    _say_which_profiles(data, signature)
     typer.echo(f"wrote {output} ({counted(len(data.runs), 'run')})")
