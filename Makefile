@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo demo-hf test test-slow lint format bench traces expectations clean bench-record smoke-core mutants
+.PHONY: help venv demo demo-hf test test-slow lint format bench traces expectations notebook clean bench-record smoke-core mutants
 
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-12s %s\n", $$1, $$2}'
@@ -68,6 +68,9 @@ smoke-core: ## Install without extras (no torch/matplotlib); use the CLI.
 	.venv-core/bin/python -m warmfit.integrations.hf_demo 2>&1 | grep -q "needs torch and transformers"
 	.venv-core/bin/python -m warmfit.demo 2>&1 | grep -q "needs torch"
 	@echo "core install works without torch, matplotlib, lightning and transformers"
+
+notebook: $(STAMP) ## Re-execute notebooks/tour.ipynb and store it with its outputs.
+	$(PY) notebooks/execute.py
 
 clean: ## Remove the virtual environments and caches.
 	rm -rf $(VENV) .venv-core .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -195,8 +195,12 @@ def test_csv_and_json_outputs(tmp_path: Path) -> None:
     code, out, _ = invoke("check", str(trace), "--expect", str(target), "-f", "csv")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert list(rows[0]) == ["run", "policy", "expectation", "figure", "allowed", "actual", "holds"]
+    assert list(rows[0]) == [
+        *("run", "policy", "expectation", "figure", "allowed", "actual", "holds"),
+        *("verdict", "measured"),  # added at the end (issue 14)
+    ]
     assert len(rows) == 8 and {r["holds"] for r in rows} == {"true"}
+    assert {r["verdict"] for r in rows} == {"ok"} and all(r["measured"] for r in rows)
     code, out, _ = invoke("check", str(trace), "--expect", str(target), "-f", "json")
     doc = json.loads(out)
     assert doc["schema"] == "warmfit.check/1" and doc["passed"] is True
@@ -284,8 +288,49 @@ def test_raised_later_peaks_fail_the_gate(tmp_path: Path) -> None:
 
     code, out, err = invoke("check", str(copy), "--expect", str(expect))
     assert code == 1, err
-    assert "WORSE" in out
+    assert "REGRESSED" in out
     assert f"expectations in {expect} regressed:" in err
     assert "EP1 warm-fit: waves under their peak" in err and "> allowed 0" in err
     assert "EP2" not in err  # EP2 is untouched
     assert "--write-expect" in err and "Traceback" not in err
+
+
+def test_a_hand_tightened_limit_is_never_met_not_regressed(tmp_path: Path) -> None:
+    """Issue 14: a limit the figures never met is a target, not a regression."""
+    expect = tmp_path / "expect.toml"
+    code, _, _ = invoke("check", str(PR991), "--write-expect", str(expect))
+    assert code == 0
+    text = expect.read_text()
+    assert "measured = { median_over_estimate = " in text
+    # tighten one limit by hand, below the figure it was written from
+    start = text.index("[runs.EP1.warm-fit]")
+    line = next(x for x in text[start:].splitlines() if x.startswith("max_median_over_estimate"))
+    expect.write_text(text.replace(line, "max_median_over_estimate = 0.10", 1))
+    code, out, err = invoke("check", str(PR991), "--expect", str(expect))
+    assert code == 1
+    assert "regressed" not in err and "REGRESSED" not in out
+    assert f"1 of 16 expectations in {expect} fail (1 never met):" in err
+    assert "never met  EP1 warm-fit: median over-estimate +15.8% > allowed +10.0% " in err
+    assert "(+15.8% when the file was written)" in err and "NEVER MET" in out
+    doc = json.loads(invoke("check", str(PR991), "--expect", str(expect), "-f", "json")[1])
+    failing = [r for r in doc["results"] if not r["holds"]]
+    assert [(r["verdict"], r["measured"] > 0.15) for r in failing] == [("never met", True)]
+
+
+def test_a_limit_without_a_recorded_figure_fails_without_a_claim() -> None:
+    result = replay(readings_frame(ROWS), engine="scalar")
+    report = evaluate(result, parse_expectations("[runs.run.warm-fit]\nmin_priced_waves = 9\n"))
+    assert [r.verdict for r in report.results] == ["fails"]
+    message = report.regression_message()
+    assert "1 of 1 expectations in <expectations> fail (1 fails):" in message
+    assert "regressed" not in message.splitlines()[0]
+
+
+def test_measured_figures_are_checked_when_read() -> None:
+    bad = "[runs.run.warm-fit]\nmax_under_peak = 0\nmeasured = { under_peek = 0 }\n"
+    with pytest.raises(ExpectationsError, match="unknown figure 'under_peek'"):
+        parse_expectations(bad)
+    good = parse_expectations(
+        "[runs.run.warm-fit]\nmax_under_peak = 0\nmeasured = { under_peak = 1 }\n"
+    )
+    assert good.measured == {("run", "warm-fit"): {"under_peak": 1}}

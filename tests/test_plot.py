@@ -3,10 +3,12 @@ render of each format (the pixels themselves are looked at by a person)."""
 
 from __future__ import annotations
 
+import math
 import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -16,6 +18,7 @@ from warmfit.cli import app
 from warmfit.plot import (
     DPI,
     build_plot_data,
+    draw_figure,
     figure_size,
     over_estimates,
     peak_series,
@@ -24,8 +27,9 @@ from warmfit.plot import (
     rate_points,
     render_plot,
 )
+from warmfit.policies import Policy, PriceRequest, Reading
 from warmfit.replay import replay
-from warmfit.trace import readings_frame, write_trace
+from warmfit.trace import read_trace, readings_frame, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -178,3 +182,103 @@ def test_without_matplotlib_plot_says_what_to_install(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     with pytest.raises(UsageError, match=r"pip install 'warmfit\[plot\]'"):
         _require_matplotlib()
+
+
+def two_signatures() -> pl.DataFrame:
+    extra = [
+        dict(COMMON, seq=10 + i, wave=10 + i, signature="t", packed_tokens=10, logical_tokens=10,
+             peak_bytes=20_000, whole=True)
+        for i in range(2)
+    ]  # fmt: skip
+    return readings_frame([*({**COMMON, **r} for r in WORKED), *extra]).sort("run", "rank", "seq")
+
+
+def test_signature_picks_the_middle_panel_in_each_run_that_has_it() -> None:
+    result = replay(two_signatures(), engine="scalar")
+    assert build_plot_data(result).main_profiles == {"run": (0, "s")}
+    assert build_plot_data(result, signature="t").main_profiles == {"run": (0, "t")}
+
+
+def test_plot_names_the_signature_it_shows_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    write_trace(two_signatures(), tmp_path / "trace" / "t.parquet")
+    out = tmp_path / "figure.png"
+    base = ["plot", str(tmp_path / "trace"), "--engine", "scalar"]
+    result = CliRunner().invoke(app, [*base, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "wrote " in result.output and "(1 run)" in result.output  # not "1 runs"
+    assert "the middle panel shows rank 0, signature 's' (1 of 2 profiles" in result.output
+    picked = CliRunner().invoke(app, [*base, "-o", str(out), "--force", "--signature", "t"])
+    assert picked.exit_code == 0, picked.output
+    assert "middle panel" not in picked.output  # every run shows the one asked for
+    wrong = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "x.png"), "--signature", "u\x1b"])
+    assert wrong.exit_code == 2 and "Traceback" not in wrong.output
+    assert "--signature 'u\\x1b'" in wrong.output and "'s', 't'" in wrong.output
+    assert not (tmp_path / "x.png").exists()
+
+
+class SkipSeed(Policy):
+    """The tour's tempting shortcut: max-merge that skips the cold seed (prices waves under)."""
+
+    name = "skip-seed"
+    summary = "highest rate seen, except the cold seed's"
+
+    def __init__(self) -> None:
+        self.seeded = False
+        self.rate: float | None = None
+
+    def observe(self, reading: Reading) -> None:
+        if reading.whole and not self.seeded:
+            self.seeded = True
+            return
+        self.rate = reading.rate if self.rate is None else max(self.rate, reading.rate)
+
+    def price(self, request: PriceRequest) -> float | None:
+        return None if self.rate is None else self.rate * request.packed_tokens
+
+
+def drawn_points(ax: Any) -> list[tuple[float, float]]:
+    """Every marker an axes draws (scatter points, line markers), in display pixels."""
+    points: list[tuple[float, float]] = []
+    for collection in ax.collections:
+        offsets = collection.get_offsets()
+        if len(offsets):
+            points += [tuple(p) for p in collection.get_offset_transform().transform(offsets)]
+    for line in ax.get_lines():
+        if line.get_marker() not in (None, "None", "", " "):
+            points += [tuple(p) for p in line.get_transform().transform(line.get_xydata())]
+    return [p for p in points if all(map(math.isfinite, p))]
+
+
+def test_no_legend_hides_a_wave_or_a_label() -> None:
+    """Issue 14: the tour's skip-seed figure had a legend over the wave it should show."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    result = replay(read_trace([REPO / "traces"]), ["max-merge", "warm-fit", SkipSeed])
+    fig = draw_figure(build_plot_data(result))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    points = [p for ax in fig.axes for p in drawn_points(ax)]
+    assert len(points) > 1000
+    labels = [ax.xaxis.label.get_window_extent(renderer) for ax in fig.axes]
+    labels += [ax.title.get_window_extent(renderer) for ax in fig.axes]
+    legends = [ax.get_legend() for ax in fig.axes]
+    assert all(legends)
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        covered = [p for p in points if box.contains(*p)]
+        assert covered == [], f"the legend at {box} covers {len(covered)} drawn points"
+        assert not any(box.overlaps(label) for label in labels)
+        assert fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)
+
+
+def test_a_signature_some_runs_lack_is_named_once(tmp_path: Path) -> None:
+    frame = pl.concat([two_signatures(), two_signatures().with_columns(run=pl.lit("other"))])
+    frame = frame.filter(~((pl.col("run") == "other") & (pl.col("signature") == "t")))
+    write_trace(frame.sort("run", "rank", "seq"), tmp_path / "trace" / "t.parquet")
+    args = ["plot", str(tmp_path / "trace"), "-o", str(tmp_path / "f.png"), "--signature", "t"]
+    result = CliRunner().invoke(app, [*args, "--engine", "scalar"])
+    assert result.exit_code == 0, result.output
+    assert "signature 't' is not in 1 run (other): the middle panel shows" in result.output
+    assert result.output.count("middle panel") == 1

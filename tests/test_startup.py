@@ -67,7 +67,7 @@ def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("args", [["--help"], ["replay", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["replay", "--help"]])
 def test_help_imports_no_heavy_module(args: list[str]) -> None:
     result = _run(args)
     assert result == {"code": 0, "heavy": []}

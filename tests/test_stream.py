@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 from tests.strategies import trace_parts
 from warmfit.cli import app
 from warmfit.errors import TraceError, UsageError
-from warmfit.perwave import PER_WAVE_KEY
 from warmfit.replay import GROUPINGS, IN_FIGURES, replay
 from warmfit.replay.stream import replay_stream
 from warmfit.replay.summary import SummaryFold
 from warmfit.report import render
+from warmfit.schema import PER_WAVE_KEY
 from warmfit.streams import index_file, plan, read_batch
 from warmfit.trace import read_trace, readings_frame, write_trace
 

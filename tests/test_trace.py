@@ -201,7 +201,7 @@ def test_validate_lists_the_problem_of_every_bad_file(tmp_path: Path) -> None:
     write(tmp_path / "b.parquet", valid(), metadata={})
     result = CliRunner().invoke(app, ["validate", str(tmp_path)])
     assert result.exit_code == 2
-    assert "2 trace file(s) are invalid" in result.output
+    assert "2 trace files are invalid" in result.output
     assert "a.parquet, column 'peak_bytes'" in result.output
     assert "b.parquet: has no 'warmfit.schema' metadata" in result.output
 

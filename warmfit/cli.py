@@ -9,10 +9,10 @@ error's exit code (2 for bad input or usage), never a traceback.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from warmfit.commands import check, plot, policies, record, recover, replay, sweep, validate
 from warmfit.errors import UsageError, WarmfitError
@@ -27,8 +27,58 @@ FLAGS = {
 }
 
 
+def _placeholder(param: TyperOption, ctx: Any) -> str | None:
+    """What help shows for an option's value: its upper-case name or its choices.
+
+    A flag takes no value, so it shows none (typer would print ``<bool>``,
+    which reads as if ``--force true`` were accepted).
+    """
+    if param.is_flag:
+        return None
+    if param.metavar is not None:
+        return param.metavar
+    if param.type_descriptor.is_choice:
+        return param.display_type(ctx).strip("<>")
+    return (param.name or "value").upper()
+
+
+def _argument_name(param: TyperArgument, *, usage: bool) -> str:
+    """``PATH...`` for a repeatable argument (``[COMMAND]...`` when optional, in usage)."""
+    name = (param.metavar or (param.name or "").upper()).removesuffix("...")
+    if usage and not param.required:
+        name = f"[{name}]"
+    return name + ("..." if param.nargs != 1 else "")
+
+
+def plain_help(param: Any) -> Any:
+    """Make ``param`` show one placeholder style in help: ``FILE``, ``PATH...``, none for a flag.
+
+    typer renders types as ``<path>``, ``<list[str]>`` and ``<bool>`` beside
+    the names given as metavars; warmfit's help shows only upper-case names
+    (and the choices of an option that has them).
+    """
+    if isinstance(param, TyperArgument):
+        # The name column shows the metavar (PATH...); no type column beside it.
+        param.metavar = _argument_name(param, usage=False)
+        param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+        param._usage_display_name = lambda: _argument_name(param, usage=True)  # type: ignore[method-assign]
+    elif isinstance(param, TyperOption):
+        param.display_type_rich = lambda ctx: _placeholder(param, ctx)  # type: ignore[method-assign]
+    return param
+
+
+class _Command(TyperCommand):
+    """A command whose help shows every placeholder in one style (:func:`plain_help`)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return [plain_help(p) for p in super().get_params(ctx)]
+
+
 class _Group(TyperGroup):
     """Turns every :class:`WarmfitError` into a message and an exit code."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return [plain_help(p) for p in super().get_params(ctx)]
 
     def invoke(self, ctx: Any) -> Any:  # click.Context (typer vendors click)
         try:
@@ -50,14 +100,55 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.command("replay")(replay.replay_command)
-app.command("validate")(validate.validate_command)
-app.command("policies")(policies.policies_command)
-app.command("plot")(plot.plot_command)
-app.command("check")(check.check_command)
-app.command("sweep")(sweep.sweep_command)
-app.command("record", context_settings={"allow_interspersed_args": False})(record.record_command)
-app.command("recover")(recover.recover_command)
+
+
+def version() -> str:
+    """warmfit's version, from the installed package's metadata (no heavy import)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("warmfit")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from warmfit import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"warmfit {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print warmfit's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Replay recorded GPU training waves through memory-pricing policies.
+
+    Example: warmfit replay traces/pr991 --format markdown
+    """
+
+
+app.command("replay", cls=_Command)(replay.replay_command)
+app.command("validate", cls=_Command)(validate.validate_command)
+app.command("policies", cls=_Command)(policies.policies_command)
+app.command("plot", cls=_Command)(plot.plot_command)
+app.command("check", cls=_Command)(check.check_command)
+app.command("sweep", cls=_Command)(sweep.sweep_command)
+app.command("record", cls=_Command, context_settings={"allow_interspersed_args": False})(
+    record.record_command
+)
+app.command("recover", cls=_Command)(recover.recover_command)
 
 
 def main() -> None:

@@ -73,13 +73,20 @@ def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], N
 
     The temporary file lives in the target's directory (so the rename is
     atomic) and is created exclusively with mode ``0o666`` less the umask.
-    On any failure it is removed and the exception re-raised; the target is
-    then untouched. The directory is fsynced after the rename.
+    Missing parent folders are created first (as ``mkdir -p``, with the
+    umask's mode). On any failure the temporary file and the folders created
+    for it are removed and the exception re-raised; the target is then
+    untouched. The directory is fsynced after the rename.
     """
     target = Path(path)
+    created = _make_parents(target.parent)
     tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(tmp, flags, 0o666)
+    try:
+        fd = os.open(tmp, flags, 0o666)
+    except BaseException:
+        _remove_empty(created)
+        raise
     try:
         with os.fdopen(fd, "wb") as sink:
             write(sink)
@@ -88,6 +95,7 @@ def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], N
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        _remove_empty(created)
         raise
     dir_fd = os.open(target.parent, os.O_RDONLY)
     try:
@@ -95,6 +103,32 @@ def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], N
     finally:
         os.close(dir_fd)
     return target
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; return those created, deepest first."""
+    missing = []
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    created = []
+    try:
+        for each in reversed(missing):
+            each.mkdir(exist_ok=True)
+            created.append(each)
+    except BaseException:
+        _remove_empty(created[::-1])
+        raise
+    return created[::-1]
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove folders this module created (deepest first), where they are still empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def write_bytes_atomically(path: str | os.PathLike[str], data: bytes) -> Path:

@@ -13,12 +13,16 @@ policy, the figures of a replay summary (SPEC §3 "Report")::
     min_priced_waves = 25
 
 Every key of a ``[runs.RUN.POLICY]`` table is optional; the known ones are in
-:data:`LIMITS`. A figure *regresses* when it is worse than its limit: above a
-``max_`` limit, below a ``min_`` one, or missing (a run with no priced wave
-has no median). :func:`write_expectations` writes the current figures as
-limits, with no headroom beyond rounding to 0.01 percentage points in the
-permissive direction, so the file stays readable and any worsening beyond
-that fails.
+:data:`LIMITS`. A figure *fails* its limit when it is worse: above a ``max_``
+limit, below a ``min_`` one, or missing (a run with no priced wave has no
+median). :func:`write_expectations` writes the current figures as limits,
+with no headroom beyond rounding to 0.01 percentage points in the permissive
+direction, so the file stays readable and any worsening beyond that fails;
+it also records the figures themselves (``measured = {...}``), so that a
+failing limit can be told apart (:data:`VERDICTS`): it *regressed* when the
+figure measured then met it, it was *never met* when even that figure did
+not (a limit tightened by hand, a target), and it simply *fails* where the
+file records no figure (a table written by hand).
 
 The library never prints; :func:`check` returns a :class:`CheckReport` and
 the command turns its regressions into exit code 1.
@@ -34,7 +38,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +74,13 @@ LIMITS: tuple[Limit, ...] = (
     Limit("min_priced_waves", "priced_waves", "priced waves", False, False),
 )
 _BY_KEY = {limit.key: limit for limit in LIMITS}
+_BY_FIGURE = {limit.figure: limit for limit in LIMITS}
+#: The key of a table's figures as measured when ``--write-expect`` wrote it.
+MEASURED_KEY = "measured"
+#: What a check says of each limit: it holds, it held when the file was
+#: written and fails now, the figure written then already failed it, or the
+#: file records no figure to tell.
+VERDICTS = ("ok", "regressed", "never met", "fails")
 _TOP_KEYS = ("version", "safety_factor", "runs")
 
 
@@ -96,6 +107,9 @@ class Expectations:
     path: str
     safety_factor: float
     limits: Mapping[tuple[str, str], Mapping[str, float | int]]
+    #: Per (run, policy), the figures measured when the file was written
+    #: (summary column -> value); empty where the file records none.
+    measured: Mapping[tuple[str, str], Mapping[str, float | int]] = field(default_factory=dict)
 
     @property
     def runs(self) -> list[str]:
@@ -119,7 +133,7 @@ class Expectations:
                 "drop that -p.",
             )
         kept = {key: v for key, v in self.limits.items() if key[1] in policies}
-        return Expectations(self.path, self.safety_factor, kept)
+        return Expectations(self.path, self.safety_factor, kept, self.measured)
 
 
 def _where(run: str, policy: str | None = None) -> str:
@@ -182,6 +196,7 @@ def parse_expectations(text: str, path: str | os.PathLike[str] = "<expectations>
             "Write one with 'warmfit check PATH... --write-expect FILE'. " + _FIX,
         )
     limits: dict[tuple[str, str], dict[str, float | int]] = {}
+    measured: dict[tuple[str, str], dict[str, float | int]] = {}
     for run, policies in runs.items():
         if not isinstance(policies, dict) or not policies:
             raise ExpectationsError(
@@ -197,8 +212,12 @@ def parse_expectations(text: str, path: str | os.PathLike[str] = "<expectations>
                     f"{_where(run, policy)} followed by its limits.",
                     _FIX,
                 )
-            limits[(run, policy)] = _parse_limits(path, run, policy, table)
-    return Expectations(str(path), safety, limits)
+            figures = table.get(MEASURED_KEY, {})
+            limits[(run, policy)] = _parse_limits(
+                path, run, policy, {k: v for k, v in table.items() if k != MEASURED_KEY}
+            )
+            measured[(run, policy)] = _parse_measured(path, run, policy, figures)
+    return Expectations(str(path), safety, limits, measured)
 
 
 def _parse_limits(
@@ -224,6 +243,31 @@ def _parse_limits(
         if not ok:
             raise ExpectationsError(path, f"{where} {key} must be {want}; got {value!r}.", _FIX)
         parsed[key] = float(value) if limit.fraction else int(value)
+    return parsed
+
+
+def _parse_measured(
+    path: str | os.PathLike[str], run: str, policy: str, figures: object
+) -> dict[str, float | int]:
+    where = f"{_where(run, policy)} {MEASURED_KEY}"
+    if not isinstance(figures, dict):
+        raise ExpectationsError(
+            path, f"{where} must be a table of figures like {{ under_peak = 0 }}.", _FIX
+        )
+    parsed: dict[str, float | int] = {}
+    for name, value in figures.items():
+        limit = _BY_FIGURE.get(name)
+        if limit is None:
+            raise ExpectationsError(
+                path,
+                f"{where} has the unknown figure {name!r}; the known ones are "
+                f"{', '.join(_BY_FIGURE)}.",
+                _FIX,
+            )
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not ok or not math.isfinite(value):
+            raise ExpectationsError(path, f"{where} {name} must be a number; got {value!r}.", _FIX)
+        parsed[name] = float(value) if limit.fraction else int(value)
     return parsed
 
 
@@ -258,6 +302,21 @@ class CheckResult:
     allowed: float | int
     actual: float | int | None
     holds: bool
+    #: The figure measured when the file was written (None: not recorded).
+    measured: float | int | None = None
+
+    @property
+    def verdict(self) -> str:
+        """One of :data:`VERDICTS`: ``ok``, ``regressed``, ``never met`` or ``fails``.
+
+        >>> CheckResult("EP1", "warm-fit", LIMITS[0], 0.10, 0.16, False, 0.158).verdict
+        'never met'
+        """
+        if self.holds:
+            return "ok"
+        if self.measured is None:
+            return "fails"
+        return "regressed" if _within(self.limit, self.measured, self.allowed) else "never met"
 
     def describe(self) -> str:
         """The before/after line of a person-readable report.
@@ -274,11 +333,15 @@ class CheckResult:
         actual, allowed = self.shown()
         who = f"{printable(self.run)} {printable(self.policy)}"
         if self.actual is None:
-            return (
+            line = (
                 f"{who}: {self.limit.label} is missing (no priced wave); "
                 f"allowed {'at most' if self.limit.upper else 'at least'} {allowed}"
             )
-        return f"{who}: {self.limit.label} {actual} {sign} allowed {allowed}"
+        else:
+            line = f"{who}: {self.limit.label} {actual} {sign} allowed {allowed}"
+        if not self.holds and self.measured is not None:
+            line += f" ({format_value(self.limit, self.measured)} when the file was written)"
+        return line
 
     def shown(self) -> tuple[str, str]:
         """The actual figure and its limit as text, precise enough to tell them apart."""
@@ -288,6 +351,10 @@ class CheckResult:
             actual = format_value(self.limit, self.actual, digits=2)
             allowed = format_value(self.limit, self.allowed, digits=2)
         return actual, allowed
+
+
+def _within(limit: Limit, value: float | int, allowed: float | int) -> bool:
+    return value <= allowed if limit.upper else value >= allowed
 
 
 def format_value(limit: Limit, value: float | int | None, digits: int = 1) -> str:
@@ -310,25 +377,43 @@ class CheckReport:
     results: tuple[CheckResult, ...]
 
     @property
-    def regressions(self) -> list[CheckResult]:
+    def failures(self) -> list[CheckResult]:
+        """Every limit that does not hold, whatever its verdict."""
         return [r for r in self.results if not r.holds]
 
     @property
+    def regressions(self) -> list[CheckResult]:
+        """Every limit that does not hold (the name predates :attr:`CheckResult.verdict`)."""
+        return self.failures
+
+    @property
     def passed(self) -> bool:
-        return not self.regressions
+        return not self.failures
 
     def regression_message(self) -> str:
         """The paragraph ``warmfit check`` prints on stderr when limits fail."""
+        failing = self.failures
+        counts = {v: sum(r.verdict == v for r in failing) for v in VERDICTS[1:]}
+        if counts["regressed"] == len(failing):
+            head = "regressed"
+        else:
+            head = "fail (" + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ")"
         lines = [
-            f"{len(self.regressions)} of {len(self.results)} expectations in "
-            f"{self.expect_path} regressed:"
+            f"{len(failing)} of {len(self.results)} expectations in {self.expect_path} {head}:"
         ]
-        lines += [f"  {r.describe()}" for r in self.regressions]
-        lines += [
-            "If the change is intended, rewrite the expectations with",
-            f"  warmfit check PATH... --write-expect {self.expect_path} --force",
-            "and commit them with the change.",
-        ]
+        width = max(len(r.verdict) for r in failing)
+        lines += [f"  {r.verdict:<{width}}  {r.describe()}" for r in failing]
+        if counts["never met"]:
+            lines += [
+                "A limit never met is tighter than the figures the file was written from (set "
+                "by hand, a target): improve the policy, or loosen the limit to the figure."
+            ]
+        if counts["regressed"] or counts["fails"]:
+            lines += [
+                "If the change is intended, rewrite the expectations with",
+                f"  warmfit check PATH... --write-expect {self.expect_path} --force",
+                "and commit them with the change.",
+            ]
         return "\n".join(lines)
 
 
@@ -355,7 +440,7 @@ def evaluate(result: ReplayResult, expectations: Expectations) -> CheckReport:
     if missing:
         raise ExpectationsError(
             path,
-            f"has no expectations for run(s) {', '.join(map(repr, missing))} of the trace.",
+            f"has no expectations for {'run' if len(missing) == 1 else 'runs'} {', '.join(map(repr, missing))} of the trace.",
             "Add them with 'warmfit check PATH... --write-expect NEW.toml' and copy its tables "
             "in, or leave those traces out of the paths.",
         )
@@ -380,7 +465,8 @@ def evaluate(result: ReplayResult, expectations: Expectations) -> CheckReport:
                 holds = actual <= allowed
             else:
                 holds = actual >= allowed
-            results.append(CheckResult(run, policy, limit, allowed, actual, holds))
+            measured = expectations.measured.get((run, policy), {}).get(limit.figure)
+            results.append(CheckResult(run, policy, limit, allowed, actual, holds, measured))
     return CheckReport(path, expectations.safety_factor, tuple(results))
 
 
@@ -435,6 +521,8 @@ def expectations_toml(result: ReplayResult, sources: Sequence[str] = ()) -> str:
         + ". Over-estimates are fractions",
         "# (0.16 means +16%), rounded up to 0.01 percentage points; loosen a limit by hand,",
         "# or rewrite the file with --write-expect --force when a change is intended.",
+        "# 'measured' holds the figures the limits were taken from (a limit they did not",
+        "# meet, set by hand, is reported as 'never met' rather than 'regressed').",
         f"version = {EXPECT_VERSION}",
         f"safety_factor = {result.safety_factor!r}",
     ]
@@ -445,6 +533,13 @@ def expectations_toml(result: ReplayResult, sources: Sequence[str] = ()) -> str:
         if row["median_over_estimate"] is None:
             lines.append("# no priced wave: no over-estimate figures to bound")
         lines += [f"{key} = {value!r}" for key, value in table.items()]
+        figures = [
+            f"{limit.figure} = {row[limit.figure]!r}"
+            for limit in LIMITS
+            if row[limit.figure] is not None
+        ]
+        if figures:
+            lines.append(f"{MEASURED_KEY} = {{ {', '.join(figures)} }}")
     return "\n".join(lines) + "\n"
 
 
@@ -462,7 +557,17 @@ def write_expectations(
 
 # --------------------------------------------------------------------------- render
 
-COLUMNS = ("run", "policy", "expectation", "figure", "allowed", "actual", "holds")
+COLUMNS = (
+    "run",
+    "policy",
+    "expectation",
+    "figure",
+    "allowed",
+    "actual",
+    "holds",
+    "verdict",
+    "measured",
+)
 
 
 def _records(report: CheckReport) -> list[dict[str, Any]]:
@@ -475,6 +580,8 @@ def _records(report: CheckReport) -> list[dict[str, Any]]:
             "allowed": r.allowed,
             "actual": r.actual,
             "holds": r.holds,
+            "verdict": r.verdict,
+            "measured": r.measured,
         }
         for r in report.results
     ]
@@ -534,11 +641,11 @@ def to_table(report: CheckReport) -> str:
             r.limit.label,
             ("≤ " if r.limit.upper else "≥ ") + allowed,
             actual,
-            "ok" if r.holds else "WORSE",
+            r.verdict if r.holds else r.verdict.upper(),
         )
         previous = key
     text = table_text(table)
-    held = len(report.results) - len(report.regressions)
+    held = len(report.results) - len(report.failures)
     verdict = (
         f"{held} of {len(report.results)} expectations hold "
         f"({report.expect_path}, safety factor {report.safety_factor:g})"

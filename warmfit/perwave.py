@@ -17,11 +17,10 @@ import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.replay.semantics import PER_WAVE_SCHEMA
+from warmfit.schema import PER_WAVE_KEY
 
 #: Suffixes ``--per-wave`` understands, and the format each names.
 PER_WAVE_FORMATS = {".parquet": "parquet", ".csv": "csv"}
-#: Key-value metadata that marks a Parquet file as per-wave output.
-PER_WAVE_KEY = "warmfit.per_wave"
 
 
 def per_wave_format(path: Path) -> str:

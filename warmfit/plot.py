@@ -37,7 +37,7 @@ from warmfit.errors import UsageError
 from warmfit.files import write_bytes_atomically
 from warmfit.policies import PriceRequest
 from warmfit.replay import IN_FIGURES, ReplayResult, group_keys
-from warmfit.text import mathtext_literal
+from warmfit.text import mathtext_literal, printable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -191,11 +191,14 @@ class PlotData:
     caption: str | None = None
 
 
-def main_profile(rates: pl.DataFrame, run: str) -> tuple[tuple[int, str], int]:
-    """The (rank, signature) with the most waves in ``run``, and how many profiles it has.
+def main_profile(
+    rates: pl.DataFrame, run: str, signature: str | None = None
+) -> tuple[tuple[int, str], int]:
+    """The (rank, signature) panel (b) shows for ``run``, and how many profiles it has.
 
-    Panel (b) shows one profile; a run with several ranks or signatures shows
-    its busiest one (lowest rank, then signature, on a tie).
+    Panel (b) shows one profile: the one of ``signature`` when the run has
+    it, else the busiest one; among several, the one with the most waves
+    (lowest rank, then signature in name order, on a tie).
     """
     counts = (
         rates.filter(pl.col("run") == run)
@@ -203,19 +206,40 @@ def main_profile(rates: pl.DataFrame, run: str) -> tuple[tuple[int, str], int]:
         .len()
         .sort(["len", "rank", "signature"], descending=[True, False, False])
     )
-    top = counts.row(0, named=True)
+    chosen = counts.filter(pl.col("signature") == signature) if signature is not None else counts
+    top = (chosen if chosen.height else counts).row(0, named=True)
     return (top["rank"], top["signature"]), counts.height
 
 
-def build_plot_data(result: ReplayResult, caption: str | None = None) -> PlotData:
-    """The data behind every figure of one replay, drawn from its result alone;
-    ``caption`` is a footnote."""
+def check_signature(result: ReplayResult, signature: str) -> None:
+    """Refuse (exit 2) a ``--signature`` that no run of the replay has, listing those it has."""
+    known = result.per_wave.get_column("signature").unique(maintain_order=True).to_list()
+    if signature not in known:
+        shown = ", ".join("'" + printable(s) + "'" for s in sorted(known))
+        raise UsageError(
+            f"--signature '{printable(signature)}': no run of the trace has that signature. "
+            f"Its signatures: {shown}. Name one of them, or leave --signature out to show "
+            "each run's busiest one."
+        )
+
+
+def build_plot_data(
+    result: ReplayResult, caption: str | None = None, signature: str | None = None
+) -> PlotData:
+    """The data behind every figure of one replay, drawn from its result alone.
+
+    ``caption`` is a footnote; ``signature`` picks the profile panel (b)
+    shows in each run that has it (default: each run's busiest one,
+    :func:`main_profile`).
+    """
+    if signature is not None:
+        check_signature(result, signature)
     rates = rate_points(result)
     runs = tuple(result.summary.get_column("run").unique(maintain_order=True).to_list())
     mains: dict[str, tuple[int, str]] = {}
     counts: dict[str, int] = {}
     for run in runs:
-        mains[run], counts[run] = main_profile(rates, run)
+        mains[run], counts[run] = main_profile(rates, run, signature)
     return PlotData(
         runs=runs,
         policies=result.policies,
@@ -360,6 +384,16 @@ def byte_unit(largest_gb: float) -> tuple[float, str]:
     return 1e6, "KB"
 
 
+#: Where a panel's legend goes: below its axes (under the x-axis label), so
+#: that it can hide no wave, whatever the data (the constrained layout makes
+#: room for it).
+LEGEND_BELOW = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.17), "fontsize": 8}
+
+
+def _legend_below(ax: Any, **options: Any) -> Any:
+    return ax.legend(**{**LEGEND_BELOW, **options})
+
+
 def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
     peaks = data.peaks.filter(pl.col("run") == run)
     actual = peaks.unique(["position"], keep="first", maintain_order=True)
@@ -418,7 +452,7 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
     ax.set_ylabel(f"bytes above baseline ({unit})")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    _legend_below(ax, ncol=2)
 
 
 def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
@@ -454,14 +488,13 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
                 chosen.get_column("rate_kb_per_token").to_list(),
                 **_ROLE_STYLE[role],
             )
-    where = f" (rank {rank}, {_label(signature)})" if profiles > 1 else ""
+    where = f" (rank {rank}, signature {_label(signature)})" if profiles > 1 else ""
     ax.set_title(
         f"{_label(run)}: rate per packed token{where}", **({"fontsize": 10} if where else {})
     )
     ax.set_xlabel("packed tokens (thousands)")
     ax.set_ylabel("compute bytes per packed token (KB/token)")
     ax.grid(alpha=0.3)
-    # Room below the points for the legend, so that it hides none of them.
     shown = [
         *points.get_column("rate_kb_per_token").to_list(),
         *curves.get_column("price_kb_per_token").drop_nulls().to_list(),
@@ -470,10 +503,9 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
     if shown:
         low, high = min(shown), max(shown)
         span = max(high - low, 0.05 * high, 1.0)
-        ax.set_ylim(low - 0.55 * span, high + 0.08 * span)
-    ax.legend(
-        fontsize=8,
-        loc="lower center",
+        ax.set_ylim(low - 0.08 * span, high + 0.08 * span)
+    _legend_below(
+        ax,
         ncol=2,
         title=f"price per token after the last wave, before ×{data.safety_factor:g}",
         title_fontsize=8,
@@ -518,24 +550,24 @@ def _draw_over(ax: Any, data: PlotData, run: str) -> None:
     ax.set_title(f"{_label(run)}: over-estimate per wave")
     ax.set_ylabel("estimate / actual - 1 (%)")
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8, loc="lower right")
+    _legend_below(ax, ncol=2)
     low, high = ax.get_ylim()
     ax.set_ylim(min(low, -5), high + (high - low) * 0.08)
 
 
-def render_bytes(data: PlotData, fmt: str = "png") -> bytes:
-    """The figure as PNG or SVG bytes."""
-    return figure_bytes(draw_figure(data), fmt)
+def render_bytes(data: PlotData, fmt: str = "png", dpi: float = DPI) -> bytes:
+    """The figure as PNG or SVG bytes (``dpi``: pixels per inch of a PNG)."""
+    return figure_bytes(draw_figure(data), fmt, dpi)
 
 
-def figure_bytes(fig: Figure, fmt: str = "png") -> bytes:
+def figure_bytes(fig: Figure, fmt: str = "png", dpi: float = DPI) -> bytes:
     """A drawn figure as PNG or SVG bytes, with no date or version in them."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()
     extra: dict[str, Any] = {"pil_kwargs": {"optimize": True}} if fmt == "png" else {}
-    fig.savefig(buffer, format=fmt, dpi=DPI, metadata=_metadata(fmt), **extra)
+    fig.savefig(buffer, format=fmt, dpi=dpi, metadata=_metadata(fmt), **extra)
     return buffer.getvalue()
 
 

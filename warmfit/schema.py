@@ -15,6 +15,14 @@ SCHEMA_KEY: Final = "warmfit.schema"
 #: The one schema version this release reads and writes.
 SCHEMA_VERSION: Final = "1"
 
+#: Parquet key-value metadata that marks a per-wave file (``warmfit replay
+#: --per-wave``): ``warmfit.per_wave = "1"``. Such a file is an output, not a
+#: trace; the trace reader names it as one.
+PER_WAVE_KEY: Final = "warmfit.per_wave"
+#: Columns that tell a per-wave file apart when it lacks that metadata
+#: (one written before it existed); a trace has none of them.
+PER_WAVE_MARKERS: Final = ("policy", "estimate_bytes", "over_estimate")
+
 KINDS: Final = ("flat", "split_child", "dp_rank_forward")
 PHASES: Final = ("forward", "caller")
 

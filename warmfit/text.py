@@ -74,3 +74,15 @@ def toml_string(value: str) -> str:
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun``, the noun plural unless the count is one.
+
+    The plural is ``noun + "s"`` unless given. Counts get thousands separators.
+
+    >>> counted(1, "run"), counted(3, "run"), counted(0, "log"), counted(1200, "entry", "entries")
+    ('1 run', '3 runs', '0 logs', '1,200 entries')
+    """
+    word = noun if count == 1 else (plural if plural is not None else noun + "s")
+    return f"{count:,} {word}"

@@ -29,6 +29,8 @@ from warmfit.schema import (
     COLUMNS,
     KINDS,
     NULLABLE,
+    PER_WAVE_KEY,
+    PER_WAVE_MARKERS,
     PHASES,
     REPLAY_COLUMNS,
     RESERVED_COLUMN,
@@ -36,7 +38,7 @@ from warmfit.schema import (
     SCHEMA_VERSION,
     WAVE_CONSTANT,
 )
-from warmfit.text import printable
+from warmfit.text import counted, printable
 from warmfit.writer import to_arrow as to_arrow  # re-exported: the one writer
 from warmfit.writer import write_trace as write_trace
 
@@ -61,6 +63,10 @@ POLARS_DTYPES: dict[str, pl.DataType] = {
 }
 
 _FIX_FORMAT = "See docs/trace-format.md for the rules of trace format v1."
+#: Files below a trace directory that are read as trace files.
+TRACE_SUFFIX = ".parquet"
+#: Words a newcomer may write after a flag (``--force true``), read as a path.
+_FLAG_VALUES = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
 
 
 # --------------------------------------------------------------------------- files
@@ -99,7 +105,13 @@ def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
         elif os.path.lexists(path):
             found = [path]
         else:
-            raise TraceError("no such file or directory.", path=path, fix="Check the path.")
+            fix = "Check the path."
+            if path.name.lower() in _FLAG_VALUES:
+                fix += (
+                    f" If {path.name!r} was meant as the value of a flag (--force), leave it "
+                    "out: a flag takes no value."
+                )
+            raise TraceError("no such file or directory.", path=path, fix=fix)
         for f in found:
             problem = not_regular(f)
             if problem is not None:
@@ -132,7 +144,7 @@ def _parquet_below(directory: Path) -> list[Path]:
 
     found = []
     for root, _dirs, names in os.walk(directory, onerror=unreadable):
-        found += [Path(root, name) for name in names if name.endswith(".parquet")]
+        found += [Path(root, name) for name in names if name.endswith(TRACE_SUFFIX)]
     return sorted(found)
 
 
@@ -158,6 +170,19 @@ def _type_word(expected: pa.DataType) -> str:
     return str(expected)
 
 
+def is_per_wave_file(schema: pa.Schema) -> bool:
+    """Whether a Parquet schema is that of a ``--per-wave`` output, not a trace.
+
+    By its ``warmfit.per_wave`` metadata, or else by its columns: every
+    per-wave marker (``policy``, ``estimate_bytes``, ``over_estimate``) and
+    no reading column (``seq``, ``phase``, ``peak_bytes``).
+    """
+    if (schema.metadata or {}).get(PER_WAVE_KEY.encode()) == b"1":
+        return True
+    names = set(schema.names)
+    return set(PER_WAVE_MARKERS) <= names and not names & {"seq", "phase", "peak_bytes"}
+
+
 def check_file_schema(path: Path) -> pa.Schema:
     """Open one file's footer and check its metadata and required columns."""
     try:
@@ -169,6 +194,13 @@ def check_file_schema(path: Path) -> pa.Schema:
             fix="It may be truncated or not Parquet at all: re-export it, or run "
             "'warmfit recover' on the directory of a recording that crashed.",
         ) from None
+    if is_per_wave_file(schema):
+        raise TraceError(
+            "is a per-wave file written by 'warmfit replay --per-wave', not a trace.",
+            path=path,
+            fix="Move it out of the trace directory (or name the trace files themselves); "
+            "warmfit reads every *.parquet below a directory it is given.",
+        )
     version = (schema.metadata or {}).get(SCHEMA_KEY.encode())
     if version is None:
         raise TraceError(
@@ -407,7 +439,8 @@ class TraceProblems(TraceError):
     def __init__(self, problems: list[TraceError]) -> None:
         self.problems = problems
         super().__init__(
-            f"{len(problems)} trace file(s) are invalid:\n" + "\n".join(f"  {p}" for p in problems)
+            f"{counted(len(problems), 'trace file')} {'is' if len(problems) == 1 else 'are'} invalid:\n"
+            + "\n".join(f"  {p}" for p in problems)
         )
 
 

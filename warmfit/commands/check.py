@@ -17,7 +17,7 @@ from warmfit.commands.options import (
     writing,
 )
 from warmfit.errors import PolicyError, RegressionFound, UsageError
-from warmfit.text import printable
+from warmfit.text import counted, printable
 
 PolicyOpt = Annotated[
     list[str] | None,
@@ -27,6 +27,7 @@ PolicyOpt = Annotated[
         help="Policy to check (repeatable): a registered name or module:Class. Default: those "
         "the expectations name (with --write-expect: max-merge and warm-fit).",
         show_default=False,
+        metavar="POLICY",
     ),
 ]
 
@@ -46,6 +47,7 @@ def check_command(
             "-e",
             help="Expectations file (TOML) to check the figures against.",
             show_default=False,
+            metavar="FILE",
         ),
     ] = None,
     write_expect: Annotated[
@@ -54,6 +56,7 @@ def check_command(
             "--write-expect",
             help="Instead of checking, write the current figures as expectations to this file.",
             show_default=False,
+            metavar="FILE",
         ),
     ] = None,
     policy: PolicyOpt = None,
@@ -67,13 +70,14 @@ def check_command(
             "--safety",
             help="Safety factor for --write-expect (default 1.1); a check uses the file's.",
             show_default=False,
+            metavar="FACTOR",
         ),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Let --write-expect overwrite an existing file.")
     ] = False,
 ) -> None:
-    """Check replay figures against stored expectations; exit 1 on a regression.
+    """Check replay figures against stored expectations; exit 1 when a limit fails.
 
     Example: warmfit check traces --expect traces/expectations.toml
 
@@ -102,7 +106,7 @@ def check_command(
             gate.write_expectations(result, write_expect, [str(p) for p in paths])
         count = sum(1 for _ in gate.expectations_from(result))
         typer.echo(
-            f"wrote expectations for {count} run/policy pairs "
+            f"wrote expectations for {counted(count, 'run/policy pair')} "
             f"({', '.join(result.policies)}) to {write_expect}"
         )
         return

@@ -38,7 +38,7 @@ PathsArg = Annotated[
     typer.Argument(
         help="Trace files or directories (read recursively).",
         show_default=False,
-        metavar="PATH...",
+        metavar="PATH",
     ),
 ]
 PolicyOpt = Annotated[
@@ -54,7 +54,7 @@ PolicyOpt = Annotated[
 ]
 SafetyOpt = Annotated[
     float,
-    typer.Option("--safety", help="Safety factor f applied to every estimate.", metavar="F"),
+    typer.Option("--safety", help="Safety factor applied to every estimate.", metavar="FACTOR"),
 ]
 
 
@@ -106,9 +106,14 @@ EngineOpt = Annotated[
 def check_new_file(path: Path, force: bool, inputs: list[Path] | None = None) -> None:
     """Refuse to overwrite an existing file unless ``--force`` was given.
 
+    A missing folder is no error: :func:`warmfit.files.write_atomically`
+    creates it when the output is written.
+
     A file among the trace files of ``inputs`` (the command's trace paths) is
     refused even with ``--force``: however it is named (``..``, a symbolic or
-    a hard link), warmfit never writes onto its input.
+    a hard link), warmfit never writes onto its input; nor does it write a
+    Parquet file inside an input directory, where the next replay would read
+    it as a trace (:func:`inside_trace_directory`).
     """
     from warmfit.files import written_over
     from warmfit.trace import find_trace_files
@@ -122,10 +127,38 @@ def check_new_file(path: Path, force: bool, inputs: list[Path] | None = None) ->
                 f"will not write {path}: it is the input trace {hit}, and warmfit never "
                 "writes onto its input, not even with --force. Name another file."
             )
+    if inputs is not None:
+        inside = inside_trace_directory(path, inputs)
+        if inside is not None:
+            raise UsageError(
+                f"will not write {path}: it lies inside the trace directory {inside}, so "
+                f"the next 'warmfit replay {inside}' would read it as a trace file. Write it "
+                "outside the trace directory."
+            )
     if path.exists() and not force:
         raise UsageError(f"will not overwrite without --force: {path}")
-    if not path.parent.is_dir():
-        raise UsageError(f"the folder of {path} does not exist; create it first.")
+    folder = next((p for p in path.parents if os.path.lexists(p)), None)
+    if folder is not None and not folder.is_dir():
+        raise UsageError(
+            f"cannot write {path}: {folder} is a file, not a folder. Name another path."
+        )
+
+
+def inside_trace_directory(path: Path, inputs: list[Path]) -> Path | None:
+    """The input directory that would read ``path`` as a trace file, if any.
+
+    A directory given as a trace path is read recursively for ``*.parquet``,
+    so a Parquet output written below it would break the next replay.
+    """
+    from warmfit.trace import TRACE_SUFFIX
+
+    if not path.name.endswith(TRACE_SUFFIX):
+        return None
+    target = path.resolve()
+    for given in inputs:
+        if given.is_dir() and target.is_relative_to(given.resolve()):
+            return given
+    return None
 
 
 def read_traces(paths: list[Path]) -> pl.DataFrame:

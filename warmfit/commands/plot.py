@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,13 +17,46 @@ from warmfit.commands.options import (
     read_traces,
     writing,
 )
+from warmfit.text import counted, printable
+
+if TYPE_CHECKING:
+    from warmfit.plot import PlotData
+
+
+def _say_which_profiles(data: PlotData, signature: str | None) -> None:
+    """Name the profile of each middle panel that could have shown another (on stderr)."""
+    lacking = [run for run in data.runs if data.main_profiles[run][1] != signature]
+    if signature is not None:
+        if lacking:
+            names = ", ".join(printable(run) for run in lacking)
+            typer.echo(
+                f"signature '{printable(signature)}' is not in {counted(len(lacking), 'run')} "
+                f"({names}): the middle panel shows each one's busiest profile",
+                err=True,
+            )
+        return
+    for run in data.runs:
+        rank, shown = data.main_profiles[run]
+        if data.profile_counts[run] > 1:
+            typer.echo(
+                f"{printable(run)}: the middle panel shows rank {rank}, signature "
+                f"'{printable(shown)}' (1 of {counted(data.profile_counts[run], 'profile')}; "
+                "--signature NAME picks another)",
+                err=True,
+            )
 
 
 def plot_command(
     paths: PathsArg,
     output: Annotated[
         Path,
-        typer.Option("--output", "-o", help="Image to write: .png or .svg.", show_default=False),
+        typer.Option(
+            "--output",
+            "-o",
+            help="Image to write: .png or .svg.",
+            show_default=False,
+            metavar="FILE",
+        ),
     ],
     policy: PolicyOpt = None,
     safety: SafetyOpt = 1.1,
@@ -36,6 +69,17 @@ def plot_command(
             help="Footnote under the figure (default: where the traces come from, from their "
             "files' warmfit.provenance metadata; '' for none).",
             show_default=False,
+            metavar="TEXT",
+        ),
+    ] = None,
+    signature: Annotated[
+        str | None,
+        typer.Option(
+            "--signature",
+            help="Signature whose profile the middle panel shows, in each run that has it "
+            "(default: the run's profile with the most waves).",
+            show_default=False,
+            metavar="NAME",
         ),
     ] = None,
 ) -> None:
@@ -46,6 +90,8 @@ def plot_command(
     One row per run: each wave's actual peak and every policy's estimate;
     bytes per packed token against packed tokens, the cold seed apart from
     the warm waves, under each policy's price curve; the over-estimates.
+    The middle panel shows one profile per run: with several, its title names
+    the rank and signature shown, and --signature NAME picks another.
     """
     from warmfit.plot import build_plot_data, plot_format, provenance_caption, render_plot
     from warmfit.replay import replay
@@ -57,6 +103,8 @@ def plot_command(
     result = replay(readings, policy, safety, engine.value)
     if caption is None:
         caption = provenance_caption(find_trace_files(paths))
+    data = build_plot_data(result, caption, signature)
     with writing(output):
-        render_plot(build_plot_data(result, caption), output)
-    typer.echo(f"wrote {output} ({len(result.summary.get_column('run').unique())} runs)")
+        render_plot(data, output)
+    _say_which_profiles(data, signature)
+    typer.echo(f"wrote {output} ({counted(len(data.runs), 'run')})")

@@ -17,16 +17,24 @@ def record_command(
     output: Annotated[
         Path,
         typer.Option(
-            "--output", "-o", help="Directory the trace is written to.", show_default=False
+            "--output",
+            "-o",
+            help="Directory the trace is written to.",
+            show_default=False,
+            metavar="DIR",
         ),
     ],
     command: Annotated[
         list[str] | None,
-        typer.Argument(help="The command to record, after --.", show_default=False),
+        typer.Argument(
+            help="The command to record, after --.", show_default=False, metavar="COMMAND"
+        ),
     ] = None,
     run: Annotated[
         str | None,
-        typer.Option("--run", help="Run label (a row of the report). Default: DIR's name."),
+        typer.Option(
+            "--run", help="Run label (a row of the report). Default: DIR's name.", metavar="NAME"
+        ),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an earlier recording of the same run.")

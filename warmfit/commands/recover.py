@@ -7,10 +7,13 @@ from typing import Annotated
 
 import typer
 
+from warmfit.text import counted
+
 
 def recover_command(
     directory: Annotated[
-        Path, typer.Argument(help="The -o directory of a killed 'warmfit record' run.")
+        Path,
+        typer.Argument(help="The -o directory of a killed 'warmfit record' run.", metavar="DIR"),
     ],
 ) -> None:
     """Compact the write-ahead logs of a killed recording into a valid trace.
@@ -41,11 +44,13 @@ def recover_command(
     dropped = sum(c.dropped_bytes for c in compactions if c.problem is None)
     for c in compactions:
         where = c.trace if c.trace is not None else c.log
-        line = f"{where}: kept {c.readings:,} readings in {c.batches} batches"
+        line = f"{where}: kept {counted(c.readings, 'reading')} in {counted(c.batches, 'batch', 'batches')}"
         if c.dropped_bytes and c.problem is not None:
-            line += f"; {c.dropped_bytes:,} bytes after them cannot be read (the log is kept)"
+            line += (
+                f"; {counted(c.dropped_bytes, 'byte')} after them cannot be read (the log is kept)"
+            )
         elif c.dropped_bytes:
-            line += f"; dropped {c.dropped_bytes:,} bytes of a batch cut off by the kill"
+            line += f"; dropped {counted(c.dropped_bytes, 'byte')} of a batch cut off by the kill"
             if c.readings:
                 line += f" (a batch here held {c.readings_per_batch:.0f} readings on average)"
         if c.lost_readings:
@@ -53,12 +58,13 @@ def recover_command(
         typer.echo(line + f" [{c.note}]")
     if recovery.problems:
         typer.echo(
-            f"recovered {len(compactions)} log(s): {kept:,} readings kept, "
-            f"{dropped:,} bytes dropped."
+            f"recovered {counted(len(compactions), 'log')}: {counted(kept, 'reading')} kept, "
+            f"{counted(dropped, 'byte')} dropped."
         )
         recovery.raise_problems(directory)
     typer.echo(
-        f"recovered {len(compactions)} log(s): {kept:,} readings kept, {dropped:,} bytes dropped. "
+        f"recovered {counted(len(compactions), 'log')}: {counted(kept, 'reading')} kept, "
+        f"{counted(dropped, 'byte')} dropped. "
         f"Readings taken after a rank's last flush were never written. "
         f"Replay it: warmfit replay {directory}"
     )

@@ -76,7 +76,7 @@ def replay_command(
     from warmfit.progress import progress_bar
     from warmfit.replay.stream import replay_stream
     from warmfit.report import render
-    from warmfit.text import printable
+    from warmfit.text import counted, printable
 
     limit = budget_bytes(budget)
     if jobs is not None and jobs < 1:
@@ -107,6 +107,8 @@ def replay_command(
         with writing(per_wave):
             write_atomically(per_wave, write)
         result = results[0]
-        typer.echo(f"wrote {printable(str(per_wave))} ({result.per_wave_rows:,} rows)", err=True)
+        typer.echo(
+            f"wrote {printable(str(per_wave))} ({counted(result.per_wave_rows, 'row')})", err=True
+        )
     warn_without_whole(result.without_whole)
     typer.echo(render(result, format.value), nl=False)

@@ -17,6 +17,7 @@ from warmfit.commands.options import (
     PolicyOpt,
     check_new_file,
     read_traces,
+    writing,
 )
 
 
@@ -29,9 +30,7 @@ def sweep_command(
     ] = Format.table,
     grid: Annotated[
         str,
-        typer.Option(
-            "--grid", help="Safety factors of the points: START:STOP:STEP.", metavar="GRID"
-        ),
+        typer.Option("--grid", help="Safety factors of the points.", metavar="START:STOP:STEP"),
     ] = "1.0:1.6:0.01",
     plot: Annotated[
         Path | None,
@@ -57,11 +56,12 @@ def sweep_command(
 
     factors = parse_grid(grid)
     if plot is not None:
-        check_new_file(plot, force)
+        check_new_file(plot, force, paths)
     result = sweep(read_traces(paths), policy, by.value, factors, engine.value)
     if plot is not None:
         from warmfit.plot import write_pareto
 
-        write_pareto(result, plot)
+        with writing(plot):
+            write_pareto(result, plot)
         typer.echo(f"wrote {plot}", err=True)
     typer.echo(render_sweep(result, format.value), nl=False)

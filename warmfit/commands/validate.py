@@ -26,7 +26,11 @@ _TALLIES = (
 def validate_command(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Trace files or directories (read recursively).", show_default=False),
+        typer.Argument(
+            help="Trace files or directories (read recursively).",
+            show_default=False,
+            metavar="PATH",
+        ),
     ],
 ) -> None:
     """Check that traces follow trace format v1; print a summary or every problem.

@@ -36,6 +36,7 @@ from warmfit.recorder.log import (
     lost_notes,
 )
 from warmfit.recorder.recorder import ENV_DIR, ENV_RUN
+from warmfit.text import counted
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 _SI_KERNEL = 0x80  # si_code of a signal the kernel sent: a key typed at the terminal
@@ -69,7 +70,7 @@ def prepare_run_dir(output_dir: Path, run: str, force: bool) -> Path:
     if found and not force:
         raise UsageError(
             f"will not overwrite without --force: {run_dir} already holds a recording "
-            f"({len(found)} file(s)). Pick another --run, or pass --force to replace it."
+            f"({counted(len(found), 'file')}). Pick another --run, or pass --force to replace it."
         )
     if found:
         for log in find_logs(run_dir):

@@ -45,6 +45,7 @@ import pyarrow as pa
 from warmfit.errors import TraceError, UsageError
 from warmfit.progress import ProgressCallback, no_progress
 from warmfit.schema import COLUMNS, RESERVED_COLUMN, arrow_schema
+from warmfit.text import counted
 from warmfit.writer import write_trace
 
 LOG_NAME: Final = "readings.arrows"
@@ -819,7 +820,7 @@ class Recovery:
         """Raise one :class:`UsageError` listing every problem, if there was any."""
         if self.problems:
             raise UsageError(
-                f"{len(self.problems)} log(s) could not be recovered completely (every "
+                f"{counted(len(self.problems), 'log')} could not be recovered completely (every "
                 "other log was): "
                 + "; ".join(problem.rstrip(".") for problem in self.problems)
                 + f". Fix each, then run 'warmfit recover {directory}' again; it handles "

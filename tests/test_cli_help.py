@@ -1,0 +1,70 @@
+"""Every command's help shows placeholders in one style; flags take no value;
+``warmfit --version`` (issue 14, item 8)."""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+
+REPO = Path(__file__).resolve().parent.parent
+PR991 = str(REPO / "traces/pr991")
+COMMANDS = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+#: An upper-case placeholder (FILE, PATH..., START:STOP:STEP) or a list of choices (a|b).
+PLACEHOLDER = re.compile(r"^([A-Z][A-Z_:]*(\.\.\.)?|[a-z-]+(\|[a-z-]+)+)$")
+
+
+def help_text(*args: str) -> str:
+    result = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("command", [[], *([c] for c in COMMANDS)], ids=str)
+def test_help_shows_no_typer_type_names(command: list[str]) -> None:
+    text = help_text(*command)
+    typer_types = r"<(bool|path|str|float|int|list\[\w+\]|[a-z-]+(\|[a-z-]+)+)>"
+    assert not re.search(typer_types, text), text  # <bool>, <path>, <list[str]>, <a|b>
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_value_has_an_upper_case_placeholder_and_flags_none(command: str) -> None:
+    cmd = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    ctx = cmd.make_context(command, ["--help"], resilient_parsing=True)
+    for param in cmd.get_params(ctx):
+        if getattr(param, "is_flag", False):
+            assert param.display_type_rich(ctx) is None, (command, param.name)
+            continue
+        shown = param.metavar if param.param_type_name == "argument" else None
+        shown = shown or param.display_type_rich(ctx)
+        assert shown and PLACEHOLDER.match(shown), (command, param.name, shown)
+    usage = cmd.get_usage(ctx)
+    assert "{" not in usage and "......" not in usage, usage
+
+
+def test_the_usage_lines_read_like_the_readme() -> None:
+    assert "Usage: warmfit replay [OPTIONS] PATH..." in help_text("replay")
+    assert "Usage: warmfit record [OPTIONS] [COMMAND]..." in help_text("record")
+    assert "Usage: warmfit recover [OPTIONS] DIR" in help_text("recover")
+    text = help_text("replay")
+    assert re.search(r"--safety +FACTOR", text) and re.search(r"--force +Overwrite", text)
+    assert re.search(r"--per-wave +FILE", text) and re.search(r"--budget +SIZE", text)
+    assert re.search(r"--expect +-e +FILE", help_text("check"))
+
+
+def test_version_comes_from_the_package_metadata() -> None:
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"warmfit {version('warmfit')}\n"
+
+
+def test_a_value_after_a_flag_is_explained(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["replay", PR991, "--force", "true"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "true" in result.output and "a flag takes no value" in result.output

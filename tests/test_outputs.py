@@ -1,0 +1,115 @@
+"""Where outputs go (issue 14, item 9): missing folders are created, a per-wave
+file is never written where the next replay would read it as a trace, and one
+left there anyway is named for what it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+from warmfit.errors import TraceError
+from warmfit.files import write_atomically
+from warmfit.trace import read_trace
+
+REPO = Path(__file__).resolve().parent.parent
+PR991 = REPO / "traces" / "pr991"
+
+OUTPUTS = {
+    "per-wave": lambda trace, out: ["replay", str(trace), "--per-wave", str(out)],
+    "write-expect": lambda trace, out: ["check", str(trace), "--write-expect", str(out)],
+    "plot": lambda trace, out: ["plot", str(trace), "-o", str(out)],
+    "sweep --plot": lambda trace, out: ["sweep", str(trace), "--plot", str(out)],
+}
+SUFFIX = {"per-wave": ".parquet", "write-expect": ".toml", "plot": ".png", "sweep --plot": ".png"}
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    assert "Traceback" not in result.output
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("kind", list(OUTPUTS))
+def test_an_output_creates_its_missing_folders(tmp_path: Path, kind: str) -> None:
+    if "plot" in kind:
+        pytest.importorskip("matplotlib")
+    out = tmp_path / "new" / "deeper" / f"result{SUFFIX[kind]}"
+    code, output = run(*OUTPUTS[kind](PR991, out))
+    assert code == 0, output
+    assert out.is_file() and out.stat().st_size > 0
+
+
+def test_a_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    code, output = run(*OUTPUTS["per-wave"](PR991, tmp_path / "file" / "sub" / "w.parquet"))
+    assert code == 2 and "is a file, not a folder" in output
+
+
+def test_a_failed_write_removes_the_folders_it_created(tmp_path: Path) -> None:
+    def fail(sink: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomically(tmp_path / "a" / "b" / "f.bin", fail)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_per_wave_inside_an_input_trace_directory_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    for f in PR991.rglob("*.parquet"):
+        target = trace / f.relative_to(PR991)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(f.read_bytes())
+    inside = trace / "sub" / "perwave.parquet"
+    code, output = run("replay", str(trace), "--per-wave", str(inside), "--force")
+    assert code == 2 and "inside the trace directory" in output and str(trace) in output
+    assert not inside.exists() and not inside.parent.exists()
+    via_dots = tmp_path / "trace" / ".." / "trace" / "w.parquet"
+    code, output = run("replay", str(trace), "--per-wave", str(via_dots))
+    assert code == 2 and "inside the trace directory" in output
+    # beside the trace is fine, and so is a file that the next replay does not read
+    assert run("replay", str(trace), "--per-wave", str(tmp_path / "w.parquet"))[0] == 0
+    assert run("check", str(trace), "--write-expect", str(trace / "expect.toml"))[0] == 0
+
+
+def per_wave_file(tmp_path: Path, metadata: bool) -> Path:
+    """A per-wave file as 'warmfit replay --per-wave' writes it (with or without its mark)."""
+    out = tmp_path / "w.parquet"
+    assert run("replay", str(PR991), "--per-wave", str(out))[0] == 0
+    table = pq.read_table(out)
+    meta = {b"warmfit.per_wave": b"1"} if metadata else {}
+    table = table.replace_schema_metadata(meta)
+    pq.write_table(table, out)
+    return out
+
+
+@pytest.mark.parametrize("metadata", [True, False], ids=["marked", "by-columns"])
+def test_a_per_wave_file_in_a_trace_directory_is_named_as_one(
+    tmp_path: Path, metadata: bool
+) -> None:
+    per_wave = per_wave_file(tmp_path, metadata)
+    with pytest.raises(TraceError) as caught:
+        read_trace([per_wave])
+    message = str(caught.value)
+    assert "is a per-wave file written by 'warmfit replay --per-wave', not a trace" in message
+    assert "Move it out of the trace directory" in message and "schema" not in message
+    code, output = run("replay", str(per_wave))
+    assert code == 2 and "per-wave file" in output and str(per_wave) in output
+
+
+def test_a_trace_with_extra_per_wave_like_columns_is_still_a_trace(tmp_path: Path) -> None:
+    src = next(PR991.rglob("*.parquet"))
+    table = pq.read_table(src)
+    for name in ("policy", "estimate_bytes", "over_estimate"):
+        table = table.append_column(name, pa.array([None] * table.num_rows, pa.string()))
+    out = tmp_path / "t.parquet"
+    pq.write_table(table, out)
+    frame = read_trace([out], columns=None)
+    assert isinstance(frame, pl.DataFrame) and frame.height == table.num_rows
