@@ -9,6 +9,7 @@ import polars as pl
 import pyarrow as pa
 
 from warmfit.errors import UsageError
+from warmfit.replay.medians import ExactMedians, midpoint_int
 
 #: Columns of the per-run, per-policy summary (SPEC §5 ``results``, and §7's
 #: ``median_excess_bytes``).
@@ -74,8 +75,6 @@ class SummaryFold:
         budget_bytes: int | None = None,
         spill_bytes: int | None = None,
     ) -> None:
-        from warmfit.replay.medians import ExactMedians
-
         self.policies = tuple(policies)
         self.keys = group_keys(by)
         self.budget_bytes = budget_bytes
@@ -197,14 +196,13 @@ class SummaryFold:
         figures["min_over_estimate"] = _nullable(self._min, has)
         figures["max_over_estimate"] = _nullable(self._max, has)
         median = np.zeros(cells)
-        excess: list[int | None] = [None] * cells
-        for code, low, high in zip(*self._over.middles(), strict=True):
-            median[code] = (low + high) / 2
-        for code, low, high in zip(*self._excess.middles(), strict=True):
-            total = int(low) + int(high)
-            excess[code] = abs(total) // 2 * (1 if total >= 0 else -1)  # toward zero
+        over = self._over.middles()
+        median[over.codes] = (over.lower + over.upper) / 2
+        excess = np.zeros(cells, dtype=np.int64)
+        middle = self._excess.middles()
+        excess[middle.codes] = midpoint_int(middle.lower, middle.upper)  # toward zero
         figures["median_over_estimate"] = _nullable(median, has)
-        figures["median_excess_bytes"] = pl.Series(excess, dtype=pl.Int64)
+        figures["median_excess_bytes"] = pl.Series(pa.array(excess, mask=~has))
         stats = pl.DataFrame(
             {
                 "__group": pl.Series(

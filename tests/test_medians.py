@@ -1,0 +1,431 @@
+"""Exact medians in bounded memory (warmfit.replay.medians): against numpy and polars."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from warmfit.errors import UsageError
+from warmfit.replay import medians as medians_module
+from warmfit.replay.medians import (
+    ExactMedians,
+    Middles,
+    SortedValues,
+    midpoint_int,
+    sort_by_group,
+)
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+INT_VALUES = INT64 | st.sampled_from([-(2**63), 2**63 - 1, 0, -1, 1, 2**53 + 1, -(2**53) - 1])
+FLOAT_VALUES = st.floats(allow_nan=False, width=64) | st.sampled_from(
+    [-0.0, 0.0, 5e-324, -5e-324, 2.2250738585072014e-308, np.inf, -np.inf, 1.7976931348623157e308]
+)
+#: Spill thresholds: everything spilled at once, a few values a run, never.
+SPILLS = st.sampled_from([0, 16, 48, 160, 10**9])
+#: Groups above this are found by selection, below by reading them whole.
+SELECT_ABOVE = st.sampled_from([0, 1, 4, 10**9])
+
+
+def check(result: Middles, groups: np.ndarray, values: np.ndarray) -> None:
+    """The middles are the values at (n - 1) // 2 and n // 2 of each group's np.sort."""
+    order = np.lexsort((values, groups))
+    codes, starts = np.unique(groups[order], return_index=True)
+    counts = np.diff(np.append(starts, groups.size))
+    ordered = values[order]
+    assert result.codes.dtype == np.int64 and result.counts.dtype == np.int64
+    assert result.lower.dtype == values.dtype and result.upper.dtype == values.dtype
+    assert np.array_equal(result.codes, codes)
+    assert np.array_equal(result.counts, counts)
+    # == as numpy compares: -0.0 and 0.0 are equal (see the module's docstring)
+    assert np.array_equal(result.lower, ordered[starts + (counts - 1) // 2])
+    assert np.array_equal(result.upper, ordered[starts + counts // 2])
+
+
+@st.composite
+def batches(draw: st.DrawFn, values: st.SearchStrategy[Any]) -> list[tuple[list[int], list[Any]]]:
+    """A few batches of (group codes, values); codes from a small pool, some huge."""
+    pool = draw(
+        st.lists(st.integers(0, 6) | st.integers(0, 2**40), min_size=1, max_size=6, unique=True)
+    )
+    out = []
+    for _ in range(draw(st.integers(0, 6))):
+        n = draw(st.integers(0, 30))
+        out.append(
+            (
+                draw(st.lists(st.sampled_from(pool), min_size=n, max_size=n)),
+                draw(st.lists(values, min_size=n, max_size=n)),
+            )
+        )
+    return out
+
+
+def feed(
+    into: ExactMedians, data: list[tuple[list[int], list[Any]]], how: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Add each batch (plainly, sorted, or through a merged instance); all values."""
+    dtype = into.dtype
+    for (group, value), way in zip(data, how, strict=False):
+        g, v = np.array(group, dtype=np.int64), np.array(value, dtype=dtype)
+        if way == "sorted":
+            into.add_sorted(sort_by_group(g, v, dtype))
+        elif way == "merged":
+            with ExactMedians(dtype, spill_bytes=32, select_above=2) as other:
+                other.add(g[: g.size // 2], v[: v.size // 2])
+                other.add(g[g.size // 2 :], v[v.size // 2 :])
+                into.merge(other)
+        else:
+            into.add(g, v)
+    for group, value in data[len(how) :]:
+        into.add(np.array(group, dtype=np.int64), np.array(value, dtype=dtype))
+    every = [np.array(g, dtype=np.int64) for g, _ in data]
+    values = [np.array(v, dtype=dtype) for _, v in data]
+    return (
+        np.concatenate([np.empty(0, np.int64), *every]),
+        np.concatenate([np.empty(0, dtype), *values]),
+    )
+
+
+WAYS = st.lists(st.sampled_from(["add", "sorted", "merged"]), max_size=6)
+
+
+def middles_are_numpy_sorts(
+    dtype: Any,
+    data: list[tuple[list[int], list[Any]]],
+    spill: int,
+    select_above: int,
+    how: list[str],
+    fence: int,
+) -> None:
+    # fence posts closer than the real 256, so that a few values span many blocks
+    with (
+        mock.patch.object(medians_module, "_FENCE", fence),
+        ExactMedians(dtype, spill_bytes=spill, select_above=select_above) as m,
+    ):
+        groups, values = feed(m, data, how)
+        check(m.middles(), groups, values)
+
+
+FENCES = st.sampled_from([1, 2, 3, 256])
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches(INT_VALUES), SPILLS, SELECT_ABOVE, WAYS, FENCES)
+def test_int64_middles_are_numpy_sorts(
+    data: list[tuple[list[int], list[int]]],
+    spill: int,
+    select_above: int,
+    how: list[str],
+    fence: int,
+) -> None:
+    middles_are_numpy_sorts(np.int64, data, spill, select_above, how, fence)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches(FLOAT_VALUES), SPILLS, SELECT_ABOVE, WAYS, FENCES)
+def test_float64_middles_are_numpy_sorts(
+    data: list[tuple[list[int], list[float]]],
+    spill: int,
+    select_above: int,
+    how: list[str],
+    fence: int,
+) -> None:
+    middles_are_numpy_sorts("float64", data, spill, select_above, how, fence)
+
+
+@pytest.mark.slow
+@settings(max_examples=2000, deadline=None)
+@given(st.sampled_from([np.int64, np.float64]), st.data(), SPILLS, SELECT_ABOVE, WAYS, FENCES)
+def test_middles_are_numpy_sorts_at_length(
+    dtype: Any, draw: st.DataObject, spill: int, select_above: int, how: list[str], fence: int
+) -> None:
+    data = draw.draw(batches(INT_VALUES if dtype is np.int64 else FLOAT_VALUES))
+    middles_are_numpy_sorts(dtype, data, spill, select_above, how, fence)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    batches(st.integers(-(2**53), 2**53) | st.floats(-1e300, 1e300, allow_nan=False)),
+    SPILLS,
+    SELECT_ABOVE,
+)
+def test_middles_are_polars_lower_and_higher_quantiles(
+    data: list[tuple[list[int], list[Any]]], spill: int, select_above: int
+) -> None:
+    """What summarize computes today: quantile(0.5) lower and higher per group."""
+    floats = [(g, [float(x) for x in v]) for g, v in data]
+    every_int = all(isinstance(x, int) for _, v in data for x in v)
+    for dtype, rows in ((np.float64, floats), (np.int64, data if every_int else None)):
+        if rows is None:
+            continue
+        with ExactMedians(dtype, spill_bytes=spill, select_above=select_above) as m:
+            groups, values = feed(m, rows, [])
+            result = m.middles()
+        if not groups.size:
+            assert result.codes.size == 0
+            continue
+        frame = pl.DataFrame({"g": groups, "v": values})
+        want = (
+            frame.group_by("g")
+            .agg(
+                pl.col("v").quantile(0.5, interpolation="lower").alias("lower"),
+                pl.col("v").quantile(0.5, interpolation="higher").alias("upper"),
+                pl.len().alias("n"),
+            )
+            .sort("g")
+        )
+        assert result.codes.tolist() == want["g"].to_list()
+        assert result.counts.tolist() == want["n"].to_list()
+        assert result.lower.tolist() == want["lower"].to_list()
+        assert result.upper.tolist() == want["upper"].to_list()
+
+
+@settings(max_examples=300, deadline=None)
+@given(INT64, INT64)
+def test_midpoint_int_truncates_the_exact_mean_toward_zero(a: int, b: int) -> None:
+    total = a + b
+    mean = abs(total) // 2 * (1 if total >= 0 else -1)
+    assert midpoint_int([a], [b]).tolist() == [mean]
+
+
+def test_negative_zero_sorts_below_zero_and_nan_after_inf() -> None:
+    for spill in (0, 10**9):
+        with ExactMedians(np.float64, spill_bytes=spill) as m:
+            m.add([0, 0, 1, 1, 1, 2, 2, 2], [0.0, -0.0, np.nan, 1.0, 2.0, -np.nan, np.nan, 1.0])
+            result = m.middles()
+        assert np.signbit(result.lower[0]) and not np.signbit(result.upper[0])
+        assert result.lower[1] == 2.0 and result.upper[1] == 2.0
+        # [1.0, nan, nan]: NaNs last, as np.sort places them
+        assert np.isnan(result.lower[2]) and np.isnan(result.upper[2])
+
+
+def larger_cases() -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Bigger arrays that reach every sort and selection path."""
+    rng = np.random.default_rng(7)
+    n = 60_000
+    cases = [
+        ("normal, few groups", rng.integers(0, 5, n), rng.standard_normal(n)),
+        ("many groups", rng.integers(0, 20_000, n), rng.standard_normal(n)),
+        ("codes past 2**16", rng.integers(0, 2**20, n), rng.standard_normal(n)),
+        ("codes past 2**24", rng.integers(0, 2**62, n) | 1, rng.standard_normal(n)),
+        ("ascending: each run its own range", rng.integers(0, 3, n), np.arange(n) * 0.5),
+        ("descending", rng.integers(0, 3, n), -np.arange(n) * 1.0),
+        ("ties", rng.integers(0, 4, n), rng.integers(0, 3, n).astype(np.float64)),
+        ("one value", np.zeros(n, np.int64), np.full(n, 3.0)),
+        ("two values, even split", np.zeros(n, np.int64), np.repeat([-1.0, 1.0], n // 2)),
+        (
+            "skewed sizes",
+            np.minimum(rng.geometric(0.3, n), 40),
+            rng.lognormal(0, 3, n) * rng.choice([-1, 1], n),
+        ),
+    ]
+    ints = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)
+    cases.append(("int64 over the whole range", rng.integers(0, 6, n), ints))
+    return cases
+
+
+@pytest.mark.parametrize("name, groups, values", larger_cases(), ids=lambda x: str(x)[:24])
+@pytest.mark.parametrize("select_above, fence", [(0, 256), (0, 7), (10**9, 256), (500, 256)])
+def test_larger_arrays_through_every_path(
+    name: str, groups: np.ndarray, values: np.ndarray, select_above: int, fence: int
+) -> None:
+    if select_above == 0 and np.unique(groups).size > 100:
+        select_above = 10  # selection is for large groups: thousands of tiny ones take long
+    with (
+        mock.patch.object(medians_module, "_FENCE", fence),
+        ExactMedians(values.dtype, spill_bytes=16 * 1500, select_above=select_above) as m,
+    ):
+        for start in range(0, groups.size, 1000):
+            m.add(groups[start : start + 1000], values[start : start + 1000])
+        assert m.runs >= 30
+        result = m.middles()
+        check(result, groups, values)
+        # asked again, and after more values
+        check(m.middles(), groups, values)
+        m.add(groups[:10], values[:10])
+        check(
+            m.middles(),
+            np.concatenate([groups, groups[:10]]),
+            np.concatenate([values, values[:10]]),
+        )
+
+
+def test_in_memory_sort_paths() -> None:
+    rng = np.random.default_rng(3)
+    for top in (3, 70_000, 2**40):
+        groups = rng.integers(0, top, 200_000)
+        values = rng.standard_normal(groups.size)
+        with ExactMedians(np.float64) as m:
+            m.add(groups, values)
+            assert m.runs == 0
+            check(m.middles(), groups, values)
+
+
+def test_the_directory_is_made_in_dir_and_removed_touching_nothing_else(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    (tmp_path / "keys.bin").write_text("also mine")
+    (tmp_path / "fences.bin").write_text("mine too")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    m = ExactMedians(np.int64, spill_bytes=64, dir=tmp_path)
+    assert m.directory is None  # nothing spilled yet: nothing made
+    m.add(np.arange(100) % 3, np.arange(100))
+    directory = m.directory
+    assert directory is not None and Path(directory).parent == tmp_path
+    assert Path(directory).name.startswith("warmfit-medians-")
+    assert sorted(p.name for p in Path(directory).iterdir()) == [
+        "fences.bin",
+        "index.bin",
+        "keys.bin",
+    ]
+    assert m.middles().counts.tolist() == [34, 33, 33]
+    m.close()
+    assert not Path(directory).exists() and m.directory is None and m.closed
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+    assert (tmp_path / "keys.bin").read_text() == "also mine"
+    m.close()  # again: nothing to do
+
+
+def test_only_its_own_files_are_removed(tmp_path: Path) -> None:
+    with ExactMedians(np.int64, spill_bytes=0, dir=tmp_path) as m:
+        m.add([1, 2], [3, 4])
+        directory = Path(str(m.directory))
+        (directory / "someone-elses").write_text("x")
+    assert sorted(p.name for p in directory.iterdir()) == ["someone-elses"]
+
+
+def test_garbage_collection_removes_the_directory(tmp_path: Path) -> None:
+    m = ExactMedians(np.float64, spill_bytes=0, dir=tmp_path)
+    m.add([0], [1.0])
+    directory = Path(str(m.directory))
+    assert directory.exists()
+    del m
+    gc.collect()
+    assert not directory.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_another_process_never_removes_the_files(tmp_path: Path) -> None:
+    with ExactMedians(np.int64, spill_bytes=0, dir=tmp_path) as m:
+        m.add([0], [1])
+        directory = str(m.directory)
+        files = [os.path.join(directory, "keys.bin"), os.path.join(directory, "index.bin")]
+        medians_module._remove(directory, files, os.getpid() + 1)  # as a forked child would
+        assert all(os.path.exists(f) for f in files)
+        assert m.middles().lower.tolist() == [1]
+
+
+def test_an_empty_instance() -> None:
+    for dtype in (np.int64, np.float64):
+        with ExactMedians(dtype) as m:
+            m.add(np.empty(0, np.int64), np.empty(0, dtype))
+            m.add_sorted(sort_by_group([], np.empty(0, dtype), dtype))
+            result = m.middles()
+            assert len(m) == 0 and m.directory is None
+        assert [a.size for a in result] == [0, 0, 0, 0]
+        assert result.lower.dtype == dtype and result.upper.dtype == dtype
+        assert result.codes.dtype == np.int64 and result.counts.dtype == np.int64
+
+
+def test_a_closed_instance_refuses() -> None:
+    m = ExactMedians(np.int64)
+    m.close()
+    with pytest.raises(ValueError, match="closed"):
+        m.add([0], [1])
+    with pytest.raises(ValueError, match="closed"):
+        m.middles()
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(UsageError, match=r"^dtype must be int64 or float64"):
+        ExactMedians(np.float32)
+    with pytest.raises(UsageError, match=r"^dtype must be"):
+        ExactMedians(None)
+    with pytest.raises(UsageError, match=r"^spill_bytes must be"):
+        ExactMedians(np.int64, spill_bytes=-1)
+    with pytest.raises(UsageError, match=r"^select_above must be"):
+        ExactMedians(np.int64, select_above=1.5)  # type: ignore[arg-type]
+    with ExactMedians(np.int64) as m:
+        with pytest.raises(UsageError, match=r"^group must be codes >= 0"):
+            m.add([0, -1], [1, 2])
+        with pytest.raises(UsageError, match=r"^group has 1 codes for 2 values"):
+            m.add([0], [1, 2])
+        with pytest.raises(UsageError, match=r"^group must be integer codes"):
+            m.add([0.5], [1])
+        with pytest.raises(UsageError, match=r"^values of dtype float64 do not cast"):
+            m.add([0], [1.5])
+        with pytest.raises(UsageError, match=r"^values of dtype uint64 do not cast"):
+            m.add([0], np.array([2**64 - 1], np.uint64))
+        with pytest.raises(UsageError, match=r"^batch holds float64"):
+            m.add_sorted(sort_by_group([0], [1.0], np.float64))
+        good = sort_by_group([0, 0, 1], [2, 1, 5], np.int64)
+        with pytest.raises(UsageError, match=r"^batch keys must be sorted"):
+            m.add_sorted(good._replace(keys=good.keys[::-1].copy()))
+        with pytest.raises(UsageError, match=r"^batch codes must be"):
+            m.add_sorted(good._replace(codes=good.codes[::-1].copy()))
+        with (
+            pytest.raises(UsageError, match=r"^other holds float64"),
+            ExactMedians(np.float64) as f,
+        ):
+            m.merge(f)
+        with pytest.raises(UsageError, match=r"^other must be another"):
+            m.merge(m)
+        assert len(m) == 0
+    with ExactMedians(np.float64) as f, pytest.raises(UsageError, match=r"^values of dtype int64"):
+        f.add([0], np.array([2**53 + 1]))
+
+
+def test_sorted_values_travel_by_pickle_and_go_in_whole() -> None:
+    rng = np.random.default_rng(5)
+    groups = rng.integers(0, 9, 5000)
+    values = rng.standard_normal(5000)
+    batch = pickle.loads(pickle.dumps(sort_by_group(groups, values, np.float64)))
+    assert isinstance(batch, SortedValues)
+    assert np.array_equal(np.sort(batch.values()), np.sort(values))
+    assert batch.codes.tolist() == list(range(9)) and batch.starts[-1] == 5000
+    for spill in (16, 10**9):  # written as a run as it stands, or held
+        with ExactMedians(np.float64, spill_bytes=spill, select_above=100) as m:
+            m.add_sorted(batch)
+            m.add_sorted(batch)
+            assert m.runs == (2 if spill == 16 else 0)
+            check(m.middles(), np.tile(groups, 2), np.tile(values, 2))
+
+
+def test_merge_leaves_the_other_as_it_was() -> None:
+    rng = np.random.default_rng(11)
+    g1, v1 = rng.integers(0, 4, 3000), rng.integers(-(2**62), 2**62, 3000)
+    g2, v2 = rng.integers(2, 7, 2000), rng.integers(-5, 5, 2000)
+    with (
+        ExactMedians(np.int64, spill_bytes=8000, select_above=50) as a,
+        ExactMedians(np.int64, spill_bytes=8000, select_above=50) as b,
+    ):
+        a.add(g1, v1)
+        b.add(g2[:1990], v2[:1990])
+        b.add(g2[1990:], v2[1990:])  # some held, some spilled
+        assert b.runs > 0 and b.held_bytes > 0
+        a.merge(b)
+        check(a.middles(), np.concatenate([g1, g2]), np.concatenate([v1, v2]))
+        check(b.middles(), g2, v2)
+        assert len(a) == 5000 and len(b) == 2000
+
+
+def test_many_runs_and_groups_at_scale(tmp_path: Path) -> None:
+    """2e6 values, 40 runs, groups large and small: against a full sort."""
+    rng = np.random.default_rng(2)
+    n = 2_000_000
+    groups = np.where(rng.random(n) < 0.9, rng.integers(0, 12, n), rng.integers(12, 50_000, n))
+    values = rng.standard_normal(n) * rng.integers(1, 10**6, n)
+    with ExactMedians(np.float64, spill_bytes=16 * 49_999, dir=tmp_path) as m:
+        for start in range(0, n, 50_000):
+            m.add(groups[start : start + 50_000], values[start : start + 50_000])
+        result = m.middles()
+        assert m.runs == 40
+    check(result, groups, values)
