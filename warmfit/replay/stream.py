@@ -32,7 +32,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from warmfit.errors import UsageError
@@ -42,7 +41,9 @@ from warmfit.replay.engines import choose_engine, resolve_policies
 from warmfit.replay.reference import replay_scalar
 from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_safety_factor
 from warmfit.replay.summary import (
+    FoldPart,
     SummaryFold,
+    fold_part,
     group_keys,
     number_groups,
     per_wave_arrays,
@@ -51,6 +52,10 @@ from warmfit.replay.summary import (
 from warmfit.replay.vectorized import per_wave_frame, price_waves
 from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, FileIndex, index_file, plan, read_batch
 from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
+
+#: A batch's median values (sorted by its workers) larger than this go to disk as
+#: they come, as one sorted run; smaller ones wait in memory up to this size.
+SPILL_BYTES = 4 * 2**20
 
 #: Receives the per-wave rows of each batch, in canonical order.
 PerWaveSink = Callable[[pl.DataFrame], None]
@@ -79,18 +84,12 @@ class StreamedReplay:
 
 @dataclass(frozen=True)
 class BatchResult:
-    """One batch replayed: its waves' figures, compact, for the fold."""
+    """One batch replayed: its figures ready to fold, and what else was asked for."""
 
     number: int
     engine: str
     readings: int
-    #: Each wave's group, numbering ``keys`` (the distinct group keys of the batch).
-    group: np.ndarray
-    keys: list[tuple[Any, ...]]
-    actual: np.ndarray
-    oom: np.ndarray
-    estimate: np.ndarray
-    set_by: np.ndarray
+    part: FoldPart
     per_wave: pl.DataFrame | None
     #: :func:`warmfit.trace.reading_counts` of the batch's readings.
     counts: pl.DataFrame
@@ -143,10 +142,8 @@ def replay_batch(
     code, distinct = number_groups(groups)
     if rows is not None:
         rows = with_admitted(rows, budget_bytes)
-    return BatchResult(
-        batch.number, ran, readings.height, code, distinct, actual, oom, estimate,
-        set_by.astype(np.uint8), rows, reading_counts(readings),
-    )  # fmt: skip
+    part = fold_part(code, distinct, actual, oom, estimate, set_by, len(policies), budget_bytes)
+    return BatchResult(batch.number, ran, readings.height, part, rows, reading_counts(readings))
 
 
 def replay_stream(
@@ -200,16 +197,14 @@ def replay_stream(
         elsewhere = cluster is not None or len(batches) > 1
         run = runner.run if elsewhere else _here
         where = runner.where if elsewhere else 1
-        with SummaryFold(names, by, budget_bytes, spill_bytes) as fold:
+        spill = SPILL_BYTES if spill_bytes is None else spill_bytes
+        with SummaryFold(names, by, budget_bytes, spill) as fold:
             progress(0, len(batches))
             for done, result in enumerate(run(replay_batch, [(b, *task) for b in batches]), 1):
                 engines.add(result.engine)
                 readings += result.readings
                 counts.append(result.counts)
-                fold.add_coded(
-                    result.group, result.keys, result.actual, result.oom, result.estimate,
-                    result.set_by,
-                )  # fmt: skip
+                fold.add_part(result.part)
                 if result.per_wave is not None and per_wave is not None:
                     rows += result.per_wave.height
                     per_wave(result.per_wave)

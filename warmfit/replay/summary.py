@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from warmfit.errors import UsageError
-from warmfit.replay.medians import ExactMedians, midpoint_int
+from warmfit.replay.medians import ExactMedians, SortedValues, midpoint_int, sort_by_group
 
 #: Columns of the per-run, per-policy summary (SPEC §5 ``results``, and §7's
 #: ``median_excess_bytes``).
@@ -122,38 +123,24 @@ class SummaryFold:
         set_by: np.ndarray,
     ) -> None:
         """:meth:`add` with each wave's group as a number into ``keys`` (:func:`number_groups`)."""
-        waves = len(actual)
-        if not waves:
+        count = len(self.policies)
+        self.add_part(
+            fold_part(group, keys, actual, oom, estimate, set_by, count, self.budget_bytes)
+        )
+
+    def add_part(self, part: FoldPart) -> None:
+        """Fold in what :func:`fold_part` made of some waves (perhaps in another process)."""
+        if not part.keys:
             return
         count = len(self.policies)
-        codes = np.array([self._code(key) for key in keys], dtype=np.int64)
+        codes = np.array([self._code(key) for key in part.keys], dtype=np.int64)
         self._grow()
-        cell = np.repeat(codes[group] * count, count)
-        cell += np.tile(np.arange(count, dtype=np.int64), waves)
-        actual = np.repeat(actual, count)
-        oom = np.repeat(oom, count)
-        priced = estimate >= 0
-        figure = priced & ~oom & (actual > 0)
-        conditions = [
-            figure,
-            figure & (estimate < actual),
-            figure & (set_by == SET_BY_CODES["profile"]),
-            figure & (set_by == SET_BY_CODES["floor"]),
-            priced & oom,
-        ]
-        if self.budget_bytes is not None:
-            admitted = figure & (estimate <= self.budget_bytes)
-            fits = actual <= self.budget_bytes
-            conditions += [admitted, figure & ~admitted & fits, admitted & ~fits]
-        cells = len(self._min)
-        for column, condition in enumerate(conditions):
-            self._counts[:, column] += np.bincount(cell[condition], minlength=cells)
-        cell, estimate, actual = cell[figure], estimate[figure], actual[figure]
-        over = estimate.astype(np.float64) / actual.astype(np.float64) - 1
-        np.minimum.at(self._min, cell, over)
-        np.maximum.at(self._max, cell, over)
-        self._over.add(cell, over)
-        self._excess.add(cell, estimate - actual)
+        cells = (codes[:, None] * count + np.arange(count)).ravel()  # local cell -> cell
+        self._counts[cells] += part.counts
+        self._min[cells] = np.minimum(self._min[cells], part.low)
+        self._max[cells] = np.maximum(self._max[cells], part.high)
+        self._over.add_sorted(_renumbered(part.over, cells))
+        self._excess.add_sorted(_renumbered(part.excess, cells))
 
     def _code(self, key: tuple[object, ...]) -> int:
         return self._codes.setdefault(key, len(self._codes))
@@ -226,6 +213,80 @@ class SummaryFold:
         if self.budget_bytes is not None:
             summary = summary.with_columns(budget_bytes=pl.lit(self.budget_bytes, dtype=pl.Int64))
         return summary.select(columns)
+
+
+@dataclass(frozen=True)
+class FoldPart:
+    """Some waves' figures, ready to fold (:meth:`SummaryFold.add_part`): per local
+    cell (group ``keys[g]``, policy ``p``: cell ``g * policies + p``) the counts,
+    least and largest over-estimate, and the medians' values sorted by cell."""
+
+    keys: list[tuple[object, ...]]
+    counts: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    over: SortedValues
+    excess: SortedValues
+
+
+def fold_part(
+    group: np.ndarray,
+    keys: Sequence[tuple[object, ...]],
+    actual: np.ndarray,
+    oom: np.ndarray,
+    estimate: np.ndarray,
+    set_by: np.ndarray,
+    policies: int,
+    budget_bytes: int | None = None,
+) -> FoldPart:
+    """The figures of some waves (see :meth:`SummaryFold.add`) per local cell."""
+    cells = len(keys) * policies
+    cell = np.repeat(np.asarray(group, dtype=np.int64) * policies, policies)
+    cell += np.tile(np.arange(policies, dtype=np.int64), len(actual))
+    actual = np.repeat(actual, policies)
+    oom = np.repeat(oom, policies)
+    priced = estimate >= 0
+    figure = priced & ~oom & (actual > 0)
+    conditions = [
+        figure,
+        figure & (estimate < actual),
+        figure & (set_by == SET_BY_CODES["profile"]),
+        figure & (set_by == SET_BY_CODES["floor"]),
+        priced & oom,
+    ]
+    if budget_bytes is not None:
+        admitted = figure & (estimate <= budget_bytes)
+        fits = actual <= budget_bytes
+        conditions += [admitted, figure & ~admitted & fits, admitted & ~fits]
+    counts = np.stack([np.bincount(cell[c], minlength=cells) for c in conditions], axis=1).astype(
+        np.int64
+    )
+    cell, estimate, actual = cell[figure], estimate[figure], actual[figure]
+    over = estimate.astype(np.float64) / actual.astype(np.float64) - 1
+    low = np.full(cells, np.inf)
+    high = np.full(cells, -np.inf)
+    np.minimum.at(low, cell, over)
+    np.maximum.at(high, cell, over)
+    return FoldPart(
+        list(keys), counts, low, high, sort_by_group(cell, over, np.float64),
+        sort_by_group(cell, estimate - actual, np.int64),
+    )  # fmt: skip
+
+
+def _renumbered(values: SortedValues, cells: np.ndarray) -> SortedValues:
+    """``values`` with local cell ``c`` renumbered ``cells[c]``, blocks reordered to
+    keep the cells increasing."""
+    codes = cells[values.codes]
+    order = np.argsort(codes, kind="stable")
+    if (order == np.arange(len(order))).all():
+        return values._replace(codes=codes)
+    sizes = np.diff(values.starts)[order]
+    begin = values.starts[:-1][order]
+    # each reordered block's positions: its old start plus 0, 1, ... size - 1
+    offsets = np.repeat(begin - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+    keys = values.keys[np.arange(len(values.keys)) + offsets]
+    starts = np.concatenate(([0], np.cumsum(sizes)))
+    return SortedValues(values.dtype, codes[order], starts, keys)
 
 
 def with_admitted(per_wave: pl.DataFrame, budget_bytes: int | None) -> pl.DataFrame:
