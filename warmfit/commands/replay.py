@@ -73,6 +73,9 @@ def replay_command(
     result per signature. A trace of any size replays in bounded memory, a batch
     of (run, rank) streams at a time, on every core (--jobs) or a cluster.
     """
+    from warmfit.memory import before_polars
+
+    before_polars()  # first: polars' allocator reads its settings at import
     from warmfit.progress import progress_bar
     from warmfit.replay.stream import replay_stream
     from warmfit.report import render

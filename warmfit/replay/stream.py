@@ -35,6 +35,7 @@ from typing import Any
 import polars as pl
 
 from warmfit.errors import UsageError
+from warmfit.memory import keep_freed_memory, polars_keeps_freed_memory
 from warmfit.policies import Policy
 from warmfit.progress import ProgressCallback, no_progress
 from warmfit.replay.engines import choose_engine, resolve_policies
@@ -56,6 +57,9 @@ from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
 #: A batch's median values (sorted by its workers) larger than this go to disk as
 #: they come, as one sorted run; smaller ones wait in memory up to this size.
 SPILL_BYTES = 4 * 2**20
+
+#: Trace files of at least this many bytes in all are indexed by the workers.
+WORKER_BYTES = 32 * 2**20
 
 #: Receives the per-wave rows of each batch, in canonical order.
 PerWaveSink = Callable[[pl.DataFrame], None]
@@ -191,7 +195,10 @@ def replay_stream(
     readings = rows = 0
     counts: list[pl.DataFrame] = []
     with _Runner(jobs, cluster) as runner:
-        # Files are indexed here, unless a cluster's workers do it; one batch runs here.
+        # Files are indexed here (on a cluster, by its workers) while the worker
+        # processes of a large trace start; a trace of one batch replays here.
+        if sum(os.path.getsize(f) for f in files) >= WORKER_BYTES:
+            runner.start()
         index = runner.run if cluster is not None else _here
         batches = plan(index(index_part, [(f,) for f in files]), batch_readings)
         elsewhere = cluster is not None or len(batches) > 1
@@ -257,11 +264,23 @@ class _Runner:
             return _here(function, calls)
         return self._in_pool(function, calls)
 
+    def start(self) -> None:
+        """Start the worker processes now, so that they are ready when the work is."""
+        if self.cluster is not None or self.jobs == 1 or self._pool is not None:
+            return
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["warmfit.replay.stream"])
+        self._pool = ProcessPoolExecutor(
+            self.jobs, mp_context=context, initializer=keep_freed_memory
+        )
+        # The fork server imports polars afresh: its allocator keeps freed pages.
+        with polars_keeps_freed_memory():
+            for _ in range(self.jobs):
+                self._pool.submit(os.getpid)
+
     def _in_pool(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
-        if self._pool is None:
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["warmfit.replay.stream"])
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=context)
+        self.start()
+        assert self._pool is not None
         pending: list[Any] = []
         # at most two tasks per worker in flight: finished results wait in memory, in order
         for args in calls:
