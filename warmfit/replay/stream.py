@@ -136,18 +136,20 @@ def replay_batch(
             rows = per_wave_frame(readings, priced, [cls.name for cls in policies])
         groups = readings.select(keys).gather(priced.first)
         actual, oom, estimate, set_by = priced.actual, priced.oom, priced.estimate, priced.set_by
+        counts = priced.counts if priced.counts is not None else reading_counts(readings)
         ran = "vectorized"
     else:
         frame = replay_scalar(readings, policies, safety_factor)
         waves, actual, oom, estimate, set_by = per_wave_arrays(frame, len(policies))
         groups = waves.select(keys)
         rows = frame if per_wave else None
+        counts = reading_counts(readings)
         ran = "scalar"
     code, distinct = number_groups(groups)
     if rows is not None:
         rows = with_admitted(rows, budget_bytes)
     part = fold_part(code, distinct, actual, oom, estimate, set_by, len(policies), budget_bytes)
-    return BatchResult(batch.number, ran, readings.height, part, rows, reading_counts(readings))
+    return BatchResult(batch.number, ran, readings.height, part, rows, counts)
 
 
 def replay_stream(

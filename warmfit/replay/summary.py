@@ -262,15 +262,18 @@ def fold_part(
         np.int64
     )
     cell, estimate, actual = cell[figure], estimate[figure], actual[figure]
-    over = estimate.astype(np.float64) / actual.astype(np.float64) - 1
+    over = sort_by_group(
+        cell, estimate.astype(np.float64) / actual.astype(np.float64) - 1, np.float64
+    )
+    # each cell's least and largest over-estimate: the ends of its sorted values
     low = np.full(cells, np.inf)
     high = np.full(cells, -np.inf)
-    np.minimum.at(low, cell, over)
-    np.maximum.at(high, cell, over)
-    return FoldPart(
-        list(keys), counts, low, high, sort_by_group(cell, over, np.float64),
-        sort_by_group(cell, estimate - actual, np.int64),
-    )  # fmt: skip
+    if len(over.codes):
+        ordered = over.values()
+        low[over.codes] = ordered[over.starts[:-1]]
+        high[over.codes] = ordered[over.starts[1:] - 1]
+    excess = sort_by_group(cell, estimate - actual, np.int64)
+    return FoldPart(list(keys), counts, low, high, over, excess)
 
 
 def _renumbered(values: SortedValues, cells: np.ndarray) -> SortedValues:

@@ -225,6 +225,8 @@ class PricedWaves:
     estimate: np.ndarray
     #: Per (wave, policy), what set the estimate: 0 nothing, 1 the profile, 2 the floor.
     set_by: np.ndarray
+    #: Per profile, :func:`warmfit.trace.reading_counts`' columns (run, signature, counts).
+    counts: pl.DataFrame | None = None
 
 
 def price_waves(
@@ -289,6 +291,7 @@ def price_waves(
     by_profile = _profile_order(profile)
     sorted_profile = profile[by_profile]
     opens = np.concatenate(([True], sorted_profile[1:] != sorted_profile[:-1]))
+    tallies = _tallies(readings, profile, oom_reading)
     del profile, sorted_profile
     position = np.empty(len(by_profile), dtype=np.int64)
     position[by_profile] = np.arange(len(by_profile))
@@ -311,6 +314,7 @@ def price_waves(
     }
     profile_starts = np.flatnonzero(opens)
     by_profile_first = by_profile[profile_starts]
+    counts = readings.select("run", "signature").gather(by_profile_first).with_columns(**tallies)
     del (
         by_profile,
         opens,
@@ -361,7 +365,23 @@ def price_waves(
     del estimates_of
     # set_by: index into ("profile", "floor"), null when unpriced
     code = np.stack(set_by, axis=1).ravel().astype(np.uint32)
-    return PricedWaves(first, actual, oom, estimate, code)
+    return PricedWaves(first, actual, oom, estimate, code, counts)
+
+
+def _tallies(readings: pl.DataFrame, profile: np.ndarray, oom: np.ndarray) -> dict[str, pl.Series]:
+    """Per (dense) profile, what :func:`warmfit.trace.reading_counts` counts per run and
+    signature: readings, flat ones, whole ones that did not run out of memory, oom ones."""
+    size = int(profile.max()) + 1
+
+    def tally(flags: np.ndarray) -> pl.Series:
+        return pl.Series(np.bincount(profile[flags], minlength=size).astype(np.int64))
+
+    return {
+        "readings": pl.Series(np.bincount(profile, minlength=size).astype(np.int64)),
+        "flat_readings": tally((readings.get_column("kind") == "flat").to_numpy()),
+        "whole_readings": tally(readings.get_column("whole").to_numpy() & ~oom),
+        "oom_readings": tally(oom),
+    }
 
 
 def per_wave_frame(
