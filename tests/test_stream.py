@@ -275,3 +275,37 @@ def test_an_unreachable_cluster_is_a_clear_error(runner: CliRunner) -> None:
     result = runner.invoke(app, ["replay", "traces/pr991", "--cluster", "tcp://127.0.0.1:9"])
     assert result.exit_code == 2
     assert "cannot reach the Dask scheduler" in result.stderr
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace_parts(max_waves=20))
+def test_the_engines_reading_counts_are_the_traces(parts: list[pl.DataFrame]) -> None:
+    """The vectorized batch counts readings per profile itself; summed per run and
+    signature they are warmfit.trace.reading_counts, so the no-whole warning is the same."""
+    from warmfit.replay.engines import resolve_policies
+    from warmfit.replay.vectorized import price_waves
+    from warmfit.trace import reading_counts
+
+    frame = pl.concat(parts).sort("run", "rank", "seq")
+    priced = price_waves(frame, resolve_policies(None), 1.1)
+    assert priced is not None
+    if frame.height == 0:
+        return
+    assert priced.counts is not None
+    keys = ["run", "signature"]
+    got = priced.counts.group_by(keys).sum().sort(keys)
+    assert got.to_dicts() == reading_counts(frame).sort(keys).select(got.columns).to_dicts()
+
+
+def test_freed_memory_settings_touch_only_what_they_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    from warmfit.memory import JEMALLOC_CONF, KEEP, keep_freed_memory, polars_keeps_freed_memory
+
+    keep_freed_memory()  # glibc's mallopt, or nothing: never an error
+    monkeypatch.setenv(JEMALLOC_CONF, "polars-default")
+    with polars_keeps_freed_memory():
+        assert os.environ[JEMALLOC_CONF] == KEEP
+    assert os.environ[JEMALLOC_CONF] == "polars-default"
+    monkeypatch.delenv(JEMALLOC_CONF)
+    with polars_keeps_freed_memory():
+        assert os.environ[JEMALLOC_CONF] == KEEP
+    assert JEMALLOC_CONF not in os.environ

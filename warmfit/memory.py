@@ -27,15 +27,11 @@ KEEP = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 
 def keep_freed_memory() -> None:
     """Let this process's glibc malloc keep freed memory (nothing without glibc)."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return
     try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt  # the C library the interpreter runs on
+    except (ImportError, OSError, AttributeError):  # not glibc, or no ctypes here
         return
     m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
     mallopt(m_mmap_threshold, 512 * 2**20)  # blocks below 512 MiB from the reusable heap
