@@ -125,7 +125,8 @@ def test_a_fold_in_parts_equals_a_fold_at_once() -> None:
         assert parts.finish().to_dicts() == once.to_dicts()
 
 
-def test_every_stored_trace_in_small_batches_and_two_jobs() -> None:
+def test_every_stored_trace_in_small_batches_and_two_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("warmfit.replay.stream.WORKER_BYTES", 0)  # workers even for small traces
     expected = replay(read_trace(TRACES, columns=()), POLICIES, 1.1, "auto", "signature", 10**11)
     for jobs in (1, 2):
         got, rows = _streamed(
@@ -181,6 +182,17 @@ def test_a_duplicated_seq_across_files_is_found_in_a_batch(tmp_path: Path) -> No
         replay_stream([tmp_path])
 
 
+def test_a_small_trace_replays_here_a_large_one_in_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    small = replay_stream(TRACES, jobs=2, batch_readings=40)
+    assert small.batches > 1 and small.jobs == 1  # starting workers would cost more
+    monkeypatch.setattr("warmfit.replay.stream.WORKER_BYTES", 1)
+    large = replay_stream(TRACES, jobs=2, batch_readings=40)
+    assert large.jobs == 2
+    assert large.summary.equals(small.summary)
+
+
 def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
     for options in ({"jobs": 0}, {"batch_readings": 0}, {"by": "rank"}, {"budget_bytes": -1}):
         with pytest.raises(UsageError):
@@ -196,7 +208,8 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     return CliRunner()
 
 
-def test_jobs_do_not_change_the_output(runner: CliRunner) -> None:
+def test_jobs_do_not_change_the_output(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("warmfit.replay.stream.WORKER_BYTES", 0)  # workers even for small traces
     outputs = []
     for jobs in ("1", "2"):
         result = runner.invoke(app, ["replay", *TRACES, "-j", jobs, "-f", "json", "--by",

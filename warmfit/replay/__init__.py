@@ -42,13 +42,14 @@ from warmfit.replay.summary import (
     GROUPINGS,
     IN_FIGURES,
     SUMMARY_COLUMNS,
+    SummaryFold,
     group_keys,
     result_groups,
     summarize,
     wave_roles,
     with_admitted,
 )
-from warmfit.replay.vectorized import replay_vectorized
+from warmfit.replay.vectorized import per_wave_frame, price_waves, replay_vectorized
 
 __all__ = [
     "BUDGET_COLUMNS",
@@ -131,18 +132,27 @@ def replay(
     groups = result_groups(readings, by)
     classes = resolve_policies(policies)
     chosen = choose_engine(engine, classes)
-    per_wave = None
-    profiles: dict[ProfileKey, Policy] = {}
-    if chosen == "vectorized":
-        # None where doubles could not give the reference's bytes: the reference runs
-        per_wave = replay_vectorized(readings, classes, safety_factor, profiles)
-    if per_wave is None:
-        chosen = "scalar"
-        profiles.clear()
-        per_wave = replay_scalar(readings, classes, safety_factor, profiles)
-    per_wave = with_admitted(per_wave, budget_bytes)
     names = tuple(cls.name for cls in classes)
-    summary = summarize(per_wave, names, groups, budget_bytes)
+    priced = None
+    profiles: dict[ProfileKey, Policy] = {}
+    with SummaryFold(names, by, budget_bytes) as fold:
+        if chosen == "vectorized":
+            # None where doubles could not give the reference's bytes: the reference runs
+            priced = price_waves(readings, classes, safety_factor, profiles)
+        if priced is None:
+            chosen = "scalar"
+            profiles.clear()
+            per_wave = replay_scalar(readings, classes, safety_factor, profiles)
+            if names and per_wave.height:
+                fold.add_per_wave(per_wave)
+        else:  # the figures from the arrays: no strings to read back
+            per_wave = per_wave_frame(readings, priced, names)
+            fold.add(
+                readings.select(group_keys(by)).gather(priced.first), priced.actual, priced.oom,
+                priced.estimate, priced.set_by,
+            )  # fmt: skip
+        summary = fold.finish(groups)
+    per_wave = with_admitted(per_wave, budget_bytes)
     return ReplayResult(
         per_wave, summary, names, safety_factor, chosen, by, budget_bytes, profiles,
         readings,
