@@ -153,6 +153,11 @@ def test_a_batch_holds_whole_streams_in_canonical_order(tmp_path: Path) -> None:
     batches = plan([index], batch_readings=4)
     assert [b.streams for b in batches] == [(("a", 0), ("a", 1)), (("b", 0),)]
     assert [b.readings for b in batches] == [5, 5]
+    # a batch that reaches the size exactly closes there
+    assert [b.streams for b in plan([index], batch_readings=5)] == [
+        (("a", 0), ("a", 1)),
+        (("b", 0),),
+    ]
     first = read_batch(batches[0])
     assert first.select("run", "rank", "seq").rows() == [
         ("a", 0, 0), ("a", 0, 1), ("a", 1, 0), ("a", 1, 1), ("a", 1, 2)
