@@ -10,7 +10,13 @@ import polars as pl
 import pyarrow as pa
 
 from warmfit.errors import UsageError
-from warmfit.replay.medians import ExactMedians, SortedValues, midpoint_int, sort_by_group
+from warmfit.replay.medians import (
+    DEFAULT_SPILL_BYTES,
+    ExactMedians,
+    SortedValues,
+    midpoint_int,
+    sort_by_group,
+)
 
 #: Columns of the per-run, per-policy summary (SPEC §5 ``results``, and §7's
 #: ``median_excess_bytes``).
@@ -84,9 +90,9 @@ class SummaryFold:
         self._counts = np.zeros((0, width), dtype=np.int64)
         self._min = np.zeros(0)
         self._max = np.zeros(0)
-        spill = {} if spill_bytes is None else {"spill_bytes": spill_bytes}
-        self._over = ExactMedians(np.float64, **spill)
-        self._excess = ExactMedians(np.int64, **spill)
+        spill = DEFAULT_SPILL_BYTES if spill_bytes is None else spill_bytes
+        self._over = ExactMedians(np.float64, spill_bytes=spill)
+        self._excess = ExactMedians(np.int64, spill_bytes=spill)
 
     def __enter__(self) -> SummaryFold:
         return self
