@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import warmfit.replay
+import warmfit.replay.engines
 import warmfit.replay.vectorized
 from tests.strategies import traces
 from warmfit.errors import UsageError
@@ -75,7 +76,7 @@ class _Spy:
 def reference_spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     """Every call of ``replay_scalar`` (from replay() and from the vectorized fallbacks)."""
     spy = _Spy()
-    monkeypatch.setattr(warmfit.replay, "replay_scalar", spy)
+    monkeypatch.setattr(warmfit.replay.engines, "replay_scalar", spy)
     return spy
 
 

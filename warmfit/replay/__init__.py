@@ -26,7 +26,13 @@ import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.policies import Policy
-from warmfit.replay.engines import DEFAULT_POLICIES, ENGINES, choose_engine, resolve_policies
+from warmfit.replay.engines import (
+    DEFAULT_POLICIES,
+    ENGINES,
+    choose_engine,
+    price,
+    resolve_policies,
+)
 from warmfit.replay.reference import replay_scalar
 from warmfit.replay.semantics import (
     DEFAULT_SAFETY_FACTOR,
@@ -49,7 +55,7 @@ from warmfit.replay.summary import (
     wave_roles,
     with_admitted,
 )
-from warmfit.replay.vectorized import per_wave_frame, price_waves, replay_vectorized
+from warmfit.replay.vectorized import replay_vectorized
 
 __all__ = [
     "BUDGET_COLUMNS",
@@ -133,25 +139,13 @@ def replay(
     classes = resolve_policies(policies)
     chosen = choose_engine(engine, classes)
     names = tuple(cls.name for cls in classes)
-    priced = None
     profiles: dict[ProfileKey, Policy] = {}
+    priced = price(readings, classes, safety_factor, chosen, by, True, profiles)
+    assert priced.per_wave is not None
     with SummaryFold(names, by, budget_bytes) as fold:
-        if chosen == "vectorized":
-            # None where doubles could not give the reference's bytes: the reference runs
-            priced = price_waves(readings, classes, safety_factor, profiles)
-        if priced is None:
-            chosen = "scalar"
-            profiles.clear()
-            per_wave = replay_scalar(readings, classes, safety_factor, profiles)
-            if names and per_wave.height:
-                fold.add_per_wave(per_wave)
-        else:  # the figures from the arrays: no strings to read back
-            per_wave = per_wave_frame(readings, priced, names)
-            fold.add(
-                readings.select(group_keys(by)).gather(priced.first), priced.actual, priced.oom,
-                priced.estimate, priced.set_by,
-            )  # fmt: skip
+        fold.add(priced.groups, priced.actual, priced.oom, priced.estimate, priced.set_by)
         summary = fold.finish(groups)
+    chosen, per_wave = priced.engine, priced.per_wave
     per_wave = with_admitted(per_wave, budget_bytes)
     return ReplayResult(
         per_wave, summary, names, safety_factor, chosen, by, budget_bytes, profiles,

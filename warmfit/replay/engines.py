@@ -1,12 +1,21 @@
-"""Which policies and which engine a replay runs (shared by every way to replay)."""
+"""Which policies and which engine a replay runs, and the step that runs it
+(shared by every way to replay: the whole trace, or one batch of streams)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.policies import Policy, checked_class, get_policy
 from warmfit.policies.rule import is_declared
+from warmfit.replay.reference import replay_scalar
+from warmfit.replay.semantics import ProfileKey
+from warmfit.replay.summary import group_keys, per_wave_arrays
+from warmfit.replay.vectorized import per_wave_frame, price_waves
 
 DEFAULT_POLICIES = ("max-merge", "warm-fit")
 ENGINES = ("auto", "scalar", "vectorized")
@@ -39,3 +48,56 @@ def choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:
             "vectorized engine; use the scalar or auto engine."
         )
     return "vectorized" if vectorizable else "scalar"
+
+
+@dataclass(frozen=True)
+class Priced:
+    """Readings replayed by one engine, as a summary folds them and reports show them."""
+
+    #: The engine that ran: ``vectorized``, or ``scalar`` (also where the
+    #: vectorized one handed the readings over: values beyond 2**53).
+    engine: str
+    #: The per-wave rows, when asked for.
+    per_wave: pl.DataFrame | None
+    #: Per wave, its group's key columns (``run``, or ``run`` and ``signature``).
+    groups: pl.DataFrame
+    actual: np.ndarray
+    oom: np.ndarray
+    #: Per (wave, policy), wave-major: the estimate (-1: unpriced) and what set it.
+    estimate: np.ndarray
+    set_by: np.ndarray
+    #: Per profile, the reading counts of :func:`warmfit.trace.reading_counts`
+    #: (the vectorized engine counts them on the way; None from the scalar one).
+    counts: pl.DataFrame | None
+
+
+def price(
+    readings: pl.DataFrame,
+    classes: Sequence[type[Policy]],
+    safety_factor: float,
+    engine: str,
+    by: str,
+    per_wave: bool,
+    profiles_out: dict[ProfileKey, Policy] | None = None,
+) -> Priced:
+    """Replay validated readings (sorted by run, rank, seq) on ``engine`` (``vectorized``
+    or ``scalar``, from :func:`choose_engine`); the one step both a whole-trace replay
+    and a batch take."""
+    keys = group_keys(by)
+    priced = (
+        price_waves(readings, classes, safety_factor, profiles_out)
+        if engine == "vectorized"
+        else None
+    )
+    if priced is not None:
+        rows = per_wave_frame(readings, priced, [cls.name for cls in classes]) if per_wave else None
+        return Priced(
+            "vectorized", rows, readings.select(keys).gather(priced.first), priced.actual,
+            priced.oom, priced.estimate, priced.set_by, priced.counts,
+        )  # fmt: skip
+    if profiles_out is not None:
+        profiles_out.clear()
+    frame = replay_scalar(readings, classes, safety_factor, profiles_out)
+    waves, actual, oom, estimate, set_by = per_wave_arrays(frame, len(classes))
+    rows = frame if per_wave else None
+    return Priced("scalar", rows, waves.select(keys), actual, oom, estimate, set_by, None)

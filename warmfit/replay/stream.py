@@ -38,8 +38,7 @@ from warmfit.errors import UsageError
 from warmfit.memory import keep_freed_memory, polars_keeps_freed_memory
 from warmfit.policies import Policy
 from warmfit.progress import ProgressCallback, no_progress
-from warmfit.replay.engines import choose_engine, resolve_policies
-from warmfit.replay.reference import replay_scalar
+from warmfit.replay.engines import choose_engine, price, resolve_policies
 from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_safety_factor
 from warmfit.replay.summary import (
     FoldPart,
@@ -47,10 +46,8 @@ from warmfit.replay.summary import (
     fold_part,
     group_keys,
     number_groups,
-    per_wave_arrays,
     with_admitted,
 )
-from warmfit.replay.vectorized import per_wave_frame, price_waves
 from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, FileIndex, index_file, plan, read_batch
 from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
 
@@ -130,28 +127,15 @@ def replay_batch(
     :func:`warmfit.replay.replay` does with a trace.
     """
     readings = read_batch(batch)
-    keys = group_keys(by)
-    priced = price_waves(readings, policies, safety_factor) if engine == "vectorized" else None
-    rows = None
-    if priced is not None:
-        if per_wave:
-            rows = per_wave_frame(readings, priced, [cls.name for cls in policies])
-        groups = readings.select(keys).gather(priced.first)
-        actual, oom, estimate, set_by = priced.actual, priced.oom, priced.estimate, priced.set_by
-        counts = priced.counts if priced.counts is not None else reading_counts(readings)
-        ran = "vectorized"
-    else:
-        frame = replay_scalar(readings, policies, safety_factor)
-        waves, actual, oom, estimate, set_by = per_wave_arrays(frame, len(policies))
-        groups = waves.select(keys)
-        rows = frame if per_wave else None
-        counts = reading_counts(readings)
-        ran = "scalar"
-    code, distinct = number_groups(groups)
-    if rows is not None:
-        rows = with_admitted(rows, budget_bytes)
-    part = fold_part(code, distinct, actual, oom, estimate, set_by, len(policies), budget_bytes)
-    return BatchResult(batch.number, ran, readings.height, part, rows, counts)
+    priced = price(readings, policies, safety_factor, engine, by, per_wave)
+    code, distinct = number_groups(priced.groups)
+    part = fold_part(
+        code, distinct, priced.actual, priced.oom, priced.estimate, priced.set_by,
+        len(policies), budget_bytes,
+    )  # fmt: skip
+    rows = None if priced.per_wave is None else with_admitted(priced.per_wave, budget_bytes)
+    counts = priced.counts if priced.counts is not None else reading_counts(readings)
+    return BatchResult(batch.number, priced.engine, readings.height, part, rows, counts)
 
 
 def replay_stream(
