@@ -105,10 +105,11 @@ def test_the_fold_agrees_with_figures_computed_the_plain_way(
     result = replay(frame, POLICIES, 1.1, "auto", by)
     expected = _oracle(result.per_wave, by)
     keys = ["run"] if by == "run" else ["run", "signature"]
-    for row in result.summary.iter_rows(named=True):
-        key = (*(row[k] for k in keys), row["policy"])
-        for name, value in expected.get(key, {}).items():
-            assert row[name] == value, (key, name)
+    got = {(*(r[k] for k in keys), r["policy"]): r for r in result.summary.iter_rows(named=True)}
+    assert set(got) == set(expected)  # every group and policy, none missing or extra
+    for key, figures in expected.items():
+        for name, value in figures.items():
+            assert got[key][name] == value, (key, name)
 
 
 def test_a_fold_in_parts_equals_a_fold_at_once() -> None:
@@ -213,16 +214,74 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     return CliRunner()
 
 
+def _small_batches_in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make the command cut the stored traces into batches of 40 readings and replay
+    them in worker processes; the list gets the number of batches each pool ran."""
+    import warmfit.replay.stream as stream
+
+    monkeypatch.setattr(stream, "WORKER_BYTES", 0)
+    real_plan, real_in_pool = stream.plan, stream._Runner._in_pool
+    monkeypatch.setattr(stream, "plan", lambda indexes, batch_readings: real_plan(indexes, 40))
+    pooled: list[int] = []
+
+    def in_pool(self: object, function: object, calls: list[object]) -> object:
+        pooled.append(len(calls))
+        return real_in_pool(self, function, calls)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stream._Runner, "_in_pool", in_pool)
+    return pooled
+
+
 def test_jobs_do_not_change_the_output(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("warmfit.replay.stream.WORKER_BYTES", 0)  # workers even for small traces
+    pooled = _small_batches_in_workers(monkeypatch)
     outputs = []
     for jobs in ("1", "2"):
         result = runner.invoke(app, ["replay", *TRACES, "-j", jobs, "-f", "json", "--by",
                                      "signature"])  # fmt: skip
         assert result.exit_code == 0, result.output
         outputs.append(result.stdout)
+    assert len(pooled) == 1 and pooled[0] > 4  # -j 2 ran its batches in workers
     expected = replay(read_trace(TRACES, columns=()), by="signature")
     assert outputs == [render(expected, "json")] * 2
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings("error::ResourceWarning")
+def test_a_replay_failing_in_a_later_batch_leaves_no_per_wave_file(
+    runner: CliRunner,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The first batches are written to the temporary file; the error in a later one
+    removes it, and the unfinished Parquet writer says nothing on the way out."""
+    import gc
+
+    _small_batches_in_workers(monkeypatch)
+    rows = [
+        dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=-5 if (rank, s) == (3, 1) else 100)
+        for rank in range(4) for s in range(30)
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), tmp_path / "trace" / "t.parquet")
+    out = tmp_path / "out" / "w.parquet"
+    result = runner.invoke(
+        app, ["replay", str(tmp_path / "trace"), "--per-wave", str(out), "-j", "1"]
+    )
+    code, err = result.exit_code, result.stderr
+    del result  # its traceback holds the writer: let it go now, inside this test
+    gc.collect()
+    assert code == 2
+    assert "row 91" in err and "peak_bytes" in err
+    assert not out.exists() and not list(out.parent.glob("*"))
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_a_malformed_cluster_address_is_a_clear_error(runner: CliRunner) -> None:
+    pytest.importorskip("distributed")
+    result = runner.invoke(app, ["replay", "traces/pr991", "--cluster", "no address at all"])
+    assert result.exit_code == 2
+    assert "cannot reach the Dask scheduler" in result.stderr
 
 
 def test_per_wave_is_written_in_the_format_its_suffix_names(

@@ -61,4 +61,4 @@ def before_polars() -> None:
     environment, so the command must not start other programs afterwards)."""
     keep_freed_memory()
     if "polars" not in sys.modules:
-        os.environ[JEMALLOC_CONF] = KEEP
+        os.environ.setdefault(JEMALLOC_CONF, KEEP)  # a setting of the user's stays

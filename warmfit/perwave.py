@@ -10,6 +10,7 @@ reader it is a replay's output, not a trace.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import BinaryIO
 
@@ -40,7 +41,6 @@ class PerWaveWriter:
     def __init__(self, sink: BinaryIO, fmt: str, admitted: bool = False) -> None:
         self.sink = sink
         self.fmt = fmt
-        self.rows = 0
         self._empty = pl.DataFrame(
             schema={**PER_WAVE_SCHEMA, **({"admitted": pl.Boolean()} if admitted else {})}
         )
@@ -50,7 +50,6 @@ class PerWaveWriter:
 
     def write(self, frame: pl.DataFrame) -> None:
         """Append rows (:data:`~warmfit.replay.semantics.PER_WAVE_SCHEMA`)."""
-        self.rows += frame.height
         if self.fmt == "csv":
             frame.write_csv(self.sink, include_header=not self._started)
             self._started = True
@@ -73,3 +72,11 @@ class PerWaveWriter:
             if self._parquet is None:
                 self.write(self._empty)
             self._parquet.close()  # type: ignore[attr-defined]
+
+    def abandon(self) -> None:
+        """Let go of a file that will not be finished (the replay failed): the Parquet
+        writer is closed now, while its sink is open, and any error of it dropped."""
+        if self._parquet is not None:
+            with contextlib.suppress(Exception):
+                self._parquet.close()  # type: ignore[attr-defined]
+            self._parquet = None

@@ -101,10 +101,14 @@ def replay_command(
 
         def write(sink: BinaryIO) -> None:
             writer = PerWaveWriter(sink, fmt, admitted=limit is not None)
-            with progress_bar("replaying", unit="batches") as progress:
-                results.append(
-                    replay_stream(paths, **options, per_wave=writer.write, progress=progress)  # type: ignore[arg-type]
-                )
+            try:
+                with progress_bar("replaying", unit="batches") as progress:
+                    results.append(
+                        replay_stream(paths, **options, per_wave=writer.write, progress=progress)  # type: ignore[arg-type]
+                    )
+            except BaseException:
+                writer.abandon()  # write_atomically removes the unfinished file
+                raise
             writer.close()
 
         with writing(per_wave):

@@ -27,8 +27,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import tempfile
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,17 +206,33 @@ def replay_stream(
                 engines.add(result.engine)
                 readings += result.readings
                 counts.append(result.counts)
-                fold.add_part(result.part)
+                with _spilling():
+                    fold.add_part(result.part)
                 if result.per_wave is not None and per_wave is not None:
                     rows += result.per_wave.height
                     per_wave(result.per_wave)
                 progress(done, len(batches))
-            summary = fold.finish()
+            with _spilling():
+                summary = fold.finish()
     ran = "scalar" if "scalar" in engines else chosen
     return StreamedReplay(
         summary, tuple(names), safety_factor, ran, by, budget_bytes, readings, rows,
         len(batches), where, _without_whole(counts),
     )  # fmt: skip
+
+
+@contextmanager
+def _spilling() -> Iterator[None]:
+    """A failure to write the medians' sorted runs (a full disk) as exit 2 naming the folder."""
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write the exact medians' temporary files in {tempfile.gettempdir()} "
+            f"({exc.strerror or exc}); nothing was written. Free space there, or point "
+            "TMPDIR at a folder with room (8 bytes per wave and policy, twice: about 1.7 GB "
+            "at 1e8 readings)."
+        ) from None
 
 
 def _without_whole(counts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -222,6 +243,42 @@ def _without_whole(counts: list[pl.DataFrame]) -> pl.DataFrame:
 
 def _here(function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
     return (function(*args) for args in calls)
+
+
+def _in_order(
+    submit: Callable[[tuple[Any, ...]], Any], calls: list[tuple[Any, ...]], window: int
+) -> Iterator[Any]:
+    """Results of ``submit(args)`` futures in the order of ``calls``, at most ``window``
+    in flight: results that finish early wait, so memory is bounded by the window."""
+    pending: deque[Any] = deque()
+    for args in calls:
+        pending.append(submit(args))
+        if len(pending) >= window:
+            yield _result(pending.popleft())
+    while pending:
+        yield _result(pending.popleft())
+
+
+def _result(future: Any) -> Any:
+    """A finished task's result (a Dask future is released once read)."""
+    try:
+        value = future.result()
+    except BrokenProcessPool:
+        raise UsageError(
+            "a worker process died while replaying (killed for memory, or by a signal); "
+            "nothing was written. A batch holds at least one whole (run, rank) stream: run "
+            "again with --jobs 1, or where there is more memory."
+        ) from None
+    release = getattr(future, "release", None)
+    if release is not None:
+        release()
+    return value
+
+
+def _start_worker() -> None:
+    """A worker process: keep freed memory; leave Ctrl-C to the parent, which stops it."""
+    keep_freed_memory()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class _Runner:
@@ -260,9 +317,7 @@ class _Runner:
             return
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["warmfit.replay.stream"])
-        self._pool = ProcessPoolExecutor(
-            self.jobs, mp_context=context, initializer=keep_freed_memory
-        )
+        self._pool = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_start_worker)
         # The fork server imports polars afresh: its allocator keeps freed pages.
         with polars_keeps_freed_memory():
             for _ in range(self.jobs):
@@ -270,15 +325,9 @@ class _Runner:
 
     def _in_pool(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
         self.start()
-        assert self._pool is not None
-        pending: list[Any] = []
-        # at most two tasks per worker in flight: finished results wait in memory, in order
-        for args in calls:
-            pending.append(self._pool.submit(function, *args))
-            if len(pending) >= 2 * self.jobs:
-                yield pending.pop(0).result()
-        while pending:
-            yield pending.pop(0).result()
+        pool = self._pool
+        assert pool is not None
+        return _in_order(lambda args: pool.submit(function, *args), calls, 2 * self.jobs)
 
     def _connect(self) -> Any:
         if self._client is not None:
@@ -294,7 +343,7 @@ class _Runner:
             return self._client
         try:
             self._client = Client(self.cluster, timeout="10s")
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, ValueError) as exc:  # ValueError: a malformed address
             raise UsageError(
                 f"cannot reach the Dask scheduler at {self.cluster!r} ({exc}); start one "
                 "('dask scheduler', then 'dask worker ADDRESS' on each machine) or check the "
@@ -306,19 +355,9 @@ class _Runner:
     def _on_cluster(
         self, function: Callable[..., Any], calls: list[tuple[Any, ...]]
     ) -> Iterator[Any]:
-        from distributed import as_completed
-
         client = self._connect()
-        futures = [client.submit(function, *args, pure=False) for args in calls]
-        position = {future.key: i for i, future in enumerate(futures)}
-        done: dict[int, Any] = {}
-        wanted = 0
-        for future in as_completed(futures):
-            done[position[future.key]] = future.result()
-            future.release()
-            while wanted in done:
-                yield done.pop(wanted)
-                wanted += 1
+        window = 2 * max(1, len(client.scheduler_info().get("workers", {})))
+        return _in_order(lambda args: client.submit(function, *args, pure=False), calls, window)
 
     def __exit__(self, *exc: object) -> None:
         if self._pool is not None:
