@@ -12,7 +12,7 @@ memory replays a batch of streams at a time:
    into :class:`Batch` es of about ``batch_readings`` readings;
 3. :func:`read_batch` reads just the rows of a batch's streams, checks every
    rule of the format on them (:func:`warmfit.trace.conform`,
-   :func:`warmfit.trace.check_across_rows`: the rules that span rows span one
+   :func:`warmfit.trace.canonical`: the rules that span rows span one
    stream at most) and returns them in canonical order, exactly as
    :func:`warmfit.trace.read_trace` would return those streams.
 
@@ -34,13 +34,11 @@ import polars as pl
 
 from warmfit.errors import TraceError
 from warmfit.trace import (
-    check_across_rows,
+    canonical,
     check_file_schema,
     conform,
     find_trace_files,
-    in_canonical_order,
     read_rows,
-    stream_numbers,
     verify_pages,
     wanted_columns,
 )
@@ -185,9 +183,4 @@ def read_batch(batch: Batch, columns: Sequence[str] = ()) -> pl.DataFrame:
             frame, rows = frame.filter(pl.Series(keep)), rows[keep]
         frames.append(conform(frame, path, rows))
     frame = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
-    stream = stream_numbers(frame)
-    if not in_canonical_order(frame, stream):
-        frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
-        stream = stream_numbers(frame)
-    check_across_rows(frame, stream, [Path(f) for f in by_file])
-    return frame
+    return canonical(frame, [Path(f) for f in by_file])

@@ -476,7 +476,12 @@ def read_trace(
             progress(done, len(files))
     if problems:
         raise TraceProblems(problems)
-    frame = _concat(frames, files) if len(frames) > 1 else frames[0]
+    return canonical(_concat(frames, files) if len(frames) > 1 else frames[0], files)
+
+
+def canonical(frame: pl.DataFrame, files: list[Path]) -> pl.DataFrame:
+    """Readings of whole streams from ``files``, sorted by run, rank and seq, after
+    the rules that span rows (:func:`check_across_rows`)."""
     stream = stream_numbers(frame)
     if not in_canonical_order(frame, stream):
         frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
