@@ -117,18 +117,6 @@ class SummaryFold:
         ``actual`` bytes and ``oom``; per (wave, policy), raveled wave-major,
         the ``estimate`` (-1: unpriced) and ``set_by`` code (:data:`SET_BY_CODES`)."""
         group, keys = number_groups(groups)
-        self.add_coded(group, keys, actual, oom, estimate, set_by)
-
-    def add_coded(
-        self,
-        group: np.ndarray,
-        keys: Sequence[tuple[object, ...]],
-        actual: np.ndarray,
-        oom: np.ndarray,
-        estimate: np.ndarray,
-        set_by: np.ndarray,
-    ) -> None:
-        """:meth:`add` with each wave's group as a number into ``keys`` (:func:`number_groups`)."""
         count = len(self.policies)
         self.add_part(
             fold_part(group, keys, actual, oom, estimate, set_by, count, self.budget_bytes)
