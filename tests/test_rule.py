@@ -159,7 +159,7 @@ def test_a_rule_that_fails_is_named_not_a_traceback() -> None:
     from warmfit.checks import random_trace, read_trace_frame
 
     trace = read_trace_frame(random_trace(1))
-    with pytest.raises(PolicyError, match="'python-max': its rule failed on arrays"):
+    with pytest.raises(PolicyError, match=r"'python-max': its rule failed .*np.maximum"):
         replay(trace, [PythonMax], engine="vectorized")
     assert replay(trace, [PythonMax], engine="scalar").engine == "scalar"  # numbers are fine
     with pytest.raises(PolicyError, match=r"'raising' failed in price\(\) on wave \d+"):

@@ -539,7 +539,9 @@ def check_across_rows(frame: pl.DataFrame, stream: np.ndarray, files: list[Path]
                 f"{hit['rank']} (at {places}); seq must be unique within (run, rank).",
                 column="seq",
                 path=_first_path(places),
-                fix="Number the readings of each rank once, or remove the duplicated file.",
+                fix="Number the readings of each rank once, or remove the duplicated file. "
+                "Two recordings with one run label (warmfit record names a run after its -o "
+                "folder) collide like this: record one again with --run NAME.",
             )
     constant = [c for c in WAVE_CONSTANT if c in frame.columns]
     if (

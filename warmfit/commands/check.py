@@ -120,7 +120,15 @@ def check_command(
     expectations = gate.read_expectations(expect)
     if policy:
         names = [cls.name for cls in resolve_policies(policy)]
+        left_out = [name for name in expectations.policies if name not in names]
         expectations = expectations.restricted_to(names)
+        if left_out:  # -p narrows the check: say so, a gate must not shrink silently
+            typer.echo(
+                f"note: -p checks {', '.join(map(printable, names))} only; the expectations "
+                f"of {', '.join(map(printable, left_out))} in {printable(str(expect))} are not "
+                "checked (name every policy to check with -p).",
+                err=True,
+            )
     else:
         # A data file names registered policies only: a 'module:Class' in it would
         # import (run) that module. Such a policy is given on the command line (-p).
@@ -138,8 +146,9 @@ def check_command(
                     f"{', '.join(registered)}); an expectations file names registered "
                     "policies only and never imports a module.",
                     "Key its tables by a registered policy's name; give a policy of your "
-                    "own on the command line as -p MODULE:CLASS (the file then keys its "
-                    "tables by that class's name).",
+                    "own on the command line as -p MODULE:CLASS, with a -p for every other "
+                    "policy of the file to check (-p names the policies checked; the file "
+                    "keys its tables by the class's name).",
                 )
     result = replay(
         read_traces(paths),

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from warmfit.errors import WarmfitError
+from warmfit.errors import UsageError, WarmfitError
+from warmfit.text import printable
 
 #: Files listed in the summary before "and N more" (it must fit on one screen).
 _MAX_FILES_SHOWN = 8
@@ -51,8 +52,18 @@ def record_command(
     the command recorded nothing).
     """
     from warmfit.recorder.launch import default_run_label, run_recorded
+    from warmfit.recorder.log import check_run_label
 
     label = run if run is not None else default_run_label(output)
+    if run is None:
+        try:
+            check_run_label(label)
+        except UsageError:
+            raise UsageError(
+                f"the run label defaults to the -o folder's name, {printable(label)!r}, which "
+                "cannot name a directory; give one with --run (letters, digits and . _ + -, "
+                "for example --run ep1-cp2)."
+            ) from None
     recording = run_recorded(command or [], output, label, force=force)
     _print_summary(recording, output)
     if recording.incomplete or not recording.recorded:  # never report plain success then

@@ -58,7 +58,7 @@ def replay_command(
         typer.Option(
             "--cluster",
             help="Run the batches on this Dask scheduler (tcp://HOST:8786) instead; its "
-            "workers must see the trace's paths. Needs warmfit[cluster].",
+            "workers must see the trace's paths. Needs the cluster extra (pip install 'warmfit[cluster]').",
             metavar="ADDRESS",
             show_default=False,
         ),

@@ -316,6 +316,11 @@ class Aggregate(Expr):
         self, value: Expr | float, where: Expr | None = None, initial: float | None = None
     ) -> None:
         self.value = _expr(value)
+        if where is not None and not isinstance(where, Expr):
+            raise PolicyError(
+                f"{type(self).__name__}(..., where={where!r}): where= takes a condition on "
+                "the reading's fields, for example where=WHOLE or where=RATE > 0."
+            )
         self.where = where
         self.initial = np.float64(math.nan if initial is None else initial)
         self.name = ""

@@ -145,11 +145,17 @@ def declared_prices(
         with np.errstate(all="ignore"):
             p = np.asarray(cls.rule(State(state), n.astype(np.float64), m.astype(np.float64)))
     except Exception as exc:  # a user's rule may fail on arrays in any way
-        raise PolicyError(
-            f"policy {cls.name!r}: its rule failed on arrays ({type(exc).__name__}: {exc}). "
+        # Python's max/min/if on arrays ask for an array's truth value; other errors
+        # are the rule's own (a typo fails on both engines alike).
+        on_arrays = isinstance(exc, ValueError) and "truth value" in str(exc)
+        advice = (
             "A declared rule must run on numbers and on numpy arrays alike: use "
-            "np.maximum / np.minimum / np.where, not max / min / if. Or replay it with "
-            "the scalar engine."
+            "np.maximum / np.minimum / np.where, not max / min / if."
+            if on_arrays
+            else "Fix the rule's code."
+        )
+        raise PolicyError(
+            f"policy {cls.name!r}: its rule failed ({type(exc).__name__}: {exc}). {advice}"
         ) from None
     if p.shape != n.shape:
         raise PolicyError(
