@@ -80,3 +80,11 @@ def test_a_typo_in_a_rule_is_not_blamed_on_arrays() -> None:
 def test_a_where_that_is_not_a_condition_is_named() -> None:
     with pytest.raises(PolicyError, match=r"Max\(\.\.\., where=3\)"):
         Max(RATE + 1, where=3)  # type: ignore[arg-type]
+
+
+def test_recover_of_a_file_says_it_is_a_file(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "pw.csv"
+    path.write_text("run\n")
+    done = runner.invoke(app, ["recover", str(path)])
+    assert done.exit_code == 2
+    assert "is a file, not a directory" in done.stderr

@@ -129,6 +129,7 @@ def test_sigterm_is_passed_on_and_what_the_command_left_is_compacted(tmp_path, s
     record.send_signal(signal.SIGTERM)
     _, stderr = record.communicate(timeout=60)
     assert record.returncode == 128 + signal.SIGTERM, stderr
+    assert "killed by SIGTERM" in stderr  # named, not only 143
     assert "recovered" in stderr
     assert read_trace([out]).height == 30
 

@@ -85,7 +85,8 @@ def _print_summary(recording: object, output: Path) -> None:
 
     assert isinstance(recording, Recording)
     say = lambda text: typer.echo(text, err=True)  # noqa: E731 (diagnostics go to stderr)
-    say(f"warmfit record: the command exited with code {recording.exit_code}")
+    killed = f" (killed by {recording.killed_by})" if recording.killed_by else ""
+    say(f"warmfit record: the command exited with code {recording.exit_code}{killed}")
     for c in recording.compactions:
         dropped = (
             f", dropped {c.dropped_bytes:,} bytes of a truncated batch" if c.dropped_bytes else ""

@@ -53,6 +53,7 @@ class Recording:
     lost_readings: dict[Path, int] = field(default_factory=dict)  # rank dir: readings lost
     recorded: bool = True  # False: no trace and no log; the folders warmfit made are gone
     removed: list[Path] = field(default_factory=list)  # the empty folders removed then
+    killed_by: str | None = None  # the signal that ended the command (SIGKILL), if one did
 
     @property
     def incomplete(self) -> bool:
@@ -121,7 +122,17 @@ def run_recorded(
             )
     recorded = bool(existing_recording(run_dir) or find_logs(run_dir) or lost)
     removed = [] if recorded else _remove_empty(run_dir, created)
-    return Recording(code, run_dir, recovery.compactions, problems, lost, recorded, removed)
+    killed_by = _signal_name(-returncode) if returncode < 0 else None
+    return Recording(
+        code, run_dir, recovery.compactions, problems, lost, recorded, removed, killed_by
+    )
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _remove_empty(run_dir: Path, created: list[Path]) -> list[Path]:

@@ -882,9 +882,8 @@ def recover_all(
     """
     root = Path(directory)
     if not root.is_dir():
-        raise UsageError(
-            f"no such directory: {root}. Name the -o directory of a 'warmfit record' run."
-        )
+        what = "is a file, not a directory" if root.exists() else "no such directory"
+        raise UsageError(f"{what}: {root}. Name the -o directory of a 'warmfit record' run.")
     logs = find_logs(root)
     if not logs and not holds_recording(root):
         raise UsageError(
