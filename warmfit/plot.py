@@ -625,7 +625,9 @@ def draw_pareto(result: SweepResult) -> Figure:
     columns = min(3, max(1, len(labels)))
     rows = max(1, -(-len(labels) // columns))
     fig = Figure(figsize=(5.2 * columns, 0.6 + 3.8 * rows), dpi=DPI, layout="constrained")
-    fig.suptitle("warmfit sweep: median over-estimate against waves under their peak", fontsize=13)
+    title = "warmfit sweep: median over-estimate against waves under their peak"
+    # one panel is too narrow for the title on one line (it was clipped)
+    fig.suptitle(title.replace(" against", "\nagainst") if columns == 1 else title, fontsize=13)
     axes = fig.subplots(rows, columns, squeeze=False)
     for i, label in enumerate(labels):
         ax = axes[i // columns][i % columns]
