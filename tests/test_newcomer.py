@@ -88,3 +88,12 @@ def test_recover_of_a_file_says_it_is_a_file(runner: CliRunner, tmp_path: Path) 
     done = runner.invoke(app, ["recover", str(path)])
     assert done.exit_code == 2
     assert "is a file, not a directory" in done.stderr
+
+
+def test_a_misspelt_policy_gets_a_suggestion() -> None:
+    from warmfit.policies import get_policy
+
+    with pytest.raises(PolicyError, match="Did you mean 'warm-fit'"):
+        get_policy("warmfit")
+    with pytest.raises(PolicyError, match="not its file: mypol:MeanWhole"):
+        get_policy("mypol.py:MeanWhole")

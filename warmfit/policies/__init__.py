@@ -100,18 +100,25 @@ def get_policy(spec: str) -> type[Policy]:
         try:
             obj = getattr(importlib.import_module(module_name), attr)
         except Exception as exc:  # a user's module may fail in any way while importing
+            hint = ""
+            if module_name.endswith(".py"):
+                hint = f" Name the module, not its file: {module_name[:-3]}:{attr}."
             raise PolicyError(
-                f"cannot load policy {spec!r}: {type(exc).__name__}: {exc}. Give a registered "
-                "name or an importable 'module:Class' (the module is looked for on PYTHONPATH "
-                "and in the current directory)."
+                f"cannot load policy {spec!r}: {type(exc).__name__}: {exc}.{hint} Give a "
+                "registered name or an importable 'module:Class' (the module is looked for on "
+                "PYTHONPATH and in the current directory)."
             ) from None
         return checked_class(obj, spec)
     _load_entry_points()
     try:
         return _REGISTRY[spec]
     except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(spec, list(_REGISTRY), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
         raise PolicyError(
-            f"unknown policy {spec!r}; registered policies: {', '.join(_REGISTRY)}. "
+            f"unknown policy {spec!r};{hint} registered policies: {', '.join(_REGISTRY)}. "
             "Run 'warmfit policies' to list them, or give 'module:Class'."
         ) from None
 
