@@ -97,3 +97,30 @@ def test_a_misspelt_policy_gets_a_suggestion() -> None:
         get_policy("warmfit")
     with pytest.raises(PolicyError, match="not its file: mypol:MeanWhole"):
         get_policy("mypol.py:MeanWhole")
+
+
+def test_a_budget_tables_counts_add_up(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """admitted + refused = waves in every row; fits (refused although they fit) is
+    among the refused; the columns shown are the ones the caption defines."""
+    monkeypatch.setenv("COLUMNS", "200")
+    done = runner.invoke(
+        app,
+        ["replay", "traces/art-h200", "-p", "max-merge", "-p", "warm-affine", "--budget", "60GB"],
+    )
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[-5:] == ["excess", "admitted", "refused", "fits", "ooms"]
+    refused_some = False
+    for line in lines[2:]:
+        tokens = line.split()
+        if len(tokens) < 10 or not tokens[-1].isdigit():
+            break  # the caption
+        ooms, fits, refused, admitted = (int(t) for t in tokens[-1:-5:-1])
+        waves = int(tokens[-10])
+        assert admitted + refused == waves and fits <= refused and ooms <= admitted, line
+        refused_some |= refused > fits
+    assert refused_some  # a 60 GB budget refuses waves that do not fit either
+    caption = " ".join(lines)
+    assert "set by profile / floor" not in caption  # not a column of this table
+    markdown = runner.invoke(app, ["replay", "traces/pr991", "--budget", "100GB", "-f", "markdown"])
+    assert "budget's counts are in --format table, csv and json" in markdown.stdout

@@ -100,6 +100,8 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
                 )
         cells.append(_under_peak_cell(rows))
         lines.append("| " + " | ".join(cells) + " |")
+    if "budget_bytes" in summary.columns:  # this table has no room for them: say so
+        lines += ["", "The budget's counts are in --format table, csv and json."]
     return "\n".join(lines) + "\n"
 
 
@@ -162,22 +164,26 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
     budget = "budget_bytes" in summary.columns
     caption = (
         f"over-estimate = estimate / actual - 1 (safety factor {safety_factor:g}); "
-        "under = waves priced below their peak; set by profile / floor; oom = waves that ran out "
-        "of memory (not in the figures)"
+        "under = waves priced below their peak; "
     )
-    if budget:
+    if budget:  # the columns of a budget add up: waves = admitted + refused
         caption += (
-            f"; excess = median estimate - actual; with a budget of "
+            f"excess = median estimate - actual; with a budget of "
             f"{format_bytes(summary.get_column('budget_bytes')[0])}: admitted = estimate within "
-            "it, refused = refused although the wave fits, ooms = admitted although it did not"
+            "it, refused = the others, fits = refused although the wave fits, ooms = admitted "
+            "although it did not; waves that ran out of memory are not in the figures"
         )
+    else:
+        caption += "set by profile / floor; oom = waves that ran out of memory (not in the figures)"
     table = plain_table(caption)
     for key in keys:
         table.add_column(key, no_wrap=True, min_width=3)
     table.add_column("policy", no_wrap=True)
     figures = ["waves", "median", "min", "max", "under", "profile", "floor", "oom"]
     if budget:
-        figures = ["waves", "median", "max", "under", "excess", "admitted", "refused", "ooms"]
+        figures = [
+            "waves", "median", "max", "under", "excess", "admitted", "refused", "fits", "ooms",
+        ]  # fmt: skip
     for name in figures:
         table.add_column(name, justify="right", no_wrap=True)
     previous = None
@@ -194,7 +200,8 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "oom": str(r["oom_waves"]),
             "excess": format_bytes(r["median_excess_bytes"]),
             "admitted": str(r.get("admitted")),
-            "refused": str(r.get("refused_fit")),
+            "refused": str(r["priced_waves"] - (r.get("admitted") or 0)),
+            "fits": str(r.get("refused_fit")),
             "ooms": str(r.get("admitted_oom")),
         }
         shown = [""] * len(keys) if names == previous else [cell(n) for n in names]
