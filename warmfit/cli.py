@@ -23,6 +23,7 @@ FLAGS = {
     "engine": "--engine",
     "by": "--by",
     "budget_bytes": "--budget",
+    "jobs": "--jobs",
     "fmt": "--format",
 }
 

@@ -160,10 +160,10 @@ def read_batch(batch: Batch, columns: Sequence[str] = ()) -> pl.DataFrame:
     by_file: dict[str, list[Segment]] = {}
     for segment in batch.segments:
         by_file.setdefault(segment.path, []).append(segment)
+    wanted = wanted_columns(None, columns)  # index_file checked each footer already
     frames = []
     for name, parts in by_file.items():
         path = Path(name)
-        wanted = wanted_columns(check_file_schema(path), columns)
         parts.sort(key=lambda s: s.start)
         low, high = parts[0].start, parts[-1].stop
         frame = read_rows(path, wanted, low, high - low)

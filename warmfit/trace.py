@@ -345,9 +345,11 @@ def _read_file(path: Path, columns: Sequence[str] | None) -> pl.DataFrame:
     return conform(_read_columns(path, wanted), path)
 
 
-def wanted_columns(schema: pa.Schema, columns: Sequence[str] | None) -> list[str]:
-    """The columns to load of a file: all (``None``), or replay's and ``columns``."""
+def wanted_columns(schema: pa.Schema | None, columns: Sequence[str] | None) -> list[str]:
+    """The columns to load of a file: all (``columns`` None: the file's ``schema``
+    says which), or replay's and ``columns``."""
     if columns is None:
+        assert schema is not None, "all columns: give the file's schema"
         return list(COLUMNS) + [n for n in schema.names if n not in COLUMNS]
     return list(dict.fromkeys([*REPLAY_COLUMNS, *columns]))
 

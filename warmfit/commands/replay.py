@@ -22,7 +22,6 @@ from warmfit.commands.options import (
     warn_without_whole,
     writing,
 )
-from warmfit.errors import UsageError
 
 
 def replay_command(
@@ -77,20 +76,21 @@ def replay_command(
 
     before_polars()  # first: polars' allocator reads its settings at import
     from warmfit.progress import progress_bar
-    from warmfit.replay.stream import replay_stream
+    from warmfit.replay.stream import PerWaveSink, StreamedReplay, replay_stream
     from warmfit.report import render
     from warmfit.text import counted, printable
 
     limit = budget_bytes(budget)
-    if jobs is not None and jobs < 1:
-        raise UsageError(f"--jobs must be at least 1; got {jobs}.")
-    options = dict(
-        policies=policy, safety_factor=safety, engine=engine.value, by=by.value,
-        budget_bytes=limit, jobs=jobs, cluster=cluster,
-    )  # fmt: skip
-    if per_wave is None:
+
+    def run(per_wave: PerWaveSink | None = None) -> StreamedReplay:
         with progress_bar("replaying", unit="batches") as progress:
-            result = replay_stream(paths, **options, progress=progress)  # type: ignore[arg-type]
+            return replay_stream(
+                paths, policy, safety, engine.value, by.value, limit, jobs=jobs,
+                cluster=cluster, per_wave=per_wave, progress=progress,
+            )  # fmt: skip
+
+    if per_wave is None:
+        result = run()
     else:
         from warmfit.files import write_atomically
         from warmfit.perwave import PerWaveWriter, per_wave_format
@@ -102,10 +102,7 @@ def replay_command(
         def write(sink: BinaryIO) -> None:
             writer = PerWaveWriter(sink, fmt, admitted=limit is not None)
             try:
-                with progress_bar("replaying", unit="batches") as progress:
-                    results.append(
-                        replay_stream(paths, **options, per_wave=writer.write, progress=progress)  # type: ignore[arg-type]
-                    )
+                results.append(run(writer.write))
             except BaseException:
                 writer.abandon()  # write_atomically removes the unfinished file
                 raise

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from warmfit.errors import UsageError
 from warmfit.policies import Policy
 from warmfit.replay.engines import (
     DEFAULT_POLICIES,
@@ -39,6 +38,7 @@ from warmfit.replay.semantics import (
     MAX_ESTIMATE_BYTES,
     PER_WAVE_SCHEMA,
     ProfileKey,
+    check_budget,
     check_safety_factor,
     estimate_bytes,
     is_observed,
@@ -131,10 +131,7 @@ def replay(
     admission counts.
     """
     safety_factor = check_safety_factor(safety_factor)
-    if budget_bytes is not None and not budget_bytes >= 0:
-        raise UsageError(
-            f"must be a number of bytes >= 0; got {budget_bytes!r}.", argument="budget_bytes"
-        )
+    check_budget(budget_bytes)
     groups = result_groups(readings, by)
     classes = resolve_policies(policies)
     chosen = choose_engine(engine, classes)

@@ -133,6 +133,15 @@ def estimates(
     return estimate, set_by
 
 
+def check_budget(budget_bytes: int | None) -> int | None:
+    """Reject a memory budget that is not a number of bytes >= 0 (None: no budget)."""
+    if budget_bytes is not None and not budget_bytes >= 0:
+        raise UsageError(
+            f"must be a number of bytes >= 0; got {budget_bytes!r}.", argument="budget_bytes"
+        )
+    return budget_bytes
+
+
 def check_safety_factor(safety_factor: float) -> float:
     """Reject a safety factor that is not a positive finite number."""
     if not (math.isfinite(safety_factor) and safety_factor > 0):

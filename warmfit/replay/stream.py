@@ -15,7 +15,7 @@ Where the batches run:
 - in ``jobs`` worker processes of this machine (a fork server that has
   imported warmfit once, so a worker starts in milliseconds);
 - on a Dask distributed cluster (``cluster="tcp://scheduler:8786"``, or a
-  :class:`distributed.Client`): the same two functions, :func:`index_part`
+  :class:`distributed.Client`): the same two functions, :func:`~warmfit.streams.index_file`
   and :func:`replay_batch`, submitted as tasks. Workers must see the trace's
   paths (a shared file system).
 
@@ -44,7 +44,7 @@ from warmfit.memory import keep_freed_memory, polars_keeps_freed_memory
 from warmfit.policies import Policy
 from warmfit.progress import ProgressCallback, no_progress
 from warmfit.replay.engines import choose_engine, price, resolve_policies
-from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_safety_factor
+from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_budget, check_safety_factor
 from warmfit.replay.summary import (
     FoldPart,
     SummaryFold,
@@ -53,7 +53,7 @@ from warmfit.replay.summary import (
     number_groups,
     with_admitted,
 )
-from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, FileIndex, index_file, plan, read_batch
+from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, index_file, plan, read_batch
 from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
 
 #: A batch's median values (sorted by its workers) larger than this go to disk as
@@ -111,11 +111,6 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def index_part(path: str) -> FileIndex:
-    """Index one file (a task: runs in a worker)."""
-    return index_file(path)
-
-
 def replay_batch(
     batch: Batch,
     policies: Sequence[type[Policy]],
@@ -169,10 +164,7 @@ def replay_stream(
     batches in canonical order. ``progress(done, total)`` counts batches.
     """
     safety_factor = check_safety_factor(safety_factor)
-    if budget_bytes is not None and not budget_bytes >= 0:
-        raise UsageError(
-            f"must be a number of bytes >= 0; got {budget_bytes!r}.", argument="budget_bytes"
-        )
+    check_budget(budget_bytes)
     if jobs is not None and jobs < 1:
         raise UsageError(f"must be at least 1; got {jobs!r}.", argument="jobs")
     if batch_readings < 1:
@@ -195,7 +187,7 @@ def replay_stream(
         if large:
             runner.start()
         index = runner.run if cluster is not None else _here
-        batches = plan(index(index_part, [(f,) for f in files]), batch_readings)
+        batches = plan(index(index_file, [(f,) for f in files]), batch_readings)
         elsewhere = cluster is not None or (large and len(batches) > 1)
         run = runner.run if elsewhere else _here
         where = runner.where if elsewhere else 1
