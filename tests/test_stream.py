@@ -386,3 +386,64 @@ def test_freed_memory_settings_touch_only_what_they_say(monkeypatch: pytest.Monk
     with polars_keeps_freed_memory():
         assert os.environ[JEMALLOC_CONF] == KEEP
     assert JEMALLOC_CONF not in os.environ
+
+
+# --------------------------------------------------------------------------- faults, caused
+
+
+def test_a_full_temporary_disk_for_the_medians_is_exit_2_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """The medians' sorted runs hit a file-size limit (as a full disk would): a clear
+    error naming the folder, no traceback, and the folder warmfit made is gone."""
+    import subprocess
+    import sys
+
+    spill = tmp_path / "tmp"
+    spill.mkdir()
+    (spill / "not-ours.txt").write_text("a user's file")
+    script = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4000, 4000))\n"
+        "from warmfit.errors import UsageError\n"
+        "from warmfit.replay.stream import replay_stream\n"
+        "try:\n"
+        "    replay_stream(sys.argv[1:], batch_readings=20, spill_bytes=64)\n"
+        "except UsageError as exc:\n"
+        "    print(exc); sys.exit(2)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *TRACES], capture_output=True, text=True,
+        env={**os.environ, "TMPDIR": str(spill)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "cannot write the exact medians' temporary files" in done.stdout
+    assert str(spill) in done.stdout
+    assert sorted(p.name for p in spill.iterdir()) == ["not-ours.txt"]  # ours gone, theirs kept
+
+
+def test_a_worker_that_dies_is_exit_2_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker killed (as the kernel kills one out of memory) breaks the pool: the
+    replay says so and what to do."""
+    (tmp_path / "killer_policy.py").write_text(
+        "import os, signal\n"
+        "from warmfit.policies.rule import RATE, DeclaredPolicy, Max\n"
+        f"PARENT = {os.getpid()}\n"
+        "class Killer(DeclaredPolicy):\n"
+        "    name = 'killer'\n"
+        "    summary = 'SIGKILLs any worker process that prices with it'\n"
+        "    rate = Max(RATE)\n"
+        "    @staticmethod\n"
+        "    def rule(state, n, m):\n"
+        "        if os.getpid() != PARENT:\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "        return state.rate * n\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("warmfit.replay.stream.WORKER_BYTES", 0)
+    with pytest.raises(UsageError, match="a worker process died while replaying"):
+        replay_stream(TRACES, ["killer_policy:Killer"], jobs=2, batch_readings=40)
