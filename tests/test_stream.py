@@ -127,7 +127,7 @@ def test_a_fold_in_parts_equals_a_fold_at_once() -> None:
 
 
 def test_every_stored_trace_in_small_batches_and_two_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("warmfit.replay.stream.WORKER_BYTES", 0)  # workers even for small traces
+    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)  # workers even for small traces
     expected = replay(read_trace(TRACES, columns=()), POLICIES, 1.1, "auto", "signature", 10**11)
     for jobs in (1, 2):
         got, rows = _streamed(
@@ -193,7 +193,7 @@ def test_a_small_trace_replays_here_a_large_one_in_workers(
 ) -> None:
     small = replay_stream(TRACES, jobs=2, batch_readings=40)
     assert small.batches > 1 and small.jobs == 1  # starting workers would cost more
-    monkeypatch.setattr("warmfit.replay.stream.WORKER_BYTES", 1)
+    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 1)
     large = replay_stream(TRACES, jobs=2, batch_readings=40)
     assert large.jobs == 2
     assert large.summary.equals(small.summary)
@@ -219,7 +219,7 @@ def _small_batches_in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     them in worker processes; the list gets the number of batches each pool ran."""
     import warmfit.replay.stream as stream
 
-    monkeypatch.setattr(stream, "WORKER_BYTES", 0)
+    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
     real_plan, real_in_pool = stream.plan, stream._Runner._in_pool
     monkeypatch.setattr(stream, "plan", lambda indexes, batch_readings: real_plan(indexes, 40))
     pooled: list[int] = []
@@ -444,6 +444,6 @@ def test_a_worker_that_dies_is_exit_2_not_a_traceback(
         "        return state.rate * n\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr("warmfit.replay.stream.WORKER_BYTES", 0)
+    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
     with pytest.raises(UsageError, match="a worker process died while replaying"):
         replay_stream(TRACES, ["killer_policy:Killer"], jobs=2, batch_readings=40)

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
+from warmfit.errors import TraceError
+
 
 def not_regular(path: str | os.PathLike[str]) -> str | None:
     """Why ``path`` cannot be read as a data file, or ``None`` when it is a regular file.
@@ -138,3 +140,85 @@ def write_bytes_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
         sink.write(data)
 
     return write_atomically(path, write)
+
+
+#: Files below a trace directory that are read as trace files.
+TRACE_SUFFIX = ".parquet"
+#: Words a newcomer may write after a flag (``--force true``), read as a path.
+_FLAG_VALUES = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
+
+
+def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Expand files and directories into the list of trace files to read.
+
+    A directory contributes every ``*.parquet`` below it, sorted; a file named
+    directly is read whatever its suffix. A missing path, a directory with no
+    Parquet file, a directory that cannot be listed, and anything that is not
+    a regular file (a FIFO, a device) are errors: nothing is skipped silently.
+    """
+    files: list[Path] = []
+    seen: set[Path] = set()
+    given = list(paths)
+    if not given:
+        raise TraceError(
+            "no trace path given.", fix="Name one or more Parquet files or directories."
+        )
+    for raw in given:
+        path = Path(raw)
+        if path.is_dir():
+            found = _parquet_below(path)
+            if not found:
+                hint = (
+                    "Pass the -o directory of a 'warmfit record' run, or a folder of v1 "
+                    "Parquet files (docs/trace-format.md)."
+                )
+                if any(path.rglob("*.arrows")):
+                    hint = (
+                        "It holds write-ahead logs of a recording that did not finish: "
+                        f"run 'warmfit recover {path}' first."
+                    )
+                raise TraceError("directory holds no *.parquet trace files.", path=path, fix=hint)
+        elif os.path.lexists(path):
+            found = [path]
+        else:
+            fix = "Check the path."
+            if path.name.lower() in _FLAG_VALUES:
+                fix += (
+                    f" If {path.name!r} was meant as the value of a flag (--force), leave it "
+                    "out: a flag takes no value."
+                )
+            raise TraceError("no such file or directory.", path=path, fix=fix)
+        for f in found:
+            problem = not_regular(f)
+            if problem is not None:
+                raise TraceError(
+                    f"{problem}; warmfit reads only regular files.",
+                    path=f,
+                    fix="Name the Parquet files themselves, or remove it from the trace folder.",
+                )
+            key = f.resolve()
+            if key not in seen:
+                seen.add(key)
+                files.append(f)
+    return files
+
+
+def _parquet_below(directory: Path) -> list[Path]:
+    """Every ``*.parquet`` entry below ``directory`` (not only regular files), sorted.
+
+    Symbolic links to directories are not followed (as ``Path.rglob``); a
+    directory that cannot be listed is an error naming it.
+    """
+
+    def unreadable(exc: OSError) -> None:
+        where = exc.filename or directory
+        raise TraceError(
+            f"cannot be listed ({exc.strerror or exc}), so the trace would be incomplete.",
+            path=where,
+            fix="Make it readable (chmod a+rx), or name the readable parts of the trace.",
+        )
+
+    found = []
+    for root, _dirs, names in os.walk(directory, onerror=unreadable):
+        found += [Path(root, name) for name in names if name.endswith(TRACE_SUFFIX)]
+    return sorted(found)

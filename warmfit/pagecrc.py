@@ -20,6 +20,9 @@ from __future__ import annotations
 import mmap
 import os
 import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 # Thrift compact protocol type ids.
@@ -33,8 +36,13 @@ class _Bad(Exception):
 
 
 class _Reader:
-    def __init__(self, data: mmap.mmap | bytes, pos: int, end: int) -> None:
+    def __init__(
+        self, data: mmap.mmap | bytes, pos: int, end: int, keep_bytes: bool = False
+    ) -> None:
         self.data, self.pos, self.end = data, pos, end
+        #: Keep binary fields and lists of them (a footer's column paths and
+        #: statistics) as bytes; page headers skip them.
+        self.keep_bytes = keep_bytes
 
     def byte(self) -> int:
         if self.pos >= self.end:
@@ -93,9 +101,27 @@ class _Reader:
         if self.pos > self.end:
             raise _Bad("page header runs past its column chunk")
 
+    def binary(self) -> bytes:
+        length = self.varint()
+        if length > self.end - self.pos:
+            raise _Bad("a string longer than its bytes")
+        self.pos += length
+        return bytes(self.data[self.pos - length : self.pos])
+
+    def list_size(self) -> int:
+        """A list's header: its size (each element takes at least one byte)."""
+        head = self.byte()
+        size = head >> 4
+        if size == 15:
+            size = self.varint()
+        if size > self.end - self.pos:
+            raise _Bad("a list longer than its bytes")
+        return size
+
     def struct(self, depth: int) -> dict[int, Any]:
         """Read a struct: its integer fields, its struct fields as dicts and its lists of
-        structs as lists of dicts; skip the rest."""
+        structs as lists of dicts (and, with ``keep_bytes``, its binary fields and lists
+        of them as bytes); skip the rest."""
         if depth > _MAX_DEPTH:
             raise _Bad("page header nested too deeply")
         found: dict[int, Any] = {}
@@ -111,14 +137,17 @@ class _Reader:
                 found[field] = self.zigzag()
             elif kind == _STRUCT:
                 found[field] = self.struct(depth + 1)
+            elif kind == _BINARY and self.keep_bytes:
+                found[field] = self.binary()
+            elif (
+                kind == _LIST
+                and self.keep_bytes
+                and self.pos < self.end
+                and self.data[self.pos] & 0x0F == _BINARY
+            ):
+                found[field] = [self.binary() for _ in range(self.list_size())]
             elif kind == _LIST and self.pos < self.end and self.data[self.pos] & 0x0F == _STRUCT:
-                head = self.byte()
-                size = head >> 4
-                if size == 15:
-                    size = self.varint()
-                if size > self.end - self.pos:  # each struct takes at least one byte
-                    raise _Bad("a list longer than its bytes")
-                found[field] = [self.struct(depth + 1) for _ in range(size)]
+                found[field] = [self.struct(depth + 1) for _ in range(self.list_size())]
             else:
                 self.skip(kind, depth)
 
@@ -163,41 +192,119 @@ def _chunk_pages(data: mmap.mmap | bytes, start: int, end: int, values: int) -> 
     return None
 
 
-def verify(path: str | os.PathLike[str]) -> str | None:
+def verify(path: str | os.PathLike[str], groups: Sequence[RowGroup] | None = None) -> str | None:
     """The first damaged page of ``path`` as text, or ``None`` when every checksum holds.
 
-    The footer is parsed here too (``FileMetaData``: row groups, column
+    ``groups``: check only the pages of these row groups, as :func:`row_groups`
+    found them in this file's footer (the footer is not parsed again).
+    Otherwise the footer is parsed here (``FileMetaData``: row groups, column
     chunks, their offsets and sizes), not through pyarrow, whose column
-    metadata aborts the process on some damaged footers.
+    metadata aborts the process on some damaged footers, and every page is
+    checked.
     """
+    with _mapped(path) as (data, length):
+        if isinstance(data, str):
+            return data
+        if groups is None:
+            found = _row_groups(data, length)
+            if isinstance(found, str):
+                return found
+            groups = found
+        for group in groups:
+            if group.chunks is None:
+                return "a row group in the footer lists no column chunks"
+            for chunk in group.chunks:
+                problem = _column(data, chunk, length, group.rows)
+                if problem is not None:
+                    return problem
+    return None
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """One row group as the footer describes it."""
+
+    rows: int
+    #: Per top-level column: its physical type (Thrift ``Type``: 1 INT32, 2 INT64,
+    #: 6 BYTE_ARRAY, ...) and, when the writer stored them, its least and largest
+    #: value (plain encoding) with no null among the rows; else None.
+    bounds: dict[str, tuple[int, bytes, bytes] | None]
+    #: Its column chunks' ``ColumnMetaData`` as parsed (None: the footer lists none).
+    chunks: tuple[Any, ...] | None
+
+
+def row_groups(path: str | os.PathLike[str]) -> list[RowGroup] | str:
+    """The row groups of ``path``'s footer, or what is wrong with the footer, as text.
+
+    Reads only the footer. Statistics are as a writer stored them: a reader
+    that trusts them must check that the rows it reads agree.
+    """
+    with _mapped(path) as (data, length):
+        return data if isinstance(data, str) else _row_groups(data, length)
+
+
+def _row_groups(data: mmap.mmap, length: int) -> list[RowGroup] | str:
+    meta = _footer(data, length)
+    if isinstance(meta, str):
+        return meta
+    groups = []
+    for group in meta[4]:
+        listed = group.get(1)
+        chunks = [chunk.get(3) for chunk in listed] if isinstance(listed, list) else None
+        bounds = dict(_bounds(chunk) for chunk in chunks or [])
+        groups.append(RowGroup(group[3], bounds, None if chunks is None else tuple(chunks)))
+    return groups
+
+
+def _bounds(meta: Any) -> tuple[str, tuple[int, bytes, bytes] | None]:
+    """A column chunk's top-level column name and its bounds (see :class:`RowGroup`)."""
+    if not isinstance(meta, dict):
+        return "", None
+    path = meta.get(3)
+    name = path[0].decode(errors="replace") if isinstance(path, list) and len(path) == 1 else ""
+    stats, kind = meta.get(12), meta.get(1)
+    if not isinstance(stats, dict) or not isinstance(kind, int) or stats.get(3) != 0:
+        return name, None  # no statistics, or a null (or no null count)
+    # min_value / max_value (fields 6, 5); else the deprecated min / max (2, 1): for
+    # telling whether a chunk holds one value, any total order will do.
+    low, high = (
+        (stats.get(6), stats.get(5)) if 5 in stats and 6 in stats else (stats.get(2), stats.get(1))
+    )
+    if not isinstance(low, bytes) or not isinstance(high, bytes):
+        return name, None
+    return name, (kind, low, high)
+
+
+@contextmanager
+def _mapped(path: str | os.PathLike[str]) -> Iterator[tuple[mmap.mmap | str, int]]:
+    """The file mapped, and its length; or, in place of the map, why it is not Parquet."""
     with open(path, "rb") as file:
         length = os.fstat(file.fileno()).st_size
         if length < 12:
-            return "the file is too short to be Parquet"
+            yield "the file is too short to be Parquet", length
+            return
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
             if data[-4:] != b"PAR1" or data[:4] != b"PAR1":
-                return "it does not begin and end with Parquet's magic bytes"
-            footer = int.from_bytes(data[-8:-4], "little")
-            if footer <= 0 or footer > length - 12:
-                return "its footer length is damaged"
-            try:
-                meta = _Reader(data, length - 8 - footer, length - 8).struct(0)
-            except _Bad as exc:
-                return f"its footer is damaged ({exc})"
-            groups = meta.get(4)
-            groups = groups if isinstance(groups, list) else []
-            rows = [group.get(3) for group in groups]
-            if not all(isinstance(n, int) and n >= 0 for n in rows) or sum(rows) != meta.get(3):
-                return "its footer's row counts disagree"
-            for group, count in zip(groups, rows, strict=True):
-                chunks = group.get(1)
-                if not isinstance(chunks, list):
-                    return "a row group in the footer lists no column chunks"
-                for chunk in chunks:
-                    problem = _column(data, chunk.get(3), length, count)
-                    if problem is not None:
-                        return problem
-    return None
+                yield "it does not begin and end with Parquet's magic bytes", length
+                return
+            yield data, length
+
+
+def _footer(data: mmap.mmap, length: int) -> dict[int, Any] | str:
+    """The footer (``FileMetaData``) with sound row counts, or what is wrong with it."""
+    footer = int.from_bytes(data[-8:-4], "little")
+    if footer <= 0 or footer > length - 12:
+        return "its footer length is damaged"
+    try:
+        meta = _Reader(data, length - 8 - footer, length - 8, keep_bytes=True).struct(0)
+    except _Bad as exc:
+        return f"its footer is damaged ({exc})"
+    groups = meta.get(4)
+    meta[4] = groups = groups if isinstance(groups, list) else []
+    rows = [group.get(3) for group in groups]
+    if not all(isinstance(n, int) and n >= 0 for n in rows) or sum(rows) != meta.get(3):
+        return "its footer's row counts disagree"
+    return meta
 
 
 def _column(data: mmap.mmap, meta: Any, length: int, rows: int) -> str | None:

@@ -26,19 +26,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from warmfit.errors import TraceError
+from warmfit.pagecrc import RowGroup
 from warmfit.trace import (
     canonical,
     check_file_schema,
     conform,
     find_trace_files,
     read_rows,
+    row_groups,
+    stream_numbers,
     verify_pages,
     wanted_columns,
 )
@@ -46,8 +50,9 @@ from warmfit.trace import (
 #: Readings per batch when none is given (whole streams: at least one): about
 #: 250 MB of engine memory per worker, and faster than larger batches (caches).
 DEFAULT_BATCH_READINGS = 250_000
-#: ``run`` and ``rank`` are read this many rows at a time while indexing.
-_INDEX_ROWS = 4_000_000
+#: Parquet physical types (Thrift ``Type``): a string's, and each integer's width.
+_BYTE_ARRAY = 6
+_INTEGERS = {1: 4, 2: 8}
 
 #: A stream's key: ``(run, rank)`` (None where the file holds a null; the rules
 #: then report it when its batch is read).
@@ -71,6 +76,8 @@ class FileIndex:
     rows: int
     #: ``(run, rank, start, stop)`` per stretch of equal (run, rank), in file order.
     stretches: tuple[tuple[str | None, int | None, int, int], ...]
+    #: Each row group: its first row, and what the footer says of it.
+    groups: tuple[tuple[int, RowGroup], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,38 +88,74 @@ class Batch:
     streams: tuple[StreamKey, ...]
     segments: tuple[Segment, ...]
     readings: int
+    #: Per file of the segments, the row groups its rows touch (as in
+    #: :attr:`FileIndex.groups`): their pages are checked before they are read.
+    groups: dict[str, tuple[tuple[int, RowGroup], ...]] = field(default_factory=dict)
 
 
 def index_file(path: str | os.PathLike[str]) -> FileIndex:
-    """Check one trace file's footer and pages, and find its streams' rows."""
+    """Check one trace file's footer and find its streams' rows.
+
+    A row group whose footer statistics give one ``run`` and one ``rank`` (as a
+    recorder's do: it writes a stream's readings side by side) is one
+    stretch, read from the footer alone; the ``run`` and ``rank`` of any other
+    row group are read (after its pages' checksums). :func:`read_batch` checks
+    the rest of the pages, and that the rows hold the streams planned.
+    """
     path = Path(path)
-    check_file_schema(path)
-    verify_pages(path)
+    schema = check_file_schema(path)
+    groups = row_groups(path)
     stretches: list[tuple[str | None, int | None, int, int]] = []
+    starts: list[int] = []
     start = 0
-    while True:
-        part = read_rows(path, ["run", "rank"], start, _INDEX_ROWS)
-        if part.height == 0:
-            break
-        runs = part.select(
-            pl.struct(
-                pl.col("run").cast(pl.String, strict=False),
-                pl.col("rank").cast(pl.Int64, strict=False),
-            )
-            .rle()
-            .struct.unnest()
-        )
-        lengths = runs.get_column("len").to_list()
-        keys = runs.get_column("value").struct.unnest().rows()
-        for (run, rank), length in zip(keys, lengths, strict=True):
-            if stretches and stretches[-1][:2] == (run, rank):  # continues across parts
+    for group in groups:
+        starts.append(start)
+        key = _one_stream(group, schema)
+        if key is not None:
+            found = [(*key, group.rows)]
+        else:
+            verify_pages(path, [group])
+            found = _stretches(read_rows(path, ["run", "rank"], start, group.rows))
+        for run, rank, length in found:
+            if stretches and stretches[-1][:2] == (run, rank):  # continues across groups
                 stretches[-1] = (run, rank, stretches[-1][2], start + length)
-            else:
+            elif length:
                 stretches.append((run, rank, start, start + length))
             start += length
-        if part.height < _INDEX_ROWS:
-            break
-    return FileIndex(str(path), start, tuple(stretches))
+    return FileIndex(str(path), start, tuple(stretches), tuple(zip(starts, groups, strict=True)))
+
+
+def _one_stream(group: RowGroup, schema: pa.Schema) -> StreamKey | None:
+    """The one ``(run, rank)`` of a row group by its footer statistics, or None."""
+    run, rank = group.bounds.get("run"), group.bounds.get("rank")
+    if run is None or rank is None or run[1] != run[2] or rank[1] != rank[2]:
+        return None
+    if run[0] != _BYTE_ARRAY or rank[0] not in _INTEGERS:
+        return None
+    if not pa.types.is_signed_integer(schema.field("rank").type):
+        return None  # an unsigned rank's bytes would need its width: read it instead
+    if len(rank[1]) != _INTEGERS[rank[0]]:
+        return None
+    try:
+        name = run[1].decode()
+    except UnicodeDecodeError:
+        return None
+    return name, int.from_bytes(rank[1], "little", signed=True)
+
+
+def _stretches(frame: pl.DataFrame) -> list[tuple[str | None, int | None, int]]:
+    """The runs of equal ``(run, rank)`` of some rows: key and length, in row order."""
+    runs = frame.select(
+        pl.struct(
+            pl.col("run").cast(pl.String, strict=False),
+            pl.col("rank").cast(pl.Int64, strict=False),
+        )
+        .rle()
+        .struct.unnest()
+    )
+    lengths = runs.get_column("len").to_list()
+    keys = runs.get_column("value").struct.unnest().rows()
+    return [(run, rank, length) for (run, rank), length in zip(keys, lengths, strict=True)]
 
 
 def _order(key: StreamKey) -> tuple[bool, str, bool, int]:
@@ -125,7 +168,9 @@ def plan(indexes: Iterable[FileIndex], batch_readings: int = DEFAULT_BATCH_READI
     if batch_readings < 1:
         raise ValueError("batch_readings must be at least 1")
     segments: dict[StreamKey, list[Segment]] = {}
+    groups: dict[str, tuple[tuple[int, RowGroup], ...]] = {}
     for index in indexes:
+        groups[index.path] = index.groups
         for run, rank, start, stop in index.stretches:
             segments.setdefault((run, rank), []).append(Segment(index.path, start, stop))
     batches: list[Batch] = []
@@ -137,11 +182,26 @@ def plan(indexes: Iterable[FileIndex], batch_readings: int = DEFAULT_BATCH_READI
         held += segments[key]
         readings += sum(s.stop - s.start for s in segments[key])
         if readings >= batch_readings:
-            batches.append(Batch(len(batches), tuple(streams), tuple(held), readings))
+            batches.append(_batch(len(batches), streams, held, readings, groups))
             streams, held, readings = [], [], 0
     if streams:
-        batches.append(Batch(len(batches), tuple(streams), tuple(held), readings))
+        batches.append(_batch(len(batches), streams, held, readings, groups))
     return batches
+
+
+def _batch(
+    number: int,
+    streams: list[StreamKey],
+    held: list[Segment],
+    readings: int,
+    groups: dict[str, tuple[tuple[int, RowGroup], ...]],
+) -> Batch:
+    rows: dict[str, tuple[int, int]] = {}  # per file, the rows from the first to the last held
+    for s in held:
+        low, high = rows.get(s.path, (s.start, s.stop))
+        rows[s.path] = (min(low, s.start), max(high, s.stop))
+    touched = {path: _groups_within(groups[path], *span) for path, span in rows.items()}
+    return Batch(number, tuple(streams), tuple(held), readings, touched)
 
 
 def plan_trace(
@@ -166,6 +226,8 @@ def read_batch(batch: Batch, columns: Sequence[str] = ()) -> pl.DataFrame:
         path = Path(name)
         parts.sort(key=lambda s: s.start)
         low, high = parts[0].start, parts[-1].stop
+        groups = batch.groups.get(name)
+        verify_pages(path, None if groups is None else [group for _, group in groups])
         frame = read_rows(path, wanted, low, high - low)
         if frame.height != high - low:
             raise TraceError(
@@ -183,4 +245,40 @@ def read_batch(batch: Batch, columns: Sequence[str] = ()) -> pl.DataFrame:
             frame, rows = frame.filter(pl.Series(keep)), rows[keep]
         frames.append(conform(frame, path, rows))
     frame = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
-    return canonical(frame, [Path(f) for f in by_file])
+    frame = canonical(frame, [Path(f) for f in by_file])
+    _check_streams(frame, batch)
+    return frame
+
+
+def _groups_within(
+    groups: Sequence[tuple[int, RowGroup]], low: int, high: int
+) -> tuple[tuple[int, RowGroup], ...]:
+    """The row groups (each with its first row) that rows ``[low, high)`` touch."""
+    return tuple((start, g) for start, g in groups if start < high and start + g.rows > low)
+
+
+def _check_streams(frame: pl.DataFrame, batch: Batch) -> None:
+    """Raise unless the rows read hold exactly the streams planned.
+
+    The plan trusts footer statistics (:func:`index_file`); a writer that
+    stored wrong ones would otherwise split a stream between batches.
+    """
+    stream = stream_numbers(frame)
+    heads = np.flatnonzero(np.concatenate(([True], stream[1:] != stream[:-1])))
+    found = frame.select("run", "rank")[heads].rows()
+    if found != list(batch.streams):
+        paths = sorted({s.path for s in batch.segments})
+        raise TraceError(
+            "the footer's statistics of its row groups name other (run, rank) streams than "
+            f"its rows hold (planned {_streams_text(batch.streams)}; read "
+            f"{_streams_text(found)}).",
+            path=paths[0] if len(paths) == 1 else None,
+            fix="Rewrite the file with a correct Parquet writer (pyarrow, polars), or "
+            "restore it from a good copy."
+            + ("" if len(paths) == 1 else f" Files: {', '.join(paths)}."),
+        )
+
+
+def _streams_text(streams: Sequence[tuple[object, object]]) -> str:
+    shown = ", ".join(f"({run!r}, {rank})" for run, rank in streams[:3])
+    return shown + (f" and {len(streams) - 3} more" if len(streams) > 3 else "")

@@ -150,7 +150,7 @@ def inside_trace_directory(path: Path, inputs: list[Path]) -> Path | None:
     A directory given as a trace path is read recursively for ``*.parquet``,
     so a Parquet output written below it would break the next replay.
     """
-    from warmfit.trace import TRACE_SUFFIX
+    from warmfit.files import TRACE_SUFFIX
 
     if not path.name.endswith(TRACE_SUFFIX):
         return None

@@ -73,8 +73,10 @@ def replay_command(
     of (run, rank) streams at a time, on every core (--jobs) or a cluster.
     """
     from warmfit.memory import before_polars
+    from warmfit.workers import prestart
 
     before_polars()  # first: polars' allocator reads its settings at import
+    prestart(paths, jobs, cluster)  # the workers' imports run beside this process's
     from warmfit.progress import progress_bar
     from warmfit.replay.stream import PerWaveSink, StreamedReplay, replay_stream
     from warmfit.report import render

@@ -25,7 +25,6 @@ fold's counts; each worker one batch.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import tempfile
@@ -40,7 +39,7 @@ from typing import Any
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.memory import keep_freed_memory, polars_keeps_freed_memory
+from warmfit.memory import keep_freed_memory
 from warmfit.policies import Policy
 from warmfit.progress import ProgressCallback, no_progress
 from warmfit.replay.engines import choose_engine, price, resolve_policies
@@ -55,15 +54,11 @@ from warmfit.replay.summary import (
 )
 from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, index_file, plan, read_batch
 from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
+from warmfit.workers import default_jobs, fork_context, wants_workers
 
 #: A batch's median values (sorted by its workers) larger than this go to disk as
 #: they come, as one sorted run; smaller ones wait in memory up to this size.
 SPILL_BYTES = 4 * 2**20
-
-#: Trace files of at least this many bytes in all are replayed by worker
-#: processes (about 1.5M readings: below it, starting them costs more than
-#: they save; measured at 1e6, 1.2 s here against 1.6 s with two workers).
-WORKER_BYTES = 32 * 2**20
 
 #: Receives the per-wave rows of each batch, in canonical order.
 PerWaveSink = Callable[[pl.DataFrame], None]
@@ -101,14 +96,6 @@ class BatchResult:
     per_wave: pl.DataFrame | None
     #: :func:`warmfit.trace.reading_counts` of the batch's readings.
     counts: pl.DataFrame
-
-
-def default_jobs() -> int:
-    """The cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def replay_batch(
@@ -183,7 +170,7 @@ def replay_stream(
         # Files are indexed here (on a cluster, by its workers) while the worker
         # processes of a large trace start; a small trace, or one of one batch,
         # replays here: starting workers would cost more than they save.
-        large = sum(os.path.getsize(f) for f in files) >= WORKER_BYTES
+        large = wants_workers(files, runner.jobs)
         if large:
             runner.start()
         index = runner.run if cluster is not None else _here
@@ -307,13 +294,11 @@ class _Runner:
         """Start the worker processes now, so that they are ready when the work is."""
         if self.cluster is not None or self.jobs == 1 or self._pool is not None:
             return
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["warmfit.replay.stream"])
-        self._pool = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_start_worker)
-        # The fork server imports polars afresh: its allocator keeps freed pages.
-        with polars_keeps_freed_memory():
-            for _ in range(self.jobs):
-                self._pool.submit(os.getpid)
+        self._pool = ProcessPoolExecutor(
+            self.jobs, mp_context=fork_context(), initializer=_start_worker
+        )
+        for _ in range(self.jobs):
+            self._pool.submit(os.getpid)
 
     def _in_pool(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
         self.start()

@@ -1,0 +1,120 @@
+"""Indexing a trace for a replay in batches: footer statistics, checksums and the
+fork server started early (:mod:`warmfit.streams`, :mod:`warmfit.workers`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from warmfit import pagecrc
+from warmfit.cli import app
+from warmfit.errors import TraceError
+from warmfit.replay.stream import replay_stream
+from warmfit.streams import index_file
+from warmfit.trace import readings_frame, write_trace
+
+TRACES = Path(__file__).resolve().parent.parent / "traces"
+
+
+def _two_streams(path: Path, monkeypatch: pytest.MonkeyPatch, runs: tuple[str, str]) -> None:
+    """Streams (runs[0], 0) and (runs[1], 1) of 6 readings each, in row groups of 4:
+    the second row group holds the end of one and the start of the other."""
+    monkeypatch.setattr("warmfit.writer.ROW_GROUP_ROWS", 4)
+    rows = [
+        dict(run=run, rank=rank, seq=s, wave=s, signature="s", packed_tokens=4,
+             logical_tokens=4, peak_bytes=100 + s)
+        for rank, run in enumerate(runs) for s in range(6)
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), path)
+
+
+def test_row_groups_of_one_stream_are_indexed_from_the_footer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the row group holding two streams has its run and rank read."""
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch, ("runA", "runB"))
+    read: list[tuple[int, int | None]] = []
+    real = __import__("warmfit.streams", fromlist=["read_rows"]).read_rows
+
+    def spy(path: Path, columns: list[str], start: int = 0, length: int | None = None) -> object:
+        read.append((start, length))
+        return real(path, columns, start, length)
+
+    monkeypatch.setattr("warmfit.streams.read_rows", spy)
+    index = index_file(path)
+    assert index.stretches == (("runA", 0, 0, 6), ("runB", 1, 6, 12))
+    assert read == [(4, 4)]
+    assert [start for start, _ in index.groups] == [0, 4, 8]
+
+
+def test_footer_statistics_that_lie_are_caught_when_the_rows_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A footer whose statistics name the wrong run would split a stream between
+    batches; the batch that reads the rows sees it and stops (exit 2)."""
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch, ("runA", "runB"))
+    data = bytearray(path.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - footer
+    # the footer's statistics: every "runB" becomes "runA" (same length, so the
+    # footer still parses); the pages, and their checksums, are untouched
+    data[start:-8] = bytes(data[start:-8]).replace(b"runB", b"runA")
+    path.write_bytes(bytes(data))
+    assert [s[:2] for s in index_file(path).stretches][-1] == ("runA", 1)  # as the footer says
+    with pytest.raises(TraceError, match="statistics of its row groups") as caught:
+        replay_stream([path])
+    assert caught.value.path == str(path)
+    result = CliRunner().invoke(app, ["replay", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "statistics" in result.output and "Traceback" not in result.output
+
+
+def test_a_damaged_page_is_found_by_the_batch_that_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checksums are checked batch by batch: a flipped byte in the last row group
+    (read by the last batch) is still an error naming the file."""
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch, ("runA", "runB"))
+    groups = pagecrc.row_groups(path)
+    assert not isinstance(groups, str)
+    chunk = groups[-1].chunks[-1]  # type: ignore[index]
+    last = chunk[9] + chunk[7] - 1  # the chunk's last byte: inside its last page's body
+    data = bytearray(path.read_bytes())
+    data[last] ^= 0xFF
+    path.write_bytes(bytes(data))
+    index_file(path)  # the footer is sound: indexing does not read that page
+    with pytest.raises(TraceError, match="fails its checksum") as caught:
+        replay_stream([path], batch_readings=6)
+    assert caught.value.path == str(path)
+
+
+@pytest.mark.parametrize("threshold, started", [(0, True), (2**62, False)])
+def test_prestart_starts_the_fork_server_for_workers_without_polars(
+    threshold: int, started: bool
+) -> None:
+    """``warmfit replay`` starts the workers' fork server before it imports polars,
+    and only when the trace will use workers."""
+    code = (
+        "import sys, warmfit.workers as w\n"
+        f"w.WORKER_BYTES = {threshold}\n"
+        f"w.prestart([{str(TRACES)!r}], 2, None)\n"
+        "from multiprocessing import forkserver\n"
+        "print(forkserver._forkserver._forkserver_pid is not None, 'polars' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == [str(started), "False"]
+
+
+def test_prestart_leaves_errors_to_the_replay() -> None:
+    from warmfit.workers import prestart
+
+    prestart(["/no/such/trace"], 2, None)  # no exception: replay names the path
