@@ -20,7 +20,7 @@ from __future__ import annotations
 import mmap
 import os
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -231,6 +231,14 @@ class RowGroup:
     bounds: dict[str, tuple[int, bytes, bytes] | None]
     #: Its column chunks' ``ColumnMetaData`` as parsed (None: the footer lists none).
     chunks: tuple[Any, ...] | None
+
+    def only(self, columns: Collection[str]) -> RowGroup:
+        """This row group with only the chunks of these top-level columns (to check
+        the pages of just the columns about to be read)."""
+        if self.chunks is None:
+            return self
+        kept = tuple(c for c in self.chunks if _bounds(c)[0] in columns)
+        return RowGroup(self.rows, self.bounds, kept)
 
 
 def row_groups(path: str | os.PathLike[str]) -> list[RowGroup] | str:

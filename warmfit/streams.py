@@ -114,8 +114,9 @@ def index_file(path: str | os.PathLike[str]) -> FileIndex:
         if key is not None:
             found = [(*key, group.rows)]
         else:
-            verify_pages(path, [group])
-            found = _stretches(read_rows(path, ["run", "rank"], start, group.rows))
+            keys = ["run", "rank"]
+            verify_pages(path, [group.only(keys)])  # the batch checks the other columns
+            found = _stretches(read_rows(path, keys, start, group.rows))
         for run, rank, length in found:
             if stretches and stretches[-1][:2] == (run, rank):  # continues across groups
                 stretches[-1] = (run, rank, stretches[-1][2], start + length)
