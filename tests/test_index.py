@@ -20,24 +20,34 @@ from warmfit.trace import readings_frame, write_trace
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 
 
-def _two_streams(path: Path, monkeypatch: pytest.MonkeyPatch, runs: tuple[str, str]) -> None:
-    """Streams (runs[0], 0) and (runs[1], 1) of 6 readings each, in row groups of 4:
-    the second row group holds the end of one and the start of the other."""
+def _two_streams(
+    path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    runs: tuple[str, str] = ("runA", "runB"),
+    ranks: tuple[int, int] = (0, 1),
+) -> None:
+    """Streams (runs[0], ranks[0]) and (runs[1], ranks[1]) of 6 readings each, in row
+    groups of 4: the second row group holds the end of one and the start of the other."""
     monkeypatch.setattr("warmfit.writer.ROW_GROUP_ROWS", 4)
     rows = [
         dict(run=run, rank=rank, seq=s, wave=s, signature="s", packed_tokens=4,
              logical_tokens=4, peak_bytes=100 + s)
-        for rank, run in enumerate(runs) for s in range(6)
+        for run, rank in zip(runs, ranks, strict=True) for s in range(6)
     ]  # fmt: skip
     write_trace(readings_frame(rows), path)
 
 
+@pytest.mark.parametrize(
+    "runs, ranks",
+    [(("runA", "runB"), (0, 1)), (("runA", "runB"), (0, 0)), (("runA", "runA"), (0, 1))],
+)
 def test_row_groups_of_one_stream_are_indexed_from_the_footer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: tuple[str, str], ranks: tuple[int, int]
 ) -> None:
-    """Only the row group holding two streams has its run and rank read."""
+    """Only the row group holding two streams (differing in run, rank or both) has
+    its run and rank read."""
     path = tmp_path / "t.parquet"
-    _two_streams(path, monkeypatch, ("runA", "runB"))
+    _two_streams(path, monkeypatch, runs, ranks)
     read: list[tuple[int, int | None]] = []
     real = __import__("warmfit.streams", fromlist=["read_rows"]).read_rows
 
@@ -47,7 +57,7 @@ def test_row_groups_of_one_stream_are_indexed_from_the_footer(
 
     monkeypatch.setattr("warmfit.streams.read_rows", spy)
     index = index_file(path)
-    assert index.stretches == (("runA", 0, 0, 6), ("runB", 1, 6, 12))
+    assert index.stretches == ((runs[0], ranks[0], 0, 6), (runs[1], ranks[1], 6, 12))
     assert read == [(4, 4)]
     assert [start for start, _ in index.groups] == [0, 4, 8]
 
@@ -58,7 +68,7 @@ def test_footer_statistics_that_lie_are_caught_when_the_rows_are_read(
     """A footer whose statistics name the wrong run would split a stream between
     batches; the batch that reads the rows sees it and stops (exit 2)."""
     path = tmp_path / "t.parquet"
-    _two_streams(path, monkeypatch, ("runA", "runB"))
+    _two_streams(path, monkeypatch)
     data = bytearray(path.read_bytes())
     footer = int.from_bytes(data[-8:-4], "little")
     start = len(data) - 8 - footer
@@ -81,7 +91,7 @@ def test_a_damaged_page_is_found_by_the_batch_that_reads_it(
     """Checksums are checked batch by batch: a flipped byte in the last row group
     (read by the last batch) is still an error naming the file."""
     path = tmp_path / "t.parquet"
-    _two_streams(path, monkeypatch, ("runA", "runB"))
+    _two_streams(path, monkeypatch)
     groups = pagecrc.row_groups(path)
     assert not isinstance(groups, str)
     chunk = groups[-1].chunks[-1]  # type: ignore[index]
