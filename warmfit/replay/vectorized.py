@@ -85,10 +85,13 @@ def _running(
     count = len(values)
     if agg.kind in ("max", "min"):
         ufunc = np.fmax if agg.kind == "max" else np.fmin
-        running = np.full(count, np.nan)
-        np.copyto(running, values, where=meets)
+        running = np.where(meets, values, np.nan)
+        if not np.isnan(agg.initial):
+            # the initial value taken into each profile's first reading: the same
+            # maxima (or minima) as taking it into every running value after
+            running[starts] = ufunc(agg.initial, running[starts])
         _accumulate(ufunc, running, starts, lengths)
-        return ufunc(agg.initial, running) if not np.isnan(agg.initial) else running
+        return running
     if agg.kind in ("sum", "count"):
         running = np.where(meets, values, 0.0)
         running[starts] = agg.initial + running[starts]  # ((initial + v1) + v2) + ...
@@ -103,6 +106,24 @@ def _running(
     return result
 
 
+@dataclass(frozen=True)
+class _Computed:
+    """One aggregate of a policy computed over a batch's readings."""
+
+    #: Per reading (sorted by profile), its value up to and including the reading.
+    running: np.ndarray
+    #: Per wave, its value just before the wave's first reading (the state it is priced from).
+    at_waves: np.ndarray
+    #: Per profile, whether the aggregate was ever set (kept for a First aggregate only).
+    reached: np.ndarray | None
+
+
+#: Aggregates computed for one policy, for the next policies of the same readings:
+#: keyed by the names and objects of a policy's aggregates up to and including one
+#: (see :func:`declared_prices`).
+Computed = dict[tuple[tuple[str, int], ...], _Computed]
+
+
 def declared_prices(
     cls: type[DeclaredPolicy],
     columns: dict[str, np.ndarray],
@@ -111,6 +132,7 @@ def declared_prices(
     n: np.ndarray,
     m: np.ndarray,
     profiles_wanted: bool = True,
+    computed: Computed | None = None,
 ) -> tuple[np.ndarray, list[DeclaredPolicy]]:
     """``p`` per wave (NaN: no profile) for a declared policy, and each profile as it
     stands after its last reading (none unless ``profiles_wanted``).
@@ -120,27 +142,46 @@ def declared_prices(
     in seq order, opening at ``starts``); ``priced_at`` is, per wave, the
     position of the reading just before its first one (-1: none before);
     ``n`` and ``m`` the waves' token counts.
+
+    ``computed``, when given, keeps the aggregates computed here for the next
+    policies priced over the same arguments, and gives those an earlier policy
+    computed: ``warm-fit`` inherits ``rate_max`` and ``sharing_max`` from
+    ``max-merge``, and they are computed once. An aggregate's values depend on
+    it and on the aggregates declared before it, which its expressions read by
+    name; so it is shared only where the two policies' aggregates, up to and
+    including it, are the same objects under the same names (a policy of one's
+    own may name an aggregate alike and mean something else).
     """
     lengths = np.diff(np.append(starts, len(columns["observed"])))
     observed = columns["observed"]
+    computed = {} if computed is None else computed
     running: dict[str, np.ndarray] = {}
     memo: Memo = {}
+    state: dict[str, np.ndarray] = {}
     reached: dict[str, np.ndarray] = {}  # per profile: whether a First aggregate was set
-    for agg in cls.aggregates:
-        meets = (
-            observed
-            if agg.where is None
-            else observed & (evaluate(agg.where, columns, running, memo) != 0)
-        )
-        values = evaluate(agg.value, columns, running, memo)
-        running[agg.name] = _running(agg, values, meets, starts, lengths)
-        if isinstance(agg, First):
-            reached[agg.name] = np.logical_or.reduceat(meets, starts)
     before = np.maximum(priced_at, 0)
-    state = {
-        agg.name: np.where(priced_at < 0, agg.initial, running[agg.name][before])
-        for agg in cls.aggregates
-    }
+    unpriced = np.flatnonzero(priced_at < 0)  # waves before which the profile saw nothing
+    key: tuple[tuple[str, int], ...] = ()
+    for agg in cls.aggregates:
+        key += ((agg.name, id(agg)),)
+        if key not in computed:
+            meets = (
+                observed
+                if agg.where is None
+                else observed & (evaluate(agg.where, columns, running, memo) != 0)
+            )
+            values = evaluate(agg.value, columns, running, memo)
+            values = _running(agg, values, meets, starts, lengths)
+            at_waves = values[before]
+            at_waves[unpriced] = agg.initial
+            first = np.logical_or.reduceat(meets, starts) if isinstance(agg, First) else None
+            computed[key] = _Computed(values, at_waves, first)
+        done = computed[key]
+        running[agg.name] = done.running
+        # a copy: a rule may change its arguments in place, and the values are shared
+        state[agg.name] = done.at_waves.copy()
+        if done.reached is not None:
+            reached[agg.name] = done.reached
     try:
         with np.errstate(all="ignore"):
             p = np.asarray(cls.rule(State(state), n.astype(np.float64), m.astype(np.float64)))
@@ -353,9 +394,10 @@ def price_waves(
         if profiles_out is not None
         else []
     )
+    computed: Computed = {}  # aggregates policies share (see declared_prices)
     for cls in declared:
         p, finals = declared_prices(
-            cls, columns, profile_starts, priced_at, n, m, profiles_out is not None
+            cls, columns, profile_starts, priced_at, n, m, profiles_out is not None, computed
         )
         if profiles_out is not None:
             for owner, final in zip(owners, finals, strict=True):
