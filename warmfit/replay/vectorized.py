@@ -298,9 +298,11 @@ def price_waves(
     # Per reading: delta, rate and sharing, with Python's arithmetic (SPEC §4).
     n = _ints(readings, "packed_tokens")
     delta = np.maximum(_ints(readings, "peak_bytes") - _ints(readings, "baseline_bytes"), 0)
-    compute = np.maximum(delta - _ints(readings, "output_bytes"), 0)
+    output = _ints(readings, "output_bytes")
+    compute = np.maximum(delta - output, 0)
     rate = compute / n
-    sharing = _ints(readings, "logical_tokens") / n
+    logical = _ints(readings, "logical_tokens")
+    sharing = logical / n
     # Streams are contiguous (sorted by run, rank, seq): number them, then profiles.
     keys = readings.select(
         pl.struct("run", "rank").rle_id().cast(pl.Int64).alias("stream"),
@@ -338,43 +340,35 @@ def price_waves(
     by_profile = _profile_order(profile)
     sorted_profile = profile[by_profile]
     opens = np.concatenate(([True], sorted_profile[1:] != sorted_profile[:-1]))
-    tallies = _tallies(readings, profile, oom_reading)
+    whole = readings.get_column("whole").to_numpy()
+    tallies = _tallies(readings, profile, whole, oom_reading)
     del profile, sorted_profile
     position = np.empty(len(by_profile), dtype=np.int64)
     position[by_profile] = np.arange(len(by_profile))
     at = position[first]
     del position
     priced_at = np.where(opens[at], -1, at - 1)
-    # Every reading's fields as the declarations read them (warmfit.policies.rule.FIELDS).
-    output = _ints(readings, "output_bytes")
-    columns = {
-        "packed_tokens": n[by_profile].astype(np.float64),
-        "logical_tokens": _ints(readings, "logical_tokens")[by_profile].astype(np.float64),
-        "delta_bytes": delta[by_profile].astype(np.float64),
-        "output_bytes": output[by_profile].astype(np.float64),
-        "compute_bytes": compute[by_profile].astype(np.float64),
-        "rate": rate[by_profile],
-        "sharing": sharing[by_profile],
-        "whole": readings.get_column("whole").to_numpy()[by_profile].astype(np.float64),
-        "caller": caller[by_profile].astype(np.float64),
-        "observed": observed_reading[by_profile],
-    }
+    # Every reading's fields as the declarations read them (warmfit.policies.rule.FIELDS),
+    # each made when an expression first reads it.
+    columns = _Columns(
+        by_profile,
+        packed_tokens=n,
+        logical_tokens=logical,
+        delta_bytes=delta,
+        output_bytes=output,
+        compute_bytes=compute,
+        rate=rate,
+        sharing=sharing,
+        whole=whole,
+        caller=caller,
+    )
+    columns["observed"] = observed_reading[by_profile]
     profile_starts = np.flatnonzero(opens)
     by_profile_first = by_profile[profile_starts]
     counts = readings.select("run", "signature").gather(by_profile_first).with_columns(**tallies)
-    del (
-        by_profile,
-        opens,
-        rate,
-        sharing,
-        compute,
-        oom_reading,
-        observed_reading,
-        delta,
-        output,
-        caller,
-        split_child,
-    )
+    # (the fields themselves are kept by columns until the policies have read them)
+    del by_profile, opens, rate, sharing, compute, oom_reading, observed_reading, delta
+    del output, logical, whole, caller, split_child
 
     waves = readings.select(
         "packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"
@@ -416,9 +410,32 @@ def price_waves(
     return PricedWaves(first, actual, oom, estimate, code, counts)
 
 
-def _tallies(readings: pl.DataFrame, profile: np.ndarray, oom: np.ndarray) -> dict[str, pl.Series]:
+class _Columns(dict[str, np.ndarray]):
+    """The readings' fields sorted by profile, as doubles, each made when first read.
+
+    A policy's expressions read a few of :data:`~warmfit.policies.rule.FIELDS`
+    (max-merge and warm-fit none of the byte counts but the rate): a field is
+    gathered into profile order and converted only when read. ``fields`` gives
+    each reading's values in the readings' order.
+    """
+
+    def __init__(self, order: np.ndarray, **fields: np.ndarray) -> None:
+        super().__init__()
+        self._order = order
+        self._fields = fields
+
+    def __missing__(self, name: str) -> np.ndarray:
+        values = self._fields[name][self._order].astype(np.float64, copy=False)
+        self[name] = values
+        return values
+
+
+def _tallies(
+    readings: pl.DataFrame, profile: np.ndarray, whole: np.ndarray, oom: np.ndarray
+) -> dict[str, pl.Series]:
     """Per (dense) profile, what :func:`warmfit.trace.reading_counts` counts per run and
-    signature: readings, flat ones, whole ones that did not run out of memory, oom ones."""
+    signature: readings, flat ones, whole ones that did not run out of memory, oom ones
+    (``whole`` and ``oom``: the readings' columns)."""
     size = int(profile.max()) + 1
 
     def tally(flags: np.ndarray) -> pl.Series:
@@ -427,7 +444,7 @@ def _tallies(readings: pl.DataFrame, profile: np.ndarray, oom: np.ndarray) -> di
     return {
         "readings": pl.Series(np.bincount(profile, minlength=size).astype(np.int64)),
         "flat_readings": tally((readings.get_column("kind") == "flat").to_numpy()),
-        "whole_readings": tally(readings.get_column("whole").to_numpy() & ~oom),
+        "whole_readings": tally(whole & ~oom),
         "oom_readings": tally(oom),
     }
 
