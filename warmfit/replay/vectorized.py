@@ -366,20 +366,17 @@ def price_waves(
     profile_starts = np.flatnonzero(opens)
     by_profile_first = by_profile[profile_starts]
     counts = readings.select("run", "signature").gather(by_profile_first).with_columns(**tallies)
+    # Per wave, from its first reading: the wave constants a price reads.
+    m, o = logical[first], output[first]
+    n = n[first]
+    static_floor = readings.get_column("static_floor_bytes").gather(first)
+    has_floor = static_floor.is_not_null().to_numpy()
+    floor = static_floor.fill_null(0).to_numpy()
     # (the fields themselves are kept by columns until the policies have read them)
     del by_profile, opens, rate, sharing, compute, oom_reading, observed_reading, delta
-    del output, logical, whole, caller, split_child
-
-    waves = readings.select(
-        "packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"
-    ).gather(first)
+    del output, logical, whole, caller, split_child, static_floor
 
     # Per wave and policy: p, then the estimate (SPEC §3), in numpy.
-    n = _ints(waves, "packed_tokens")
-    m = _ints(waves, "logical_tokens")
-    o = _ints(waves, "output_bytes")
-    has_floor = waves.get_column("static_floor_bytes").is_not_null().to_numpy()
-    floor = waves.get_column("static_floor_bytes").fill_null(0).to_numpy()
     estimates_of: list[np.ndarray] = []
     set_by: list[np.ndarray] = []
     # Each profile's (run, rank, signature), from its first reading.
