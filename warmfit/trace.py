@@ -435,7 +435,9 @@ def read_rows(
         if start == 0 and length is None:
             return pl.read_parquet(path, columns=list(columns), glob=False)
         scan = pl.scan_parquet(path, glob=False).select(columns)
-        return scan.slice(start, length).collect()
+        # one buffer a column (a slice comes in one chunk per row group): gathers
+        # and numpy conversions of chunked columns cost more than this copy
+        return scan.slice(start, length).collect().rechunk()
     except (Exception, pl.exceptions.PanicException) as exc:  # damaged data raises many kinds
         raise TraceError(
             f"could not be read ({type(exc).__name__}: {_short(exc)}).", path=path, fix=_DAMAGED
