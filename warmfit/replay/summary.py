@@ -316,9 +316,12 @@ def per_wave_arrays(
 def number_groups(groups: pl.DataFrame) -> tuple[np.ndarray, list[tuple[object, ...]]]:
     """Number each row's key (all of ``groups``' columns): the numbers, and the
     distinct keys they index, in the order they first appear."""
+    if groups.height == 0:
+        return np.zeros(0, dtype=np.int64), []
+    # one key in all (a batch of one run, say): seen without hashing every row
+    if groups.select(pl.struct(groups.columns).rle_id().max()).item() == 0:
+        return np.zeros(groups.height, dtype=np.int64), groups.head(1).rows()
     distinct = groups.unique(maintain_order=True)
-    if distinct.height <= 1:
-        return np.zeros(groups.height, dtype=np.int64), distinct.rows()
     code = groups.join(
         distinct.with_row_index("__code"), on=groups.columns, how="left", maintain_order="left"
     ).get_column("__code")
