@@ -369,9 +369,9 @@ def price_waves(
     # Per wave, from its first reading: the wave constants a price reads.
     m, o = logical[first], output[first]
     n = n[first]
-    static_floor = readings.get_column("static_floor_bytes").gather(first)
-    has_floor = static_floor.is_not_null().to_numpy()
-    floor = static_floor.fill_null(0).to_numpy()
+    static_floor = readings.get_column("static_floor_bytes")
+    has_floor = static_floor.is_not_null().to_numpy()[first]
+    floor = static_floor.fill_null(0).to_numpy()[first]
     # (the fields themselves are kept by columns until the policies have read them)
     del by_profile, opens, rate, sharing, compute, oom_reading, observed_reading, delta
     del output, logical, whole, caller, split_child, static_floor
