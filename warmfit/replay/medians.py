@@ -41,10 +41,10 @@ and removes at :meth:`~ExactMedians.close`, at the end of a ``with`` block,
 or when garbage collected (in the process that made it, not a forked
 child); only the files it wrote are deleted, and the directory only if
 nothing else was put there. The sort partitions by group with a stable
-radix argsort of the codes (16 bits a pass), then sorts each group's keys
-(a long stretch by polars, about three times as fast as numpy on one core);
-with many short groups it argsorts the keys first and partitions stably
-after.
+radix argsort of the codes (16 bits a pass; none when they come in order),
+then sorts each group's keys (a long stretch by polars, about three times as
+fast as numpy on one core); with many short groups it argsorts the keys
+first and partitions stably after.
 
 *Middles.* With nothing spilled, the held values are sorted and the middles
 read off. Otherwise the held values are spilled as one more run, and each
@@ -658,7 +658,8 @@ def _sort_pairs(codes: Int64Array, keys: Int64Array) -> tuple[Int64Array, Int64A
     starts = np.zeros(present.size + 1, dtype=np.int64)
     np.cumsum(tally[present], out=starts[1:])
     if present.size * _SEGMENT_MIN <= keys.size:
-        ordered = keys[_stable_order(codes, top)]
+        in_order = bool((codes[1:] >= codes[:-1]).all())  # then each group is one stretch
+        ordered = keys.copy() if in_order else keys[_stable_order(codes, top)]
         for begin, end in itertools.pairwise(starts.tolist()):
             ordered[begin:end] = _sorted(ordered[begin:end])
     else:

@@ -233,12 +233,20 @@ def fold_part(
     policies: int,
     budget_bytes: int | None = None,
 ) -> FoldPart:
-    """The figures of some waves (see :meth:`SummaryFold.add`) per local cell."""
+    """The figures of some waves (see :meth:`SummaryFold.add`) per local cell.
+
+    The (wave, policy) values are taken policy by policy: the waves of one
+    group (a batch of one run) then come cell after cell, and the medians'
+    values need no partition by cell before they are sorted.
+    """
     cells = len(keys) * policies
-    cell = np.repeat(np.asarray(group, dtype=np.int64) * policies, policies)
-    cell += np.tile(np.arange(policies, dtype=np.int64), len(actual))
-    actual = np.repeat(actual, policies)
-    oom = np.repeat(oom, policies)
+    waves = len(actual)
+    cell = np.tile(np.asarray(group, dtype=np.int64) * policies, policies)
+    cell += np.repeat(np.arange(policies, dtype=np.int64), waves)
+    actual = np.tile(actual, policies)
+    oom = np.tile(oom, policies)
+    estimate = estimate.reshape(waves, policies).T.ravel()
+    set_by = set_by.reshape(waves, policies).T.ravel()
     priced = estimate >= 0
     figure = priced & ~oom & (actual > 0)
     conditions = [
