@@ -616,7 +616,7 @@ def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str], stream: np
     Sorting the readings by (stream, wave) puts each wave's readings side by
     side; a wave disagrees when two neighbours of one wave differ. Recorders
     number waves in order, so this sort is nearly free, where grouping by
-    wave is not. ``True`` sends the caller to the slow path that names the
+    wave is not, and is skipped when the readings are in that order already. ``True`` sends the caller to the slow path that names the
     wave.
     """
     if frame.height < 2:
@@ -628,14 +628,18 @@ def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str], stream: np
     stream = stream.astype(np.int64)  # a copy: the key is built in place below
     wave = _numpy(frame.get_column("wave").cast(pl.Int64))
     low, span = int(wave.min()), int(wave.max()) - int(wave.min()) + 1
+    order: np.ndarray | None
     if int(stream[-1]) * span + span < 2**63:
         stream *= span
         stream += wave - low
-        order = np.argsort(stream, kind="stable")
+        # a recorder's waves in order: each wave's readings are side by side already
+        in_order = bool((stream[1:] >= stream[:-1]).all())
+        order = None if in_order else np.argsort(stream, kind="stable")
     else:
         order = np.lexsort((wave, stream))
-    stream = stream[order]
-    wave = wave[order]
+    if order is not None:
+        stream = stream[order]
+        wave = wave[order]
     same_wave = (stream[1:] == stream[:-1]) & (wave[1:] == wave[:-1])
     del stream, wave
     for c in constant:
@@ -644,7 +648,8 @@ def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str], stream: np
         else:
             # negative values were rejected, so -1 stands for null
             values = _numpy(frame.get_column(c).cast(pl.Int64).fill_null(-1))
-        values = values[order]
+        if order is not None:
+            values = values[order]
         if (same_wave & (values[1:] != values[:-1])).any():
             return True
     return False
