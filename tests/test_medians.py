@@ -234,6 +234,22 @@ def larger_cases() -> list[tuple[str, np.ndarray, np.ndarray]]:
 
 
 @pytest.mark.parametrize("name, groups, values", larger_cases(), ids=lambda x: str(x)[:24])
+def test_sort_by_group_of_long_arrays_is_numpys_lexsort(
+    name: str, groups: np.ndarray, values: np.ndarray
+) -> None:
+    """Long stretches are sorted by polars (a few groups) or argsorted by it (many): the
+    order is numpy's, key for key."""
+    result = sort_by_group(groups, values, values.dtype)
+    order = np.lexsort((values, groups))
+    codes, counts = np.unique(groups, return_counts=True)
+    assert result.codes.tolist() == codes.tolist()
+    assert result.starts.tolist() == [0, *np.cumsum(counts).tolist()]
+    want = values[order]
+    got = result.values()
+    assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("name, groups, values", larger_cases(), ids=lambda x: str(x)[:24])
 @pytest.mark.parametrize("select_above, fence", [(0, 256), (0, 7), (10**9, 256), (500, 256)])
 def test_larger_arrays_through_every_path(
     name: str, groups: np.ndarray, values: np.ndarray, select_above: int, fence: int

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -26,7 +27,7 @@ from hypothesis.stateful import (
 from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
 from warmfit.errors import PolicyError, UsageError
 from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmAffine, WarmFit
-from warmfit.policies.rule import RATE, Max, is_declared
+from warmfit.policies.rule import LOGICAL, RATE, SHARING, DeclaredPolicy, Max, is_declared
 from warmfit.replay import (
     GROUPINGS,
     PER_WAVE_SCHEMA,
@@ -419,6 +420,47 @@ def test_an_aggregate_may_read_only_those_declared_before_it() -> None:
             name = "backwards"
             early = Max(RATE, where=later > 0)
             late = later
+
+
+class _Doubling(MaxMerge):
+    """Max-merge's aggregates (shared with it), doubled in place by its rule (a rule may)."""
+
+    name = "doubling"
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        state.rate_max *= 2
+        n *= 1.5
+        return MaxMerge.rule(state, n, m)
+
+
+class _NamedAlike(DeclaredPolicy):
+    """Aggregates named as max-merge's, meaning something else."""
+
+    name, summary = "named-alike", "max-merge's names, other aggregates"
+    rate_max = Max(SHARING)
+    sharing_max = Max(RATE, initial=1.0)
+    rule = staticmethod(MaxMerge.rule)
+
+
+class _Redeclared(WarmFit):
+    """Warm-fit with one of max-merge's aggregates declared anew."""
+
+    name = "redeclared"
+    sharing_max = Max(LOGICAL, initial=1.0)
+
+
+@examples(60)
+@given(traces(), st.permutations([MaxMerge, _Doubling, WarmFit, _NamedAlike, _Redeclared]))
+def test_policies_share_only_the_aggregates_they_share(
+    frame: pl.DataFrame, policies: list[type[Policy]]
+) -> None:
+    """The vectorized engine computes an aggregate once for the policies that declare
+    it alike (max-merge's two in warm-fit): not for one named alike, nor after a
+    rule changed its state in place."""
+    readings = frame.sort("run", "rank", "seq", maintain_order=True)
+    scalar, vectorized = both_engines(readings, policies)
+    assert_identical(scalar, vectorized)
 
 
 class Halved(MaxMerge):

@@ -41,9 +41,10 @@ and removes at :meth:`~ExactMedians.close`, at the end of a ``with`` block,
 or when garbage collected (in the process that made it, not a forked
 child); only the files it wrote are deleted, and the directory only if
 nothing else was put there. The sort partitions by group with a stable
-radix argsort of the codes (16 bits a pass), then sorts each group's keys
-in place; with many short groups it argsorts the keys first and partitions
-stably after.
+radix argsort of the codes (16 bits a pass; none when they come in order),
+then sorts each group's keys (a long stretch by polars, about three times as
+fast as numpy on one core); with many short groups it argsorts the keys
+first and partitions stably after.
 
 *Middles.* With nothing spilled, the held values are sorted and the middles
 read off. Otherwise the held values are spilled as one more run, and each
@@ -108,6 +109,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 
 from warmfit.errors import UsageError
 
@@ -130,6 +132,8 @@ _NAN_KEY = np.int64(0x7FF8_0000_0000_0000)
 _DENSE_CODES = 1 << 24
 # Partition by group, then sort each group, while groups average this many values.
 _SEGMENT_MIN = 256
+# Arrays of at least this many keys are sorted by polars (see _sorted).
+_POLARS_SORT_MIN = 1 << 13
 # Every this many keys of a group in a run, its key is kept as a fence post.
 _FENCE = 256
 _KEYS_FILE = "keys.bin"
@@ -654,14 +658,36 @@ def _sort_pairs(codes: Int64Array, keys: Int64Array) -> tuple[Int64Array, Int64A
     starts = np.zeros(present.size + 1, dtype=np.int64)
     np.cumsum(tally[present], out=starts[1:])
     if present.size * _SEGMENT_MIN <= keys.size:
-        ordered = keys[_stable_order(codes, top)]
+        in_order = bool((codes[1:] >= codes[:-1]).all())  # then each group is one stretch
+        ordered = keys.copy() if in_order else keys[_stable_order(codes, top)]
         for begin, end in itertools.pairwise(starts.tolist()):
-            ordered[begin:end].sort()
+            ordered[begin:end] = _sorted(ordered[begin:end])
     else:
-        by_key = np.argsort(keys)
+        by_key = _argsorted(keys)
         ordered = keys[by_key[_stable_order(codes[by_key], top)]]
     found = present.astype(np.int64) if names is None else names[present].astype(np.int64)
     return found, starts, ordered
+
+
+def _sorted(keys: Int64Array) -> Int64Array:
+    """``keys`` sorted (a new array, or ``keys`` itself when small and then sorted in place).
+
+    Polars sorts int64 about three times as fast as numpy on one core (the
+    order is the same: keys are integers, so equal keys are identical); for a
+    short array its call costs more than numpy's sort.
+    """
+    if keys.size < _POLARS_SORT_MIN:
+        keys.sort()
+        return keys
+    return pl.Series(keys).sort().to_numpy()
+
+
+def _argsorted(keys: Int64Array) -> npt.NDArray[Any]:
+    """Positions that sort ``keys`` (not stable: equal keys are identical), by
+    polars for a long array, as :func:`_sorted`."""
+    if keys.size < _POLARS_SORT_MIN:
+        return np.argsort(keys)
+    return pl.Series(keys).arg_sort().to_numpy()
 
 
 def _read_keys(reader: Any, start: int, stop: int) -> Int64Array:

@@ -116,7 +116,7 @@ def estimates(
     set them (0: unpriced, 1: profile, 2: floor); None where a value could leave the range
     in which int64 arithmetic on doubles is exact (the reference engine then prices)."""
     has_p = ~np.isnan(p)
-    if (p[has_p] >= PRICE_LIMIT).any():
+    if (p >= PRICE_LIMIT).any():  # (NaN compares false)
         return None
     learned = np.where(has_p, p, 0.0).astype(np.int64)  # int(p)
     compute = np.maximum(static_floor_bytes, learned)
@@ -127,9 +127,8 @@ def estimates(
     if (total >= PRICE_LIMIT).any():
         return None
     estimate = np.where(has_p | has_floor, total.astype(np.int64), -1)
-    set_by = np.where(
-        has_p, np.where(learned >= static_floor_bytes, 1, 2), np.where(has_floor, 2, 0)
-    )
+    # 1 where the profile's bytes are at least the floor, else 2; 2 or 0 without a profile
+    set_by = np.where(has_p, 2 - (learned >= static_floor_bytes), 2 * has_floor)
     return estimate, set_by
 
 

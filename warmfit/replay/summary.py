@@ -233,12 +233,20 @@ def fold_part(
     policies: int,
     budget_bytes: int | None = None,
 ) -> FoldPart:
-    """The figures of some waves (see :meth:`SummaryFold.add`) per local cell."""
+    """The figures of some waves (see :meth:`SummaryFold.add`) per local cell.
+
+    The (wave, policy) values are taken policy by policy: the waves of one
+    group (a batch of one run) then come cell after cell, and the medians'
+    values need no partition by cell before they are sorted.
+    """
     cells = len(keys) * policies
-    cell = np.repeat(np.asarray(group, dtype=np.int64) * policies, policies)
-    cell += np.tile(np.arange(policies, dtype=np.int64), len(actual))
-    actual = np.repeat(actual, policies)
-    oom = np.repeat(oom, policies)
+    waves = len(actual)
+    cell = np.tile(np.asarray(group, dtype=np.int64) * policies, policies)
+    cell += np.repeat(np.arange(policies, dtype=np.int64), waves)
+    actual = np.tile(actual, policies)
+    oom = np.tile(oom, policies)
+    estimate = estimate.reshape(waves, policies).T.ravel()
+    set_by = set_by.reshape(waves, policies).T.ravel()
     priced = estimate >= 0
     figure = priced & ~oom & (actual > 0)
     conditions = [
@@ -316,9 +324,12 @@ def per_wave_arrays(
 def number_groups(groups: pl.DataFrame) -> tuple[np.ndarray, list[tuple[object, ...]]]:
     """Number each row's key (all of ``groups``' columns): the numbers, and the
     distinct keys they index, in the order they first appear."""
+    if groups.height == 0:
+        return np.zeros(0, dtype=np.int64), []
+    # one key in all (a batch of one run, say): seen without hashing every row
+    if groups.select(pl.struct(groups.columns).rle_id().max()).item() == 0:
+        return np.zeros(groups.height, dtype=np.int64), groups.head(1).rows()
     distinct = groups.unique(maintain_order=True)
-    if distinct.height <= 1:
-        return np.zeros(groups.height, dtype=np.int64), distinct.rows()
     code = groups.join(
         distinct.with_row_index("__code"), on=groups.columns, how="left", maintain_order="left"
     ).get_column("__code")

@@ -85,10 +85,13 @@ def _running(
     count = len(values)
     if agg.kind in ("max", "min"):
         ufunc = np.fmax if agg.kind == "max" else np.fmin
-        running = np.full(count, np.nan)
-        np.copyto(running, values, where=meets)
+        running = np.where(meets, values, np.nan)
+        if not np.isnan(agg.initial):
+            # the initial value taken into each profile's first reading: the same
+            # maxima (or minima) as taking it into every running value after
+            running[starts] = ufunc(agg.initial, running[starts])
         _accumulate(ufunc, running, starts, lengths)
-        return ufunc(agg.initial, running) if not np.isnan(agg.initial) else running
+        return running
     if agg.kind in ("sum", "count"):
         running = np.where(meets, values, 0.0)
         running[starts] = agg.initial + running[starts]  # ((initial + v1) + v2) + ...
@@ -103,6 +106,24 @@ def _running(
     return result
 
 
+@dataclass(frozen=True)
+class _Computed:
+    """One aggregate of a policy computed over a batch's readings."""
+
+    #: Per reading (sorted by profile), its value up to and including the reading.
+    running: np.ndarray
+    #: Per wave, its value just before the wave's first reading (the state it is priced from).
+    at_waves: np.ndarray
+    #: Per profile, whether the aggregate was ever set (kept for a First aggregate only).
+    reached: np.ndarray | None
+
+
+#: Aggregates computed for one policy, for the next policies of the same readings:
+#: keyed by the names and objects of a policy's aggregates up to and including one
+#: (see :func:`declared_prices`).
+Computed = dict[tuple[tuple[str, int], ...], _Computed]
+
+
 def declared_prices(
     cls: type[DeclaredPolicy],
     columns: dict[str, np.ndarray],
@@ -111,6 +132,7 @@ def declared_prices(
     n: np.ndarray,
     m: np.ndarray,
     profiles_wanted: bool = True,
+    computed: Computed | None = None,
 ) -> tuple[np.ndarray, list[DeclaredPolicy]]:
     """``p`` per wave (NaN: no profile) for a declared policy, and each profile as it
     stands after its last reading (none unless ``profiles_wanted``).
@@ -120,27 +142,46 @@ def declared_prices(
     in seq order, opening at ``starts``); ``priced_at`` is, per wave, the
     position of the reading just before its first one (-1: none before);
     ``n`` and ``m`` the waves' token counts.
+
+    ``computed``, when given, keeps the aggregates computed here for the next
+    policies priced over the same arguments, and gives those an earlier policy
+    computed: ``warm-fit`` inherits ``rate_max`` and ``sharing_max`` from
+    ``max-merge``, and they are computed once. An aggregate's values depend on
+    it and on the aggregates declared before it, which its expressions read by
+    name; so it is shared only where the two policies' aggregates, up to and
+    including it, are the same objects under the same names (a policy of one's
+    own may name an aggregate alike and mean something else).
     """
     lengths = np.diff(np.append(starts, len(columns["observed"])))
     observed = columns["observed"]
+    computed = {} if computed is None else computed
     running: dict[str, np.ndarray] = {}
     memo: Memo = {}
+    state: dict[str, np.ndarray] = {}
     reached: dict[str, np.ndarray] = {}  # per profile: whether a First aggregate was set
-    for agg in cls.aggregates:
-        meets = (
-            observed
-            if agg.where is None
-            else observed & (evaluate(agg.where, columns, running, memo) != 0)
-        )
-        values = evaluate(agg.value, columns, running, memo)
-        running[agg.name] = _running(agg, values, meets, starts, lengths)
-        if isinstance(agg, First):
-            reached[agg.name] = np.logical_or.reduceat(meets, starts)
     before = np.maximum(priced_at, 0)
-    state = {
-        agg.name: np.where(priced_at < 0, agg.initial, running[agg.name][before])
-        for agg in cls.aggregates
-    }
+    unpriced = np.flatnonzero(priced_at < 0)  # waves before which the profile saw nothing
+    key: tuple[tuple[str, int], ...] = ()
+    for agg in cls.aggregates:
+        key += ((agg.name, id(agg)),)
+        if key not in computed:
+            meets = (
+                observed
+                if agg.where is None
+                else observed & (evaluate(agg.where, columns, running, memo) != 0)
+            )
+            values = evaluate(agg.value, columns, running, memo)
+            values = _running(agg, values, meets, starts, lengths)
+            at_waves = values[before]
+            at_waves[unpriced] = agg.initial
+            first = np.logical_or.reduceat(meets, starts) if isinstance(agg, First) else None
+            computed[key] = _Computed(values, at_waves, first)
+        done = computed[key]
+        running[agg.name] = done.running
+        # a copy: a rule may change its arguments in place, and the values are shared
+        state[agg.name] = done.at_waves.copy()
+        if done.reached is not None:
+            reached[agg.name] = done.reached
     try:
         with np.errstate(all="ignore"):
             p = np.asarray(cls.rule(State(state), n.astype(np.float64), m.astype(np.float64)))
@@ -257,9 +298,11 @@ def price_waves(
     # Per reading: delta, rate and sharing, with Python's arithmetic (SPEC §4).
     n = _ints(readings, "packed_tokens")
     delta = np.maximum(_ints(readings, "peak_bytes") - _ints(readings, "baseline_bytes"), 0)
-    compute = np.maximum(delta - _ints(readings, "output_bytes"), 0)
+    output = _ints(readings, "output_bytes")
+    compute = np.maximum(delta - output, 0)
     rate = compute / n
-    sharing = _ints(readings, "logical_tokens") / n
+    logical = _ints(readings, "logical_tokens")
+    sharing = logical / n
     # Streams are contiguous (sorted by run, rank, seq): number them, then profiles.
     keys = readings.select(
         pl.struct("run", "rank").rle_id().cast(pl.Int64).alias("stream"),
@@ -297,54 +340,43 @@ def price_waves(
     by_profile = _profile_order(profile)
     sorted_profile = profile[by_profile]
     opens = np.concatenate(([True], sorted_profile[1:] != sorted_profile[:-1]))
-    tallies = _tallies(readings, profile, oom_reading)
+    whole = readings.get_column("whole").to_numpy()
+    tallies = _tallies(readings, profile, whole, oom_reading)
     del profile, sorted_profile
     position = np.empty(len(by_profile), dtype=np.int64)
     position[by_profile] = np.arange(len(by_profile))
     at = position[first]
     del position
     priced_at = np.where(opens[at], -1, at - 1)
-    # Every reading's fields as the declarations read them (warmfit.policies.rule.FIELDS).
-    output = _ints(readings, "output_bytes")
-    columns = {
-        "packed_tokens": n[by_profile].astype(np.float64),
-        "logical_tokens": _ints(readings, "logical_tokens")[by_profile].astype(np.float64),
-        "delta_bytes": delta[by_profile].astype(np.float64),
-        "output_bytes": output[by_profile].astype(np.float64),
-        "compute_bytes": compute[by_profile].astype(np.float64),
-        "rate": rate[by_profile],
-        "sharing": sharing[by_profile],
-        "whole": readings.get_column("whole").to_numpy()[by_profile].astype(np.float64),
-        "caller": caller[by_profile].astype(np.float64),
-        "observed": observed_reading[by_profile],
-    }
+    # Every reading's fields as the declarations read them (warmfit.policies.rule.FIELDS),
+    # each made when an expression first reads it.
+    columns = _Columns(
+        by_profile,
+        packed_tokens=n,
+        logical_tokens=logical,
+        delta_bytes=delta,
+        output_bytes=output,
+        compute_bytes=compute,
+        rate=rate,
+        sharing=sharing,
+        whole=whole,
+        caller=caller,
+    )
+    columns["observed"] = observed_reading[by_profile]
     profile_starts = np.flatnonzero(opens)
     by_profile_first = by_profile[profile_starts]
     counts = readings.select("run", "signature").gather(by_profile_first).with_columns(**tallies)
-    del (
-        by_profile,
-        opens,
-        rate,
-        sharing,
-        compute,
-        oom_reading,
-        observed_reading,
-        delta,
-        output,
-        caller,
-        split_child,
-    )
-
-    waves = readings.select(
-        "packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"
-    ).gather(first)
+    # Per wave, from its first reading: the wave constants a price reads.
+    m, o = logical[first], output[first]
+    n = n[first]
+    static_floor = readings.get_column("static_floor_bytes")
+    has_floor = static_floor.is_not_null().to_numpy()[first]
+    floor = static_floor.fill_null(0).to_numpy()[first]
+    # (the fields themselves are kept by columns until the policies have read them)
+    del by_profile, opens, rate, sharing, compute, oom_reading, observed_reading, delta
+    del output, logical, whole, caller, split_child, static_floor
 
     # Per wave and policy: p, then the estimate (SPEC §3), in numpy.
-    n = _ints(waves, "packed_tokens")
-    m = _ints(waves, "logical_tokens")
-    o = _ints(waves, "output_bytes")
-    has_floor = waves.get_column("static_floor_bytes").is_not_null().to_numpy()
-    floor = waves.get_column("static_floor_bytes").fill_null(0).to_numpy()
     estimates_of: list[np.ndarray] = []
     set_by: list[np.ndarray] = []
     # Each profile's (run, rank, signature), from its first reading.
@@ -353,9 +385,10 @@ def price_waves(
         if profiles_out is not None
         else []
     )
+    computed: Computed = {}  # aggregates policies share (see declared_prices)
     for cls in declared:
         p, finals = declared_prices(
-            cls, columns, profile_starts, priced_at, n, m, profiles_out is not None
+            cls, columns, profile_starts, priced_at, n, m, profiles_out is not None, computed
         )
         if profiles_out is not None:
             for owner, final in zip(owners, finals, strict=True):
@@ -374,9 +407,32 @@ def price_waves(
     return PricedWaves(first, actual, oom, estimate, code, counts)
 
 
-def _tallies(readings: pl.DataFrame, profile: np.ndarray, oom: np.ndarray) -> dict[str, pl.Series]:
+class _Columns(dict[str, np.ndarray]):
+    """The readings' fields sorted by profile, as doubles, each made when first read.
+
+    A policy's expressions read a few of :data:`~warmfit.policies.rule.FIELDS`
+    (max-merge and warm-fit none of the byte counts but the rate): a field is
+    gathered into profile order and converted only when read. ``fields`` gives
+    each reading's values in the readings' order.
+    """
+
+    def __init__(self, order: np.ndarray, **fields: np.ndarray) -> None:
+        super().__init__()
+        self._order = order
+        self._fields = fields
+
+    def __missing__(self, name: str) -> np.ndarray:
+        values = self._fields[name][self._order].astype(np.float64, copy=False)
+        self[name] = values
+        return values
+
+
+def _tallies(
+    readings: pl.DataFrame, profile: np.ndarray, whole: np.ndarray, oom: np.ndarray
+) -> dict[str, pl.Series]:
     """Per (dense) profile, what :func:`warmfit.trace.reading_counts` counts per run and
-    signature: readings, flat ones, whole ones that did not run out of memory, oom ones."""
+    signature: readings, flat ones, whole ones that did not run out of memory, oom ones
+    (``whole`` and ``oom``: the readings' columns)."""
     size = int(profile.max()) + 1
 
     def tally(flags: np.ndarray) -> pl.Series:
@@ -385,7 +441,7 @@ def _tallies(readings: pl.DataFrame, profile: np.ndarray, oom: np.ndarray) -> di
     return {
         "readings": pl.Series(np.bincount(profile, minlength=size).astype(np.int64)),
         "flat_readings": tally((readings.get_column("kind") == "flat").to_numpy()),
-        "whole_readings": tally(readings.get_column("whole").to_numpy() & ~oom),
+        "whole_readings": tally(whole & ~oom),
         "oom_readings": tally(oom),
     }
 
