@@ -3,6 +3,7 @@ fork server started early (:mod:`warmfit.streams`, :mod:`warmfit.workers`)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,36 @@ def test_prestart_starts_the_fork_server_for_workers_without_polars(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.split() == [str(started), "False"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+@pytest.mark.parametrize("given", [None, "3"])
+def test_the_workers_share_the_cores_among_their_polars_threads(given: str | None) -> None:
+    """Two workers on every core: each worker's polars gets cores // 2 threads (two
+    workers with two threads each on 2 cores ran 10% slower); a user's
+    POLARS_MAX_THREADS stays."""
+    code = (
+        "import os, sys, warmfit.workers as w\n"
+        "w.WORKER_BYTES = 0\n"
+        f"w.prestart([{str(TRACES)!r}], 2, None)\n"
+        "from multiprocessing import forkserver\n"
+        "pid = forkserver._forkserver._forkserver_pid\n"
+        "import time\n"
+        "for _ in range(500):  # until the fork server has been exec'd (its own environment)\n"
+        "    if b'forkserver' in open(f'/proc/{pid}/cmdline', 'rb').read(): break\n"
+        "    time.sleep(0.01)\n"
+        "environ = open(f'/proc/{pid}/environ', 'rb').read().split(b'\\0')\n"
+        "print([e.decode() for e in environ if e.startswith(b'POLARS_MAX_THREADS=')])\n"
+        "print(os.environ.get('POLARS_MAX_THREADS'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    if given is not None:
+        env["POLARS_MAX_THREADS"] = given
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.splitlines()
+    share = given or str(max(1, len(os.sched_getaffinity(0)) // 2))
+    assert out == [repr([f"POLARS_MAX_THREADS={share}"]), str(given)]  # this process: unchanged
 
 
 def test_prestart_leaves_errors_to_the_replay() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 #: The environment variable polars' jemalloc reads its settings from.
 JEMALLOC_CONF = "_RJEM_MALLOC_CONF"
@@ -39,20 +39,26 @@ def keep_freed_memory() -> None:
     mallopt(m_top_pad, 64 * 2**20)
 
 
-@contextmanager
-def polars_keeps_freed_memory() -> Iterator[None]:
+def polars_keeps_freed_memory() -> AbstractContextManager[None]:
     """Within the block, a process that imports polars afresh (this one, if it has
     not yet, or a child started here) keeps its freed pages; the environment is
     restored afterwards, so later children are not affected."""
-    saved = os.environ.get(JEMALLOC_CONF)
-    os.environ[JEMALLOC_CONF] = KEEP
+    return environment(JEMALLOC_CONF, KEEP)
+
+
+@contextmanager
+def environment(name: str, value: str) -> Iterator[None]:
+    """Within the block, the environment variable ``name`` is ``value`` (for a child
+    started there); it is restored afterwards."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if saved is None:
-            del os.environ[JEMALLOC_CONF]
+            del os.environ[name]
         else:
-            os.environ[JEMALLOC_CONF] = saved
+            os.environ[name] = saved
 
 
 def before_polars() -> None:

@@ -295,7 +295,7 @@ class _Runner:
         if self.cluster is not None or self.jobs == 1 or self._pool is not None:
             return
         self._pool = ProcessPoolExecutor(
-            self.jobs, mp_context=fork_context(), initializer=_start_worker
+            self.jobs, mp_context=fork_context(self.jobs), initializer=_start_worker
         )
         for _ in range(self.jobs):
             self._pool.submit(os.getpid)
