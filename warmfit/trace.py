@@ -547,8 +547,8 @@ def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str], stream: np
     Sorting the readings by (stream, wave) puts each wave's readings side by
     side; a wave disagrees when two neighbours of one wave differ. Recorders
     number waves in order, so this sort is nearly free, where grouping by
-    wave is not, and is skipped when the readings are in that order already. ``True`` sends the caller to the slow path that names the
-    wave.
+    wave is not, and it is skipped when the readings are in that order
+    already. ``True`` sends the caller to the slow path that names the wave.
     """
     if frame.height < 2:
         return False
