@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from warmfit import pagecrc
+from warmfit import pagecrc, streams
 from warmfit.cli import app
 from warmfit.errors import TraceError
 from warmfit.replay.stream import replay_stream
@@ -38,6 +38,19 @@ def _two_streams(
     write_trace(readings_frame(rows), path)
 
 
+def _spy_on_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int | None]]:
+    """The (start, length) of every slice the index reads, as it reads them."""
+    read: list[tuple[int, int | None]] = []
+    real = streams.read_rows
+
+    def spy(path: Path, columns: list[str], start: int = 0, length: int | None = None) -> object:
+        read.append((start, length))
+        return real(path, columns, start, length)
+
+    monkeypatch.setattr(streams, "read_rows", spy)
+    return read
+
+
 @pytest.mark.parametrize(
     "runs, ranks",
     [(("runA", "runB"), (0, 1)), (("runA", "runB"), (0, 0)), (("runA", "runA"), (0, 1))],
@@ -49,14 +62,7 @@ def test_row_groups_of_one_stream_are_indexed_from_the_footer(
     its run and rank read."""
     path = tmp_path / "t.parquet"
     _two_streams(path, monkeypatch, runs, ranks)
-    read: list[tuple[int, int | None]] = []
-    real = __import__("warmfit.streams", fromlist=["read_rows"]).read_rows
-
-    def spy(path: Path, columns: list[str], start: int = 0, length: int | None = None) -> object:
-        read.append((start, length))
-        return real(path, columns, start, length)
-
-    monkeypatch.setattr("warmfit.streams.read_rows", spy)
+    read = _spy_on_reads(monkeypatch)
     index = index_file(path)
     assert index.stretches == ((runs[0], ranks[0], 0, 6), (runs[1], ranks[1], 6, 12))
     assert read == [(4, 4)]
@@ -159,3 +165,25 @@ def test_prestart_leaves_errors_to_the_replay() -> None:
     from warmfit.workers import prestart
 
     prestart(["/no/such/trace"], 2, None)  # no exception: replay names the path
+
+
+def test_statistics_marked_inexact_are_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that truncates a long string's bounds marks them inexact
+    (is_min_value_exact / is_max_value_exact false): such a row group is read."""
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch)
+    data = bytearray(path.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - footer
+    # each run statistics' min_value (field 6) is followed by fields 7 and 8, both
+    # true (compact protocol: 0x11 0x11), then the end of the struct: make them false
+    for run in (b"runA", b"runB"):
+        data[start:-8] = bytes(data[start:-8]).replace(run + b"\x11\x11\x00", run + b"\x12\x12\x00")
+    path.write_bytes(bytes(data))
+    groups = pagecrc.row_groups(path)
+    assert not isinstance(groups, str) and all(g.bounds["run"] is None for g in groups)
+    read = _spy_on_reads(monkeypatch)
+    assert index_file(path).stretches == (("runA", 0, 0, 6), ("runB", 1, 6, 12))
+    assert read == [(0, 4), (4, 4), (8, 4)]

@@ -120,8 +120,8 @@ class _Reader:
 
     def struct(self, depth: int) -> dict[int, Any]:
         """Read a struct: its integer fields, its struct fields as dicts and its lists of
-        structs as lists of dicts (and, with ``keep_bytes``, its binary fields and lists
-        of them as bytes); skip the rest."""
+        structs as lists of dicts (and, with ``keep_bytes``, its booleans, and its binary
+        fields and lists of them as bytes); skip the rest."""
         if depth > _MAX_DEPTH:
             raise _Bad("page header nested too deeply")
         found: dict[int, Any] = {}
@@ -137,6 +137,8 @@ class _Reader:
                 found[field] = self.zigzag()
             elif kind == _STRUCT:
                 found[field] = self.struct(depth + 1)
+            elif kind in (_TRUE, _FALSE) and self.keep_bytes:
+                found[field] = kind == _TRUE
             elif kind == _BINARY and self.keep_bytes:
                 found[field] = self.binary()
             elif (
@@ -273,6 +275,8 @@ def _bounds(meta: Any) -> tuple[str, tuple[int, bytes, bytes] | None]:
     stats, kind = meta.get(12), meta.get(1)
     if not isinstance(stats, dict) or not isinstance(kind, int) or stats.get(3) != 0:
         return name, None  # no statistics, or a null (or no null count)
+    if stats.get(7) is False or stats.get(8) is False:
+        return name, None  # is_max_value_exact / is_min_value_exact: a truncated bound
     # min_value / max_value (fields 6, 5); else the deprecated min / max (2, 1): for
     # telling whether a chunk holds one value, any total order will do.
     low, high = (

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from warmfit.errors import TraceError
 from warmfit.pagecrc import RowGroup
+from warmfit.text import printable
 from warmfit.trace import (
     canonical,
     check_file_schema,
@@ -276,7 +277,7 @@ def _check_streams(frame: pl.DataFrame, batch: Batch) -> None:
             path=paths[0] if len(paths) == 1 else None,
             fix="Rewrite the file with a correct Parquet writer (pyarrow, polars), or "
             "restore it from a good copy."
-            + ("" if len(paths) == 1 else f" Files: {', '.join(paths)}."),
+            + ("" if len(paths) == 1 else f" Files: {', '.join(map(printable, paths))}."),
         )
 
 
