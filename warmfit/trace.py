@@ -63,7 +63,9 @@ POLARS_DTYPES: dict[str, pl.DataType] = {
 }
 
 _FIX_FORMAT = "See docs/trace-format.md for the rules of trace format v1."
-# --------------------------------------------------------------------------- files
+
+
+# --------------------------------------------------------------------------- file schema
 
 
 def _string_like(t: pa.DataType) -> bool:
