@@ -145,10 +145,12 @@ def replay_stream(
     ``policies``, ``safety_factor``, ``engine``, ``by`` and ``budget_bytes``
     mean what they mean for :func:`~warmfit.replay.replay`. ``jobs`` worker
     processes replay batches at once (1, the default, runs them here; None:
-    :func:`default_jobs`; a script that asks for workers needs the usual
-    ``if __name__ == "__main__":`` guard of :mod:`multiprocessing`), or
-    ``cluster`` (a Dask scheduler address or ``distributed.Client``) runs them. ``per_wave``, when given, receives each batch's per-wave rows,
-    batches in canonical order. ``progress(done, total)`` counts batches.
+    :func:`warmfit.workers.default_jobs`; a script that asks for workers
+    needs the usual ``if __name__ == "__main__":`` guard of
+    :mod:`multiprocessing`), or ``cluster`` (a Dask scheduler address or
+    ``distributed.Client``) runs them. ``per_wave``, when given, receives
+    each batch's per-wave rows, batches in canonical order.
+    ``progress(done, total)`` counts batches.
     """
     safety_factor = check_safety_factor(safety_factor)
     check_budget(budget_bytes)
