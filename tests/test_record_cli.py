@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import torch_script
 from warmfit.trace import read_trace
 
 pytestmark = pytest.mark.torch
@@ -51,10 +52,7 @@ def warmfit(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def script(tmp_path: Path) -> Path:
-    pytest.importorskip("torch")
-    path = tmp_path / "trainer.py"
-    path.write_text(SCRIPT)
-    return path
+    return torch_script(tmp_path, SCRIPT)
 
 
 def test_record_exits_with_the_command_exit_code_and_leaves_a_valid_trace(tmp_path, script):

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.conftest import torch_script
 from warmfit.cli import app
 from warmfit.trace import (
     no_whole_warning,
@@ -218,10 +219,7 @@ TRAINER = textwrap.dedent(
 
 @pytest.fixture
 def trainer(tmp_path: Path) -> Path:
-    pytest.importorskip("torch")
-    path = tmp_path / "trainer.py"
-    path.write_text(TRAINER)
-    return path
+    return torch_script(tmp_path, TRAINER)
 
 
 def plain_run(trainer: Path, *args: str) -> subprocess.CompletedProcess[str]:
