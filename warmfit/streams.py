@@ -43,7 +43,6 @@ from warmfit.trace import (
     find_trace_files,
     read_rows,
     row_groups,
-    stream_numbers,
     verify_pages,
     wanted_columns,
 )
@@ -247,8 +246,8 @@ def read_batch(batch: Batch, columns: Sequence[str] = ()) -> pl.DataFrame:
             frame, rows = frame.filter(pl.Series(keep)), rows[keep]
         frames.append(conform(frame, path, rows))
     frame = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
-    frame = canonical(frame, [Path(f) for f in by_file])
-    _check_streams(frame, batch)
+    frame, stream = canonical(frame, [Path(f) for f in by_file])
+    _check_streams(frame, stream, batch)
     return frame
 
 
@@ -259,13 +258,13 @@ def _groups_within(
     return tuple((start, g) for start, g in groups if start < high and start + g.rows > low)
 
 
-def _check_streams(frame: pl.DataFrame, batch: Batch) -> None:
-    """Raise unless the rows read hold exactly the streams planned.
+def _check_streams(frame: pl.DataFrame, stream: np.ndarray, batch: Batch) -> None:
+    """Raise unless the rows read (in canonical order, ``stream`` numbering their
+    streams) hold exactly the streams planned.
 
     The plan trusts footer statistics (:func:`index_file`); a writer that
     stored wrong ones would otherwise split a stream between batches.
     """
-    stream = stream_numbers(frame)
     heads = np.flatnonzero(np.concatenate(([True], stream[1:] != stream[:-1])))
     found = frame.select("run", "rank")[heads].rows()
     if found != list(batch.streams):

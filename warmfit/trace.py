@@ -423,18 +423,19 @@ def read_trace(
             progress(done, len(files))
     if problems:
         raise TraceProblems(problems)
-    return canonical(_concat(frames, files) if len(frames) > 1 else frames[0], files)
+    return canonical(_concat(frames, files) if len(frames) > 1 else frames[0], files)[0]
 
 
-def canonical(frame: pl.DataFrame, files: list[Path]) -> pl.DataFrame:
+def canonical(frame: pl.DataFrame, files: list[Path]) -> tuple[pl.DataFrame, np.ndarray]:
     """Readings of whole streams from ``files``, sorted by run, rank and seq, after
-    the rules that span rows (:func:`check_across_rows`)."""
+    the rules that span rows (:func:`check_across_rows`), and their stream numbers
+    (:func:`stream_numbers`)."""
     stream = stream_numbers(frame)
     if not in_canonical_order(frame, stream):
         frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
         stream = stream_numbers(frame)
     check_across_rows(frame, stream, files)
-    return frame
+    return frame, stream
 
 
 def _concat(frames: list[pl.DataFrame], files: list[Path]) -> pl.DataFrame:
