@@ -239,7 +239,7 @@ class RowGroup:
         the pages of just the columns about to be read)."""
         if self.chunks is None:
             return self
-        kept = tuple(c for c in self.chunks if _bounds(c)[0] in columns)
+        kept = tuple(c for c in self.chunks if _column_name(c) in columns)
         return RowGroup(self.rows, self.bounds, kept)
 
 
@@ -268,10 +268,9 @@ def _row_groups(data: mmap.mmap, length: int) -> list[RowGroup] | str:
 
 def _bounds(meta: Any) -> tuple[str, tuple[int, bytes, bytes] | None]:
     """A column chunk's top-level column name and its bounds (see :class:`RowGroup`)."""
+    name = _column_name(meta)
     if not isinstance(meta, dict):
-        return "", None
-    path = meta.get(3)
-    name = path[0].decode(errors="replace") if isinstance(path, list) and len(path) == 1 else ""
+        return name, None
     stats, kind = meta.get(12), meta.get(1)
     if not isinstance(stats, dict) or not isinstance(kind, int) or stats.get(3) != 0:
         return name, None  # no statistics, or a null (or no null count)
@@ -285,6 +284,12 @@ def _bounds(meta: Any) -> tuple[str, tuple[int, bytes, bytes] | None]:
     if not isinstance(low, bytes) or not isinstance(high, bytes):
         return name, None
     return name, (kind, low, high)
+
+
+def _column_name(meta: Any) -> str:
+    """A column chunk's top-level column name ("" for a nested column, or none)."""
+    path = meta.get(3) if isinstance(meta, dict) else None
+    return path[0].decode(errors="replace") if isinstance(path, list) and len(path) == 1 else ""
 
 
 @contextmanager
