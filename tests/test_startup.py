@@ -92,3 +92,45 @@ def test_the_recorder_imports_neither_polars_nor_torch() -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert done.stdout.strip() == "[]"
+
+
+_ENDING = """
+import atexit, sys
+from pathlib import Path
+marker = Path(sys.argv[1])
+atexit.register(lambda: marker.write_text("ran"))
+sys.argv = ["warmfit", *sys.argv[2:]]
+from warmfit.cli import run
+run()
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "status"), [(["replay", "--format", "json"], 0), (["replay", "missing"], 2)]
+)
+def test_the_program_ends_at_once_after_its_exit_handlers(
+    small_trace: Path, tmp_path: Path, args: list[str], status: int
+) -> None:
+    """``warmfit`` skips the interpreter's teardown (warmfit.cli.run), but not what
+    an exit must do: the exit handlers run, the output is flushed whole (no
+    newline needed), and the status is the command's."""
+    marker = tmp_path / "atexit-ran"
+    if args[-1] != "missing":
+        args = [*args[:1], str(small_trace), *args[1:]]
+    done = subprocess.run(
+        [sys.executable, "-c", _ENDING, str(marker), *args],
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == status, done.stderr
+    assert marker.read_text() == "ran"
+    if status == 0:
+        assert json.loads(done.stdout)["results"]
+    else:
+        assert "missing" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_console_script_and_python_m_end_through_run() -> None:
+    """Both ways of starting warmfit take the quick ending (warmfit.cli.run)."""
+    text = (REPO / "pyproject.toml").read_text()
+    assert 'warmfit = "warmfit.cli:run"' in text
+    assert "run()" in (REPO / "warmfit" / "__main__.py").read_text()

@@ -1,3 +1,3 @@
-from warmfit.cli import main
+from warmfit.cli import run
 
-main()
+run()
