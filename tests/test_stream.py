@@ -28,7 +28,7 @@ from warmfit.replay.summary import SummaryFold
 from warmfit.report import render
 from warmfit.schema import PER_WAVE_KEY
 from warmfit.streams import index_file, plan, read_batch
-from warmfit.trace import read_trace, readings_frame, write_trace
+from warmfit.trace import find_trace_files, read_trace, readings_frame, write_trace
 
 POLICIES = ["max-merge", "warm-fit", "warm-affine"]
 TRACES = ["traces/pr991", "traces/art-h200", "traces/cpu-demo", "traces/hf-qwen3moe-cpu"]
@@ -216,7 +216,8 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
 
 def _small_batches_in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Make the command cut the stored traces into batches of 40 readings and replay
-    them in worker processes; the list gets the number of batches each pool ran."""
+    them in worker processes; the list gets the number of tasks of each call to the
+    pool (the files to index, then the batches)."""
     import warmfit.replay.stream as stream
 
     monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
@@ -240,7 +241,8 @@ def test_jobs_do_not_change_the_output(runner: CliRunner, monkeypatch: pytest.Mo
                                      "signature"])  # fmt: skip
         assert result.exit_code == 0, result.output
         outputs.append(result.stdout)
-    assert len(pooled) == 1 and pooled[0] > 4  # -j 2 ran its batches in workers
+    # -j 2 indexed the files and ran the batches in workers
+    assert len(pooled) == 2 and pooled[0] == len(find_trace_files(TRACES)) and pooled[1] > 4
     expected = replay(read_trace(TRACES, columns=()), by="signature")
     assert outputs == [render(expected, "json")] * 2
 

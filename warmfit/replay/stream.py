@@ -169,13 +169,11 @@ def replay_stream(
     readings = rows = 0
     counts: list[pl.DataFrame] = []
     with _Runner(jobs, cluster) as runner:
-        # Files are indexed here (on a cluster, by its workers) while the worker
-        # processes of a large trace start; a small trace, or one of one batch,
-        # replays here: starting workers would cost more than they save.
+        # The files of a large trace are indexed by the workers (or the cluster's),
+        # in parallel; a small trace, or one of one batch, replays here: starting
+        # workers would cost more than they save.
         large = wants_workers(files, runner.jobs)
-        if large:
-            runner.start()
-        index = runner.run if cluster is not None else _here
+        index = runner.run if cluster is not None or large else _here
         batches = plan(index(index_file, [(f,) for f in files]), batch_readings)
         elsewhere = cluster is not None or (large and len(batches) > 1)
         run = runner.run if elsewhere else _here
