@@ -23,6 +23,7 @@ from warmfit.replay.medians import (
     SortedValues,
     midpoint_int,
     sort_by_group,
+    write_run,
 )
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -72,16 +73,20 @@ def batches(draw: st.DrawFn, values: st.SearchStrategy[Any]) -> list[tuple[list[
 def feed(
     into: ExactMedians, data: list[tuple[list[int], list[Any]]], how: list[str]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Add each batch (plainly, sorted, or through a merged instance); all values."""
+    """Add each batch (plainly, sorted, as a run a worker wrote, or through a merged
+    instance that holds a run of its own); all values."""
     dtype = into.dtype
     for (group, value), way in zip(data, how, strict=False):
         g, v = np.array(group, dtype=np.int64), np.array(value, dtype=dtype)
         if way == "sorted":
             into.add_sorted(sort_by_group(g, v, dtype))
+        elif way == "run":
+            into.add_run(write_run(sort_by_group(g, v, dtype), into.run_path()))
         elif way == "merged":
             with ExactMedians(dtype, spill_bytes=32, select_above=2) as other:
                 other.add(g[: g.size // 2], v[: v.size // 2])
-                other.add(g[g.size // 2 :], v[v.size // 2 :])
+                half = sort_by_group(g[g.size // 2 :], v[v.size // 2 :], dtype)
+                other.add_run(write_run(half, other.run_path()))
                 into.merge(other)
         else:
             into.add(g, v)
@@ -95,7 +100,7 @@ def feed(
     )
 
 
-WAYS = st.lists(st.sampled_from(["add", "sorted", "merged"]), max_size=6)
+WAYS = st.lists(st.sampled_from(["add", "sorted", "run", "merged"]), max_size=6)
 
 
 def middles_are_numpy_sorts(
@@ -445,3 +450,52 @@ def test_many_runs_and_groups_at_scale(tmp_path: Path) -> None:
         result = m.middles()
         assert m.runs == 40
     check(result, groups, values)
+
+
+def test_a_run_a_worker_wrote_is_taken_in_place_and_removed_at_close(tmp_path: Path) -> None:
+    """write_run / add_run: the keys stay in the worker's file, which the instance
+    removes at close with every file it named, taken, untaken or never written."""
+    rng = np.random.default_rng(5)
+    groups, values = rng.integers(0, 3, 5000), rng.standard_normal(5000)
+    m = ExactMedians(np.float64, spill_bytes=1 << 20, dir=tmp_path)
+    taken, untaken, unwritten = m.run_path(), m.run_path(), m.run_path()
+    assert len({taken, untaken, unwritten}) == 3
+    run = write_run(sort_by_group(groups, values, np.float64), taken)
+    assert os.path.getsize(taken) == 8 * values.size
+    write_run(sort_by_group([0], [1.0], np.float64), untaken)
+    with pytest.raises(FileExistsError):  # never onto a file
+        write_run(sort_by_group([0], [1.0], np.float64), taken)
+    m.add_run(pickle.loads(pickle.dumps(run)))  # as it comes back from a worker
+    # the keys were not copied: the instance wrote no keys.bin
+    assert m.runs == 1 and sorted(os.listdir(m.directory)) == sorted(
+        ["fences.bin", "index.bin", "run-0.bin", "run-1.bin"]
+    )
+    check(m.middles(), groups, values)
+    (Path(str(m.directory)) / "someone-elses").write_text("x")
+    m.close()
+    assert [p.name for p in tmp_path.iterdir()] == [Path(taken).parent.name]
+    assert [p.name for p in Path(taken).parent.iterdir()] == ["someone-elses"]
+
+
+def test_a_run_is_checked_before_it_is_taken(tmp_path: Path) -> None:
+    with ExactMedians(np.int64, dir=tmp_path) as m:
+        good = sort_by_group([0, 0, 1], [2, 1, 5], np.int64)
+        stray = tmp_path / "stray.bin"
+        with pytest.raises(UsageError, match=r"^run must be a run written to a file run_path"):
+            m.add_run(write_run(good, str(stray)))
+        run = write_run(good, m.run_path())
+        with pytest.raises(UsageError, match=r"^run has 1 fence posts; its groups need 2"):
+            m.add_run(run._replace(posts=run.posts[:1]))
+        run = write_run(good, m.run_path())
+        with open(run.path, "ab") as out:
+            out.write(b"\0" * 8)
+        with pytest.raises(UsageError, match=r"holds 32 bytes, not 8 for each of its 3 keys"):
+            m.add_run(run)
+        run = write_run(good, m.run_path())
+        m.add_run(run)
+        with pytest.raises(UsageError, match=r"^run must be a run written"):  # taken once
+            m.add_run(run)
+        run = write_run(sort_by_group([0], [1.0], np.float64), m.run_path())
+        with pytest.raises(UsageError, match=r"^run holds float64"):
+            m.add_run(run)
+        assert m.middles().lower.tolist() == [1, 5]

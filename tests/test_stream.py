@@ -393,25 +393,31 @@ def test_freed_memory_settings_touch_only_what_they_say(monkeypatch: pytest.Monk
 # --------------------------------------------------------------------------- faults, caused
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
 def test_a_full_temporary_disk_for_the_medians_is_exit_2_and_leaves_nothing(
-    tmp_path: Path,
+    tmp_path: Path, jobs: int
 ) -> None:
     """The medians' sorted runs hit a file-size limit (as a full disk would): a clear
-    error naming the folder, no traceback, and the folder warmfit made is gone."""
+    error naming the folder, no traceback, and the folder warmfit made is gone. With
+    2 jobs the workers write the runs (and hit the limit) themselves."""
     import subprocess
     import sys
 
     spill = tmp_path / "tmp"
     spill.mkdir()
     (spill / "not-ours.txt").write_text("a user's file")
+    limit = 4000 if jobs == 1 else 64
     script = (
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (4000, 4000))\n"
+        # each worker's run is a file of its own: a smaller limit for theirs
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
         "from warmfit.errors import UsageError\n"
         "from warmfit.replay.stream import replay_stream\n"
+        "import warmfit.workers\n"
+        "warmfit.workers.WORKER_BYTES = 0  # workers for a small trace\n"
         "try:\n"
-        "    replay_stream(sys.argv[1:], batch_readings=20, spill_bytes=64)\n"
+        f"    replay_stream(sys.argv[1:], batch_readings=20, spill_bytes=64, jobs={jobs})\n"
         "except UsageError as exc:\n"
         "    print(exc); sys.exit(2)\n"
     )
@@ -449,3 +455,43 @@ def test_a_worker_that_dies_is_exit_2_not_a_traceback(
     monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
     with pytest.raises(UsageError, match="a worker process died while replaying"):
         replay_stream(TRACES, ["killer_policy:Killer"], jobs=2, batch_readings=40)
+
+
+@pytest.mark.parametrize("by", GROUPINGS)
+def test_workers_write_the_medians_runs_and_the_figures_hold(
+    by: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Workers write each batch's median values to the fold's folder (the parent
+    takes the file as a run, or reads it back when its cells come out of order):
+    the figures are those of the whole-trace replay."""
+    import warmfit.replay.summary as summary
+
+    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
+    taken: list[str] = []
+    read_back: list[str] = []
+    real_add_run, real_read_run = summary.ExactMedians.add_run, summary.read_run
+
+    def add_run(self: object, run: summary.SpilledRun) -> None:
+        taken.append(run.path)
+        real_add_run(self, run)  # type: ignore[arg-type]
+
+    def read_run(run: summary.SpilledRun) -> summary.SortedValues:
+        read_back.append(run.path)
+        return real_read_run(run)
+
+    monkeypatch.setattr(summary.ExactMedians, "add_run", add_run)
+    monkeypatch.setattr(summary, "read_run", read_run)
+    # rank 1's signatures come "a" first, after rank 0 made "b" the first one seen
+    rows = [
+        dict(rank=rank, seq=s, wave=s, signature=sig, packed_tokens=4 + s, logical_tokens=20,
+             peak_bytes=100 + 7 * s * (rank + 1), whole=True)
+        for rank, sigs in ((0, "bb"), (1, "ab")) for s, sig in enumerate(sigs * 6)
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    for traces in (TRACES, [tmp_path]):
+        result = replay_stream(traces, by=by, jobs=2, batch_readings=12, spill_bytes=64)
+        expected = replay(read_trace(traces, columns=()), by=by)
+        assert result.summary.equals(expected.summary)
+    assert len(taken) > 10
+    # by signature, the second batch's cells come out of order: its run is read back
+    assert bool(read_back) == (by == "signature")

@@ -90,12 +90,20 @@ Costs
 Workers in other processes sort their own values with :func:`sort_by_group`
 and hand back the picklable :class:`SortedValues`; the parent takes them with
 :meth:`~ExactMedians.add_sorted` (a large one is written as a run as it
-stands, without sorting again). Two instances in one process combine with
+stands, without sorting again). A worker on the same machine can write them
+itself: :meth:`~ExactMedians.run_path` names a file in the instance's folder,
+:func:`write_run` writes the sorted keys there and hands back a small
+:class:`SpilledRun` (codes, starts, fence posts), and
+:meth:`~ExactMedians.add_run` takes the file as a run where it lies, so the
+keys are neither sent to the parent nor copied (the spilled keys are
+numbered across ``keys.bin`` and such files). Every file named is removed
+with the folder, taken or not. Two instances in one process combine with
 :meth:`~ExactMedians.merge`.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import mmap
@@ -160,6 +168,22 @@ class SortedValues(NamedTuple):
         return _from_keys(self.keys, self.dtype)
 
 
+class SpilledRun(NamedTuple):
+    """A sorted batch whose keys a worker wrote to a file (:func:`write_run`), for
+    :meth:`ExactMedians.add_run` to take as a run without reading them (picklable).
+
+    ``codes`` and ``starts`` are those of the :class:`SortedValues` written;
+    ``posts`` are its fence posts (every 256th key of each group's stretch);
+    ``path`` is a file :meth:`ExactMedians.run_path` named.
+    """
+
+    dtype: np.dtype[Any]
+    codes: Int64Array
+    starts: Int64Array
+    posts: Int64Array
+    path: str
+
+
 class Middles(NamedTuple):
     """Per group seen, in increasing ``codes``: the sorted values at positions
     ``(counts - 1) // 2`` (``lower``) and ``counts // 2`` (``upper``), and how
@@ -196,6 +220,24 @@ def sort_by_group(group: npt.ArrayLike, values: npt.ArrayLike, dtype: Any) -> So
     kind = _check_dtype(dtype)
     codes, keys = _checked_batch(group, values, kind)
     return SortedValues(kind, *_sort_pairs(codes, keys))
+
+
+def write_run(batch: SortedValues, path: str) -> SpilledRun:
+    """Write the keys of ``batch`` to ``path`` (a new file) as one run: what a worker
+    hands back instead of the keys, so that they are not sent to the parent and
+    written by it (see :meth:`ExactMedians.add_run`)."""
+    _, posts = _fence_posts(batch.starts, batch.keys)
+    with open(path, "xb") as out:  # never onto an existing file
+        out.write(np.ascontiguousarray(batch.keys).data)
+    return SpilledRun(batch.dtype, batch.codes, batch.starts, posts, path)
+
+
+def read_run(run: SpilledRun) -> SortedValues:
+    """The sorted values a worker wrote (:func:`write_run`), read back into memory."""
+    keys = np.fromfile(run.path, dtype=np.int64)
+    if keys.size != int(run.starts[-1]):
+        raise OSError(f"the run file {run.path} holds {keys.size} keys, not {int(run.starts[-1])}")
+    return SortedValues(run.dtype, run.codes, run.starts, keys)
 
 
 class ExactMedians:
@@ -238,6 +280,14 @@ class ExactMedians:
         # values of 8 bytes; per group, its code and the count spilled
         self._directory: str | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
+        # the files written, or named for a worker to write (see run_path), removed at close
+        self._files: list[str] = []
+        self._named: set[str] = set()  # named by run_path, not yet taken
+        self._run_files = 0
+        # where the spilled keys lie: (first key, file name, offset in the file), in
+        # order of the keys, which are numbered across the files
+        self._segments: list[tuple[int, str, int]] = []
+        self._keys_length = 0  # keys in keys.bin
         self._runs: list[tuple[int, int]] = []
         self._spilled = 0
         self._fenced = 0
@@ -344,6 +394,46 @@ class ExactMedians:
         for codes, keys in other._held:
             self._hold(codes.copy(), keys.copy())
 
+    def run_path(self) -> str:
+        """A new file name in this instance's folder, for a worker to write a sorted
+        run into (:func:`write_run`) and :meth:`add_run` to take; the file is removed
+        at :meth:`close`, taken or not."""
+        self._check_open()
+        directory = self._open_directory()
+        path = str(directory / f"run-{self._run_files}.bin")
+        self._run_files += 1
+        self._named.add(path)
+        self._files.append(path)
+        return path
+
+    def add_run(self, run: SpilledRun) -> None:
+        """Take the run a worker wrote (:func:`write_run`) to a file :meth:`run_path`
+        named, as it lies: its keys are neither read nor copied.
+
+        The worker's sort is trusted (it is warmfit's own, :func:`sort_by_group`);
+        the run's shape, and the file's length, are checked.
+        """
+        self._check_open()
+        if not isinstance(run, SpilledRun) or run.path not in self._named:
+            raise UsageError("must be a run written to a file run_path named.", argument="run")
+        self._named.discard(run.path)  # taken once
+        size = int(np.asarray(run.starts)[-1]) if len(run.starts) else -1
+        codes, starts = _checked_groups(run, self._dtype, size, "run")
+        fence_starts, expected = _fence_counts(starts)
+        posts = np.asarray(run.posts, dtype=np.int64)
+        if posts.shape != (expected,):
+            raise UsageError(
+                f"has {posts.size} fence posts; its groups need {expected}.", argument="run"
+            )
+        if os.path.getsize(run.path) != 8 * int(starts[-1]):
+            raise UsageError(
+                f"file {run.path} holds {os.path.getsize(run.path)} bytes, not 8 for each of "
+                f"its {int(starts[-1])} keys.",
+                argument="run",
+            )
+        if codes.size:
+            self._add_run(codes, starts, fence_starts, posts, os.path.basename(run.path), 0)
+
     # ------------------------------------------------------------------ middles
 
     def middles(self) -> Middles:
@@ -410,33 +500,44 @@ class ExactMedians:
     def _open_directory(self) -> Path:
         if self._directory is None:
             directory = tempfile.mkdtemp(prefix="warmfit-medians-", dir=self._parent)
-            files = [os.path.join(directory, name) for name in _FILES]
-            self._finalizer = weakref.finalize(self, _remove, directory, files, os.getpid())
+            self._files += [os.path.join(directory, name) for name in _FILES]
+            self._finalizer = weakref.finalize(self, _remove, directory, self._files, os.getpid())
             self._directory = directory
         return Path(self._directory)
 
     def _write_run(self, codes: Int64Array, starts: Int64Array, keys: Int64Array) -> None:
         directory = self._open_directory()
-        lengths = np.diff(starts)
-        # fence posts: each group's keys at 0, _FENCE, 2 * _FENCE, ... of its stretch
-        posts = (lengths + _FENCE - 1) // _FENCE
-        fence_starts = np.zeros(codes.size + 1, dtype=np.int64)
-        np.cumsum(posts, out=fence_starts[1:])
-        at = np.repeat(starts[:-1] - fence_starts[:-1] * _FENCE, posts)
-        at += np.arange(at.size, dtype=np.int64) * _FENCE
+        fence_starts, posts = _fence_posts(starts, keys)
         with open(directory / _KEYS_FILE, "ab") as out:
             out.write(np.ascontiguousarray(keys).data)
+        self._add_run(codes, starts, fence_starts, posts, _KEYS_FILE, self._keys_length)
+        self._keys_length += keys.size
+
+    def _add_run(
+        self,
+        codes: Int64Array,
+        starts: Int64Array,
+        fence_starts: Int64Array,
+        posts: Int64Array,
+        name: str,
+        offset: int,
+    ) -> None:
+        """Take a run whose keys lie in file ``name`` of the folder from key ``offset``."""
+        directory = self._open_directory()
         with open(directory / _FENCES_FILE, "ab") as out:
-            out.write(keys[at].data)
+            out.write(np.ascontiguousarray(posts).data)
         with open(directory / _INDEX_FILE, "ab") as out:
             out.write(np.ascontiguousarray(codes).data)
             out.write((starts + self._spilled).data)
             out.write((fence_starts + self._fenced).data)
+        last = self._segments[-1] if self._segments else None
+        if last is None or (last[1], last[2] + self._spilled - last[0]) != (name, offset):
+            self._segments.append((self._spilled, name, offset))  # else: the last one goes on
         self._runs.append((self._index_length, codes.size))
         self._index_length += 3 * codes.size + 2
-        self._spilled += keys.size
-        self._fenced += at.size
-        self._add_counts(codes, lengths)
+        self._spilled += int(starts[-1])
+        self._fenced += posts.size
+        self._add_counts(codes, np.diff(starts))
 
     def _add_counts(self, codes: Int64Array, counts: Int64Array) -> None:
         if not self._codes.size:
@@ -454,10 +555,19 @@ class ExactMedians:
         assert other._directory is not None
         source = Path(other._directory)
         directory = self._open_directory()
-        for name in (_KEYS_FILE, _FENCES_FILE):
-            with open(source / name, "rb") as inp, open(directory / name, "ab") as out:
-                while chunk := inp.read(1 << 24):
-                    out.write(chunk)
+        with open(directory / _KEYS_FILE, "ab") as out:  # other's keys, in their order
+            for first, stop, name, offset in other._segment_spans():
+                with open(source / name, "rb") as inp:
+                    inp.seek(8 * offset)
+                    left = 8 * (stop - first)
+                    while left and (chunk := inp.read(min(left, 1 << 24))):
+                        out.write(chunk)
+                        left -= len(chunk)
+        self._segments.append((self._spilled, _KEYS_FILE, self._keys_length))
+        self._keys_length += other._spilled
+        with open(source / _FENCES_FILE, "rb") as inp, open(directory / _FENCES_FILE, "ab") as out:
+            while chunk := inp.read(1 << 24):
+                out.write(chunk)
         index = np.fromfile(source / _INDEX_FILE, dtype=np.int64)
         with open(directory / _INDEX_FILE, "ab") as out:
             for offset, n in other._runs:
@@ -471,6 +581,14 @@ class ExactMedians:
         self._fenced += other._fenced
         self._add_counts(other._codes, other._counts)
 
+    def _segment_spans(self) -> list[tuple[int, int, str, int]]:
+        """The spilled keys' segments: (first key, key after the last, file, offset)."""
+        bounds = [first for first, _, _ in self._segments[1:]] + [self._spilled]
+        return [
+            (first, stop, name, offset)
+            for (first, name, offset), stop in zip(self._segments, bounds, strict=True)
+        ]
+
     def _middles_on_disk(self, directory: Path) -> tuple[Int64Array, Int64Array]:
         counts = self._counts
         lower = np.empty(counts.size, dtype=np.int64)
@@ -483,7 +601,7 @@ class ExactMedians:
         with (
             _Mapped(directory / _INDEX_FILE) as index,
             _Mapped(directory / _FENCES_FILE) as fences,
-            open(directory / _KEYS_FILE, "rb") as reader,
+            _Keys(directory, self._segment_spans()) as reader,
         ):
             runs = [_run_index(index.array, offset, n) for offset, n in self._runs]
             for first, stop in _small_batches(counts, large, budget):
@@ -519,7 +637,7 @@ class ExactMedians:
             b = int(np.searchsorted(run_codes, high_code, side="right"))
             if a == b:
                 continue
-            keys_parts.append(_read_keys(reader, int(run_starts[a]), int(run_starts[b])))
+            keys_parts.append(reader.read(int(run_starts[a]), int(run_starts[b])))
             codes_parts.append(np.repeat(run_codes[a:b], np.diff(run_starts[a : b + 1])))
         codes, starts, ordered = _sort_pairs(
             np.concatenate(codes_parts), np.concatenate(keys_parts)
@@ -594,23 +712,33 @@ def _checked_sorted(
 ) -> tuple[Int64Array, Int64Array, Int64Array]:
     if not isinstance(batch, SortedValues):
         raise UsageError("must be SortedValues (see sort_by_group).", argument="batch")
-    if np.dtype(batch.dtype) != dtype:
-        raise UsageError(
-            f"holds {batch.dtype} values; this instance holds {dtype}.", argument="batch"
-        )
-    codes = np.asarray(batch.codes, dtype=np.int64)
-    starts = np.asarray(batch.starts, dtype=np.int64)
     keys = np.asarray(batch.keys, dtype=np.int64)
-    if codes.ndim != 1 or starts.shape != (codes.size + 1,) or keys.ndim != 1:
+    if keys.ndim != 1:
         raise UsageError("must have one start per code, and one more.", argument="batch")
-    if starts[0] != 0 or starts[-1] != keys.size or np.any(np.diff(starts) <= 0):
-        raise UsageError("starts must rise from 0 to the number of keys.", argument="batch")
-    if codes.size and (codes[0] < 0 or np.any(np.diff(codes) <= 0)):
-        raise UsageError("codes must be >= 0 and strictly increasing.", argument="batch")
+    codes, starts = _checked_groups(batch, dtype, keys.size, "batch")
     falls = np.flatnonzero(keys[1:] < keys[:-1]) + 1
     if not np.isin(falls, starts).all():
         raise UsageError("keys must be sorted within each group.", argument="batch")
     return codes, starts, keys
+
+
+def _checked_groups(
+    batch: SortedValues | SpilledRun, dtype: np.dtype[Any], size: int, argument: str
+) -> tuple[Int64Array, Int64Array]:
+    """The codes and starts of a sorted batch of ``size`` keys, checked."""
+    if np.dtype(batch.dtype) != dtype:
+        raise UsageError(
+            f"holds {batch.dtype} values; this instance holds {dtype}.", argument=argument
+        )
+    codes = np.asarray(batch.codes, dtype=np.int64)
+    starts = np.asarray(batch.starts, dtype=np.int64)
+    if codes.ndim != 1 or starts.shape != (codes.size + 1,):
+        raise UsageError("must have one start per code, and one more.", argument=argument)
+    if starts[0] != 0 or starts[-1] != size or np.any(np.diff(starts) <= 0):
+        raise UsageError("starts must rise from 0 to the number of keys.", argument=argument)
+    if codes.size and (codes[0] < 0 or np.any(np.diff(codes) <= 0)):
+        raise UsageError("codes must be >= 0 and strictly increasing.", argument=argument)
+    return codes, starts
 
 
 def _to_keys(values: npt.NDArray[Any], dtype: np.dtype[Any]) -> Int64Array:
@@ -690,18 +818,42 @@ def _argsorted(keys: Int64Array) -> npt.NDArray[Any]:
     return pl.Series(keys).arg_sort().to_numpy()
 
 
-def _read_keys(reader: Any, start: int, stop: int) -> Int64Array:
-    """Keys ``start:stop`` of the keys file, read (not mapped)."""
-    out = np.empty(stop - start, dtype=np.int64)
-    view = out.data.cast("B")
-    reader.seek(start * 8)
-    done = 0
-    while done < len(view):
-        got = reader.readinto(view[done:])
-        if not got:
-            raise OSError(f"the runs file ended early: {reader.name}")
-        done += got
-    return out
+class _Keys:
+    """The spilled keys, numbered across the files that hold them, read (not mapped)."""
+
+    def __init__(self, directory: Path, spans: list[tuple[int, int, str, int]]) -> None:
+        self._directory = directory
+        self._spans = spans
+        self._firsts = [first for first, _, _, _ in spans]
+        self._open: dict[str, Any] = {}
+
+    def read(self, start: int, stop: int) -> Int64Array:
+        """Keys ``start:stop`` (of one run: they lie in one file)."""
+        out = np.empty(stop - start, dtype=np.int64)
+        if stop <= start:
+            return out
+        first, end, name, offset = self._spans[bisect.bisect_right(self._firsts, start) - 1]
+        if stop > end:
+            raise OSError(f"keys {start}:{stop} run past their file {name}")
+        reader = self._open.get(name)
+        if reader is None:
+            reader = self._open[name] = open(self._directory / name, "rb")  # noqa: SIM115
+        view = out.data.cast("B")
+        reader.seek(8 * (offset + start - first))
+        done = 0
+        while done < len(view):
+            got = reader.readinto(view[done:])
+            if not got:
+                raise OSError(f"the runs file ended early: {reader.name}")
+            done += got
+        return out
+
+    def __enter__(self) -> _Keys:
+        return self
+
+    def __exit__(self, *error: object) -> None:
+        for reader in self._open.values():
+            reader.close()
 
 
 def _small_batches(
@@ -745,6 +897,24 @@ class _Mapped:
         with contextlib.suppress(BufferError):
             self._map.close()
         self._file.close()
+
+
+def _fence_counts(starts: Int64Array) -> tuple[Int64Array, int]:
+    """Where each group's fence posts start among a run's (and one more), and how
+    many there are: one every ``_FENCE`` keys of a group's stretch, its first included."""
+    posts = (np.diff(starts) + _FENCE - 1) // _FENCE
+    fence_starts = np.zeros(posts.size + 1, dtype=np.int64)
+    np.cumsum(posts, out=fence_starts[1:])
+    return fence_starts, int(fence_starts[-1])
+
+
+def _fence_posts(starts: Int64Array, keys: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """A sorted run's fence posts (see :func:`_fence_counts`): where each group's
+    start, and the posts themselves, each group's keys at 0, _FENCE, 2 * _FENCE, ..."""
+    fence_starts, total = _fence_counts(starts)
+    at = np.repeat(starts[:-1] - fence_starts[:-1] * _FENCE, np.diff(fence_starts))
+    at += np.arange(total, dtype=np.int64) * _FENCE
+    return fence_starts, keys[at]
 
 
 def _run_index(index: Int64Array, offset: int, n: int) -> tuple[Int64Array, Int64Array, Int64Array]:
@@ -830,7 +1000,7 @@ def _fenced_middles(
         stop_block = np.minimum(np.bincount(run_of[: below[j]], minlength=runs) + 1, lengths)
     window = np.concatenate(
         [
-            _read_keys(reader, int(k0 + f * _FENCE), int(min(k0 + s * _FENCE, k1)))
+            reader.read(int(k0 + f * _FENCE), int(min(k0 + s * _FENCE, k1)))
             for k0, k1, f, s in zip(
                 key_start.tolist(),
                 key_end.tolist(),

@@ -106,20 +106,23 @@ def replay_batch(
     by: str,
     per_wave: bool,
     budget_bytes: int | None = None,
+    runs: tuple[str, str] | None = None,
 ) -> BatchResult:
     """Read, validate and replay one batch (a task: runs in a worker).
 
     ``engine`` is ``vectorized`` or ``scalar``; the vectorized engine hands a
     batch it cannot price exactly to the reference engine, as
-    :func:`warmfit.replay.replay` does with a trace.
+    :func:`warmfit.replay.replay` does with a trace. ``runs``: where to write
+    the medians' values (:meth:`~warmfit.replay.summary.SummaryFold.run_paths`).
     """
     readings = read_batch(batch)
     priced = price(readings, policies, safety_factor, engine, by, per_wave)
     code, distinct = number_groups(priced.groups)
-    part = fold_part(
-        code, distinct, priced.actual, priced.oom, priced.estimate, priced.set_by,
-        len(policies), budget_bytes,
-    )  # fmt: skip
+    with _spilling():
+        part = fold_part(
+            code, distinct, priced.actual, priced.oom, priced.estimate, priced.set_by,
+            len(policies), budget_bytes, runs,
+        )  # fmt: skip
     rows = None if priced.per_wave is None else with_admitted(priced.per_wave, budget_bytes)
     counts = priced.counts if priced.counts is not None else reading_counts(readings)
     return BatchResult(batch.number, priced.engine, readings.height, part, rows, counts)
@@ -168,7 +171,9 @@ def replay_stream(
     engines: set[str] = set()
     readings = rows = 0
     counts: list[pl.DataFrame] = []
-    with _Runner(jobs, cluster) as runner:
+    spill = SPILL_BYTES if spill_bytes is None else spill_bytes
+    # The pool is shut down (its tasks finished) before the fold removes its files.
+    with SummaryFold(names, by, budget_bytes, spill) as fold, _Runner(jobs, cluster) as runner:
         # The files of a large trace are indexed by the workers (or the cluster's),
         # in parallel; a small trace, or one of one batch, replays here: starting
         # workers would cost more than they save.
@@ -178,21 +183,26 @@ def replay_stream(
         elsewhere = cluster is not None or (large and len(batches) > 1)
         run = runner.run if elsewhere else _here
         where = runner.where if elsewhere else 1
-        spill = SPILL_BYTES if spill_bytes is None else spill_bytes
-        with SummaryFold(names, by, budget_bytes, spill) as fold:
-            progress(0, len(batches))
-            for done, result in enumerate(run(replay_batch, [(b, *task) for b in batches]), 1):
-                engines.add(result.engine)
-                readings += result.readings
-                counts.append(result.counts)
-                with _spilling():
-                    fold.add_part(result.part)
-                if result.per_wave is not None and per_wave is not None:
-                    rows += result.per_wave.height
-                    per_wave(result.per_wave)
-                progress(done, len(batches))
+        # This machine's workers write a large batch's median values to the fold's
+        # folder themselves, rather than send them here to be written.
+        local = elsewhere and cluster is None
+        with _spilling():
+            calls = [
+                (b, *task, _runs(fold, b, len(names), spill) if local else None) for b in batches
+            ]
+        progress(0, len(batches))
+        for done, result in enumerate(run(replay_batch, calls), 1):
+            engines.add(result.engine)
+            readings += result.readings
+            counts.append(result.counts)
             with _spilling():
-                summary = fold.finish()
+                fold.add_part(result.part)
+            if result.per_wave is not None and per_wave is not None:
+                rows += result.per_wave.height
+                per_wave(result.per_wave)
+            progress(done, len(batches))
+        with _spilling():
+            summary = fold.finish()
     ran = "scalar" if "scalar" in engines else chosen
     return StreamedReplay(
         summary, tuple(names), safety_factor, ran, by, budget_bytes, readings, rows,
@@ -212,6 +222,12 @@ def _spilling() -> Iterator[None]:
             "TMPDIR at a folder with room (8 bytes per wave and policy, twice: about 1.7 GB "
             "at 1e8 readings)."
         ) from None
+
+
+def _runs(fold: SummaryFold, batch: Batch, policies: int, spill: int) -> tuple[str, str] | None:
+    """Files for a worker to write a batch's median values to, when they may reach
+    ``spill`` bytes (16 a value, one value a reading and policy at most)."""
+    return fold.run_paths() if batch.readings * policies * 16 >= spill else None
 
 
 def _without_whole(counts: list[pl.DataFrame]) -> pl.DataFrame:

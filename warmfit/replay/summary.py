@@ -14,8 +14,11 @@ from warmfit.replay.medians import (
     DEFAULT_SPILL_BYTES,
     ExactMedians,
     SortedValues,
+    SpilledRun,
     midpoint_int,
+    read_run,
     sort_by_group,
+    write_run,
 )
 
 #: Columns of the per-run, per-policy summary (SPEC §5 ``results``, and §7's
@@ -133,8 +136,13 @@ class SummaryFold:
         self._counts[cells] += part.counts
         self._min[cells] = np.minimum(self._min[cells], part.low)
         self._max[cells] = np.maximum(self._max[cells], part.high)
-        self._over.add_sorted(_renumbered(part.over, cells))
-        self._excess.add_sorted(_renumbered(part.excess, cells))
+        _add_values(self._over, part.over, cells)
+        _add_values(self._excess, part.excess, cells)
+
+    def run_paths(self) -> tuple[str, str]:
+        """Two new files in the medians' folders, for a worker's :func:`fold_part`
+        (``runs``) to write its values to; removed at :meth:`close`."""
+        return self._over.run_path(), self._excess.run_path()
 
     def _code(self, key: tuple[object, ...]) -> int:
         return self._codes.setdefault(key, len(self._codes))
@@ -219,8 +227,9 @@ class FoldPart:
     counts: np.ndarray
     low: np.ndarray
     high: np.ndarray
-    over: SortedValues
-    excess: SortedValues
+    #: The values themselves, or where a worker wrote them (``runs`` of :func:`fold_part`).
+    over: SortedValues | SpilledRun
+    excess: SortedValues | SpilledRun
 
 
 def fold_part(
@@ -232,8 +241,13 @@ def fold_part(
     set_by: np.ndarray,
     policies: int,
     budget_bytes: int | None = None,
+    runs: tuple[str, str] | None = None,
 ) -> FoldPart:
     """The figures of some waves (see :meth:`SummaryFold.add`) per local cell.
+
+    ``runs``: files (:meth:`SummaryFold.run_paths`) to write the medians' sorted
+    values to, as a worker process of this machine does, so that they are not
+    sent back to the parent, which writes them to disk otherwise.
 
     The (wave, policy) values are taken policy by policy: the waves of one
     group (a batch of one run) then come cell after cell, and the medians'
@@ -275,7 +289,26 @@ def fold_part(
         low[over.codes] = ordered[over.starts[:-1]]
         high[over.codes] = ordered[over.starts[1:] - 1]
     excess = sort_by_group(cell, estimate - actual, np.int64)
+    if runs is not None:
+        return FoldPart(
+            list(keys), counts, low, high, write_run(over, runs[0]), write_run(excess, runs[1])
+        )
     return FoldPart(list(keys), counts, low, high, over, excess)
+
+
+def _add_values(
+    medians: ExactMedians, values: SortedValues | SpilledRun, cells: np.ndarray
+) -> None:
+    """Add a part's values, local cell ``c`` renumbered ``cells[c]``: a run a worker
+    wrote is taken as it lies when the renumbered cells keep its order (a batch of
+    whole runs, in order, always does), else read back and reordered."""
+    if isinstance(values, SpilledRun):
+        codes = cells[values.codes]
+        if np.all(codes[1:] > codes[:-1]):
+            medians.add_run(values._replace(codes=codes))
+            return
+        values = read_run(values)
+    medians.add_sorted(_renumbered(values, cells))
 
 
 def _renumbered(values: SortedValues, cells: np.ndarray) -> SortedValues:
