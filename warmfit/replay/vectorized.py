@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from warmfit.errors import PolicyError
 from warmfit.policies import Policy
@@ -41,6 +40,7 @@ from warmfit.policies.rule import (
     is_declared,
 )
 from warmfit.replay.semantics import PER_WAVE_SCHEMA, ProfileKey, estimates, observed
+from warmfit.replay.summary import nullable
 from warmfit.schema import WAVE_CONSTANT
 
 #: Below this, every int64 column converts to a double exactly.
@@ -463,10 +463,10 @@ def per_wave_frame(
     return rows.with_columns(
         policy=policy.gather(np.tile(np.arange(count, dtype=np.uint32), len(priced.first))),
         actual_bytes=pl.Series(per_row_actual),
-        estimate_bytes=_masked(estimate, valid),
-        set_by=pl.Series(["profile", "floor"]).gather(_masked(code - 1, code > 0)),
-        over_estimate=_masked(over, valid & (per_row_actual > 0)),
-        under_peak=_masked(estimate < per_row_actual, valid),
+        estimate_bytes=nullable(estimate, valid),
+        set_by=pl.Series(["profile", "floor"]).gather(nullable(code - 1, code > 0)),
+        over_estimate=nullable(over, valid & (per_row_actual > 0)),
+        under_peak=nullable(estimate < per_row_actual, valid),
         oom=pl.Series(np.repeat(priced.oom, count)),
     ).select(pl.col(name).cast(dtype) for name, dtype in PER_WAVE_SCHEMA.items())
 
@@ -478,11 +478,6 @@ def _declared(cls: type[Policy]) -> type[DeclaredPolicy]:
             "only the reference engine can replay it: use the scalar or auto engine."
         )
     return cls  # type: ignore[return-value]
-
-
-def _masked(values: np.ndarray, valid: np.ndarray) -> pl.Series:
-    """``values`` as a Series, null where not ``valid``."""
-    return pl.Series(pa.array(values, mask=~valid))
 
 
 def _wave_order(stream: np.ndarray, wave: np.ndarray) -> np.ndarray:
