@@ -581,7 +581,8 @@ def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str], stream: np
             values = codes.get_column(c).to_numpy()
         else:
             # negative values were rejected, so -1 stands for null
-            values = _numpy(frame.get_column(c).cast(pl.Int64).fill_null(-1))
+            column = frame.get_column(c).cast(pl.Int64)
+            values = _numpy(column.fill_null(-1) if column.null_count() else column)
         if order is not None:
             values = values[order]
         if (same_wave & (values[1:] != values[:-1])).any():

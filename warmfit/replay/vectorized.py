@@ -330,7 +330,11 @@ def price_waves(
     caller = (readings.get_column("phase") == "caller").to_numpy()
     split_child = (readings.get_column("kind") == "split_child").to_numpy()
     observed_reading = observed(split_child, caller, oom_reading)
-    oom = np.logical_or.reduceat(oom_reading[order], starts)[by_first]
+    oom = (
+        np.logical_or.reduceat(oom_reading[order], starts)[by_first]
+        if oom_reading.any()
+        else np.zeros(len(first), dtype=bool)  # the usual trace: no reading ran out
+    )
     del order, starts, by_first
 
     # Readings sorted by profile, each profile's readings side by side in
@@ -369,9 +373,9 @@ def price_waves(
     # Per wave, from its first reading: the wave constants a price reads.
     m, o = logical[first], output[first]
     n = n[first]
-    static_floor = readings.get_column("static_floor_bytes")
-    has_floor = static_floor.is_not_null().to_numpy()[first]
-    floor = static_floor.fill_null(0).to_numpy()[first]
+    static_floor = readings.get_column("static_floor_bytes").gather(first)
+    has_floor = static_floor.is_not_null().to_numpy()
+    floor = static_floor.fill_null(0).to_numpy()
     # (the fields themselves are kept by columns until the policies have read them)
     del by_profile, opens, rate, sharing, compute, oom_reading, observed_reading, delta
     del output, logical, whole, caller, split_child, static_floor
@@ -434,9 +438,11 @@ def _tallies(
     signature: readings, flat ones, whole ones that did not run out of memory, oom ones
     (``whole`` and ``oom``: the readings' columns)."""
     size = int(profile.max()) + 1
+    twice = profile * 2
 
     def tally(flags: np.ndarray) -> pl.Series:
-        return pl.Series(np.bincount(profile[flags], minlength=size).astype(np.int64))
+        # per profile, its readings without and with the flag: one pass, no gather
+        return pl.Series(np.bincount(twice + flags, minlength=2 * size)[1::2].astype(np.int64))
 
     return {
         "readings": pl.Series(np.bincount(profile, minlength=size).astype(np.int64)),
