@@ -69,6 +69,28 @@ def test_row_groups_of_one_stream_are_indexed_from_the_footer(
     assert [start for start, _ in index.groups] == [0, 4, 8]
 
 
+@pytest.mark.parametrize(
+    "runs, columns", [(("runA", "runA"), ["rank"]), (("runA", "runB"), ["run", "rank"])]
+)
+def test_a_row_group_of_one_run_has_only_its_ranks_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: tuple[str, str], columns: list[str]
+) -> None:
+    """A row group whose footer gives one run (a file of one run's ranks) but two
+    ranks: its ranks alone are read to find the stretches."""
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch, runs, (0, 1))
+    read: list[list[str]] = []
+    real = streams.read_rows
+
+    def spy(path: Path, names: list[str], start: int = 0, length: int | None = None) -> object:
+        read.append(list(names))
+        return real(path, names, start, length)
+
+    monkeypatch.setattr(streams, "read_rows", spy)
+    assert index_file(path).stretches == ((runs[0], 0, 0, 6), (runs[1], 1, 6, 12))
+    assert read == [columns]
+
+
 def test_footer_statistics_that_lie_are_caught_when_the_rows_are_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

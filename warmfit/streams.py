@@ -111,12 +111,14 @@ def index_file(path: str | os.PathLike[str]) -> FileIndex:
     for group in groups:
         starts.append(start)
         key = _one_stream(group, schema)
+        run = _one_run(group)
         if key is not None:
             found = [(*key, group.rows)]
         else:
-            keys = ["run", "rank"]
+            # one run (a file of one run's ranks): its ranks alone tell the stretches
+            keys = ["run", "rank"] if run is None else ["rank"]
             verify_pages(path, [group.only(keys)])  # the batch checks the other columns
-            found = _stretches(read_rows(path, keys, start, group.rows))
+            found = _stretches(read_rows(path, keys, start, group.rows), run)
         for run, rank, length in found:
             if stretches and stretches[-1][:2] == (run, rank):  # continues across groups
                 stretches[-1] = (run, rank, stretches[-1][2], start + length)
@@ -128,24 +130,36 @@ def index_file(path: str | os.PathLike[str]) -> FileIndex:
 
 def _one_stream(group: RowGroup, schema: pa.Schema) -> StreamKey | None:
     """The one ``(run, rank)`` of a row group by its footer statistics, or None."""
-    run, rank = group.bounds.get("run"), group.bounds.get("rank")
-    if run is None or rank is None or run[1] != run[2] or rank[1] != rank[2]:
-        return None
-    if run[0] != _BYTE_ARRAY or rank[0] not in _INTEGERS:
+    run, rank = _one_run(group), group.bounds.get("rank")
+    if run is None or rank is None or rank[1] != rank[2] or rank[0] not in _INTEGERS:
         return None
     if not pa.types.is_signed_integer(schema.field("rank").type):
         return None  # an unsigned rank's bytes would need its width: read it instead
     if len(rank[1]) != _INTEGERS[rank[0]]:
         return None
+    return run, int.from_bytes(rank[1], "little", signed=True)
+
+
+def _one_run(group: RowGroup) -> str | None:
+    """The one ``run`` of a row group by its footer statistics (no null), or None."""
+    run = group.bounds.get("run")
+    if run is None or run[1] != run[2] or run[0] != _BYTE_ARRAY:
+        return None
     try:
-        name = run[1].decode()
+        return run[1].decode()
     except UnicodeDecodeError:
         return None
-    return name, int.from_bytes(rank[1], "little", signed=True)
 
 
-def _stretches(frame: pl.DataFrame) -> list[tuple[str | None, int | None, int]]:
-    """The runs of equal ``(run, rank)`` of some rows: key and length, in row order."""
+def _stretches(
+    frame: pl.DataFrame, run: str | None = None
+) -> list[tuple[str | None, int | None, int]]:
+    """The runs of equal ``(run, rank)`` of some rows: key and length, in row order;
+    with ``run`` given (the rows' one run), ``frame`` holds only their ranks."""
+    if run is not None:
+        ranks = frame.select(pl.col("rank").cast(pl.Int64, strict=False).rle().struct.unnest())
+        lengths = ranks.get_column("len").to_list()
+        return [(run, rank, n) for rank, n in zip(ranks.get_column("value"), lengths, strict=True)]
     runs = frame.select(
         pl.struct(
             pl.col("run").cast(pl.String, strict=False),
