@@ -209,3 +209,28 @@ def test_statistics_marked_inexact_are_not_trusted(
     read = _spy_on_reads(monkeypatch)
     assert index_file(path).stretches == (("runA", 0, 0, 6), ("runB", 1, 6, 12))
     assert read == [(0, 4), (4, 4), (8, 4)]
+
+
+def _in_server() -> bool:
+    """In a worker: whether warmfit.forkserver knew it was the fork server's preload."""
+    import warmfit.forkserver
+
+    return warmfit.forkserver.SERVER
+
+
+def test_only_the_fork_server_ends_at_once() -> None:
+    """warmfit.forkserver makes the fork server skip Python's teardown at its exit
+    (it holds the command's stderr: a pipeline waited 0.1 s for it); imported by
+    any other process, it leaves that process's exit alone."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from warmfit.workers import fork_context
+
+    with ProcessPoolExecutor(1, mp_context=fork_context(1)) as pool:
+        assert pool.submit(_in_server).result() is True  # forked from the server
+    assert _in_server() is False
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, warmfit.forkserver; sys.exit(3)"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr

@@ -1,7 +1,8 @@
 """The worker processes of a large replay, started as early as a command can.
 
 Workers come from a fork server (:mod:`multiprocessing`'s ``forkserver``)
-that has imported :mod:`warmfit.replay.stream` once, so each worker starts in
+that has imported :mod:`warmfit.replay.stream` once (:mod:`warmfit.forkserver`,
+which also makes it end at once after the command), so each worker starts in
 milliseconds, and the fork server keeps freed memory
 (:func:`warmfit.memory.polars_keeps_freed_memory`). The fork server's imports
 take about half a second; ``warmfit replay`` calls :func:`prestart` before it
@@ -26,8 +27,8 @@ from warmfit.memory import environment, polars_keeps_freed_memory
 #: they save; measured at 1e6, 1.2 s here against 1.6 s with two workers).
 WORKER_BYTES = 32 * 2**20
 
-#: What the fork server imports before it forks workers.
-PRELOAD = ["warmfit.replay.stream"]
+#: What the fork server imports before it forks workers (see :mod:`warmfit.forkserver`).
+PRELOAD = ["warmfit.forkserver"]
 #: The environment variable that sets the size of polars' thread pool.
 POLARS_THREADS = "POLARS_MAX_THREADS"
 
