@@ -234,3 +234,38 @@ def test_only_the_fork_server_ends_at_once() -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 3, done.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["replay", "T"], (["T"], None)),
+        (["replay", "T", "missing", "-p", "warm-fit"], (["T"], None)),
+        (["replay", "-j", "1", "T"], (["T"], 1)),
+        (["replay", "T", "--jobs=3"], (["T"], 3)),
+        (["replay", "T", "-j4"], (["T"], 4)),
+        (["replay", "T", "-j", "many"], (["T"], None)),  # the command says what is wrong
+        (["replay", "T", "--cluster", "tcp://h:8786"], None),
+        (["replay", "T", "--cluster=tcp://h:8786"], None),
+        (["replay", "T", "--help"], None),
+        (["replay", "missing"], None),
+        (["validate", "T"], None),
+        ([], None),
+    ],
+)
+def test_the_program_starts_a_replays_workers_before_it_parses_its_command_line(
+    argv: list[str],
+    expected: tuple[list[str], int | None] | None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """warmfit.workers.prestart_from_argv reads a replay's paths and jobs loosely,
+    before typer: existing paths only, a numeric -j, nothing for --cluster or --help."""
+    from warmfit import workers
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "T").mkdir()
+    calls: list[tuple[list[str], int | None]] = []
+    monkeypatch.setattr(workers, "prestart", lambda p, j, c: calls.append((list(p), j)))
+    workers.prestart_from_argv(argv)
+    assert calls == ([] if expected is None else [expected])

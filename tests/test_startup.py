@@ -129,8 +129,10 @@ def test_the_program_ends_at_once_after_its_exit_handlers(
         assert "missing" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_the_console_script_and_python_m_end_through_run() -> None:
-    """Both ways of starting warmfit take the quick ending (warmfit.cli.run)."""
+def test_the_console_script_and_python_m_run_the_program() -> None:
+    """Both ways of starting warmfit start a replay's workers first and end at once
+    (warmfit.program.run, then warmfit.cli.run)."""
     text = (REPO / "pyproject.toml").read_text()
-    assert 'warmfit = "warmfit.cli:run"' in text
-    assert "run()" in (REPO / "warmfit" / "__main__.py").read_text()
+    assert 'warmfit = "warmfit.program:run"' in text
+    main = (REPO / "warmfit" / "__main__.py").read_text()
+    assert "from warmfit.program import run" in main and "run()" in main

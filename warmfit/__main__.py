@@ -1,3 +1,3 @@
-from warmfit.cli import run
+from warmfit.program import run
 
 run()
