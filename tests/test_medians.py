@@ -111,9 +111,11 @@ def middles_are_numpy_sorts(
     how: list[str],
     fence: int,
 ) -> None:
-    # fence posts closer than the real 256, so that a few values span many blocks
+    # fence posts closer than the real 256, so that a few values span many blocks;
+    # two run files open at once, so that the others are closed and opened again
     with (
         mock.patch.object(medians_module, "_FENCE", fence),
+        mock.patch.object(medians_module, "_OPEN_FILES", 2),
         ExactMedians(dtype, spill_bytes=spill, select_above=select_above) as m,
     ):
         groups, values = feed(m, data, how)

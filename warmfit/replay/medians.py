@@ -104,6 +104,7 @@ with the folder, taken or not. Two instances in one process combine with
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import itertools
 import mmap
@@ -148,6 +149,8 @@ _KEYS_FILE = "keys.bin"
 _INDEX_FILE = "index.bin"
 _FENCES_FILE = "fences.bin"
 _FILES = (_KEYS_FILE, _INDEX_FILE, _FENCES_FILE)
+# Key files open at once while the middles are found.
+_OPEN_FILES = 64
 
 
 class SortedValues(NamedTuple):
@@ -819,13 +822,17 @@ def _argsorted(keys: Int64Array) -> npt.NDArray[Any]:
 
 
 class _Keys:
-    """The spilled keys, numbered across the files that hold them, read (not mapped)."""
+    """The spilled keys, numbered across the files that hold them, read (not mapped).
+
+    At most ``_OPEN_FILES`` files are open at once (the least recently read is
+    closed): a fleet's replay has one run file per batch, thousands of them.
+    """
 
     def __init__(self, directory: Path, spans: list[tuple[int, int, str, int]]) -> None:
         self._directory = directory
         self._spans = spans
         self._firsts = [first for first, _, _, _ in spans]
-        self._open: dict[str, Any] = {}
+        self._open: collections.OrderedDict[str, Any] = collections.OrderedDict()
 
     def read(self, start: int, stop: int) -> Int64Array:
         """Keys ``start:stop`` (of one run: they lie in one file)."""
@@ -837,7 +844,10 @@ class _Keys:
             raise OSError(f"keys {start}:{stop} run past their file {name}")
         reader = self._open.get(name)
         if reader is None:
+            if len(self._open) >= _OPEN_FILES:
+                self._open.popitem(last=False)[1].close()
             reader = self._open[name] = open(self._directory / name, "rb")  # noqa: SIM115
+        self._open.move_to_end(name)
         view = out.data.cast("B")
         reader.seek(8 * (offset + start - first))
         done = 0
