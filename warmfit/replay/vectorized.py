@@ -330,11 +330,11 @@ def price_waves(
     caller = (readings.get_column("phase") == "caller").to_numpy()
     split_child = (readings.get_column("kind") == "split_child").to_numpy()
     observed_reading = observed(split_child, caller, oom_reading)
-    oom = (
-        np.logical_or.reduceat(oom_reading[order], starts)[by_first]
-        if oom_reading.any()
-        else np.zeros(len(first), dtype=bool)  # the usual trace: no reading ran out
-    )
+    # the waves holding a reading that ran out of memory (few: found from those readings)
+    oom = np.zeros(len(first), dtype=bool)
+    if oom_reading.any():
+        oom[np.searchsorted(starts, np.flatnonzero(oom_reading[order]), side="right") - 1] = True
+        oom = oom[by_first]
     del order, starts, by_first
 
     # Readings sorted by profile, each profile's readings side by side in
@@ -373,9 +373,12 @@ def price_waves(
     # Per wave, from its first reading: the wave constants a price reads.
     m, o = logical[first], output[first]
     n = n[first]
-    static_floor = readings.get_column("static_floor_bytes").gather(first)
-    has_floor = static_floor.is_not_null().to_numpy()
-    floor = static_floor.fill_null(0).to_numpy()
+    static_floor = readings.get_column("static_floor_bytes")
+    if static_floor.null_count() == 0:
+        floor, has_floor = static_floor.to_numpy()[first], np.ones(len(first), dtype=bool)
+    else:
+        has_floor = static_floor.is_not_null().to_numpy()[first]
+        floor = static_floor.fill_null(0).to_numpy()[first]
     # (the fields themselves are kept by columns until the policies have read them)
     del by_profile, opens, rate, sharing, compute, oom_reading, observed_reading, delta
     del output, logical, whole, caller, split_child, static_floor
