@@ -37,6 +37,7 @@ from warmfit.errors import TraceError
 from warmfit.pagecrc import RowGroup
 from warmfit.text import printable
 from warmfit.trace import (
+    Canonical,
     canonical,
     check_file_schema,
     conform,
@@ -232,6 +233,11 @@ def read_batch(batch: Batch, columns: Sequence[str] = ()) -> pl.DataFrame:
     Loads replay's columns and ``columns``; raises :class:`TraceError` naming
     the file, column and row of the first broken rule.
     """
+    return read_canonical(batch, columns).frame
+
+
+def read_canonical(batch: Batch, columns: Sequence[str] = ()) -> Canonical:
+    """:func:`read_batch`'s readings, with how their rows lie (for the pricing)."""
     by_file: dict[str, list[Segment]] = {}
     for segment in batch.segments:
         by_file.setdefault(segment.path, []).append(segment)
@@ -260,9 +266,9 @@ def read_batch(batch: Batch, columns: Sequence[str] = ()) -> pl.DataFrame:
             frame, rows = frame.filter(pl.Series(keep)), rows[keep]
         frames.append(conform(frame, path, rows))
     frame = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
-    frame, stream = canonical(frame, [Path(f) for f in by_file])
-    _check_streams(frame, stream, batch)
-    return frame
+    found = canonical(frame, [Path(f) for f in by_file])
+    _check_streams(found.frame, found.stream, batch)
+    return found
 
 
 def _groups_within(

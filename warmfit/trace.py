@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -423,19 +424,29 @@ def read_trace(
             progress(done, len(files))
     if problems:
         raise TraceProblems(problems)
-    return canonical(_concat(frames, files) if len(frames) > 1 else frames[0], files)[0]
+    return canonical(_concat(frames, files) if len(frames) > 1 else frames[0], files).frame
 
 
-def canonical(frame: pl.DataFrame, files: list[Path]) -> tuple[pl.DataFrame, np.ndarray]:
+class Canonical(NamedTuple):
+    """Readings in canonical order, checked, and how their rows lie (for the pricing)."""
+
+    frame: pl.DataFrame
+    #: Per row, the number of its (run, rank) stream (:func:`stream_numbers`).
+    stream: np.ndarray
+    #: A stable order of the rows by (stream, wave), where the check of the wave
+    #: constants had to sort them; None where they are in that order, or unchecked.
+    by_wave: np.ndarray | None
+
+
+def canonical(frame: pl.DataFrame, files: list[Path]) -> Canonical:
     """Readings of whole streams from ``files``, sorted by run, rank and seq, after
-    the rules that span rows (:func:`check_across_rows`), and their stream numbers
-    (:func:`stream_numbers`)."""
+    the rules that span rows (:func:`check_across_rows`), with their stream numbers
+    and their order by wave."""
     stream = stream_numbers(frame)
     if not in_canonical_order(frame, stream):
         frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
         stream = stream_numbers(frame)
-    check_across_rows(frame, stream, files)
-    return frame, stream
+    return Canonical(frame, stream, check_across_rows(frame, stream, files))
 
 
 def _concat(frames: list[pl.DataFrame], files: list[Path]) -> pl.DataFrame:
@@ -465,10 +476,14 @@ def _concat(frames: list[pl.DataFrame], files: list[Path]) -> pl.DataFrame:
         ) from None
 
 
-def check_across_rows(frame: pl.DataFrame, stream: np.ndarray, files: list[Path]) -> None:
+def check_across_rows(
+    frame: pl.DataFrame, stream: np.ndarray, files: list[Path]
+) -> np.ndarray | None:
     """Rules that span rows: unique seq per stream, wave constants agree.
 
-    ``frame`` is in canonical order and ``stream`` numbers its (run, rank) streams.
+    ``frame`` is in canonical order and ``stream`` numbers its (run, rank)
+    streams. Returns the stable order of the rows by (stream, wave) where the
+    check sorted them (:attr:`Canonical.by_wave`), else None.
     """
     same_stream = (pl.col("run") == pl.col("run").shift(1)) & (
         pl.col("rank") == pl.col("rank").shift(1)
@@ -492,12 +507,11 @@ def check_across_rows(frame: pl.DataFrame, stream: np.ndarray, files: list[Path]
                 "folder) collide like this: record one again with --run NAME.",
             )
     constant = [c for c in WAVE_CONSTANT if c in frame.columns]
-    if (
-        not constant
-        or "wave" not in frame.columns
-        or not _waves_may_disagree(frame, constant, stream)
-    ):
-        return
+    if not constant or "wave" not in frame.columns:
+        return None
+    may_disagree, by_wave = _waves_may_disagree(frame, constant, stream)
+    if not may_disagree:
+        return by_wave
     disagree = (
         frame.group_by(["run", "rank", "wave"])
         .agg([(pl.col(c).n_unique() > 1).alias(c) for c in constant])
@@ -517,6 +531,7 @@ def check_across_rows(frame: pl.DataFrame, stream: np.ndarray, files: list[Path]
             fix="Give the wave's readings the same values, or distinct wave ids if they are "
             "different waves.",
         )
+    return by_wave
 
 
 def stream_numbers(frame: pl.DataFrame) -> np.ndarray:
@@ -544,8 +559,12 @@ def in_canonical_order(frame: pl.DataFrame, stream: np.ndarray) -> bool:
     return bool(frame.select("run", "rank")[heads].select(after.fill_null(True).all()).item())
 
 
-def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str], stream: np.ndarray) -> bool:
+def _waves_may_disagree(
+    frame: pl.DataFrame, constant: Sequence[str], stream: np.ndarray
+) -> tuple[bool, np.ndarray | None]:
     """Quick check, on a frame sorted by run, rank, seq: may a wave's readings disagree?
+    And the stable order of the rows by (stream, wave) it sorted them in (None: they
+    were in it already, or there was nothing to sort).
 
     Sorting the readings by (stream, wave) puts each wave's readings side by
     side; a wave disagrees when two neighbours of one wave differ. Recorders
@@ -554,7 +573,7 @@ def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str], stream: np
     already. ``True`` sends the caller to the slow path that names the wave.
     """
     if frame.height < 2:
-        return False
+        return False, None
     # Strings as 64-bit hashes (two different strings share one with odds of
     # 2**-64, and then this quick check would miss them), integers straight
     # from polars' buffers: few temporaries, so little memory is held afterwards.
@@ -586,8 +605,8 @@ def _waves_may_disagree(frame: pl.DataFrame, constant: Sequence[str], stream: np
         if order is not None:
             values = values[order]
         if (same_wave & (values[1:] != values[:-1])).any():
-            return True
-    return False
+            return True, order
+    return False, order
 
 
 def _numpy(series: pl.Series) -> np.ndarray:

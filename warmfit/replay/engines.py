@@ -79,13 +79,17 @@ def price(
     by: str,
     per_wave: bool,
     profiles_out: dict[ProfileKey, Policy] | None = None,
+    *,
+    stream: np.ndarray | None = None,
+    by_wave: np.ndarray | None = None,
 ) -> Priced:
     """Replay validated readings (sorted by run, rank, seq) on ``engine`` (``vectorized``
     or ``scalar``, from :func:`choose_engine`); the one step both a whole-trace replay
-    and a batch take."""
+    and a batch take. ``stream`` and ``by_wave``: how the rows lie, where the checks
+    found it (:class:`warmfit.trace.Canonical`)."""
     keys = group_keys(by)
     priced = (
-        price_waves(readings, classes, safety_factor, profiles_out)
+        price_waves(readings, classes, safety_factor, profiles_out, stream, by_wave)
         if engine == "vectorized"
         else None
     )

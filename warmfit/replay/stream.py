@@ -52,7 +52,7 @@ from warmfit.replay.summary import (
     number_groups,
     with_admitted,
 )
-from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, index_file, plan, read_batch
+from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, index_file, plan, read_canonical
 from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
 from warmfit.workers import default_jobs, fork_context, wants_workers
 
@@ -115,8 +115,12 @@ def replay_batch(
     :func:`warmfit.replay.replay` does with a trace. ``runs``: where to write
     the medians' values (:meth:`~warmfit.replay.summary.SummaryFold.run_paths`).
     """
-    readings = read_batch(batch)
-    priced = price(readings, policies, safety_factor, engine, by, per_wave)
+    found = read_canonical(batch)
+    readings = found.frame
+    priced = price(
+        readings, policies, safety_factor, engine, by, per_wave,
+        stream=found.stream, by_wave=found.by_wave,
+    )  # fmt: skip
     code, distinct = number_groups(priced.groups)
     with _spilling():
         part = fold_part(

@@ -281,12 +281,16 @@ def price_waves(
     policies: Sequence[type[Policy]],
     safety_factor: float,
     profiles_out: dict[ProfileKey, Policy] | None = None,
+    stream: np.ndarray | None = None,
+    by_wave: np.ndarray | None = None,
 ) -> PricedWaves | None:
     """Every wave's actual bytes and every policy's estimate, without building rows.
 
     The figures of :func:`replay_vectorized` before they become a frame (a
     summary needs no strings); None where doubles could not give the
-    reference engine's bytes.
+    reference engine's bytes. ``stream`` (the rows' stream numbers) and
+    ``by_wave`` (their stable order by stream and wave), when the checks of
+    :func:`warmfit.trace.canonical` found them, are not computed again.
     """
     declared = [_declared(cls) for cls in policies]
     if readings.height == 0 or not policies:
@@ -304,19 +308,18 @@ def price_waves(
     logical = _ints(readings, "logical_tokens")
     sharing = logical / n
     # Streams are contiguous (sorted by run, rank, seq): number them, then profiles.
-    keys = readings.select(
-        pl.struct("run", "rank").rle_id().cast(pl.Int64).alias("stream"),
-        pl.col("signature").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("signature"),
-    )
-    stream = keys.get_column("stream").to_numpy()
-    signature = keys.get_column("signature").to_numpy()
-    del keys
+    if stream is None:
+        stream = readings.select(pl.struct("run", "rank").rle_id()).to_series().to_numpy()
+    stream = stream.astype(np.int64)
+    signature = (
+        readings.get_column("signature").cast(pl.Categorical).to_physical().cast(pl.Int64)
+    ).to_numpy()
 
     # Per wave, by sorting readings by (stream, wave): its first reading, its
     # actual bytes and whether it ran out of memory. Waves then come in the
     # order of their first readings, as the reference engine emits them.
     wave = _ints(readings, "wave")
-    order = _wave_order(stream, wave)
+    order = _wave_order(stream, wave) if by_wave is None else by_wave
     wave_stream, wave = stream[order], wave[order]
     starts = np.flatnonzero(
         np.concatenate(([True], (np.diff(wave_stream) != 0) | (np.diff(wave) != 0)))
