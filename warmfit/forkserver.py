@@ -19,6 +19,8 @@ import atexit
 import os
 import sys
 
+import numpy.ma  # noqa: F401  (polars imports it at a worker's first Series from numpy)
+
 import warmfit.replay.stream  # noqa: F401  (what the workers run)
 
 

@@ -205,6 +205,7 @@ def replay_stream(
                 rows += result.per_wave.height
                 per_wave(result.per_wave)
             progress(done, len(batches))
+        runner.release()  # the workers exit while the figures are finished here
         with _spilling():
             summary = fold.finish()
     ran = "scalar" if "scalar" in engines else chosen
@@ -319,6 +320,12 @@ class _Runner:
         )
         for _ in range(self.jobs):
             self._pool.submit(os.getpid)
+
+    def release(self) -> None:
+        """Let the worker processes exit now that every task is done (the pool is
+        joined on exit)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
     def _in_pool(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
         self.start()
