@@ -269,3 +269,47 @@ def test_the_program_starts_a_replays_workers_before_it_parses_its_command_line(
     monkeypatch.setattr(workers, "prestart", lambda p, j, c: calls.append((list(p), j)))
     workers.prestart_from_argv(argv)
     assert calls == ([] if expected is None else [expected])
+
+
+def test_workers_started_early_index_the_files_and_a_changed_file_is_indexed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prestart starts the workers and has them index the files; the replay takes
+    that index only for the same files, unchanged (size and time), and jobs."""
+    from warmfit import workers
+
+    monkeypatch.setattr(workers, "WORKER_BYTES", 0)
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch)
+    workers.prestart([path], 2, None)
+    early = workers.take_early_pool([str(path)], 2)
+    assert early is not None and early.pool is not None
+    assert early.index[0].result().stretches == index_file(path).stretches
+    early.pool.shutdown()
+    assert workers.take_early_pool([str(path)], 2) is None  # taken once
+
+    workers.prestart([path], 2, None)
+    rows = [
+        dict(run="other", rank=5, seq=s, wave=s, signature="s", packed_tokens=4,
+             logical_tokens=4, peak_bytes=100 + s)
+        for s in range(9)
+    ]  # fmt: skip
+    os.remove(path)
+    write_trace(readings_frame(rows), path)  # the same name, other streams
+    os.utime(path, ns=(1, 1))  # even within the clock's resolution
+    assert workers.take_early_pool([str(path)], 2) is None
+    result = replay_stream([path], jobs=2)
+    assert result.readings == 9 and result.summary.get_column("run").to_list()[0] == "other"
+
+
+def test_workers_started_early_for_nothing_are_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from warmfit import workers
+
+    monkeypatch.setattr(workers, "WORKER_BYTES", 0)
+    workers.prestart([TRACES / "pr991"], 2, None)
+    early = workers._early
+    assert early is not None
+    workers.discard_early_pool()
+    assert workers._early is None and early.pool is not None
+    with pytest.raises(RuntimeError):  # shut down: it takes no more work
+        early.pool.submit(os.getpid)

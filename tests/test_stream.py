@@ -234,15 +234,26 @@ def _small_batches_in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_jobs_do_not_change_the_output(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-j 2: the command starts the workers first (warmfit.workers.prestart), they
+    index the files, then replay the batches; the output is -j 1's."""
+    import warmfit.replay.stream as stream
+
     pooled = _small_batches_in_workers(monkeypatch)
+    taken: list[object] = []
+    real_take = stream.take_early_pool
+    monkeypatch.setattr(
+        stream, "take_early_pool", lambda *a: taken.append(real_take(*a)) or taken[-1]
+    )
     outputs = []
     for jobs in ("1", "2"):
         result = runner.invoke(app, ["replay", *TRACES, "-j", jobs, "-f", "json", "--by",
                                      "signature"])  # fmt: skip
         assert result.exit_code == 0, result.output
         outputs.append(result.stdout)
-    # -j 2 indexed the files and ran the batches in workers
-    assert len(pooled) == 2 and pooled[0] == len(find_trace_files(TRACES)) and pooled[1] > 4
+    # -j 2 indexed the files in the workers prestart started, then ran the batches there
+    assert len(taken) == 1 and taken[0] is not None
+    assert len(taken[0].index) == len(find_trace_files(TRACES))  # type: ignore[attr-defined]
+    assert len(pooled) == 1 and pooled[0] > 4
     expected = replay(read_trace(TRACES, columns=()), by="signature")
     assert outputs == [render(expected, "json")] * 2
 

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from warmfit.errors import TraceError
 from warmfit.files import find_trace_files
-from warmfit.memory import environment, polars_keeps_freed_memory
+from warmfit.memory import environment, keep_freed_memory, polars_keeps_freed_memory
 
 #: Trace files of at least this many bytes in all are replayed by worker
 #: processes (about 1.5M readings: below it, starting them costs more than
@@ -68,20 +72,109 @@ def fork_context(jobs: int | None = None) -> Any:
     return context
 
 
-def prestart(paths: Sequence[str | os.PathLike[str]], jobs: int | None, cluster: object) -> None:
-    """For a command: start the fork server now if a replay of ``paths`` will use workers.
+def start_worker() -> None:
+    """A worker process: keep freed memory; leave Ctrl-C to the parent, which stops it."""
+    keep_freed_memory()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    Errors in ``paths`` are left to the replay, which names them.
+
+def index_task(path: str) -> Any:
+    """:func:`warmfit.streams.index_file` as a task this module can name without
+    importing polars (the parent of an early pool has not imported it yet)."""
+    from warmfit.streams import index_file
+
+    return index_file(path)
+
+
+@dataclass
+class EarlyPool:
+    """Worker processes started by :func:`prestart`, indexing the files already."""
+
+    jobs: int
+    files: tuple[str, ...]
+    #: Per file, its size and modification time when the index was asked for.
+    stats: tuple[tuple[int, int], ...]
+    #: Set by the thread that starts the pool (starting blocks until the fork
+    #: server has imported warmfit).
+    pool: ProcessPoolExecutor | None = None
+    #: Per file, in order: its index (:func:`index_task`).
+    index: list[Future[Any]] = field(default_factory=list)
+    started: threading.Event = field(default_factory=threading.Event)
+
+
+_early: EarlyPool | None = None
+
+
+def prestart(paths: Sequence[str | os.PathLike[str]], jobs: int | None, cluster: object) -> None:
+    """For a command: if a replay of ``paths`` will use workers, start them now, and
+    have them index the files (:func:`take_early_pool` hands both to the replay).
+
+    The pool is started in a thread: starting a worker waits until the fork
+    server has imported warmfit (about 0.4 s), and the command imports polars
+    meanwhile; the workers then index the files while it finishes. Errors in
+    ``paths`` are left to the replay, which names them.
     """
+    global _early
     if cluster is not None:
         return
     try:
-        files = find_trace_files(paths)
+        files = tuple(str(f) for f in find_trace_files(paths))
         wanted = wants_workers(files, jobs)
+        stats = _stats(files)
     except (TraceError, OSError):
         return
-    if wanted:
-        fork_context(jobs)
+    if not wanted:
+        return
+    jobs = default_jobs() if jobs is None else jobs
+    if _early is not None:
+        if (_early.files, _early.jobs, _early.stats) == (files, jobs, stats):
+            return  # started already (the program, then the command)
+        discard_early_pool()
+    context = fork_context(jobs)
+    early = _early = EarlyPool(jobs, files, stats)
+
+    def start() -> None:
+        try:
+            pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=start_worker)
+            early.index = [pool.submit(index_task, f) for f in files]
+            early.pool = pool
+        finally:
+            early.started.set()
+
+    threading.Thread(target=start, name="warmfit-workers", daemon=True).start()
+
+
+def take_early_pool(files: Sequence[str], jobs: int) -> EarlyPool | None:
+    """The pool :func:`prestart` started for these ``files`` and ``jobs``, once (None:
+    none was, or for another replay)."""
+    global _early
+    early = _early
+    if early is None:
+        return None
+    try:
+        same = (early.files, early.jobs, early.stats) == (tuple(files), jobs, _stats(files))
+    except OSError:
+        same = False
+    if not same:  # another replay, or a file changed since: its index may be stale
+        discard_early_pool()
+        return None
+    _early = None
+    early.started.wait()
+    return early if early.pool is not None else None
+
+
+def discard_early_pool() -> None:
+    """Stop the pool :func:`prestart` started, if no replay took it."""
+    global _early
+    early, _early = _early, None
+    if early is not None:
+        early.started.wait()
+        if early.pool is not None:
+            early.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _stats(files: Sequence[str]) -> tuple[tuple[int, int], ...]:
+    return tuple((s.st_size, s.st_mtime_ns) for s in map(os.stat, files))
 
 
 def prestart_from_argv(argv: Sequence[str]) -> None:

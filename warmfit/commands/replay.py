@@ -73,10 +73,29 @@ def replay_command(
     of (run, rank) streams at a time, on every core (--jobs) or a cluster.
     """
     from warmfit.memory import before_polars
-    from warmfit.workers import prestart
+    from warmfit.workers import discard_early_pool, prestart
 
     before_polars()  # first: polars' allocator reads its settings at import
     prestart(paths, jobs, cluster)  # the workers' imports run beside this process's
+    try:
+        _replay(paths, policy, safety, format, per_wave, engine, force, by, budget, jobs, cluster)
+    finally:
+        discard_early_pool()  # a replay that stopped before it took them
+
+
+def _replay(
+    paths: list[Path],
+    policy: list[str] | None,
+    safety: float,
+    format: Format,
+    per_wave: Path | None,
+    engine: Engine,
+    force: bool,
+    by: By,
+    budget: str | None,
+    jobs: int | None,
+    cluster: str | None,
+) -> None:
     from warmfit.progress import progress_bar
     from warmfit.replay.stream import PerWaveSink, StreamedReplay, replay_stream
     from warmfit.report import render

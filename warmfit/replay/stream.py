@@ -26,10 +26,9 @@ fold's counts; each worker one batch.
 from __future__ import annotations
 
 import os
-import signal
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -39,7 +38,6 @@ from typing import Any
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.memory import keep_freed_memory
 from warmfit.policies import Policy
 from warmfit.progress import ProgressCallback, no_progress
 from warmfit.replay.engines import choose_engine, price, resolve_policies
@@ -54,7 +52,14 @@ from warmfit.replay.summary import (
 )
 from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, index_file, plan, read_canonical
 from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
-from warmfit.workers import default_jobs, fork_context, wants_workers
+from warmfit.workers import (
+    EarlyPool,
+    default_jobs,
+    fork_context,
+    start_worker,
+    take_early_pool,
+    wants_workers,
+)
 
 #: A batch's median values (sorted by its workers) larger than this go to disk as
 #: they come, as one sorted run; smaller ones wait in memory up to this size.
@@ -182,8 +187,13 @@ def replay_stream(
         # in parallel; a small trace, or one of one batch, replays here: starting
         # workers would cost more than they save.
         large = wants_workers(files, runner.jobs)
-        index = runner.run if cluster is not None or large else _here
-        batches = plan(index(index_file, [(f,) for f in files]), batch_readings)
+        early = take_early_pool(files, runner.jobs) if cluster is None and large else None
+        if early is not None:  # started by prestart: the files are being indexed
+            indexes: Iterable[Any] = runner.adopt(early)
+        else:
+            index = runner.run if cluster is not None or large else _here
+            indexes = index(index_file, [(f,) for f in files])
+        batches = plan(indexes, batch_readings)
         elsewhere = cluster is not None or (large and len(batches) > 1)
         run = runner.run if elsewhere else _here
         where = runner.where if elsewhere else 1
@@ -275,12 +285,6 @@ def _result(future: Any) -> Any:
     return value
 
 
-def _start_worker() -> None:
-    """A worker process: keep freed memory; leave Ctrl-C to the parent, which stops it."""
-    keep_freed_memory()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 class _Runner:
     """Where tasks run: a process pool or a Dask cluster, started when first used;
     :meth:`run` yields results in the order of the calls."""
@@ -316,10 +320,15 @@ class _Runner:
         if self.cluster is not None or self.jobs == 1 or self._pool is not None:
             return
         self._pool = ProcessPoolExecutor(
-            self.jobs, mp_context=fork_context(self.jobs), initializer=_start_worker
+            self.jobs, mp_context=fork_context(self.jobs), initializer=start_worker
         )
         for _ in range(self.jobs):
             self._pool.submit(os.getpid)
+
+    def adopt(self, early: EarlyPool) -> Iterator[Any]:
+        """Take the pool :func:`warmfit.workers.prestart` started; its index results."""
+        self._pool = early.pool
+        return (_result(future) for future in early.index)
 
     def release(self) -> None:
         """Let the worker processes exit now that every task is done (the pool is
