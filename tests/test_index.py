@@ -245,6 +245,8 @@ def test_only_the_fork_server_ends_at_once() -> None:
         (["replay", "T", "--jobs=3"], (["T"], 3)),
         (["replay", "T", "-j4"], (["T"], 4)),
         (["replay", "T", "-j", "many"], (["T"], None)),  # the command says what is wrong
+        (["replay", "T", "-j²"], (["T"], None)),  # a digit, but not a number int() reads
+        (["replay", "T", "--per-wave", "T", "--force"], (["T"], None)),  # an output
         (["replay", "T", "--cluster", "tcp://h:8786"], None),
         (["replay", "T", "--cluster=tcp://h:8786"], None),
         (["replay", "T", "--help"], None),
@@ -313,3 +315,21 @@ def test_workers_started_early_for_nothing_are_stopped(monkeypatch: pytest.Monke
     assert workers._early is None and early.pool is not None
     with pytest.raises(RuntimeError):  # shut down: it takes no more work
         early.pool.submit(os.getpid)
+
+
+def test_workers_started_before_a_usage_error_stop_without_a_traceback() -> None:
+    """The program starts a large replay's workers before the command line is
+    parsed; when parsing then fails (an unknown option), they are stopped
+    before the exit, so no worker starts after the parent's clean-up."""
+    code = (
+        "import sys, warmfit.workers as w\n"
+        "w.WORKER_BYTES = 0\n"
+        f"sys.argv = ['warmfit', 'replay', {str(TRACES / 'pr991')!r}, '--bogus']\n"
+        "from warmfit.program import run\n"
+        "run()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert "bogus" in done.stderr and "Traceback" not in done.stderr

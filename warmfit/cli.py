@@ -181,6 +181,8 @@ def run() -> NoReturn:
         code: object = done.code
     else:
         code = 0
+    if "warmfit.workers" in sys.modules:  # a command that ended before it took them
+        sys.modules["warmfit.workers"].discard_early_pool()
     if threading.active_count() > 1:
         sys.exit(code)  # type: ignore[arg-type]
     if code is None:
@@ -193,8 +195,10 @@ def run() -> NoReturn:
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
-    except (OSError, ValueError):  # a closed pipe: Python's exit status for it
+    except OSError:  # a closed pipe: Python's exit status for it
         status = 120
+    except ValueError:  # stdout closed: nothing to flush, as Python does
+        pass
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.flush()
     os._exit(status)

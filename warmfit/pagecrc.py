@@ -95,9 +95,14 @@ class _Reader:
             size = self.varint()
             if size:
                 types = self.byte()
+                key, value = types >> 4, types & 0x0F
+                # a boolean in a map, as in a list, is a byte (else a huge map of
+                # them would be walked forever without reading a byte)
+                key = _BYTE if key in (_TRUE, _FALSE) else key
+                value = _BYTE if value in (_TRUE, _FALSE) else value
                 for _ in range(size):
-                    self.skip(types >> 4, depth + 1)
-                    self.skip(types & 0x0F, depth + 1)
+                    self.skip(key, depth + 1)
+                    self.skip(value, depth + 1)
         elif kind == _STRUCT:
             self.struct(depth + 1)
         else:

@@ -134,10 +134,15 @@ def prestart(paths: Sequence[str | os.PathLike[str]], jobs: int | None, cluster:
     early = _early = EarlyPool(jobs, files, stats)
 
     def start() -> None:
+        pool = None
         try:
             pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=start_worker)
             early.index = [pool.submit(index_task, f) for f in files]
             early.pool = pool
+        except BaseException:  # no pool, then: the replay starts its own, and says why
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+            early.index = []
         finally:
             early.started.set()
 
@@ -194,6 +199,9 @@ def prestart_from_argv(argv: Sequence[str]) -> None:
     if not argv or argv[0] != "replay":
         return
     args = list(argv[1:])
+    # options whose value is not a trace path (--per-wave FILE may exist, with --force)
+    valued = {"-p", "--policy", "-f", "--format", "--per-wave", "--budget", "--by",
+              "--engine", "--safety", "-j", "--jobs", "--cluster"}  # fmt: skip
     if any(a in ("--help", "-h") or a == "--cluster" or a.startswith("--cluster=") for a in args):
         return
     jobs: int | None = None
@@ -206,7 +214,11 @@ def prestart_from_argv(argv: Sequence[str]) -> None:
         elif arg.startswith("-j") and arg != "-j":
             value = arg.removeprefix("-j")
         if value is not None:
-            jobs = int(value) if value.isdigit() and int(value) > 0 else None
-    paths = [a for a in args if not a.startswith("-") and os.path.exists(a)]
+            jobs = int(value) if value.isascii() and value.isdigit() and int(value) > 0 else None
+    paths = [
+        a
+        for i, a in enumerate(args)
+        if not a.startswith("-") and (i == 0 or args[i - 1] not in valued) and os.path.exists(a)
+    ]
     if paths:
         prestart(paths, jobs, None)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -293,6 +294,7 @@ class _Runner:
         self.jobs = default_jobs() if jobs is None else jobs
         self.cluster = cluster
         self._pool: ProcessPoolExecutor | None = None
+        self._release: threading.Thread | None = None
         self._client: Any = None
         self._own_client = False
 
@@ -331,10 +333,11 @@ class _Runner:
         return (_result(future) for future in early.index)
 
     def release(self) -> None:
-        """Let the worker processes exit now that every task is done (the pool is
-        joined on exit)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
+        """Let the worker processes exit now that every task is done, while this
+        process goes on; :meth:`__exit__` waits for them."""
+        if self._pool is not None and self._release is None:
+            self._release = threading.Thread(target=self._pool.shutdown, name="warmfit-release")
+            self._release.start()
 
     def _in_pool(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
         self.start()
@@ -373,6 +376,8 @@ class _Runner:
         return _in_order(lambda args: client.submit(function, *args, pure=False), calls, window)
 
     def __exit__(self, *exc: object) -> None:
+        if self._release is not None:
+            self._release.join()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._own_client:
