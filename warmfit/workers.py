@@ -72,6 +72,14 @@ def fork_context(jobs: int | None = None) -> Any:
     return context
 
 
+def new_pool(jobs: int, context: Any = None) -> ProcessPoolExecutor:
+    """``jobs`` worker processes from the fork server (each started when first needed);
+    ``context``: :func:`fork_context`'s, when it was called already (it sets the
+    environment for a moment, which another thread must not do)."""
+    context = fork_context(jobs) if context is None else context
+    return ProcessPoolExecutor(jobs, mp_context=context, initializer=start_worker)
+
+
 def start_worker() -> None:
     """A worker process: keep freed memory; leave Ctrl-C to the parent, which stops it."""
     keep_freed_memory()
@@ -130,13 +138,13 @@ def prestart(paths: Sequence[str | os.PathLike[str]], jobs: int | None, cluster:
         if (_early.files, _early.jobs, _early.stats) == (files, jobs, stats):
             return  # started already (the program, then the command)
         discard_early_pool()
-    context = fork_context(jobs)
+    context = fork_context(jobs)  # in this thread: it sets the environment for a moment
     early = _early = EarlyPool(jobs, files, stats)
 
     def start() -> None:
         pool = None
         try:
-            pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=start_worker)
+            pool = new_pool(jobs, context)
             early.index = [pool.submit(index_task, f) for f in files]
             early.pool = pool
         except BaseException:  # no pool, then: the replay starts its own, and says why

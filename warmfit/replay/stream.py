@@ -56,8 +56,7 @@ from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
 from warmfit.workers import (
     EarlyPool,
     default_jobs,
-    fork_context,
-    start_worker,
+    new_pool,
     take_early_pool,
     wants_workers,
 )
@@ -317,16 +316,6 @@ class _Runner:
             return _here(function, calls)
         return self._in_pool(function, calls)
 
-    def start(self) -> None:
-        """Start the worker processes now, so that they are ready when the work is."""
-        if self.cluster is not None or self.jobs == 1 or self._pool is not None:
-            return
-        self._pool = ProcessPoolExecutor(
-            self.jobs, mp_context=fork_context(self.jobs), initializer=start_worker
-        )
-        for _ in range(self.jobs):
-            self._pool.submit(os.getpid)
-
     def adopt(self, early: EarlyPool) -> Iterator[Any]:
         """Take the pool :func:`warmfit.workers.prestart` started; its index results."""
         self._pool = early.pool
@@ -340,9 +329,9 @@ class _Runner:
             self._release.start()
 
     def _in_pool(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
-        self.start()
+        if self._pool is None:
+            self._pool = new_pool(self.jobs)
         pool = self._pool
-        assert pool is not None
         return _in_order(lambda args: pool.submit(function, *args), calls, 2 * self.jobs)
 
     def _connect(self) -> Any:
