@@ -6,16 +6,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from warmfit import pagecrc, streams
 from warmfit.cli import app
 from warmfit.errors import TraceError
-from warmfit.replay.stream import replay_stream
-from warmfit.streams import index_file
+from warmfit.replay.stream import chain_length, replay_stream
+from warmfit.streams import Tail, index_file, plan, read_batch, read_canonical
 from warmfit.trace import readings_frame, write_trace
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
@@ -187,6 +190,109 @@ def test_prestart_leaves_errors_to_the_replay() -> None:
     from warmfit.workers import prestart
 
     prestart(["/no/such/trace"], 2, None)  # no exception: replay names the path
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=6),
+    group=st.integers(1, 7),
+    batch=st.integers(1, 12),
+    order=st.permutations(range(6)),
+)
+def test_batches_read_with_a_tail_read_each_row_group_once_and_the_same_rows(
+    lengths: list[int], group: int, batch: int, order: list[int]
+) -> None:
+    """Streams cut across row groups of ``group`` rows, in batches of ``batch``
+    readings: read in order with one :class:`~warmfit.streams.Tail`, each batch
+    holds the rows it holds read alone, and each row group's pages are checked
+    once (when a batch holds at least a group). Read in any other order with one
+    tail, the rows are the same."""
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        path = Path(folder) / "t.parquet"
+        patch.setattr("warmfit.writer.ROW_GROUP_ROWS", group)
+        rows = [
+            dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+                 peak_bytes=100 + 10 * rank + s)
+            for rank, n in enumerate(lengths) for s in range(n)
+        ]  # fmt: skip
+        write_trace(readings_frame(rows), path)
+        batches = plan([index_file(path)], batch)
+        alone = [read_batch(b) for b in batches]
+        checked: list[int] = []
+        real = streams.verify_pages
+
+        def spy(path: Path, groups: list[pagecrc.RowGroup] | None = None) -> None:
+            checked.extend(id(g) for g in groups or ())
+            real(path, groups)
+
+        patch.setattr(streams, "verify_pages", spy)
+        tail = Tail()
+        chained = [read_canonical(b, tail=tail).frame for b in batches]
+        assert [f.to_dicts() for f in chained] == [f.to_dicts() for f in alone]
+        if group <= batch:  # then no batch holds fewer rows than a group's rest
+            assert len(checked) == len(set(checked)) == -(-sum(lengths) // group)
+        tail = Tail()
+        for i in [i for i in order if i < len(batches)]:
+            assert read_canonical(batches[i], tail=tail).frame.equals(alone[i])
+
+
+def test_a_tail_holds_no_more_rows_than_the_batch_read() -> None:
+    """A batch of 2 readings at the start of a row group of 10 reads 2 rows, not
+    the group's 10 (nor holds them): a huge row group is not held whole. The
+    next batch, of 4, reads on to the group's end (4 more rows) and holds them."""
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        path = Path(folder) / "t.parquet"
+        patch.setattr("warmfit.writer.ROW_GROUP_ROWS", 10)
+        rows = [
+            dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+                 peak_bytes=100)
+            for rank, n in enumerate([2, 4, 4]) for s in range(n)
+        ]  # fmt: skip
+        write_trace(readings_frame(rows), path)
+        batches = plan([index_file(path)], 2)
+        read: list[tuple[int, int | None]] = []
+        real = streams.read_rows
+
+        def spy(path: Path, columns: list[str], start: int = 0, length: int | None = None,
+                **options: bool) -> object:  # fmt: skip
+            read.append((start, length))
+            return real(path, columns, start, length, **options)
+
+        patch.setattr(streams, "read_rows", spy)
+        tail = Tail()
+        for b in batches:
+            read_canonical(b, tail=tail)
+        # 0-2 alone; 2-6 on to the group's end (4 more rows at most), then held
+        assert read == [(0, 2), (2, 8)]
+
+
+def test_a_tail_gives_its_rows_to_reads_of_its_own_file_only(tmp_path: Path) -> None:
+    """Two files of the same layout: the rows the first file's read left in the
+    tail are not taken for the second file's."""
+    for name, peak in (("a", 100), ("b", 200)):
+        rows = [
+            dict(run=name, rank=rank, seq=s, wave=s, signature="s", packed_tokens=4,
+                 logical_tokens=4, peak_bytes=peak)
+            for rank in (0, 1) for s in range(6)
+        ]  # fmt: skip
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("warmfit.writer.ROW_GROUP_ROWS", 4)
+            write_trace(readings_frame(rows), tmp_path / f"{name}.parquet")
+    batches = plan([index_file(tmp_path / f"{name}.parquet") for name in "ab"], 6)
+    assert [b.streams for b in batches] == [(("a", 0),), (("a", 1),), (("b", 0),), (("b", 1),)]
+    tail = Tail()
+    read_canonical(batches[0], tail=tail)  # leaves a.parquet's rows 6-8 in the tail
+    peaks = read_canonical(batches[3], tail=tail).frame.get_column("peak_bytes")
+    assert peaks.to_list() == [200] * 6
+
+
+@pytest.mark.parametrize(
+    "batches, workers, length", [(32, 2, 4), (320, 2, 4), (12, 2, 1), (1, 8, 1), (40, 3, 3)]
+)
+def test_a_task_replays_up_to_four_batches_and_each_worker_gets_four_tasks(
+    batches: int, workers: int, length: int
+) -> None:
+    assert chain_length(batches, workers) == length
 
 
 def test_statistics_marked_inexact_are_not_trusted(

@@ -236,27 +236,53 @@ def read_batch(batch: Batch, columns: Sequence[str] = ()) -> pl.DataFrame:
     return read_canonical(batch, columns).frame
 
 
-def read_canonical(batch: Batch, columns: Sequence[str] = ()) -> Canonical:
-    """:func:`read_batch`'s readings, with how their rows lie (for the pricing)."""
+class Tail:
+    """The decoded rows of the row group where the previous read of a sequence of
+    consecutive batches ended, for the next read, which starts in it.
+
+    Batches are cut between streams, not between row groups, so two consecutive
+    batches usually share a row group; a reader (a worker replaying a chain of
+    batches, or this process replaying them in order) that passes one Tail to
+    each :func:`read_canonical` decodes and checks that group once. Holds one
+    row group's rows of one file.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[str, tuple[str, ...]] | None = None
+        self._start = 0
+        self._rows: pl.DataFrame | None = None
+
+    def take(self, path: str, columns: tuple[str, ...], low: int, high: int) -> pl.DataFrame | None:
+        """The held rows of ``[low, high)`` from ``low`` on, where the held group holds ``low``."""
+        rows = self._rows
+        if rows is None or self._key != (path, columns):
+            return None
+        if not self._start <= low < self._start + rows.height:
+            return None
+        return rows.slice(low - self._start, min(high, self._start + rows.height) - low)
+
+    def keep(self, path: str, columns: tuple[str, ...], start: int, rows: pl.DataFrame) -> None:
+        """Hold ``rows``, rows of ``path`` from row ``start`` to the end of a row group."""
+        self._key, self._start, self._rows = (path, columns), start, rows
+
+
+def read_canonical(
+    batch: Batch, columns: Sequence[str] = (), tail: Tail | None = None
+) -> Canonical:
+    """:func:`read_batch`'s readings, with how their rows lie (for the pricing).
+
+    ``tail``: shared by the reads of consecutive batches, in order (:class:`Tail`).
+    """
     by_file: dict[str, list[Segment]] = {}
     for segment in batch.segments:
         by_file.setdefault(segment.path, []).append(segment)
-    wanted = wanted_columns(None, columns)  # index_file checked each footer already
+    wanted = tuple(wanted_columns(None, columns))  # index_file checked each footer already
     frames = []
     for name, parts in by_file.items():
         path = Path(name)
         parts.sort(key=lambda s: s.start)
         low, high = parts[0].start, parts[-1].stop
-        groups = batch.groups.get(name)
-        verify_pages(path, None if groups is None else [group for _, group in groups])
-        frame = read_rows(path, wanted, low, high - low)
-        if frame.height != high - low:
-            raise TraceError(
-                f"holds {low + frame.height} rows where it held {high} when it was indexed; "
-                "it changed while it was being replayed.",
-                path=path,
-                fix="Replay a trace that no one is writing, or run the command again.",
-            )
+        frame = _read_span(path, wanted, low, high, batch.groups.get(name), tail)
         rows = np.arange(low, high)
         covered = sum(s.stop - s.start for s in parts)
         if covered != high - low:  # other streams' rows lie between: keep this batch's
@@ -269,6 +295,47 @@ def read_canonical(batch: Batch, columns: Sequence[str] = ()) -> Canonical:
     found = canonical(frame, [Path(f) for f in by_file])
     _check_streams(found.frame, found.stream, batch)
     return found
+
+
+def _read_span(
+    path: Path,
+    columns: tuple[str, ...],
+    low: int,
+    high: int,
+    groups: tuple[tuple[int, RowGroup], ...] | None,
+    tail: Tail | None,
+) -> pl.DataFrame:
+    """Rows ``[low, high)`` of ``path`` (one buffer a column), their pages checked
+    first; with a ``tail``, the rows it holds are taken from it and the last row
+    group read is read whole and left in it."""
+    head = None if tail is None or groups is None else tail.take(str(path), columns, low, high)
+    begin = low if head is None else low + head.height
+    touched = (
+        None if groups is None else [(s, g) for s, g in groups if begin < s + g.rows and s < high]
+    )
+    end = high
+    if touched and tail is not None:
+        # on to the end of the last group, to leave it in the tail: at most as many
+        # rows again as the batch holds here (a huge row group is not held whole)
+        group_end = touched[-1][0] + touched[-1][1].rows
+        end = group_end if group_end - high <= high - low else high
+    if begin < high:
+        verify_pages(path, None if touched is None else [g for _, g in touched])
+        frame = read_rows(path, columns, begin, end - begin, rechunk=False)
+        if frame.height < high - begin:
+            raise TraceError(
+                f"holds {begin + frame.height} rows where it held {high} when it was indexed; "
+                "it changed while it was being replayed.",
+                path=path,
+                fix="Replay a trace that no one is writing, or run the command again.",
+            )
+        if touched and tail is not None and end > high and frame.height == end - begin:
+            last = max(touched[-1][0], begin)  # the last group, from where this read began
+            tail.keep(str(path), columns, last, frame.slice(last - begin).rechunk())
+        frame = frame.slice(0, high - begin)
+        head = frame if head is None else pl.concat([head, frame])
+    assert head is not None
+    return head.rechunk()
 
 
 def _groups_within(

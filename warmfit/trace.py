@@ -360,10 +360,16 @@ def row_groups(path: Path) -> list[pagecrc.RowGroup]:
 
 
 def read_rows(
-    path: Path, columns: Sequence[str], start: int = 0, length: int | None = None
+    path: Path,
+    columns: Sequence[str],
+    start: int = 0,
+    length: int | None = None,
+    *,
+    rechunk: bool = True,
 ) -> pl.DataFrame:
     """Columns of rows ``[start, start + length)`` of a file whose pages were verified
-    (:func:`verify_pages`); any error reading them is a :class:`TraceError`."""
+    (:func:`verify_pages`); any error reading them is a :class:`TraceError`.
+    ``rechunk=False`` leaves a slice in one chunk per row group."""
     try:
         # glob=False: a file name with * or [ is a name, not a pattern.
         if start == 0 and length is None:
@@ -371,7 +377,8 @@ def read_rows(
         scan = pl.scan_parquet(path, glob=False).select(columns)
         # one buffer a column (a slice comes in one chunk per row group): gathers
         # and numpy conversions of chunked columns cost more than this copy
-        return scan.slice(start, length).collect().rechunk()
+        frame = scan.slice(start, length).collect()
+        return frame.rechunk() if rechunk else frame
     except (Exception, pl.exceptions.PanicException) as exc:  # damaged data raises many kinds
         raise TraceError(
             f"could not be read ({type(exc).__name__}: {_short(exc)}).", path=path, fix=_DAMAGED

@@ -25,6 +25,7 @@ fold's counts; each worker one batch.
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 import threading
@@ -51,7 +52,14 @@ from warmfit.replay.summary import (
     number_groups,
     with_admitted,
 )
-from warmfit.streams import DEFAULT_BATCH_READINGS, Batch, index_file, plan, read_canonical
+from warmfit.streams import (
+    DEFAULT_BATCH_READINGS,
+    Batch,
+    Tail,
+    index_file,
+    plan,
+    read_canonical,
+)
 from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
 from warmfit.workers import (
     EarlyPool,
@@ -64,6 +72,13 @@ from warmfit.workers import (
 #: A batch's median values (sorted by its workers) larger than this go to disk as
 #: they come, as one sorted run; smaller ones wait in memory up to this size.
 SPILL_BYTES = 4 * 2**20
+
+#: Batches a task replays at most (:func:`chain_length`): each batch after the
+#: first reads no row group twice; a task's results wait in the worker until its
+#: last batch is done.
+CHAIN = 4
+#: Tasks per worker at least, so that workers finish at about the same time.
+CHAINS_PER_WORKER = 4
 
 #: Receives the per-wave rows of each batch, in canonical order.
 PerWaveSink = Callable[[pl.DataFrame], None]
@@ -112,15 +127,17 @@ def replay_batch(
     per_wave: bool,
     budget_bytes: int | None = None,
     runs: tuple[str, str] | None = None,
+    tail: Tail | None = None,
 ) -> BatchResult:
-    """Read, validate and replay one batch (a task: runs in a worker).
+    """Read, validate and replay one batch.
 
     ``engine`` is ``vectorized`` or ``scalar``; the vectorized engine hands a
     batch it cannot price exactly to the reference engine, as
     :func:`warmfit.replay.replay` does with a trace. ``runs``: where to write
     the medians' values (:meth:`~warmfit.replay.summary.SummaryFold.run_paths`).
+    ``tail``: shared with the previous batch's read (:class:`warmfit.streams.Tail`).
     """
-    found = read_canonical(batch)
+    found = read_canonical(batch, tail=tail)
     readings = found.frame
     priced = price(
         readings, policies, safety_factor, engine, by, per_wave,
@@ -135,6 +152,28 @@ def replay_batch(
     rows = None if priced.per_wave is None else with_admitted(priced.per_wave, budget_bytes)
     counts = priced.counts if priced.counts is not None else reading_counts(readings)
     return BatchResult(batch.number, priced.engine, readings.height, part, rows, counts)
+
+
+def replay_chain(
+    chain: Sequence[tuple[Batch, tuple[str, str] | None]],
+    policies: Sequence[type[Policy]],
+    safety_factor: float,
+    engine: str,
+    by: str,
+    per_wave: bool,
+    budget_bytes: int | None = None,
+) -> list[BatchResult]:
+    """Replay consecutive batches, each with where its medians' values go (a task:
+    runs in a worker). The row group two neighbours share is read once."""
+    tail = Tail()
+    task = (policies, safety_factor, engine, by, per_wave, budget_bytes)
+    return [replay_batch(batch, *task, runs, tail) for batch, runs in chain]
+
+
+def chain_length(batches: int, workers: int) -> int:
+    """Batches a task replays: up to :data:`CHAIN`, while every worker gets at
+    least :data:`CHAINS_PER_WORKER` tasks (so that they finish together)."""
+    return max(1, min(CHAIN, batches // (CHAINS_PER_WORKER * max(1, workers))))
 
 
 def replay_stream(
@@ -201,11 +240,19 @@ def replay_stream(
         # folder themselves, rather than send them here to be written.
         local = elsewhere and cluster is None
         with _spilling():
-            calls = [
-                (b, *task, _runs(fold, b, len(names), spill) if local else None) for b in batches
-            ]
+            runs = [_runs(fold, b, len(names), spill) if local else None for b in batches]
         progress(0, len(batches))
-        for done, result in enumerate(run(replay_batch, calls), 1):
+        results: Iterable[BatchResult]
+        if elsewhere:  # tasks of consecutive batches: neighbours share a row group
+            # (one batch a task with per-wave rows: a batch's are tens of MB)
+            k = chain_length(len(batches), runner.workers()) if per_wave is None else 1
+            pairs = list(zip(batches, runs, strict=True))
+            chains = [(pairs[i : i + k], *task) for i in range(0, len(pairs), k)]
+            results = itertools.chain.from_iterable(run(replay_chain, chains))
+        else:
+            tail = Tail()
+            results = (replay_batch(b, *task, None, tail) for b in batches)
+        for done, result in enumerate(results, 1):
             engines.add(result.engine)
             readings += result.readings
             counts.append(result.counts)
@@ -309,6 +356,12 @@ class _Runner:
         address = info().get("address") if info is not None else None
         return str(address or self.cluster)
 
+    def workers(self) -> int:
+        """How many tasks run at once: the worker processes, or the cluster's workers."""
+        if self.cluster is None:
+            return self.jobs
+        return max(1, len(self._connect().scheduler_info().get("workers", {})))
+
     def run(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
         if self.cluster is not None:
             return self._on_cluster(function, calls)
@@ -361,7 +414,7 @@ class _Runner:
         self, function: Callable[..., Any], calls: list[tuple[Any, ...]]
     ) -> Iterator[Any]:
         client = self._connect()
-        window = 2 * max(1, len(client.scheduler_info().get("workers", {})))
+        window = 2 * self.workers()
         return _in_order(lambda args: client.submit(function, *args, pure=False), calls, window)
 
     def __exit__(self, *exc: object) -> None:
