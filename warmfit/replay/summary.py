@@ -273,11 +273,7 @@ def fold_part(
         admitted = figure & (estimate <= budget_bytes)
         fits = actual <= budget_bytes
         conditions += [admitted, figure & ~admitted & fits, admitted & ~fits]
-    # per cell, its values without and with each condition: one pass each, no gather
-    twice = cell * 2
-    counts = np.stack(
-        [np.bincount(twice + c, minlength=2 * cells)[1::2] for c in conditions], axis=1
-    ).astype(np.int64)
+    counts = _counts(cell, cells, conditions)
     cell, estimate, actual = cell[figure], estimate[figure], actual[figure]
     over = sort_by_group(
         cell, estimate.astype(np.float64) / actual.astype(np.float64) - 1, np.float64
@@ -295,6 +291,31 @@ def fold_part(
             list(keys), counts, low, high, write_run(over, runs[0]), write_run(excess, runs[1])
         )
     return FoldPart(list(keys), counts, low, high, over, excess)
+
+
+def _counts(cell: np.ndarray, cells: int, conditions: list[np.ndarray]) -> np.ndarray:
+    """Per cell (rows) and condition (columns), how many of the values meet it.
+
+    Each value's conditions as the bits of one small number, and one bincount
+    of (cell, that number); each condition's count is the sum over the numbers
+    with its bit set. Where there are more (cell, number) pairs than values
+    (many cells, few waves each), a bincount per condition instead.
+    """
+    patterns = 1 << len(conditions)
+    if cells * patterns > max(len(cell), 4096):
+        twice = cell * 2  # per cell, its values without and with the condition
+        return np.stack(
+            [np.bincount(twice + c, minlength=2 * cells)[1::2] for c in conditions], axis=1
+        ).astype(np.int64)
+    bits = np.zeros(len(cell), dtype=np.uint8)  # at most 8 conditions
+    for i, condition in enumerate(conditions):
+        bits |= condition.view(np.uint8) << np.uint8(i)
+    key = cell * patterns
+    key += bits
+    tally = np.bincount(key, minlength=cells * patterns)
+    tally = tally.reshape(cells, patterns)
+    has = (np.arange(patterns)[:, None] >> np.arange(len(conditions))) & 1  # pattern x condition
+    return (tally @ has).astype(np.int64)
 
 
 def _add_values(
