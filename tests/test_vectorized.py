@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,7 +28,7 @@ from hypothesis.stateful import (
 from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
 from warmfit.errors import PolicyError, UsageError
 from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmAffine, WarmFit
-from warmfit.policies.rule import LOGICAL, RATE, SHARING, DeclaredPolicy, Max, is_declared
+from warmfit.policies.rule import LOGICAL, RATE, SHARING, DeclaredPolicy, Max, Min, is_declared
 from warmfit.replay import (
     GROUPINGS,
     PER_WAVE_SCHEMA,
@@ -461,6 +462,42 @@ def test_policies_share_only_the_aggregates_they_share(
     readings = frame.sort("run", "rank", "seq", maintain_order=True)
     scalar, vectorized = both_engines(readings, policies)
     assert_identical(scalar, vectorized)
+
+
+class _ReadsUnset(WarmFit):
+    """Aggregates with an initial value over warm-fit's warm tokens, which are NaN
+    (unset) at the readings up to the seed, readings these aggregates count."""
+
+    name = "reads-unset"
+    tokens_seen = Max(WarmFit.warm_tokens, initial=0.0)
+    tokens_low = Min(WarmFit.warm_tokens, initial=1e12)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return WarmFit.rule(state, n, m) + state.tokens_seen + np.minimum(state.tokens_low, 1e3)
+
+
+@examples(60)
+@given(traces())
+def test_aggregates_with_an_initial_value_skip_unset_values(frame: pl.DataFrame) -> None:
+    readings = frame.sort("run", "rank", "seq", maintain_order=True)
+    scalar, vectorized = both_engines(readings, [_ReadsUnset])
+    assert_identical(scalar, vectorized)
+
+
+def test_an_unset_value_does_not_reach_an_aggregate_with_an_initial_value() -> None:
+    """Three whole waves of 10 tokens and 1,000 bytes (100 bytes a token). At the
+    seed (wave 0) the warm tokens are unset, NaN: ``tokens_seen`` stays 0 and
+    ``tokens_low`` 1e12 there; wave 1 sets both to 10. Wave 2 is priced
+    warm-fit's 100 * 10 = 1,000 bytes, plus 10 + min(10, 1,000) = 1,020 bytes."""
+    rows = [
+        dict(seq=s, wave=s, signature="s", packed_tokens=10, logical_tokens=10,
+             peak_bytes=1_000, whole=True)
+        for s in range(3)
+    ]  # fmt: skip
+    scalar, vectorized = both_engines(readings_frame(rows), [_ReadsUnset], 1.0)
+    assert_identical(scalar, vectorized)
+    assert vectorized.get_column("estimate_bytes").to_list()[2] == 1020
 
 
 class Halved(MaxMerge):

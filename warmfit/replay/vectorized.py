@@ -58,8 +58,8 @@ def _accumulate(
 
     Few profiles: one ``accumulate`` per profile. Many: a segmented
     Hillis-Steele scan (log2 of the longest profile passes over every
-    reading), which is exact only for an order-free ``ufunc`` such as fmax or
-    fmin; sums always go profile by profile, in reading order.
+    reading), which is exact only for an order-free ``ufunc`` such as fmax,
+    fmin, maximum or minimum; sums always go profile by profile, in reading order.
     """
     if len(starts) <= LOOP_PROFILES or ufunc is np.add:
         for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
@@ -84,6 +84,15 @@ def _running(
     """Per reading, ``agg`` over its profile's readings up to and including it."""
     count = len(values)
     if agg.kind in ("max", "min"):
+        if not np.isnan(agg.initial) and not np.isnan(values).any():
+            # Nothing to skip but the readings that do not count, and the initial
+            # value seeds each profile: plain maximum (minimum) over -inf (+inf)
+            # there gives fmax's (fmin's) values, in half the time.
+            plain, fill = (np.maximum, -np.inf) if agg.kind == "max" else (np.minimum, np.inf)
+            running = np.where(meets, values, fill)
+            running[starts] = plain(agg.initial, running[starts])
+            _accumulate(plain, running, starts, lengths)
+            return running
         ufunc = np.fmax if agg.kind == "max" else np.fmin
         running = np.where(meets, values, np.nan)
         if not np.isnan(agg.initial):
