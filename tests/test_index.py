@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from warmfit import pagecrc, streams
 from warmfit.cli import app
 from warmfit.errors import TraceError
-from warmfit.replay.stream import chain_length, replay_stream
+from warmfit.replay.stream import chain_sizes, replay_stream
 from warmfit.streams import Tail, index_file, plan, read_batch, read_canonical
 from warmfit.trace import readings_frame, write_trace
 
@@ -287,12 +287,21 @@ def test_a_tail_gives_its_rows_to_reads_of_its_own_file_only(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
-    "batches, workers, length", [(32, 2, 4), (320, 2, 4), (12, 2, 1), (1, 8, 1), (40, 3, 3)]
+    "batches, workers, sizes",
+    [
+        (32, 2, [4, 4, 4, 4, 4, 3, 3, 2, 1, 1, 1, 1]),
+        (7, 2, [2, 2, 1, 1, 1]),
+        (1, 8, [1]),
+        (0, 2, []),
+    ],
 )
-def test_a_task_replays_up_to_four_batches_and_each_worker_gets_four_tasks(
-    batches: int, workers: int, length: int
+def test_tasks_of_up_to_four_batches_shrink_to_one_towards_the_end(
+    batches: int, workers: int, sizes: list[int]
 ) -> None:
-    assert chain_length(batches, workers) == length
+    """Each task takes a quarter of the batches left (2 workers), at most 4: 32
+    batches as 12 tasks, the last four of one batch each."""
+    assert chain_sizes(batches, workers) == sizes
+    assert sum(sizes) == batches
 
 
 def test_statistics_marked_inexact_are_not_trusted(

@@ -73,12 +73,10 @@ from warmfit.workers import (
 #: they come, as one sorted run; smaller ones wait in memory up to this size.
 SPILL_BYTES = 4 * 2**20
 
-#: Batches a task replays at most (:func:`chain_length`): each batch after the
+#: Batches a task replays at most (:func:`chain_sizes`): each batch after the
 #: first reads no row group twice; a task's results wait in the worker until its
 #: last batch is done.
 CHAIN = 4
-#: Tasks per worker at least, so that workers finish at about the same time.
-CHAINS_PER_WORKER = 4
 
 #: Receives the per-wave rows of each batch, in canonical order.
 PerWaveSink = Callable[[pl.DataFrame], None]
@@ -170,10 +168,17 @@ def replay_chain(
     return [replay_batch(batch, *task, runs, tail) for batch, runs in chain]
 
 
-def chain_length(batches: int, workers: int) -> int:
-    """Batches a task replays: up to :data:`CHAIN`, while every worker gets at
-    least :data:`CHAINS_PER_WORKER` tasks (so that they finish together)."""
-    return max(1, min(CHAIN, batches // (CHAINS_PER_WORKER * max(1, workers))))
+def chain_sizes(batches: int, workers: int) -> list[int]:
+    """How many consecutive batches each task replays, in order: up to :data:`CHAIN`,
+    shrinking to one towards the end (each task takes a ``2 * workers``-th of the
+    batches left), so that the workers finish within about a batch of each other."""
+    sizes = []
+    left = batches
+    while left:
+        size = min(CHAIN, -(-left // (2 * max(1, workers))))
+        sizes.append(size)
+        left -= size
+    return sizes
 
 
 def replay_stream(
@@ -245,9 +250,13 @@ def replay_stream(
         results: Iterable[BatchResult]
         if elsewhere:  # tasks of consecutive batches: neighbours share a row group
             # (one batch a task with per-wave rows: a batch's are tens of MB)
-            k = chain_length(len(batches), runner.workers()) if per_wave is None else 1
-            pairs = list(zip(batches, runs, strict=True))
-            chains = [(pairs[i : i + k], *task) for i in range(0, len(pairs), k)]
+            sizes = (
+                chain_sizes(len(batches), runner.workers())
+                if per_wave is None
+                else [1] * len(batches)
+            )
+            pairs = iter(zip(batches, runs, strict=True))
+            chains = [(list(itertools.islice(pairs, k)), *task) for k in sizes]
             results = itertools.chain.from_iterable(run(replay_chain, chains))
         else:
             tail = Tail()
