@@ -11,6 +11,7 @@ import json
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import polars as pl
@@ -472,6 +473,41 @@ def test_a_worker_that_dies_is_exit_2_not_a_traceback(
     monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
     with pytest.raises(UsageError, match="a worker process died while replaying"):
         replay_stream(TRACES, ["killer_policy:Killer"], jobs=2, batch_readings=40)
+
+
+def test_a_failed_batch_stops_the_workers_without_waiting_for_their_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first batch breaks a rule; a worker is meanwhile on a task of three
+    batches that take 5 s each to price. The replay stops it (exit 2 at once)
+    instead of waiting 15 s for batches whose figures nobody will see."""
+    (tmp_path / "sleepy_policy.py").write_text(
+        "import os, time\n"
+        "from warmfit.policies.rule import RATE, DeclaredPolicy, Max\n"
+        f"PARENT = {os.getpid()}\n"
+        "class Sleepy(DeclaredPolicy):\n"
+        "    name = 'sleepy'\n"
+        "    summary = 'takes 5 s to price a batch in a worker process'\n"
+        "    rate = Max(RATE)\n"
+        "    @staticmethod\n"
+        "    def rule(state, n, m):\n"
+        "        if os.getpid() != PARENT:\n"
+        "            time.sleep(5)\n"
+        "        return state.rate * n\n"
+    )
+    rows = [
+        dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=-1 if (rank, s) == (0, 2) else 100)
+        for rank in range(10) for s in range(8)
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), tmp_path / "trace" / "t.parquet")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
+    began = time.monotonic()
+    with pytest.raises(TraceError, match="is negative") as caught:
+        replay_stream([tmp_path / "trace"], ["sleepy_policy:Sleepy"], jobs=2, batch_readings=8)
+    assert caught.value.row == 2
+    assert time.monotonic() - began < 4.5
 
 
 @pytest.mark.parametrize("by", GROUPINGS)

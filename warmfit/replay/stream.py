@@ -281,6 +281,15 @@ def replay_stream(
     )  # fmt: skip
 
 
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End the pool's worker processes now (SIGTERM) rather than after their tasks:
+    a replay that failed in one batch (exit 2) would otherwise wait for the
+    batches in flight, up to 4 each (1.8 s against 0.6 s with one job, at 1e7)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
+
+
 @contextmanager
 def _spilling() -> Iterator[None]:
     """A failure to write the medians' sorted runs (a full disk) as exit 2 naming the folder."""
@@ -426,10 +435,12 @@ class _Runner:
         window = 2 * self.workers()
         return _in_order(lambda args: client.submit(function, *args, pure=False), calls, window)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
         if self._release is not None:
             self._release.join()
         if self._pool is not None:
+            if kind is not None:  # an error, or Ctrl-C: what the workers do is not wanted
+                _stop_workers(self._pool)
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._own_client:
             self._client.close()
