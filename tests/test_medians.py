@@ -513,10 +513,10 @@ def test_a_run_is_checked_before_it_is_taken(tmp_path: Path) -> None:
 def test_fold_counts_each_condition_per_cell(
     cells: int, values: int, conditions: int, seed: int
 ) -> None:
-    """:func:`warmfit.replay.summary._counts` (one bincount of packed condition bits,
+    """:func:`warmfit.replay.summary.condition_counts` (one bincount of packed condition bits,
     or, past 4096 (cell, bits) pairs such as 40 cells and 8 conditions, one a
     condition) against a plain count per cell and condition."""
-    from warmfit.replay.summary import _counts
+    from warmfit.replay.summary import condition_counts
 
     rng = np.random.default_rng(seed)
     cell = rng.integers(0, cells, values)
@@ -524,7 +524,7 @@ def test_fold_counts_each_condition_per_cell(
     expected = np.array(
         [[int((m & (cell == c)).sum()) for m in met] for c in range(cells)], dtype=np.int64
     ).reshape(cells, conditions)
-    got = _counts(cell, cells, met)
+    got = condition_counts(cell, cells, met)
     assert got.dtype == np.int64
     assert got.tolist() == expected.tolist()
 
@@ -534,13 +534,13 @@ def test_fold_counts_of_many_cells_hold_no_tally_of_every_bit_pattern() -> None:
     tally of every (cell, bit pattern) would take 100 MB; the counts take 3 MB."""
     import tracemalloc
 
-    from warmfit.replay.summary import _counts
+    from warmfit.replay.summary import condition_counts
 
     cell = np.arange(50_000, dtype=np.int64)
     met = [cell % (i + 2) == 0 for i in range(8)]
     tracemalloc.start()
     try:
-        got = _counts(cell, 50_000, met)
+        got = condition_counts(cell, 50_000, met)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -273,7 +273,7 @@ def fold_part(
         admitted = figure & (estimate <= budget_bytes)
         fits = actual <= budget_bytes
         conditions += [admitted, figure & ~admitted & fits, admitted & ~fits]
-    counts = _counts(cell, cells, conditions)
+    counts = condition_counts(cell, cells, conditions)
     cell, estimate, actual = cell[figure], estimate[figure], actual[figure]
     over = sort_by_group(
         cell, estimate.astype(np.float64) / actual.astype(np.float64) - 1, np.float64
@@ -293,7 +293,7 @@ def fold_part(
     return FoldPart(list(keys), counts, low, high, over, excess)
 
 
-def _counts(cell: np.ndarray, cells: int, conditions: list[np.ndarray]) -> np.ndarray:
+def condition_counts(cell: np.ndarray, cells: int, conditions: list[np.ndarray]) -> np.ndarray:
     """Per cell (rows) and condition (columns), how many of the values meet it.
 
     Each value's conditions as the bits of one small number, and one bincount

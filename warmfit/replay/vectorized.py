@@ -40,7 +40,7 @@ from warmfit.policies.rule import (
     is_declared,
 )
 from warmfit.replay.semantics import PER_WAVE_SCHEMA, ProfileKey, estimates, observed
-from warmfit.replay.summary import nullable
+from warmfit.replay.summary import condition_counts, nullable
 from warmfit.schema import WAVE_CONSTANT
 
 #: Below this, every int64 column converts to a double exactly.
@@ -452,19 +452,11 @@ def _tallies(
     """Per (dense) profile, what :func:`warmfit.trace.reading_counts` counts per run and
     signature: readings, flat ones, whole ones that did not run out of memory, oom ones
     (``whole`` and ``oom``: the readings' columns)."""
-    size = int(profile.max()) + 1
-    twice = profile * 2
-
-    def tally(flags: np.ndarray) -> pl.Series:
-        # per profile, its readings without and with the flag: one pass, no gather
-        return pl.Series(np.bincount(twice + flags, minlength=2 * size)[1::2].astype(np.int64))
-
-    return {
-        "readings": pl.Series(np.bincount(profile, minlength=size).astype(np.int64)),
-        "flat_readings": tally((readings.get_column("kind") == "flat").to_numpy()),
-        "whole_readings": tally(whole & ~oom),
-        "oom_readings": tally(oom),
-    }
+    flat = (readings.get_column("kind") == "flat").to_numpy()
+    every = np.ones(len(profile), dtype=bool)
+    counts = condition_counts(profile, int(profile.max()) + 1, [every, flat, whole & ~oom, oom])
+    names = ("readings", "flat_readings", "whole_readings", "oom_readings")
+    return {name: pl.Series(counts[:, i]) for i, name in enumerate(names)}
 
 
 def per_wave_frame(
