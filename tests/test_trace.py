@@ -87,6 +87,7 @@ RULES: list[tuple[str, Mutation, str, int | None]] = [
     ("packed_tokens", lambda f: f.with_columns(pl.when(pl.col("seq") == 1).then(101).otherwise(pl.col("packed_tokens")).alias("packed_tokens")), "disagree on packed_tokens", None),
     ("signature", lambda f: f.with_columns(pl.when(pl.col("seq") == 1).then(pl.lit("u")).otherwise(pl.col("signature")).alias("signature")), "disagree on signature", None),
     ("static_floor_bytes", lambda f: f.with_columns(pl.when(pl.col("seq") == 1).then(7).otherwise(None).alias("static_floor_bytes")), "disagree on static_floor_bytes", None),
+    ("kind", lambda f: f.with_columns(pl.when(pl.col("seq") == 1).then(pl.lit("split_child")).otherwise(pl.col("kind")).alias("kind"), pl.when(pl.col("seq") == 1).then(False).otherwise(pl.col("whole")).alias("whole")), "disagree on kind", None),
 ]  # fmt: skip
 
 

@@ -443,6 +443,8 @@ class Canonical(NamedTuple):
     #: A stable order of the rows by (stream, wave), where the check of the wave
     #: constants had to sort them; None where they are in that order, or unchecked.
     by_wave: np.ndarray | None
+    #: Per row, a number for its signature (:func:`signature_codes`).
+    signature: np.ndarray | None = None
 
 
 def canonical(frame: pl.DataFrame, files: list[Path]) -> Canonical:
@@ -453,7 +455,15 @@ def canonical(frame: pl.DataFrame, files: list[Path]) -> Canonical:
     if not in_canonical_order(frame, stream):
         frame = frame.sort(["run", "rank", "seq"], maintain_order=True)
         stream = stream_numbers(frame)
-    return Canonical(frame, stream, check_across_rows(frame, stream, files))
+    signature = signature_codes(frame)
+    by_wave = check_across_rows(frame, stream, files, {"signature": signature})
+    return Canonical(frame, stream, by_wave, signature)
+
+
+def signature_codes(frame: pl.DataFrame) -> np.ndarray:
+    """Per row, a number for its signature: equal numbers, equal signatures (int64)."""
+    codes = frame.get_column("signature").cast(pl.Categorical).to_physical().cast(pl.Int64)
+    return codes.to_numpy()
 
 
 def _concat(frames: list[pl.DataFrame], files: list[Path]) -> pl.DataFrame:
@@ -484,13 +494,18 @@ def _concat(frames: list[pl.DataFrame], files: list[Path]) -> pl.DataFrame:
 
 
 def check_across_rows(
-    frame: pl.DataFrame, stream: np.ndarray, files: list[Path]
+    frame: pl.DataFrame,
+    stream: np.ndarray,
+    files: list[Path],
+    codes: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray | None:
     """Rules that span rows: unique seq per stream, wave constants agree.
 
-    ``frame`` is in canonical order and ``stream`` numbers its (run, rank)
-    streams. Returns the stable order of the rows by (stream, wave) where the
-    check sorted them (:attr:`Canonical.by_wave`), else None.
+    ``frame`` is in canonical order, its row rules checked (:func:`conform`),
+    and ``stream`` numbers its (run, rank) streams; ``codes``: per string
+    column, a number per row, equal where the strings are. Returns the stable
+    order of the rows by (stream, wave) where the check sorted them
+    (:attr:`Canonical.by_wave`), else None.
     """
     same_stream = (pl.col("run") == pl.col("run").shift(1)) & (
         pl.col("rank") == pl.col("rank").shift(1)
@@ -516,7 +531,7 @@ def check_across_rows(
     constant = [c for c in WAVE_CONSTANT if c in frame.columns]
     if not constant or "wave" not in frame.columns:
         return None
-    may_disagree, by_wave = _waves_may_disagree(frame, constant, stream)
+    may_disagree, by_wave = _waves_may_disagree(frame, constant, stream, codes or {})
     if not may_disagree:
         return by_wave
     disagree = (
@@ -567,7 +582,7 @@ def in_canonical_order(frame: pl.DataFrame, stream: np.ndarray) -> bool:
 
 
 def _waves_may_disagree(
-    frame: pl.DataFrame, constant: Sequence[str], stream: np.ndarray
+    frame: pl.DataFrame, constant: Sequence[str], stream: np.ndarray, codes: dict[str, np.ndarray]
 ) -> tuple[bool, np.ndarray | None]:
     """Quick check, on a frame sorted by run, rank, seq: may a wave's readings disagree?
     And the stable order of the rows by (stream, wave) it sorted them in (None: they
@@ -581,10 +596,19 @@ def _waves_may_disagree(
     """
     if frame.height < 2:
         return False, None
-    # Strings as 64-bit hashes (two different strings share one with odds of
-    # 2**-64, and then this quick check would miss them), integers straight
-    # from polars' buffers: few temporaries, so little memory is held afterwards.
-    codes = frame.select(pl.col(c).hash() for c in constant if frame.schema[c] == pl.String())
+    # Strings as the numbers given, a kind as its length (the known kinds, the
+    # only ones the row rules let through, differ in length), others as 64-bit
+    # hashes (two different strings share one with odds of 2**-64, and then
+    # this quick check would miss them); integers straight from polars'
+    # buffers: few temporaries, so little memory is held afterwards.
+    strings = [c for c in constant if frame.schema[c] == pl.String() and c not in codes]
+    codes = dict(codes)
+    if "kind" in strings and len({len(k.encode()) for k in KINDS}) == len(KINDS):
+        codes["kind"] = _numpy(frame.get_column("kind").str.len_bytes().cast(pl.Int64))
+        strings.remove("kind")
+    hashed = frame.select(pl.col(c).hash() for c in strings)
+    for c in strings:
+        codes[c] = hashed.get_column(c).to_numpy()
     stream = stream.astype(np.int64)  # a copy: the key is built in place below
     wave = _numpy(frame.get_column("wave").cast(pl.Int64))
     low, span = int(wave.min()), int(wave.max()) - int(wave.min()) + 1
@@ -603,8 +627,8 @@ def _waves_may_disagree(
     same_wave = (stream[1:] == stream[:-1]) & (wave[1:] == wave[:-1])
     del stream, wave
     for c in constant:
-        if frame.schema[c] == pl.String():
-            values = codes.get_column(c).to_numpy()
+        if c in codes:
+            values = codes[c]
         else:
             # negative values were rejected, so -1 stands for null
             column = frame.get_column(c).cast(pl.Int64)

@@ -82,14 +82,15 @@ def price(
     *,
     stream: np.ndarray | None = None,
     by_wave: np.ndarray | None = None,
+    signature: np.ndarray | None = None,
 ) -> Priced:
     """Replay validated readings (sorted by run, rank, seq) on ``engine`` (``vectorized``
     or ``scalar``, from :func:`choose_engine`); the one step both a whole-trace replay
-    and a batch take. ``stream`` and ``by_wave``: how the rows lie, where the checks
-    found it (:class:`warmfit.trace.Canonical`)."""
+    and a batch take. ``stream``, ``by_wave`` and ``signature``: how the rows lie,
+    where the checks found it (:class:`warmfit.trace.Canonical`)."""
     keys = group_keys(by)
     priced = (
-        price_waves(readings, classes, safety_factor, profiles_out, stream, by_wave)
+        price_waves(readings, classes, safety_factor, profiles_out, stream, by_wave, signature)
         if engine == "vectorized"
         else None
     )

@@ -42,6 +42,7 @@ from warmfit.policies.rule import (
 from warmfit.replay.semantics import PER_WAVE_SCHEMA, ProfileKey, estimates, observed
 from warmfit.replay.summary import condition_counts, nullable
 from warmfit.schema import WAVE_CONSTANT
+from warmfit.trace import signature_codes
 
 #: Below this, every int64 column converts to a double exactly.
 EXACT_LIMIT = 2**53
@@ -292,13 +293,15 @@ def price_waves(
     profiles_out: dict[ProfileKey, Policy] | None = None,
     stream: np.ndarray | None = None,
     by_wave: np.ndarray | None = None,
+    signature: np.ndarray | None = None,
 ) -> PricedWaves | None:
     """Every wave's actual bytes and every policy's estimate, without building rows.
 
     The figures of :func:`replay_vectorized` before they become a frame (a
     summary needs no strings); None where doubles could not give the
     reference engine's bytes. ``stream`` (the rows' stream numbers) and
-    ``by_wave`` (their stable order by stream and wave), when the checks of
+    ``by_wave`` (their stable order by stream and wave) and ``signature``
+    (:func:`warmfit.trace.signature_codes`), when the checks of
     :func:`warmfit.trace.canonical` found them, are not computed again.
     """
     declared = [_declared(cls) for cls in policies]
@@ -320,9 +323,8 @@ def price_waves(
     if stream is None:
         stream = readings.select(pl.struct("run", "rank").rle_id()).to_series().to_numpy()
     stream = stream.astype(np.int64)
-    signature = (
-        readings.get_column("signature").cast(pl.Categorical).to_physical().cast(pl.Int64)
-    ).to_numpy()
+    if signature is None:
+        signature = signature_codes(readings)
 
     # Per wave, by sorting readings by (stream, wave): its first reading, its
     # actual bytes and whether it ran out of memory. Waves then come in the
