@@ -16,11 +16,16 @@ Where the batches run:
   imported warmfit once, so a worker starts in milliseconds);
 - on a Dask distributed cluster (``cluster="tcp://scheduler:8786"``, or a
   :class:`distributed.Client`): the same two functions, :func:`~warmfit.streams.index_file`
-  and :func:`replay_batch`, submitted as tasks. Workers must see the trace's
+  and :func:`replay_chain`, submitted as tasks. Workers must see the trace's
   paths (a shared file system).
 
-Memory: the parent holds one batch's results per job in flight and the
-fold's counts; each worker one batch.
+A task elsewhere replays up to :data:`CHAIN` consecutive batches
+(:func:`replay_chain`): neighbours share a row group, which it then decodes
+once (:class:`warmfit.streams.Tail`).
+
+Memory: the parent holds the results of two tasks per worker in flight (up
+to 4 batches each; one with per-wave rows) and the fold's counts; each
+worker one batch, and the row group it shares with the next.
 """
 
 from __future__ import annotations
