@@ -158,19 +158,14 @@ def replay_batch(
 
 
 def replay_chain(
-    chain: Sequence[tuple[Batch, tuple[str, str] | None]],
-    policies: Sequence[type[Policy]],
-    safety_factor: float,
-    engine: str,
-    by: str,
-    per_wave: bool,
-    budget_bytes: int | None = None,
+    chain: Sequence[tuple[Batch, tuple[str, str] | None]], *task: Any
 ) -> list[BatchResult]:
-    """Replay consecutive batches, each with where its medians' values go (a task:
-    runs in a worker). The row group two neighbours share is read once."""
+    """Replay consecutive batches (a task: runs in a worker). ``chain`` holds each
+    batch with where its medians' values go; ``task`` is :func:`replay_batch`'s
+    arguments from ``policies`` to ``budget_bytes``, the same for every batch.
+    The row group two neighbours share is read once."""
     tail = Tail()
-    task = (policies, safety_factor, engine, by, per_wave, budget_bytes)
-    return [replay_batch(batch, *task, runs, tail) for batch, runs in chain]
+    return [replay_batch(batch, *task, runs=runs, tail=tail) for batch, runs in chain]
 
 
 def chain_sizes(batches: int, workers: int) -> list[int]:
