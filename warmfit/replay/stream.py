@@ -157,15 +157,19 @@ def replay_batch(
     return BatchResult(batch.number, priced.engine, readings.height, part, rows, counts)
 
 
+#: :func:`replay_batch`'s arguments from ``policies`` to ``budget_bytes``: the
+#: same for every batch of a replay.
+BatchTask = tuple[Sequence[type[Policy]], float, str, str, bool, int | None]
+
+
 def replay_chain(
-    chain: Sequence[tuple[Batch, tuple[str, str] | None]], *task: Any
+    chain: Sequence[tuple[Batch, tuple[str, str] | None]], task: BatchTask
 ) -> list[BatchResult]:
     """Replay consecutive batches (a task: runs in a worker). ``chain`` holds each
-    batch with where its medians' values go; ``task`` is :func:`replay_batch`'s
-    arguments from ``policies`` to ``budget_bytes``, the same for every batch.
-    The row group two neighbours share is read once."""
+    batch with where its medians' values go. The row group two neighbours share
+    is read once."""
     tail = Tail()
-    return [replay_batch(batch, *task, runs=runs, tail=tail) for batch, runs in chain]
+    return [replay_batch(batch, *task, runs, tail) for batch, runs in chain]
 
 
 def chain_sizes(batches: int, workers: int) -> list[int]:
@@ -220,7 +224,7 @@ def replay_stream(
     files = [str(f) for f in find_trace_files(paths)]
     progress = progress or no_progress
     names = [cls.name for cls in classes]
-    task = (classes, safety_factor, chosen, by, per_wave is not None, budget_bytes)
+    task: BatchTask = (classes, safety_factor, chosen, by, per_wave is not None, budget_bytes)
     engines: set[str] = set()
     readings = rows = 0
     counts: list[pl.DataFrame] = []
@@ -256,7 +260,7 @@ def replay_stream(
                 else [1] * len(batches)
             )
             pairs = iter(zip(batches, runs, strict=True))
-            chains = [(list(itertools.islice(pairs, k)), *task) for k in sizes]
+            chains = [(list(itertools.islice(pairs, k)), task) for k in sizes]
             results = itertools.chain.from_iterable(run(replay_chain, chains))
         else:
             tail = Tail()
