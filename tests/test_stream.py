@@ -41,6 +41,17 @@ def _write_parts(parts: list[pl.DataFrame], folder: Path) -> None:
         write_trace(part, folder / f"d{i % 2}" / f"part-{len(parts) - i}.parquet")
 
 
+def _negative_peak_at(path: Path, ranks: int, readings: int, at: tuple[int, int]) -> None:
+    """A trace of ``ranks`` streams of ``readings`` readings each, whose reading
+    ``at`` (rank, seq) has a negative peak: a broken rule in that stream's batch."""
+    rows = [
+        dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=-5 if (rank, s) == at else 100)
+        for rank in range(ranks) for s in range(readings)
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), path)
+
+
 def _streamed(paths: list[str | Path], **options: object) -> tuple[object, pl.DataFrame]:
     frames: list[pl.DataFrame] = []
     result = replay_stream(paths, per_wave=frames.append, **options)  # type: ignore[arg-type]
@@ -278,12 +289,7 @@ def test_a_replay_failing_in_a_later_batch_leaves_no_per_wave_file(
     import gc
 
     _small_batches_in_workers(monkeypatch)
-    rows = [
-        dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
-             peak_bytes=-5 if (rank, s) == (3, 1) else 100)
-        for rank in range(4) for s in range(30)
-    ]  # fmt: skip
-    write_trace(readings_frame(rows), tmp_path / "trace" / "t.parquet")
+    _negative_peak_at(tmp_path / "trace" / "t.parquet", 4, 30, (3, 1))
     out = tmp_path / "out" / "w.parquet"
     result = runner.invoke(
         app, ["replay", str(tmp_path / "trace"), "--per-wave", str(out), "-j", "1"]
@@ -495,12 +501,7 @@ def test_a_failed_batch_stops_the_workers_without_waiting_for_their_batches(
         "            time.sleep(5)\n"
         "        return state.rate * n\n"
     )
-    rows = [
-        dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
-             peak_bytes=-1 if (rank, s) == (0, 2) else 100)
-        for rank in range(10) for s in range(8)
-    ]  # fmt: skip
-    write_trace(readings_frame(rows), tmp_path / "trace" / "t.parquet")
+    _negative_peak_at(tmp_path / "trace" / "t.parquet", 10, 8, (0, 2))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
     began = time.monotonic()
