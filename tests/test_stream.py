@@ -481,34 +481,45 @@ def test_a_worker_that_dies_is_exit_2_not_a_traceback(
         replay_stream(TRACES, ["killer_policy:Killer"], jobs=2, batch_readings=40)
 
 
-def test_a_failed_batch_stops_the_workers_without_waiting_for_their_batches(
+def test_a_failed_batch_stops_the_workers_after_the_batch_they_are_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first batch breaks a rule; a worker is meanwhile on a task of three
-    batches that take 5 s each to price. The replay stops it (exit 2 at once)
-    instead of waiting 15 s for batches whose figures nobody will see."""
+    batches that take 1.5 s each to price. The replay tells it to stop (a flag
+    file in the medians' folder): it ends after its current batch, and the
+    replay is exit 2 after about 1.5 s, not 4.5 s. The workers are not killed:
+    one killed while sending its results would leave the pool waiting forever."""
     (tmp_path / "sleepy_policy.py").write_text(
         "import os, time\n"
         "from warmfit.policies.rule import RATE, DeclaredPolicy, Max\n"
         f"PARENT = {os.getpid()}\n"
         "class Sleepy(DeclaredPolicy):\n"
         "    name = 'sleepy'\n"
-        "    summary = 'takes 5 s to price a batch in a worker process'\n"
+        "    summary = 'takes 1.5 s to price a batch in a worker process'\n"
         "    rate = Max(RATE)\n"
         "    @staticmethod\n"
         "    def rule(state, n, m):\n"
         "        if os.getpid() != PARENT:\n"
-        "            time.sleep(5)\n"
+        "            time.sleep(1.5)\n"
         "        return state.rate * n\n"
     )
     _negative_peak_at(tmp_path / "trace" / "t.parquet", 10, 8, (0, 2))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
-    began = time.monotonic()
-    with pytest.raises(TraceError, match="is negative") as caught:
-        replay_stream([tmp_path / "trace"], ["sleepy_policy:Sleepy"], jobs=2, batch_readings=8)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    tempfile.tempdir = None  # TMPDIR is read again
+    try:
+        began = time.monotonic()
+        with pytest.raises(TraceError, match="is negative") as caught:
+            replay_stream([tmp_path / "trace"], ["sleepy_policy:Sleepy"], jobs=2, batch_readings=8)
+        took = time.monotonic() - began
+    finally:
+        tempfile.tempdir = None
     assert caught.value.row == 2
-    assert time.monotonic() - began < 4.5
+    assert took < 3.5
+    # the medians' folder, flag and all, is removed (multiprocessing's own stays)
+    assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("warmfit")] == []
 
 
 @pytest.mark.parametrize("by", GROUPINGS)

@@ -321,7 +321,15 @@ def _read_span(
         end = group_end if group_end - high <= high - low else high
     if begin < high:
         verify_pages(path, None if touched is None else [g for _, g in touched])
-        frame = read_rows(path, columns, begin, end - begin, rechunk=False)
+        try:
+            frame = read_rows(path, columns, begin, end - begin, rechunk=False)
+        except TraceError:
+            if end == high:
+                raise
+            # The rows read ahead, for the next batch, may be what cannot be read
+            # (pages without checksums); this batch's own rows, and errors, first.
+            end = high
+            frame = read_rows(path, columns, begin, end - begin, rechunk=False)
         if frame.height < high - begin:
             raise TraceError(
                 f"holds {begin + frame.height} rows where it held {high} when it was indexed; "

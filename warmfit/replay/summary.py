@@ -138,6 +138,11 @@ class SummaryFold:
         _add_values(self._over, part.over, cells)
         _add_values(self._excess, part.excess, cells)
 
+    def flag_path(self) -> str:
+        """A new file name in the medians' folder, removed at :meth:`close`: a replay
+        creates the file to tell its workers to stop."""
+        return self._over.run_path()
+
     def run_paths(self) -> tuple[str, str]:
         """Two new files in the medians' folders, for a worker's :func:`fold_part`
         (``runs``) to write its values to; removed at :meth:`close`."""
