@@ -19,13 +19,14 @@ Where the batches run:
   and :func:`replay_chain`, submitted as tasks. Workers must see the trace's
   paths (a shared file system).
 
-A task elsewhere replays up to :data:`CHAIN` consecutive batches
-(:func:`replay_chain`): neighbours share a row group, which it then decodes
-once (:class:`warmfit.streams.Tail`).
+A task of this machine's workers replays up to :data:`CHAIN` consecutive
+batches (:func:`replay_chain`): neighbours share a row group, which it then
+decodes once (:class:`warmfit.streams.Tail`).
 
 Memory: the parent holds the results of two tasks per worker in flight (up
-to 4 batches each; one with per-wave rows) and the fold's counts; each
-worker one batch, and the row group it shares with the next.
+to 4 batches each, a few kB without per-wave rows; one batch a task with
+them, or on a cluster) and the fold's counts; each worker one batch, and
+the row group it shares with the next.
 """
 
 from __future__ import annotations
@@ -262,10 +263,12 @@ def replay_stream(
         progress(0, len(batches))
         results: Iterable[BatchResult]
         if elsewhere:  # tasks of consecutive batches: neighbours share a row group
-            # (one batch a task with per-wave rows: a batch's are tens of MB)
+            # One batch a task with per-wave rows (a batch's are tens of MB), and on
+            # a cluster, whose workers send their median values back: the parent
+            # holds two tasks' results per worker.
             sizes = (
                 chain_sizes(len(batches), runner.workers())
-                if per_wave is None
+                if per_wave is None and local
                 else [1] * len(batches)
             )
             pairs = iter(zip(batches, runs, strict=True))
