@@ -440,11 +440,11 @@ class Canonical(NamedTuple):
     frame: pl.DataFrame
     #: Per row, the number of its (run, rank) stream (:func:`stream_numbers`).
     stream: np.ndarray
-    #: A stable order of the rows by (stream, wave), where the check of the wave
-    #: constants had to sort them; None where they are in that order, or unchecked.
+    #: A stable order of the rows by (stream, wave) (:func:`wave_order`); None
+    #: where they are in that order already.
     by_wave: np.ndarray | None
     #: Per row, a number for its signature (:func:`signature_codes`).
-    signature: np.ndarray | None = None
+    signature: np.ndarray
 
 
 def canonical(frame: pl.DataFrame, files: list[Path]) -> Canonical:
@@ -504,8 +504,8 @@ def check_across_rows(
     ``frame`` is in canonical order, its row rules checked (:func:`conform`),
     and ``stream`` numbers its (run, rank) streams; ``codes``: per string
     column, a number per row, equal where the strings are. Returns the stable
-    order of the rows by (stream, wave) where the check sorted them
-    (:attr:`Canonical.by_wave`), else None.
+    order of the rows by (stream, wave) (:func:`wave_order`: None where they
+    are in it already).
     """
     same_stream = (pl.col("run") == pl.col("run").shift(1)) & (
         pl.col("rank") == pl.col("rank").shift(1)
@@ -529,8 +529,10 @@ def check_across_rows(
                 "folder) collide like this: record one again with --run NAME.",
             )
     constant = [c for c in WAVE_CONSTANT if c in frame.columns]
-    if not constant or "wave" not in frame.columns:
+    if "wave" not in frame.columns:
         return None
+    if not constant:
+        return wave_order(stream, _numpy(frame.get_column("wave").cast(pl.Int64)))
     may_disagree, by_wave = _waves_may_disagree(frame, constant, stream, codes or {})
     if not may_disagree:
         return by_wave
@@ -581,12 +583,17 @@ def in_canonical_order(frame: pl.DataFrame, stream: np.ndarray) -> bool:
     return bool(frame.select("run", "rank")[heads].select(after.fill_null(True).all()).item())
 
 
+#: Whether the known kinds differ in length in bytes: then, once the row rules
+#: let only them through, a kind's length names it.
+_KINDS_DIFFER_IN_LENGTH = len({len(k.encode()) for k in KINDS}) == len(KINDS)
+
+
 def _waves_may_disagree(
     frame: pl.DataFrame, constant: Sequence[str], stream: np.ndarray, codes: dict[str, np.ndarray]
 ) -> tuple[bool, np.ndarray | None]:
     """Quick check, on a frame sorted by run, rank, seq: may a wave's readings disagree?
-    And the stable order of the rows by (stream, wave) it sorted them in (None: they
-    were in it already, or there was nothing to sort).
+    And the stable order of the rows by (stream, wave) (:func:`wave_order`; None:
+    they were in it already).
 
     Sorting the readings by (stream, wave) puts each wave's readings side by
     side; a wave disagrees when two neighbours of one wave differ. Recorders
@@ -603,24 +610,14 @@ def _waves_may_disagree(
     # buffers: few temporaries, so little memory is held afterwards.
     strings = [c for c in constant if frame.schema[c] == pl.String() and c not in codes]
     codes = dict(codes)
-    if "kind" in strings and len({len(k.encode()) for k in KINDS}) == len(KINDS):
+    if "kind" in strings and _KINDS_DIFFER_IN_LENGTH:
         codes["kind"] = _numpy(frame.get_column("kind").str.len_bytes().cast(pl.Int64))
         strings.remove("kind")
     hashed = frame.select(pl.col(c).hash() for c in strings)
     for c in strings:
         codes[c] = hashed.get_column(c).to_numpy()
-    stream = stream.astype(np.int64)  # a copy: the key is built in place below
     wave = _numpy(frame.get_column("wave").cast(pl.Int64))
-    low, span = int(wave.min()), int(wave.max()) - int(wave.min()) + 1
-    order: np.ndarray | None
-    if int(stream[-1]) * span + span < 2**63:
-        stream *= span
-        stream += wave - low
-        # a recorder's waves in order: each wave's readings are side by side already
-        in_order = bool((stream[1:] >= stream[:-1]).all())
-        order = None if in_order else np.argsort(stream, kind="stable")
-    else:
-        order = np.lexsort((wave, stream))
+    order = wave_order(stream, wave)
     if order is not None:
         stream = stream[order]
         wave = wave[order]
@@ -638,6 +635,26 @@ def _waves_may_disagree(
         if (same_wave & (values[1:] != values[:-1])).any():
             return True, order
     return False, order
+
+
+def wave_order(stream: np.ndarray, wave: np.ndarray) -> np.ndarray | None:
+    """A stable order of rows by (stream, wave), ``stream`` numbering them in
+    increasing order; None where the rows are in that order already.
+
+    Recorders number waves in order, so one pass over one integer key usually
+    finds them in order; else a stable sort of that key, or of both columns
+    when the wave ids span too much to share one int64 with the stream.
+    """
+    if len(stream) < 2:
+        return None
+    low, span = int(wave.min()), int(wave.max()) - int(wave.min()) + 1
+    if int(stream[-1]) * span + span >= 2**63:
+        return np.lexsort((wave, stream))
+    key = stream.astype(np.int64) * span
+    key += wave - low
+    if bool((key[1:] >= key[:-1]).all()):
+        return None
+    return np.argsort(key, kind="stable")
 
 
 def _numpy(series: pl.Series) -> np.ndarray:

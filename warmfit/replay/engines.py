@@ -16,6 +16,7 @@ from warmfit.replay.reference import replay_scalar
 from warmfit.replay.semantics import ProfileKey
 from warmfit.replay.summary import group_keys, per_wave_arrays
 from warmfit.replay.vectorized import per_wave_frame, price_waves
+from warmfit.trace import Canonical
 
 DEFAULT_POLICIES = ("max-merge", "warm-fit")
 ENGINES = ("auto", "scalar", "vectorized")
@@ -80,17 +81,15 @@ def price(
     per_wave: bool,
     profiles_out: dict[ProfileKey, Policy] | None = None,
     *,
-    stream: np.ndarray | None = None,
-    by_wave: np.ndarray | None = None,
-    signature: np.ndarray | None = None,
+    checked: Canonical | None = None,
 ) -> Priced:
     """Replay validated readings (sorted by run, rank, seq) on ``engine`` (``vectorized``
     or ``scalar``, from :func:`choose_engine`); the one step both a whole-trace replay
-    and a batch take. ``stream``, ``by_wave`` and ``signature``: how the rows lie,
-    where the checks found it (:class:`warmfit.trace.Canonical`)."""
+    and a batch take. ``checked``: how the rows lie, where the checks found it
+    (:class:`warmfit.trace.Canonical`)."""
     keys = group_keys(by)
     priced = (
-        price_waves(readings, classes, safety_factor, profiles_out, stream, by_wave, signature)
+        price_waves(readings, classes, safety_factor, profiles_out, checked)
         if engine == "vectorized"
         else None
     )

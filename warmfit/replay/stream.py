@@ -146,7 +146,7 @@ def replay_batch(
     readings = found.frame
     priced = price(
         readings, policies, safety_factor, engine, by, per_wave,
-        stream=found.stream, by_wave=found.by_wave, signature=found.signature,
+        checked=found,
     )  # fmt: skip
     code, distinct = number_groups(priced.groups)
     with _spilling():

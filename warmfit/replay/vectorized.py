@@ -42,7 +42,7 @@ from warmfit.policies.rule import (
 from warmfit.replay.semantics import PER_WAVE_SCHEMA, ProfileKey, estimates, observed
 from warmfit.replay.summary import condition_counts, nullable
 from warmfit.schema import WAVE_CONSTANT
-from warmfit.trace import signature_codes
+from warmfit.trace import Canonical, signature_codes, stream_numbers, wave_order
 
 #: Below this, every int64 column converts to a double exactly.
 EXACT_LIMIT = 2**53
@@ -291,18 +291,15 @@ def price_waves(
     policies: Sequence[type[Policy]],
     safety_factor: float,
     profiles_out: dict[ProfileKey, Policy] | None = None,
-    stream: np.ndarray | None = None,
-    by_wave: np.ndarray | None = None,
-    signature: np.ndarray | None = None,
+    checked: Canonical | None = None,
 ) -> PricedWaves | None:
     """Every wave's actual bytes and every policy's estimate, without building rows.
 
     The figures of :func:`replay_vectorized` before they become a frame (a
     summary needs no strings); None where doubles could not give the
-    reference engine's bytes. ``stream`` (the rows' stream numbers) and
-    ``by_wave`` (their stable order by stream and wave) and ``signature``
-    (:func:`warmfit.trace.signature_codes`), when the checks of
-    :func:`warmfit.trace.canonical` found them, are not computed again.
+    reference engine's bytes. ``checked``: what :func:`warmfit.trace.canonical`
+    found of how the rows lie (stream numbers, order by wave, signature
+    codes), not computed again.
     """
     declared = [_declared(cls) for cls in policies]
     if readings.height == 0 or not policies:
@@ -320,26 +317,33 @@ def price_waves(
     logical = _ints(readings, "logical_tokens")
     sharing = logical / n
     # Streams are contiguous (sorted by run, rank, seq): number them, then profiles.
-    if stream is None:
-        stream = readings.select(pl.struct("run", "rank").rle_id()).to_series().to_numpy()
+    wave = _ints(readings, "wave")
+    if checked is None:
+        stream, signature = stream_numbers(readings), signature_codes(readings)
+        order = wave_order(stream, wave)
+    else:
+        stream, signature, order = checked.stream, checked.signature, checked.by_wave
     stream = stream.astype(np.int64)
-    if signature is None:
-        signature = signature_codes(readings)
 
-    # Per wave, by sorting readings by (stream, wave): its first reading, its
+    # Per wave, with readings in (stream, wave) order: its first reading, its
     # actual bytes and whether it ran out of memory. Waves then come in the
     # order of their first readings, as the reference engine emits them.
-    wave = _ints(readings, "wave")
-    order = _wave_order(stream, wave) if by_wave is None else by_wave
-    wave_stream, wave = stream[order], wave[order]
+    wave_stream = stream if order is None else stream[order]
+    if order is not None:
+        wave = wave[order]
     starts = np.flatnonzero(
         np.concatenate(([True], (np.diff(wave_stream) != 0) | (np.diff(wave) != 0)))
     )
     del wave_stream, wave
-    first = order[starts]
-    by_first = np.argsort(first, kind="stable")
-    first = first[by_first]
-    actual = np.maximum.reduceat(delta[order], starts)[by_first]
+    by_first: np.ndarray | None = None
+    if order is None:  # each wave's readings side by side, waves in order: nothing to sort
+        first = starts
+        actual = np.maximum.reduceat(delta, starts)
+    else:
+        first = order[starts]
+        by_first = np.argsort(first, kind="stable")
+        first = first[by_first]
+        actual = np.maximum.reduceat(delta[order], starts)[by_first]
     oom_reading = readings.get_column("oom").to_numpy()
     caller = (readings.get_column("phase") == "caller").to_numpy()
     split_child = (readings.get_column("kind") == "split_child").to_numpy()
@@ -347,8 +351,10 @@ def price_waves(
     # the waves holding a reading that ran out of memory (few: found from those readings)
     oom = np.zeros(len(first), dtype=bool)
     if oom_reading.any():
-        oom[np.searchsorted(starts, np.flatnonzero(oom_reading[order]), side="right") - 1] = True
-        oom = oom[by_first]
+        ooms = np.flatnonzero(oom_reading if order is None else oom_reading[order])
+        oom[np.searchsorted(starts, ooms, side="right") - 1] = True
+        if by_first is not None:
+            oom = oom[by_first]
     del order, starts, by_first
 
     # Readings sorted by profile, each profile's readings side by side in
@@ -493,20 +499,6 @@ def _declared(cls: type[Policy]) -> type[DeclaredPolicy]:
             "only the reference engine can replay it: use the scalar or auto engine."
         )
     return cls  # type: ignore[return-value]
-
-
-def _wave_order(stream: np.ndarray, wave: np.ndarray) -> np.ndarray:
-    """A stable order of readings by (stream, wave).
-
-    Recorders number waves in order, so the key is nearly sorted already and
-    a stable sort (timsort/radix) of one integer key is quick; when the wave
-    ids span too much to share one int64 with the stream, sort on both.
-    """
-    low, high = int(wave.min()), int(wave.max())
-    span = high - low + 1
-    if int(stream[-1]) * span + span < 2**63:
-        return np.argsort(stream * span + (wave - low), kind="stable")
-    return np.lexsort((wave, stream))
 
 
 def _dense(key: np.ndarray) -> np.ndarray:
