@@ -109,6 +109,10 @@ class EarlyPool:
     index: list[Future[Any]] = field(default_factory=list)
     started: threading.Event = field(default_factory=threading.Event)
 
+    def serves(self, files: Sequence[str], jobs: int, stats: tuple[tuple[int, int], ...]) -> bool:
+        """Whether it was started for these files, unchanged since, and jobs."""
+        return (self.files, self.jobs, self.stats) == (tuple(files), jobs, stats)
+
 
 _early: EarlyPool | None = None
 
@@ -135,7 +139,7 @@ def prestart(paths: Sequence[str | os.PathLike[str]], jobs: int | None, cluster:
         return
     jobs = default_jobs() if jobs is None else jobs
     if _early is not None:
-        if (_early.files, _early.jobs, _early.stats) == (files, jobs, stats):
+        if _early.serves(files, jobs, stats):
             return  # started already (the program, then the command)
         discard_early_pool()
     context = fork_context(jobs)  # in this thread: it sets the environment for a moment
@@ -165,7 +169,7 @@ def take_early_pool(files: Sequence[str], jobs: int) -> EarlyPool | None:
     if early is None:
         return None
     try:
-        same = (early.files, early.jobs, early.stats) == (tuple(files), jobs, _stats(files))
+        same = early.serves(files, jobs, _stats(files))
     except OSError:
         same = False
     if not same:  # another replay, or a file changed since: its index may be stale
