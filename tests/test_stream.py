@@ -7,6 +7,7 @@ whatever the batch size, the files' layout and the number of jobs.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import statistics
@@ -23,6 +24,8 @@ from typer.testing import CliRunner
 from tests.strategies import trace_parts
 from warmfit.cli import app
 from warmfit.errors import TraceError, UsageError
+from warmfit.pagecrc import verify
+from warmfit.perwave import PerWaveWriter
 from warmfit.replay import GROUPINGS, IN_FIGURES, replay
 from warmfit.replay.stream import chain_sizes, replay_stream
 from warmfit.replay.summary import SummaryFold
@@ -301,6 +304,33 @@ def test_a_replay_failing_in_a_later_batch_leaves_no_per_wave_file(
     assert "row 91" in err and "peak_bytes" in err
     assert not out.exists() and not list(out.parent.glob("*"))
     assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_per_wave_parts_encoded_by_workers_make_the_same_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With a PerWaveWriter, each batch's rows are encoded where they are replayed
+    and joined here: the file is the same, byte for byte, with one job or two."""
+    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)  # workers even for small traces
+    expected = replay(read_trace(TRACES, columns=()), POLICIES, 1.1, "auto", "run", 10**11)
+    files = {}
+    for jobs, fmt in [(1, "parquet"), (2, "parquet"), (1, "csv"), (2, "csv")]:
+        sink = io.BytesIO()
+        writer = PerWaveWriter(sink, fmt, admitted=True)
+        got = replay_stream(
+            TRACES, POLICIES, budget_bytes=10**11, jobs=jobs, batch_readings=40, per_wave=writer
+        )
+        writer.close()
+        assert (got.batches > 4, got.jobs) == (True, jobs)
+        assert got.per_wave_rows == expected.per_wave.height
+        files[jobs, fmt] = sink.getvalue()
+    assert files[1, "parquet"] == files[2, "parquet"]
+    assert files[1, "csv"] == files[2, "csv"] == expected.per_wave.write_csv().encode()
+    rows = pl.read_parquet(io.BytesIO(files[2, "parquet"]))
+    assert rows.to_dicts() == expected.per_wave.to_dicts()
+    path = tmp_path / "w.parquet"
+    path.write_bytes(files[2, "parquet"])
+    assert verify(path) is None
 
 
 def test_a_malformed_cluster_address_is_a_clear_error(runner: CliRunner) -> None:

@@ -96,14 +96,15 @@ def _replay(
     jobs: int | None,
     cluster: str | None,
 ) -> None:
+    from warmfit.perwave import PerWaveWriter
     from warmfit.progress import progress_bar
-    from warmfit.replay.stream import PerWaveSink, StreamedReplay, replay_stream
+    from warmfit.replay.stream import StreamedReplay, replay_stream
     from warmfit.report import render
     from warmfit.text import counted, printable
 
     limit = budget_bytes(budget)
 
-    def run(per_wave: PerWaveSink | None = None) -> StreamedReplay:
+    def run(per_wave: PerWaveWriter | None = None) -> StreamedReplay:
         with progress_bar("replaying", unit="batches") as progress:
             return replay_stream(
                 paths, policy, safety, engine.value, by.value, limit, jobs=jobs,
@@ -114,7 +115,7 @@ def _replay(
         result = run()
     else:
         from warmfit.files import write_atomically
-        from warmfit.perwave import PerWaveWriter, per_wave_format
+        from warmfit.perwave import per_wave_format
 
         fmt = per_wave_format(per_wave)
         check_new_file(per_wave, force, paths)
@@ -122,11 +123,7 @@ def _replay(
 
         def write(sink: BinaryIO) -> None:
             writer = PerWaveWriter(sink, fmt, admitted=limit is not None)
-            try:
-                results.append(run(writer.write))
-            except BaseException:
-                writer.abandon()  # write_atomically removes the unfinished file
-                raise
+            results.append(run(writer))  # write_atomically removes an unfinished file
             writer.close()
 
         with writing(per_wave):

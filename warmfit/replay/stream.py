@@ -47,6 +47,7 @@ from typing import Any
 import polars as pl
 
 from warmfit.errors import UsageError
+from warmfit.perwave import PartEncoder, PerWaveWriter
 from warmfit.policies import Policy
 from warmfit.progress import ProgressCallback, no_progress
 from warmfit.replay.engines import choose_engine, price, resolve_policies
@@ -118,7 +119,9 @@ class BatchResult:
     engine: str
     readings: int
     part: FoldPart
-    per_wave: pl.DataFrame | None
+    #: The per-wave rows: a frame, or a part of the file (:class:`PartEncoder`).
+    per_wave: pl.DataFrame | bytes | None
+    per_wave_rows: int
     #: :func:`warmfit.trace.reading_counts` of the batch's readings.
     counts: pl.DataFrame
 
@@ -129,7 +132,7 @@ def replay_batch(
     safety_factor: float,
     engine: str,
     by: str,
-    per_wave: bool,
+    per_wave: bool | PartEncoder,
     budget_bytes: int | None = None,
     runs: tuple[str, str] | None = None,
     tail: Tail | None = None,
@@ -141,11 +144,13 @@ def replay_batch(
     :func:`warmfit.replay.replay` does with a trace. ``runs``: where to write
     the medians' values (:meth:`~warmfit.replay.summary.SummaryFold.run_paths`).
     ``tail``: shared with the previous batch's read (:class:`warmfit.streams.Tail`).
+    ``per_wave``: the per-wave rows as a frame (True), or encoded as a part
+    of the file by a :class:`~warmfit.perwave.PartEncoder`.
     """
     found = read_canonical(batch, tail=tail)
     readings = found.frame
     priced = price(
-        readings, policies, safety_factor, engine, by, per_wave,
+        readings, policies, safety_factor, engine, by, per_wave is not False,
         checked=found,
     )  # fmt: skip
     code, distinct = number_groups(priced.groups)
@@ -155,13 +160,17 @@ def replay_batch(
             len(policies), budget_bytes, runs,
         )  # fmt: skip
     rows = None if priced.per_wave is None else with_admitted(priced.per_wave, budget_bytes)
+    height = 0 if rows is None else rows.height
+    encoded = (
+        per_wave.encode(rows) if isinstance(per_wave, PartEncoder) and rows is not None else rows
+    )
     counts = priced.counts if priced.counts is not None else reading_counts(readings)
-    return BatchResult(batch.number, priced.engine, readings.height, part, rows, counts)
+    return BatchResult(batch.number, priced.engine, readings.height, part, encoded, height, counts)
 
 
 #: :func:`replay_batch`'s arguments from ``policies`` to ``budget_bytes``: the
 #: same for every batch of a replay.
-BatchTask = tuple[Sequence[type[Policy]], float, str, str, bool, int | None]
+BatchTask = tuple[Sequence[type[Policy]], float, str, str, bool | PartEncoder, int | None]
 
 
 def replay_chain(
@@ -206,7 +215,7 @@ def replay_stream(
     jobs: int | None = 1,
     cluster: Any = None,
     batch_readings: int = DEFAULT_BATCH_READINGS,
-    per_wave: PerWaveSink | None = None,
+    per_wave: PerWaveSink | PerWaveWriter | None = None,
     progress: ProgressCallback | None = None,
     spill_bytes: int | None = None,
 ) -> StreamedReplay:
@@ -219,7 +228,9 @@ def replay_stream(
     needs the usual ``if __name__ == "__main__":`` guard of
     :mod:`multiprocessing`), or ``cluster`` (a Dask scheduler address or
     ``distributed.Client``) runs them. ``per_wave``, when given, receives
-    each batch's per-wave rows, batches in canonical order.
+    each batch's per-wave rows, batches in canonical order: a callable
+    receives them as a frame; a :class:`~warmfit.perwave.PerWaveWriter` has
+    them encoded where they are made (by the workers) and joins the parts.
     ``progress(done, total)`` counts batches.
     """
     safety_factor = check_safety_factor(safety_factor)
@@ -234,7 +245,9 @@ def replay_stream(
     files = [str(f) for f in find_trace_files(paths)]
     progress = progress or no_progress
     names = [cls.name for cls in classes]
-    task: BatchTask = (classes, safety_factor, chosen, by, per_wave is not None, budget_bytes)
+    writer = per_wave if isinstance(per_wave, PerWaveWriter) else None
+    rows_as: bool | PartEncoder = writer.encoder if writer else per_wave is not None
+    task: BatchTask = (classes, safety_factor, chosen, by, rows_as, budget_bytes)
     engines: set[str] = set()
     readings = rows = 0
     counts: list[pl.DataFrame] = []
@@ -263,9 +276,10 @@ def replay_stream(
         progress(0, len(batches))
         results: Iterable[BatchResult]
         if elsewhere:  # tasks of consecutive batches: neighbours share a row group
-            # One batch a task with per-wave rows (a batch's are tens of MB), and on
-            # a cluster, whose workers send their median values back: the parent
-            # holds two tasks' results per worker.
+            # One batch a task with per-wave rows (a batch's are megabytes even
+            # encoded, and tasks of 4 were no faster), and on a cluster, whose
+            # workers send their median values back: the parent holds two tasks'
+            # results per worker.
             sizes = (
                 chain_sizes(len(batches), runner.workers())
                 if per_wave is None and local
@@ -285,9 +299,11 @@ def replay_stream(
                 counts.append(result.counts)
                 with _spilling():
                     fold.add_part(result.part)
-                if result.per_wave is not None and per_wave is not None:
-                    rows += result.per_wave.height
+                if writer is not None and isinstance(result.per_wave, bytes):
+                    writer.append(result.per_wave)
+                elif callable(per_wave) and isinstance(result.per_wave, pl.DataFrame):
                     per_wave(result.per_wave)
+                rows += result.per_wave_rows
                 progress(done, len(batches))
         except BaseException:
             # the workers end after the batch each is on, not after their task's
