@@ -426,6 +426,24 @@ def test_the_program_starts_a_replays_workers_before_it_parses_its_command_line(
     assert calls == ([] if expected is None else [expected])
 
 
+def test_the_programs_early_reading_knows_every_replay_option_that_takes_a_value() -> None:
+    """prestart_from_argv reads the command line before typer does; its list of
+    options that take a value must be the replay command's, or a value would be
+    taken for a trace path (or a path for a value)."""
+    import typer.main
+
+    from warmfit import workers
+
+    command = typer.main.get_command(app).commands["replay"]  # type: ignore[attr-defined]
+    valued = {
+        name
+        for param in command.params
+        if param.param_type_name == "option" and not param.is_flag
+        for name in (*param.opts, *param.secondary_opts)
+    }
+    assert valued == workers.REPLAY_VALUED_OPTIONS
+
+
 def test_workers_started_early_index_the_files_and_a_changed_file_is_indexed_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -194,6 +194,14 @@ def _stats(files: Sequence[str]) -> tuple[tuple[int, int], ...]:
     return tuple((s.st_size, s.st_mtime_ns) for s in map(os.stat, files))
 
 
+#: The options of ``warmfit replay`` that take a value, which is not a trace path
+#: (``--per-wave FILE`` may exist, with ``--force``). A test holds it to the command's.
+REPLAY_VALUED_OPTIONS = frozenset(
+    {"-p", "--policy", "-f", "--format", "--per-wave", "--budget", "--by", "--engine",
+     "--safety", "-j", "--jobs", "--cluster"}
+)  # fmt: skip
+
+
 def prestart_from_argv(argv: Sequence[str]) -> None:
     """For the program, before it parses its command line: :func:`prestart` for a
     ``warmfit replay`` (``argv`` without the program name) that will use workers.
@@ -211,9 +219,6 @@ def prestart_from_argv(argv: Sequence[str]) -> None:
     if not argv or argv[0] != "replay":
         return
     args = list(argv[1:])
-    # options whose value is not a trace path (--per-wave FILE may exist, with --force)
-    valued = {"-p", "--policy", "-f", "--format", "--per-wave", "--budget", "--by",
-              "--engine", "--safety", "-j", "--jobs", "--cluster"}  # fmt: skip
     if any(a in ("--help", "-h") or a == "--cluster" or a.startswith("--cluster=") for a in args):
         return
     jobs: int | None = None
@@ -230,7 +235,9 @@ def prestart_from_argv(argv: Sequence[str]) -> None:
     paths = [
         a
         for i, a in enumerate(args)
-        if not a.startswith("-") and (i == 0 or args[i - 1] not in valued) and os.path.exists(a)
+        if not a.startswith("-")
+        and (i == 0 or args[i - 1] not in REPLAY_VALUED_OPTIONS)
+        and os.path.exists(a)
     ]
     if paths:
         prestart(paths, jobs, None)
