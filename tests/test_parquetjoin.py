@@ -19,13 +19,15 @@ from hypothesis import strategies as st
 
 from warmfit.pagecrc import _Reader, verify
 from warmfit.parquetjoin import (
+    _I16,
+    _I64,
     JoinedParquet,
     PartError,
-    _file_metadata,
+    _Field,
+    _fields,
     _list_head,
-    _list_of_structs,
     _moved,
-    _one,
+    _row_group,
     _varint,
     _zigzag,
 )
@@ -35,9 +37,10 @@ from warmfit.schema import PER_WAVE_KEY
 from warmfit.trace import read_trace
 
 
-def _part(frame: pl.DataFrame) -> bytes:
+def _part(frame: pl.DataFrame, **options: object) -> bytes:
+    """A part as pyarrow writes it (no page index: polars writes one, see below)."""
     buffer = io.BytesIO()
-    frame.write_parquet(buffer, compression="zstd", statistics=True)
+    pq.write_table(frame.to_arrow(), buffer, compression="zstd", **options)  # type: ignore[arg-type]
     return buffer.getvalue()
 
 
@@ -79,9 +82,6 @@ def test_three_parts_make_one_file_of_their_row_groups(tmp_path: Path) -> None:
         moved = file.metadata.row_group(i).column(0)
         assert moved.has_dictionary_page
         assert 4 <= moved.dictionary_page_offset < moved.data_page_offset
-    # polars numbers its row groups (RowGroup.ordinal): each part's was 0
-    groups = _list_of_structs(_one(_file_metadata(data)[0], 4))
-    assert [_zigzag(_one(group, 7)) for group in groups] == [0, 1, 2]
     # the second part's chunks now start after the first's: the offsets moved
     first = pq.ParquetFile(io.BytesIO(_part(b))).metadata.row_group(0).column(1)
     assert file.metadata.row_group(1).column(1).data_page_offset > first.data_page_offset
@@ -113,6 +113,44 @@ def test_any_parts_join_to_their_rows_in_order(rows: list[list[tuple[object, ...
     assert metadata.num_rows == sum(frame.height for frame in frames)
 
 
+def test_row_groups_are_renumbered_and_many_a_part_keep_their_order(tmp_path: Path) -> None:
+    frame = pl.DataFrame({"n": list(range(10)), "s": list("abcdefghij")})
+    # row groups of 4, 4 and 2 rows, then 10 of 1
+    data = _joined([_part(frame, row_group_size=4), _part(frame, row_group_size=1)])
+    file = _checked(data, tmp_path)
+    assert file.metadata.num_row_groups == 3 + 10
+    assert pl.read_parquet(io.BytesIO(data)).equals(pl.concat([frame, frame]))
+    # RowGroup.ordinal (pyarrow leaves it out; polars writes it): the file's numbering
+    head = bytes([(7 - 3) << 4 | _I16])  # field 7 after field 3: a delta of 4; an i16
+    group = [_Field(3, _I64, b"\x36", _varint(8)), _Field(7, _I16, head, _varint(0))]
+    fields = _fields(_Reader(_row_group(group, 100, 12), 0, 64))
+    assert [(f.number, _zigzag(f.value)) for f in fields] == [(3, 4), (7, 12)]
+
+
+def test_a_part_with_a_page_index_or_after_the_footer_is_refused() -> None:
+    """An offset index lists its pages' file offsets, inside the bytes the join
+    copies as they are: a part with one (polars writes one) is refused, whole."""
+    sink = io.BytesIO()
+    joined = JoinedParquet(sink)
+    joined.append(_part(pl.DataFrame({"n": [1]})))
+    before = sink.getvalue()
+    indexed = io.BytesIO()
+    pl.DataFrame({"n": [2]}).write_parquet(indexed)
+    untouched = io.BytesIO()
+    with pytest.raises(PartError, match="offset index"):
+        JoinedParquet(untouched).append(indexed.getvalue())
+    assert untouched.getvalue() == b""
+    with pytest.raises(PartError, match="offset index"):
+        joined.append(_part(pl.DataFrame({"n": [2]}), write_page_index=True))
+    assert sink.getvalue() == before and joined.rows == 1 and len(joined._groups) == 1
+    joined.close()
+    with pytest.raises(PartError, match="closed"):
+        joined.append(_part(pl.DataFrame({"n": [3]})))
+    with pytest.raises(PartError, match="closed"):
+        joined.close()
+    assert pl.read_parquet(io.BytesIO(sink.getvalue())).get_column("n").to_list() == [1]
+
+
 def test_a_part_of_another_schema_or_not_parquet_is_refused() -> None:
     joined = JoinedParquet(io.BytesIO())
     joined.append(_part(pl.DataFrame({"n": [1]})))
@@ -129,8 +167,6 @@ def test_a_part_of_another_schema_or_not_parquet_is_refused() -> None:
 
 
 def test_offsets_move_by_any_amount_and_lists_of_any_length_round_trip() -> None:
-    from warmfit.parquetjoin import _I64, _Field
-
     offset = _Field(9, _I64, b"\x96", _varint(4000 << 1))
     for shift in (0, 1, 2**31, 2**40 + 7):
         assert _zigzag(_moved(offset, frozenset({9}), shift)) == 4000 + shift

@@ -11,14 +11,18 @@ waited.
 A Parquet file is ``PAR1``, its column chunks, a Thrift ``FileMetaData``
 (compact protocol), the footer's length and ``PAR1``. :class:`JoinedParquet`
 copies each part's bytes between the magic and its footer to the output, and
-keeps the part's ``RowGroup`` structs with every offset into the file moved
-by where the part's bytes now start (and each row group's ordinal
-renumbered). Everything else in them is copied byte for byte: statistics,
-encodings, sizes. On :meth:`~JoinedParquet.close` it writes one footer: the
-first part's, with the total row count and every part's row groups.
+keeps the part's ``RowGroup`` structs with every offset the footer gives
+into the file moved by where the part's bytes now start (and each row
+group's ordinal renumbered). Everything else in them is copied byte for
+byte: statistics, encodings, sizes. On :meth:`~JoinedParquet.close` it
+writes one footer: the first part's, with the total row count and every
+part's row groups.
 
 The parts must come from one writer configuration (one schema, one
-``key_value_metadata``); a part whose schema differs is refused.
+``key_value_metadata``); a part whose schema differs is refused. So is a part
+with an offset index (a page index: polars writes one, pyarrow does with
+``write_page_index=True``), whose page locations are file offsets inside the
+copied bytes, which this join does not move; and an encrypted part.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 # One Thrift reader for the package: pagecrc's (it reads footers and page headers).
-from warmfit.pagecrc import _I16, _I32, _I64, _LIST, _STRUCT, _Bad, _Reader
+from warmfit.pagecrc import _I16, _I64, _LIST, _STRUCT, _Bad, _Reader
 
 MAGIC = b"PAR1"
 
@@ -38,10 +42,14 @@ MAGIC = b"PAR1"
 #: bloom_filter_offset. A value below 4 (arrow writes ``ColumnChunk.file_offset``
 #: as 0) points nowhere and is kept.
 _ROW_GROUP_OFFSETS = frozenset({5})
-_CHUNK_OFFSETS = frozenset({2, 4, 6})
+_CHUNK_OFFSETS = frozenset({2, 6})
 _META_OFFSETS = frozenset({9, 10, 11, 14})
 #: ``RowGroup.columns``, ``ColumnChunk.meta_data``, ``RowGroup.ordinal``.
 _COLUMNS, _META_DATA, _ORDINAL = 1, 3, 7
+#: ``ColumnChunk`` fields a part may not have: ``offset_index_offset`` (an
+#: offset index lists its pages' file offsets), ``crypto_metadata`` and
+#: ``encrypted_column_metadata``.
+_REFUSED = {4: "an offset index (a page index)", 8: "encryption", 9: "encryption"}
 #: ``FileMetaData.schema``, ``.num_rows``, ``.row_groups``.
 _SCHEMA, _NUM_ROWS, _ROW_GROUPS = 2, 3, 4
 
@@ -77,22 +85,32 @@ class JoinedParquet:
         self._template: list[_Field] | None = None
         self._groups: list[bytes] = []
         self.rows = 0
+        self._closed = False
 
     def append(self, part: bytes) -> None:
         """Append a part's row groups: its column chunks now, its footer's row groups
-        (offsets moved) at :meth:`close`."""
+        (offsets moved) at :meth:`close`. A refused part leaves the file as it was."""
+        if self._closed:
+            raise PartError("the file is closed: no part can follow its footer")
         fields, footer_start = _file_metadata(part)
         schema = _one(fields, _SCHEMA)
+        if self._template is not None and schema != _one(self._template, _SCHEMA):
+            raise PartError("a part's schema differs from the first part's")
+        # A byte at offset o of the part lands at o - 4 + position in the file.
+        position = self.position if self._template is not None else len(MAGIC)
+        shift = position - len(MAGIC)
+        try:
+            groups = [
+                _row_group(group, shift, len(self._groups) + i)
+                for i, group in enumerate(_list_of_structs(_one(fields, _ROW_GROUPS)))
+            ]
+        except _Bad as exc:
+            raise PartError(f"a part's footer is damaged ({exc})") from None
         if self._template is None:
             self._template = fields
             self.sink.write(MAGIC)
             self.position = len(MAGIC)
-        elif schema != _one(self._template, _SCHEMA):
-            raise PartError("a part's schema differs from the first part's")
-        shift = self.position - len(MAGIC)
-        groups = _list_of_structs(_one(fields, _ROW_GROUPS))
-        for group in groups:
-            self._groups.append(_row_group(group, shift, len(self._groups)))
+        self._groups += groups
         self.rows += _zigzag(_one(fields, _NUM_ROWS))
         with memoryview(part) as view:
             self.sink.write(view[len(MAGIC) : footer_start])
@@ -102,6 +120,9 @@ class JoinedParquet:
         """Write the footer (the first part's, with every row group and the total rows)."""
         if self._template is None:
             raise PartError("no part to join: a Parquet file needs its schema")
+        if self._closed:
+            raise PartError("the file is closed already")
+        self._closed = True
         footer = bytearray()
         for field in self._template:
             footer += field.head
@@ -155,8 +176,6 @@ def _fields(reader: _Reader) -> list[_Field]:
         number = number + delta if delta else reader.zigzag()
         value_start = reader.pos
         reader.skip(kind, 1)
-        if reader.pos > reader.end:
-            raise _Bad("a field runs past the footer")
         fields.append(
             _Field(
                 number,
@@ -183,10 +202,7 @@ def _list_of_structs(value: bytes) -> list[list[_Field]]:
         size = reader.varint()
     if size and element != _STRUCT:
         raise PartError("a part's footer holds a list of non-structs where structs belong")
-    try:
-        return [_fields(reader) for _ in range(size)]
-    except _Bad as exc:
-        raise PartError(f"a part's footer is damaged ({exc})") from None
+    return [_fields(reader) for _ in range(size)]
 
 
 def _row_group(fields: list[_Field], shift: int, ordinal: int) -> bytes:
@@ -209,6 +225,8 @@ def _row_group(fields: list[_Field], shift: int, ordinal: int) -> bytes:
 def _column_chunk(fields: list[_Field], shift: int) -> bytes:
     out = bytearray()
     for field in fields:
+        if field.number in _REFUSED:
+            raise PartError(f"a part has {_REFUSED[field.number]}, which the join cannot move")
         out += field.head
         if field.number == _META_DATA and field.kind == _STRUCT:
             reader = _Reader(field.value, 0, len(field.value))
@@ -222,10 +240,10 @@ def _column_chunk(fields: list[_Field], shift: int) -> bytes:
 
 def _moved(field: _Field, offsets: frozenset[int], shift: int) -> bytes:
     """A field's value bytes; an offset into the file (>= 4) moved by ``shift``."""
-    if field.number not in offsets or field.kind not in (_I64, _I32) or not shift:
+    if field.number not in offsets or field.kind != _I64 or not shift:
         return field.value
     value = _zigzag(field.value)
-    if value < len(MAGIC):
+    if value < len(MAGIC):  # no offset: arrow writes ColumnChunk.file_offset as 0
         return field.value
     return _varint(_to_zigzag(value + shift))
 

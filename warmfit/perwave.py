@@ -69,6 +69,7 @@ class PartEncoder:
             compression="zstd",
             write_page_checksum=True,
             use_dictionary=strings,
+            write_page_index=False,  # its page offsets would not survive the join
         )
         return buffer.getvalue()
 
