@@ -54,7 +54,7 @@ class PartEncoder:
         """A part of the file: CSV rows without the header, or a whole Parquet file
         (zstd, page checksums, dictionaries for the string columns only: the
         integer columns' values are nearly all distinct, and their dictionaries
-        were a third slower to write and made the file 60 % larger)."""
+        were a third slower to write and made the file 65 % larger)."""
         buffer = io.BytesIO()
         if self.fmt == "csv":
             frame.write_csv(buffer, include_header=False)

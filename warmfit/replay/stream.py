@@ -246,7 +246,7 @@ def replay_stream(
     progress = progress or no_progress
     names = [cls.name for cls in classes]
     writer = per_wave if isinstance(per_wave, PerWaveWriter) else None
-    rows_as: bool | PartEncoder = writer.encoder if writer else per_wave is not None
+    rows_as: bool | PartEncoder = writer.encoder if writer is not None else per_wave is not None
     task: BatchTask = (classes, safety_factor, chosen, by, rows_as, budget_bytes)
     engines: set[str] = set()
     readings = rows = 0
