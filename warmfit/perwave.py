@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -61,8 +62,7 @@ class PartEncoder:
             return buffer.getvalue()
         import pyarrow.parquet as pq
 
-        schema = self.empty().to_arrow().schema.with_metadata({PER_WAVE_KEY: "1"})
-        strings = [field.name for field in schema if field.type in ("string", "large_string")]
+        schema, strings = self._parquet_schema
         pq.write_table(
             frame.to_arrow().cast(schema),
             buffer,
@@ -72,6 +72,13 @@ class PartEncoder:
             write_page_index=False,  # its page offsets would not survive the join
         )
         return buffer.getvalue()
+
+    @cached_property
+    def _parquet_schema(self) -> tuple[Any, list[str]]:
+        """The Parquet file's Arrow schema (marked as per-wave) and its string
+        columns: the same for every part, found once."""
+        schema = self.empty().to_arrow().schema.with_metadata({PER_WAVE_KEY: "1"})
+        return schema, [field.name for field in schema if field.type in ("string", "large_string")]
 
 
 class PerWaveWriter:

@@ -310,9 +310,7 @@ def _read_span(
     group read is read whole and left in it."""
     head = None if tail is None or groups is None else tail.take(str(path), columns, low, high)
     begin = low if head is None else low + head.height
-    touched = (
-        None if groups is None else [(s, g) for s, g in groups if begin < s + g.rows and s < high]
-    )
+    touched = None if groups is None else _groups_within(groups, begin, high)
     end = high
     if touched and tail is not None:
         # on to the end of the last group, to leave it in the tail: at most as many
