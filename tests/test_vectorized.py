@@ -27,7 +27,15 @@ from hypothesis.stateful import (
 
 from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
 from warmfit.errors import PolicyError, UsageError
-from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading, WarmAffine, WarmFit
+from warmfit.policies import (
+    Envelope,
+    MaxMerge,
+    Policy,
+    PriceRequest,
+    Reading,
+    WarmAffine,
+    WarmFit,
+)
 from warmfit.policies.rule import LOGICAL, RATE, SHARING, DeclaredPolicy, Max, Min, is_declared
 from warmfit.replay import (
     GROUPINGS,
@@ -41,7 +49,7 @@ from warmfit.replay import (
 from warmfit.replay.vectorized import replay_vectorized
 from warmfit.trace import read_trace, readings_frame, write_trace
 
-BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit, WarmAffine]
+BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit, WarmAffine, Envelope]
 BUILT_IN_NAMES = [cls.name for cls in BUILT_IN]
 #: The two policies of ART PR #991: the worked cases below spell out their rows.
 PR_POLICIES: list[type[Policy]] = [MaxMerge, WarmFit]
@@ -89,7 +97,9 @@ def assert_same_summary(expected: pl.DataFrame, got: pl.DataFrame, names: list[s
 @given(
     traces(),
     SAFETY,
-    st.sampled_from([BUILT_IN, [WarmFit, MaxMerge], [WarmFit], [MaxMerge], [WarmAffine]]),
+    st.sampled_from(
+        [BUILT_IN, [WarmFit, MaxMerge], [WarmFit], [MaxMerge], [WarmAffine], [Envelope]]
+    ),
 )
 def test_every_wave_and_figure_is_identical(
     frame: pl.DataFrame, safety: float, policies: Sequence[type[Policy]]

@@ -20,11 +20,13 @@ from importlib.metadata import entry_points
 
 from warmfit.errors import PolicyError
 from warmfit.policies.base import Policy, PriceRequest, Reading
+from warmfit.policies.envelope import Envelope
 from warmfit.policies.max_merge import MaxMerge
 from warmfit.policies.warm_affine import WarmAffine
 from warmfit.policies.warm_fit import WarmFit
 
 __all__ = [
+    "Envelope",
     "MaxMerge",
     "Policy",
     "PriceRequest",
@@ -126,3 +128,4 @@ def get_policy(spec: str) -> type[Policy]:
 register(MaxMerge)
 register(WarmFit)
 register(WarmAffine)
+register(Envelope)

@@ -15,7 +15,10 @@ A declaration has two parts:
   :data:`SHARING`, :data:`WHOLE`, ...) and the aggregates declared before it.
   An expression sees an earlier aggregate as updated with the current
   reading: ``Count(WHOLE) - WHOLE`` is the number of whole readings *before*
-  this one. Unset values are NaN; ``initial`` gives a start value.
+  this one. Unset values are NaN; ``initial`` gives a start value. One more
+  kind keeps every measured point instead of one number: :class:`Points`,
+  which the rule asks for neighbours (``state.points.below(x)``,
+  ``above(x)``, ``top(x)``; see :class:`PointSet`).
 - **Price**: a static method ``rule(state, n, m)`` over the state's fields
   (``state.rate_max``), the packed tokens ``n`` and the logical tokens ``m``,
   written with numpy functions so that it runs on plain numbers and on arrays
@@ -41,6 +44,7 @@ True
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
@@ -328,6 +332,10 @@ class Aggregate(Expr):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
+    def start(self) -> Any:
+        """A new profile's value: ``initial`` (NaN: unset)."""
+        return float(self.initial)
+
     def __get__(self, instance: object, owner: type | None = None) -> Any:
         """On a class, the aggregate; on a profile, its value (None while unset)."""
         if instance is None:
@@ -421,6 +429,136 @@ class Count(Sum):
         return f"Count({'' if self.where is None else repr(self.where)})"
 
 
+class Points(Aggregate):
+    """Every measured point ``(at, value)`` of the readings that meet ``where``.
+
+    Unlike the other aggregates it is not one number: the rule asks it for
+    neighbours (``state.points.below(x)``, ``above(x)``, ``top(x)``; see
+    :class:`PointSet`). Only the rule may read it, not another aggregate.
+    A point with a NaN coordinate measures nothing and is not kept.
+    """
+
+    kind = "points"
+
+    def __init__(self, value: Expr | float, at: Expr, where: Expr | None = None) -> None:
+        super().__init__(value, where)
+        self.at = _expr(at)
+
+    def start(self) -> Any:
+        return PointSet()
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return instance.state[self.name]  # type: ignore[attr-defined]
+
+    def source(self) -> str:
+        raise PolicyError(
+            f"{self.name!r} holds points: only the rule can read it (state.{self.name}.top(x))."
+        )
+
+    def array(
+        self, columns: dict[str, np.ndarray], state: dict[str, np.ndarray], memo: Memo
+    ) -> np.ndarray:
+        return np.asarray(self.source())  # raises: only the rule reads points
+
+    def update_source(self, var: str) -> list[str]:
+        return [f"{var}.add(float({self.at.source()}), v)"]
+
+    def __repr__(self) -> str:
+        where = "" if self.where is None else f", where={self.where!r}"
+        return f"Points({self.value!r}, at={self.at!r}{where})"
+
+
+class PointSet:
+    """Measured points ``(x, y)`` as a profile holds them, and the neighbour queries
+    a rule asks (the reference engine's form; the vectorized engine answers the same
+    queries for every wave at once, :class:`warmfit.replay.vectorized.PointQueries`).
+
+    - ``below(x)``: the largest measured ``x' <= x``; NaN when none;
+    - ``above(x)``: the smallest measured ``x' >= x``; NaN when none;
+    - ``top(x)``: the largest ``y`` of the points with ``x' <= x`` (the upper
+      monotone envelope at ``x``); NaN when none.
+
+    A NaN query answers NaN.
+
+    >>> points = PointSet()
+    >>> for x, y in ((200, 5.0), (100, 7.0), (400, 6.0)):
+    ...     points.add(x, y)
+    >>> points.below(300), points.above(300), points.top(300), points.top(99)
+    (200, 400, 7.0, nan)
+    """
+
+    __slots__ = ("sizes", "tops")
+
+    def __init__(self) -> None:
+        #: The measured sizes, ascending, each once.
+        self.sizes: list[float] = []
+        #: At each size, the largest value measured at that size or below.
+        self.tops: list[float] = []
+
+    def add(self, x: float, y: float) -> None:
+        """Keep the point ``(x, y)``."""
+        if x != x or y != y:
+            return
+        i = bisect.bisect_left(self.sizes, x)
+        if i == len(self.sizes) or self.sizes[i] != x:
+            self.sizes.insert(i, x)
+            self.tops.insert(i, self.tops[i - 1] if i else -math.inf)
+        for j in range(i, len(self.tops)):  # the envelope is non-decreasing: stop at the first
+            if self.tops[j] >= y:  # top already as high
+                break
+            self.tops[j] = y
+
+    @classmethod
+    def of(cls, xs: np.ndarray, ys: np.ndarray) -> PointSet:
+        """The set holding the points ``zip(xs, ys)`` (in any order; NaN points left out)."""
+        keep = ~(np.isnan(xs) | np.isnan(ys))
+        xs, ys = xs[keep], ys[keep]
+        points = cls()
+        if len(xs):
+            order = np.lexsort((ys, xs))
+            xs, ys = xs[order], ys[order]
+            last = np.append(xs[1:] != xs[:-1], True)  # the largest y at each size is its last
+            points.sizes = xs[last].tolist()
+            points.tops = np.maximum.accumulate(ys[last]).tolist()
+        return points
+
+    def below(self, x: float) -> float:
+        if x != x:
+            return math.nan
+        i = bisect.bisect_right(self.sizes, x) - 1
+        return self.sizes[i] if i >= 0 else math.nan
+
+    def above(self, x: float) -> float:
+        if x != x:
+            return math.nan
+        i = bisect.bisect_left(self.sizes, x)
+        return self.sizes[i] if i < len(self.sizes) else math.nan
+
+    def top(self, x: float) -> float:
+        if x != x:
+            return math.nan
+        i = bisect.bisect_right(self.sizes, x) - 1
+        return self.tops[i] if i >= 0 else math.nan
+
+    def copy(self) -> PointSet:
+        other = PointSet()
+        other.sizes, other.tops = list(self.sizes), list(self.tops)
+        return other
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PointSet) and self.sizes == other.sizes and self.tops == other.tops
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __repr__(self) -> str:
+        return f"PointSet({len(self.sizes)} sizes)"
+
+
 class State:
     """A profile's aggregates by name (``state.rate_max``), numbers or arrays."""
 
@@ -451,8 +589,13 @@ class DeclaredPolicy(Policy):
                     declared[name] = value
         seen: set[int] = set()
         for agg in declared.values():
-            for expr in (agg.value, agg.where):
+            for expr in (agg.value, agg.where, getattr(agg, "at", None)):
                 for ref in () if expr is None else expr.refs():
+                    if isinstance(ref, Points):
+                        raise PolicyError(
+                            f"policy {cls.__qualname__}: aggregate {agg.name!r} reads "
+                            f"{ref.name!r}, which holds points: only the rule can read them."
+                        )
                     if id(ref) not in seen:
                         raise PolicyError(
                             f"policy {cls.__qualname__}: aggregate {agg.name!r} reads "
@@ -463,7 +606,7 @@ class DeclaredPolicy(Policy):
         cls._fold = staticmethod(_compile_fold(cls.aggregates))
 
     def __init__(self) -> None:
-        self.state: dict[str, Value] = {agg.name: float(agg.initial) for agg in self.aggregates}
+        self.state: dict[str, Value] = {agg.name: agg.start() for agg in self.aggregates}
         self.first_seen: set[str] = set()
 
     def observe(self, reading: Reading) -> None:

@@ -35,6 +35,8 @@ from warmfit.policies.rule import (
     DeclaredPolicy,
     First,
     Memo,
+    Points,
+    PointSet,
     State,
     evaluate,
     is_declared,
@@ -169,12 +171,24 @@ def declared_prices(
     memo: Memo = {}
     state: dict[str, np.ndarray] = {}
     reached: dict[str, np.ndarray] = {}  # per profile: whether a First aggregate was set
+    points_of: dict[str, PointQueries] = {}
     before = np.maximum(priced_at, 0)
     unpriced = np.flatnonzero(priced_at < 0)  # waves before which the profile saw nothing
     key: tuple[tuple[str, int], ...] = ()
     for agg in cls.aggregates:
         key += ((agg.name, id(agg)),)
-        if key not in computed:
+        if key not in computed and isinstance(agg, Points):
+            meets = (
+                observed
+                if agg.where is None
+                else observed & (evaluate(agg.where, columns, running, memo) != 0)
+            )
+            at = evaluate(agg.at, columns, running, memo)
+            values = evaluate(agg.value, columns, running, memo)
+            kept = meets & ~np.isnan(at) & ~np.isnan(values)
+            points = PointQueries(at[kept], values[kept], np.flatnonzero(kept), starts, priced_at)
+            computed[key] = _Computed(np.zeros(0), points, None)  # type: ignore[arg-type]
+        elif key not in computed:
             meets = (
                 observed
                 if agg.where is None
@@ -187,6 +201,10 @@ def declared_prices(
             first = np.logical_or.reduceat(meets, starts) if isinstance(agg, First) else None
             computed[key] = _Computed(values, at_waves, first)
         done = computed[key]
+        if isinstance(done.at_waves, PointQueries):
+            state[agg.name] = done.at_waves  # answers queries; nothing changes it
+            points_of[agg.name] = done.at_waves
+            continue
         running[agg.name] = done.running
         # a copy: a rule may change its arguments in place, and the values are shared
         state[agg.name] = done.at_waves.copy()
@@ -221,9 +239,119 @@ def declared_prices(
     for j in range(len(starts)):
         profile = cls()
         profile.state = {name: float(values[j]) for name, values in finals.items()}
+        profile.state |= {name: points.final(j) for name, points in points_of.items()}
         profile.first_seen = {name for name, met in reached.items() if met[j]}
         profiles.append(profile)
     return p, profiles
+
+
+class PointQueries:
+    """A :class:`~warmfit.policies.rule.Points` aggregate at every wave at once: the
+    neighbour queries of :class:`~warmfit.policies.rule.PointSet`, each wave asking
+    about its profile's points measured before it.
+
+    Each query is a two-dimensional one (points measured *before* the wave, at a
+    size *not above* ``x``), answered on dyadic blocks of each profile's points
+    in the order they were measured: a wave that follows ``L`` of its profile's
+    points sees them as at most ``log2(L) + 1`` whole blocks (one per bit of
+    ``L``). Per level, every block is sorted by size once, with the running
+    largest value along it; a wave then finds, in each of its blocks, the last
+    point at a size not above ``x`` (``below``, ``top``) or the first at a size
+    not below it (``above``) by one binary search. Every answer is a measured
+    size or value, so exact. Cost: ``O(P log P log L)`` for ``P`` points.
+    """
+
+    def __init__(
+        self,
+        at: np.ndarray,
+        values: np.ndarray,
+        positions: np.ndarray,
+        starts: np.ndarray,
+        priced_at: np.ndarray,
+    ) -> None:
+        #: Each point's size and value, and its position among the readings (sorted by
+        #: profile: each profile's points side by side, in the order measured).
+        self.at, self.values = at, values
+        profile = np.searchsorted(starts, positions, side="right") - 1
+        #: Per profile, the index of its first point (its points follow it).
+        self.first = np.searchsorted(positions, starts, side="left")
+        self._point_first = self.first[profile]
+        self._rank = np.arange(len(at)) - self._point_first  # within its profile
+        seen = priced_at >= 0
+        wave_profile = np.searchsorted(starts, np.maximum(priced_at, 0), side="right") - 1
+        #: Per wave, the first point of its profile and how many it had measured.
+        self._wave_first = self.first[wave_profile]
+        counted = np.searchsorted(positions, priced_at, side="right") - self._wave_first
+        self._seen = np.where(seen, counted, 0)
+        self._sizes = np.unique(at)
+        self._tops = np.unique(values)
+        self._size_rank = np.searchsorted(self._sizes, at)
+        self._value_rank = np.searchsorted(self._tops, values)
+        self._levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def copy(self) -> PointQueries:
+        return self  # nothing changes it
+
+    def final(self, profile: int) -> PointSet:
+        """The profile's points after its last reading, as the reference engine holds them."""
+        end = self.first[profile + 1] if profile + 1 < len(self.first) else len(self.at)
+        begin = self.first[profile]
+        return PointSet.of(self.at[begin:end], self.values[begin:end])
+
+    def _level(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Level ``k``'s blocks of ``2**k`` points: the points' keys (block, size rank)
+        sorted, their sizes in that order, and the running largest value per block."""
+        while len(self._levels) <= k:
+            level = len(self._levels)
+            block = self._point_first + (self._rank >> level)  # unique across profiles
+            width = len(self._sizes) + 1
+            key = block * width + self._size_rank
+            order = np.argsort(key, kind="stable")
+            key, block = key[order], block[order]
+            # blocks ascend, so a running maximum of (block, value rank) stays in its block
+            height = len(self._tops)
+            running = np.maximum.accumulate(block * height + self._value_rank[order])
+            self._levels.append((key, self.at[order], self._tops[running - block * height]))
+        return self._levels[k]
+
+    def _ask(self, x: np.ndarray, after: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Per wave, over its blocks: the nearest size not above ``x`` and the largest
+        value up to it (``after`` False), or the nearest size not below ``x`` (True)."""
+        x = np.broadcast_to(np.asarray(x, dtype=np.float64), self._seen.shape)
+        size = np.full(len(x), np.nan)
+        top = np.full(len(x), np.nan)
+        asked = ~np.isnan(x)
+        # Points with a size rank below `bound` are at sizes not above x (after=False),
+        # or not below x from `bound` on (after=True).
+        bound = np.searchsorted(self._sizes, x, side="left" if after else "right")
+        width = len(self._sizes) + 1
+        for k in range(int(self._seen.max(initial=0)).bit_length()):
+            waves = np.flatnonzero(asked & ((self._seen >> k) & 1).astype(bool))
+            if not len(waves):
+                continue
+            key, sizes, tops = self._level(k)
+            block = self._wave_first[waves] + (self._seen[waves] >> k) - 1
+            at = np.searchsorted(key, block * width + bound[waves], side="left")
+            if not after:
+                at -= 1  # the last point before the bound
+            inside = (at >= 0) & (at < len(key))
+            inside[inside] = key[at[inside]] // width == block[inside]
+            waves, at = waves[inside], at[inside]
+            if after:
+                size[waves] = np.fmin(size[waves], sizes[at])
+            else:
+                size[waves] = np.fmax(size[waves], sizes[at])
+                top[waves] = np.fmax(top[waves], tops[at])
+        return size, top
+
+    def below(self, x: np.ndarray) -> np.ndarray:
+        return self._ask(x, after=False)[0]
+
+    def above(self, x: np.ndarray) -> np.ndarray:
+        return self._ask(x, after=True)[0]
+
+    def top(self, x: np.ndarray) -> np.ndarray:
+        return self._ask(x, after=False)[1]
 
 
 def _fits_exactly(readings: pl.DataFrame) -> bool:

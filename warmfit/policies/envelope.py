@@ -1,0 +1,80 @@
+"""``envelope``: price from the points measured, never below what a size has cost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from warmfit.policies.max_merge import MaxMerge
+from warmfit.policies.rule import COMPUTE, PACKED, RATE, SHARING, WHOLE, Max, Min, Points
+
+
+class Envelope(MaxMerge):
+    """Interpolate between the measured sizes; never below the cost already seen.
+
+    The profile keeps every whole reading as a point: packed tokens against
+    compute bytes (``max(0, delta - o)``), the seed included (what a wave has
+    cost is a fact, whether it was cold or not). Its *envelope* ``E(x)`` is
+    the largest compute measured at a size not above ``x``. A wave is priced at
+    ``x = max(n, m / sharing)``, with ``sharing`` the deepest of the whole
+    readings (as warm-fit takes it), by where ``x`` falls:
+
+    - **below the smallest size measured**: that size's envelope;
+    - **within the measured sizes**: the straight line between the envelope at
+      its two measured neighbours, ``E(lo) + (E(hi) - E(lo)) * (x - lo) / (hi - lo)``
+      (exactly ``E(x)`` on a measured size). It is never below ``E(x)``, so
+      never below the compute of any wave seen at a size not above this one;
+      it is at or above any convex curve through the points (the chord lies
+      above the curve), so exact for an affine one and safe for a quadratic one;
+    - **beyond the largest size measured** ``n_max``: ``E(n_max) * (x / n_max) ** k``,
+      with ``k = 1``, or ``k = 2`` once the curve has grown faster than
+      linearly (the largest size's bytes per token above the lowest bytes per
+      token of any point).
+
+    The bet beyond the measured range: memory there grows no faster than in
+    proportion to tokens (``k = 1``: any fixed cost plus a rate), or no faster
+    than their square once superlinear growth was seen (``k = 2``: attention
+    without a fused kernel). A curve steeper than that (a cubic term, a
+    workspace that appears only at large sizes) is under-priced beyond
+    ``n_max`` until a wave of that size is measured; replay counts such
+    waves as ``beyond`` (SPEC §8). Memory that falls as tokens grow is priced
+    at the envelope, never below what it has cost.
+
+    Until the profile holds a whole reading it prices as max-merge (a
+    signature of forward-only waves, say).
+
+    >>> from warmfit.policies import PriceRequest, Reading
+    >>> profile = Envelope()
+    >>> for n, compute in ((100, 90_000), (200, 60_000), (400, 100_000)):
+    ...     profile.observe(Reading(n, n, compute, whole=True))
+    >>> profile.price(PriceRequest(50, 50))  # below: the 100-token point
+    90000.0
+    >>> profile.price(PriceRequest(300, 300))  # E(200) = 90,000 to E(400) = 100,000
+    95000.0
+    >>> profile.price(PriceRequest(800, 800))  # beyond: 250 B/token at 400, k = 1
+    200000.0
+    """
+
+    name = "envelope"
+    summary = "interpolate between measured sizes, never below a smaller size's cost"
+
+    points = Points(COMPUTE, at=PACKED, where=WHOLE)
+    point_sharing = Max(SHARING, where=WHOLE, initial=1.0)
+    max_tokens = Max(PACKED, where=WHOLE)
+    top_bytes = Max(COMPUTE, where=WHOLE)
+    min_rate = Min(RATE, where=WHOLE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        x = np.maximum(n, m / state.point_sharing)
+        points = state.points
+        lo, hi = points.below(x), points.above(x)
+        at_lo, at_hi = points.top(x), points.top(hi)
+        between = at_lo + (at_hi - at_lo) * ((x - lo) / (hi - lo))
+        within = np.where(lo == hi, at_lo, between)
+        ratio = x / state.max_tokens
+        superlinear = state.top_bytes / state.max_tokens > state.min_rate
+        beyond = state.top_bytes * ratio * np.where(superlinear, ratio, 1.0)
+        priced = np.where(np.isnan(lo), at_hi, np.where(np.isnan(hi), beyond, within))
+        return np.where(np.isnan(state.max_tokens), MaxMerge.rule(state, n, m), priced)
