@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -17,10 +18,12 @@ from warmfit.gate import (
     LIMITS,
     CheckResult,
     ExpectationsError,
+    UnderPeak,
     evaluate,
     expectations_from,
     parse_expectations,
     read_expectations,
+    under_peak_message,
 )
 from warmfit.replay import replay
 from warmfit.trace import read_trace, readings_frame, write_trace
@@ -334,3 +337,136 @@ def test_measured_figures_are_checked_when_read() -> None:
         "[runs.run.warm-fit]\nmax_under_peak = 0\nmeasured = { under_peak = 1 }\n"
     )
     assert good.measured == {("run", "warm-fit"): {"under_peak": 1}}
+
+
+# --------------------------------------------------------------------------- under their peak
+
+# ROWS with the second wave's peak raised: it is still priced at int(59_000 * 1.1) = 64_900
+# (59_000 = 290 * 200 + 1_000 before the factor), now against an actual 80_000 - 10_000 =
+# 70_000 in EP1 and 75_000 - 10_000 = 65_000 in EP2, so both policies put it under its peak.
+UNDER_PEAKS = {"EP1": 80_000, "EP2": 75_000}
+
+
+def under_trace(tmp_path: Path) -> Path:
+    folder = tmp_path / "under"
+    for run, peak in UNDER_PEAKS.items():
+        rows = [{**ROWS[0], "run": run}, {**ROWS[1], "run": run, "peak_bytes": peak}]
+        write_trace(readings_frame(rows), folder / f"{run}.parquet")
+    return folder
+
+
+def smallest_covering(unscaled: int, actual: int) -> float:
+    """The smallest double f with int(unscaled * f) >= actual, found without numpy or
+    warmfit: from the quotient, step up while it falls short, then down while it covers."""
+    f = actual / unscaled
+    while int(unscaled * f) < actual:
+        f = math.nextafter(f, math.inf)
+    while int(unscaled * math.nextafter(f, 0)) >= actual:
+        f = math.nextafter(f, 0)
+    return f
+
+
+def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path) -> None:
+    """Issue 25: a file allowing waves under their peak would pass a policy that ran out of
+    memory, so --write-expect writes nothing and says why, which, and what to do."""
+    trace = under_trace(tmp_path)
+    # The per-wave rows the numbers above spell out: unscaled 59_000, 64_900 at 1.1.
+    for factor, estimate in ((1.0, 59_000), (1.1, 64_900)):
+        rows = replay(read_trace([trace]), safety_factor=factor, engine="scalar").per_wave
+        priced = rows.filter(pl.col("estimate_bytes").is_not_null())
+        assert sorted(priced.select("run", "policy", "estimate_bytes", "actual_bytes").rows()) == [
+            ("EP1", "max-merge", estimate, 70_000),
+            ("EP1", "warm-fit", estimate, 70_000),
+            ("EP2", "max-merge", estimate, 65_000),
+            ("EP2", "warm-fit", estimate, 65_000),
+        ]
+    # Each policy's safe factor is the larger of its runs': EP1's, 70_000 / 59_000.
+    safe = smallest_covering(59_000, 70_000)
+    assert safe == 1.1864406779661016 and safe > smallest_covering(59_000, 65_000)
+    assert int(59_000 * safe) == 70_000 and int(59_000 * math.nextafter(safe, 0)) == 69_999
+
+    target = tmp_path / "expect.toml"
+    code, out, err = invoke("check", str(trace), "--write-expect", str(target))
+    assert code == 2 and out == "" and not target.exists()
+    assert f"{target}: not written: at safety factor 1.1, waves are priced under their " in err
+    assert "in 4 run/policy pairs:" in err
+    for run in UNDER_PEAKS:
+        for policy in ("max-merge", "warm-fit"):
+            assert f"\n  {run} {policy}: 1 wave under its peak\n" in err
+    assert "makes the gate pass a policy that would have run out of memory" in err
+    assert f"{safe!r} for max-merge, {safe!r} for warm-fit)" in err
+    assert "--safety" in err and "(-p)" in err and "--allow-under" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 6  # head, 4 pairs, paragraph
+
+    # An existing file is left as it was, byte for byte, even with --force.
+    before = b"# kept by hand\r\n[runs.EP1.warm-fit]\nmax_under_peak = 0\n"
+    target.write_bytes(before)
+    code, _, err = invoke("check", str(trace), "--write-expect", str(target), "--force")
+    assert code == 2 and "not written" in err
+    assert target.read_bytes() == before
+
+    # At the safe factor no wave is under its peak, and the file is written.
+    code, _, err = invoke(
+        "check", str(trace), "--write-expect", str(target), "--force", "--safety", repr(safe)
+    )
+    assert code == 0 and err == ""
+    assert {t["max_under_peak"] for t in read_expectations(target).limits.values()} == {0}
+
+
+def test_allow_under_writes_the_count_and_warns(tmp_path: Path) -> None:
+    trace = under_trace(tmp_path)
+    target = tmp_path / "expect.toml"
+    code, out, err = invoke("check", str(trace), "--write-expect", str(target), "--allow-under")
+    assert code == 0 and "wrote expectations for 4 run/policy pairs" in out
+    written = read_expectations(target)
+    assert {key: t["max_under_peak"] for key, t in written.limits.items()} == {
+        ("EP1", "max-merge"): 1,
+        ("EP1", "warm-fit"): 1,
+        ("EP2", "max-merge"): 1,
+        ("EP2", "warm-fit"): 1,
+    }
+    assert err.splitlines() == [
+        f"warning: {target} now allows 2 waves under their peak for {policy} (in 2 runs): "
+        f"the gate will pass {policy} although it would have run out of memory on those waves."
+        for policy in ("max-merge", "warm-fit")
+    ]
+    code, out, _ = invoke("check", str(trace), "--expect", str(target))
+    assert code == 0 and "16 of 16 expectations hold" in out
+    # --allow-under only says what --write-expect may write; a check takes the file's limits.
+    code, _, err = invoke("check", str(trace), "--expect", str(target), "--allow-under")
+    assert code == 2 and "--allow-under applies to --write-expect only" in err
+
+
+def test_no_wave_under_its_peak_writes_as_before_without_a_warning(tmp_path: Path) -> None:
+    trace = small_trace(tmp_path)
+    target = tmp_path / "expect.toml"
+    code, out, err = invoke("check", str(trace), "--write-expect", str(target))
+    assert code == 0 and err == "" and "wrote expectations for 2 run/policy pairs" in out
+    assert {t["max_under_peak"] for t in read_expectations(target).limits.values()} == {0}
+    again = tmp_path / "again.toml"
+    code, _, err = invoke("check", str(trace), "--write-expect", str(again), "--allow-under")
+    assert code == 0 and err == "" and again.read_bytes() == target.read_bytes()
+
+
+def test_the_refusal_escapes_run_names_and_caps_its_lines(tmp_path: Path) -> None:
+    trace = tmp_path / "hostile"
+    rows = [
+        {**ROWS[0], "run": "EP\x1b[2J1"},
+        {**ROWS[1], "run": "EP\x1b[2J1", "peak_bytes": 80_000},
+    ]
+    write_trace(readings_frame(rows), trace / "R.parquet")
+    code, _, err = invoke("check", str(trace), "--write-expect", str(tmp_path / "e.toml"))
+    assert code == 2 and "\x1b" not in err
+    assert "\n  EP\\x1b[2J1 warm-fit: 1 wave under its peak\n" in err
+
+    offenders = [UnderPeak(f"run{i:02}", "warm-fit", 3) for i in range(12)]
+    offenders.append(UnderPeak("run12", "mine", 1))
+    message = under_peak_message("e.toml", 1.1, offenders, {"warm-fit": 1.5, "mine": None})
+    lines = message.splitlines()
+    assert lines[1:11] == [f"  run{i:02} warm-fit: 3 waves under their peak" for i in range(10)]
+    assert lines[11] == "  and 3 more" and len(lines) == 13
+    assert (
+        "(the smallest that puts no wave of these traces under its peak: 1.5 for warm-fit, "
+        in (lines[12])
+    )
+    assert "no factor covers mine)" in lines[12]

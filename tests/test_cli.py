@@ -26,10 +26,11 @@ def invoke(*args: str) -> str:
 
 def test_markdown_reads_like_the_pr_table() -> None:
     assert invoke("replay", PR991, "--format", "markdown") == (
-        "| run | max-merge median (min) | warm-fit median (min) | waves under their peak |\n"
-        "|---|---|---|---|\n"
-        "| EP1 | +35% (+24%) | +16% (+9%) | 0 of 25 |\n"
-        "| EP2 | +43% (+14%) | +43% (+14%) | 0 of 17 |\n"
+        "| run | max-merge median (min) | warm-fit median (min) | waves under their peak "
+        "| under beyond the seen range |\n"
+        "|---|---|---|---|---|\n"
+        "| EP1 | +35% (+24%) | +16% (+9%) | 0 of 25 | 0 of 5 |\n"
+        "| EP2 | +43% (+14%) | +43% (+14%) | 0 of 17 | 0 of 1 |\n"
     )
 
 
@@ -61,7 +62,7 @@ def test_json_has_null_figures_for_a_run_without_priced_waves(tmp_path: Path) ->
             "run": "run", "policy": "max-merge", "priced_waves": 0,
             "median_over_estimate": None, "min_over_estimate": None, "max_over_estimate": None,
             "under_peak": 0, "set_by_profile": 0, "set_by_floor": 0, "oom_waves": 0,
-            "median_excess_bytes": None,
+            "median_excess_bytes": None, "priced_beyond": 0, "under_peak_beyond": 0,
         }
     ]  # fmt: skip
 

@@ -328,7 +328,7 @@ def test_markdown_escapes_pipes_and_newlines(tmp_path: Path) -> None:
     assert code == 0, err
     lines = out.splitlines()
     assert len(lines) == 3
-    assert all(line.count("|") - line.count("\\|") == 5 for line in lines)
+    assert all(line.count("|") - line.count("\\|") == 6 for line in lines)
     assert lines[2].startswith("| a\\|b\\nc |")
 
 

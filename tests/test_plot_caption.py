@@ -24,7 +24,8 @@ def test_the_caption_comes_from_the_files_provenance() -> None:
     lines = caption.splitlines()
     assert f"EP1, EP2: {METADATA['warmfit.provenance']}" in lines
     assert [line for line in lines if "real H200 measurements" in line]
-    assert len(lines) == 2
+    assert [line for line in lines if "Liger-Kernel" in line]
+    assert len(lines) == 3
 
 
 def test_a_trace_without_provenance_has_no_caption(tmp_path: Path) -> None:

@@ -35,7 +35,12 @@ from warmfit.streams import index_file, plan, read_batch
 from warmfit.trace import find_trace_files, read_trace, readings_frame, write_trace
 
 POLICIES = ["max-merge", "warm-fit", "warm-affine"]
-TRACES = ["traces/pr991", "traces/art-h200", "traces/cpu-demo", "traces/hf-qwen3moe-cpu"]
+TRACES = [
+    "traces/pr991",
+    "traces/art-h200/recompute_memory_final.parquet",
+    "traces/cpu-demo",
+    "traces/hf-qwen3moe-cpu",
+]
 
 
 def _write_parts(parts: list[pl.DataFrame], folder: Path) -> None:

@@ -22,7 +22,10 @@ it also records the figures themselves (``measured = {...}``), so that a
 failing limit can be told apart (:data:`VERDICTS`): it *regressed* when the
 figure measured then met it, it was *never met* when even that figure did
 not (a limit tightened by hand, a target), and it simply *fails* where the
-file records no figure (a table written by hand).
+file records no figure (a table written by hand). It refuses
+(:class:`UnderPeakError`) figures that put waves under their peak unless
+told ``allow_under``: such a limit would let the gate pass a policy that ran
+out of memory.
 
 The library never prints; :func:`check` returns a :class:`CheckReport` and
 the command turns its regressions into exit code 1.
@@ -42,11 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from warmfit.errors import UsageError
 from warmfit.files import not_regular, write_bytes_atomically
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, ReplayResult, check_safety_factor
 from warmfit.report import cell, percent, table_text
-from warmfit.text import printable, toml_string
+from warmfit.sweep import sweep
+from warmfit.text import counted, printable, toml_string
 
 FORMATS = ("table", "csv", "json")
 JSON_SCHEMA = "warmfit.check/1"
@@ -544,15 +550,154 @@ def expectations_toml(result: ReplayResult, sources: Sequence[str] = ()) -> str:
 
 
 def write_expectations(
-    result: ReplayResult, path: str | os.PathLike[str], sources: Sequence[str] = ()
+    result: ReplayResult,
+    path: str | os.PathLike[str],
+    sources: Sequence[str] = (),
+    *,
+    allow_under: bool = False,
+    policies: Sequence[str] | None = None,
 ) -> Path:
     """Write the current figures of ``result`` as an expectations file.
 
     The file is written atomically (:func:`warmfit.files.write_atomically`).
     The caller decides whether an existing file may be replaced.
+
+    Figures that put a wave under its peak (``under_peak`` above 0) would be
+    written as ``max_under_peak`` above 0, a limit under which the gate passes
+    a policy that ran out of memory: unless ``allow_under``, nothing is
+    written and :class:`UnderPeakError` names them (:func:`under_peak`) with
+    each policy's smallest safe factor (:func:`safe_factors`, which replays
+    ``policies``: those given to the replay of ``result``, by default its
+    policy names).
     """
+    if not allow_under:
+        offenders = under_peak(result)
+        if offenders:
+            chosen = list(result.policies) if policies is None else policies
+            safe = safe_factors(result.readings, chosen, result.engine)
+            raise UnderPeakError(path, result.safety_factor, offenders, safe)
     text = expectations_toml(result, sources)
     return write_bytes_atomically(path, text.encode("utf-8"))
+
+
+# --------------------------------------------------------------------------- under their peak
+
+#: The most (run, policy) pairs a refusal names, one per line; the rest are counted.
+SHOWN_OFFENDERS = 10
+
+
+@dataclass(frozen=True)
+class UnderPeak:
+    """A run and policy whose replay priced waves under their peak."""
+
+    run: str
+    policy: str
+    waves: int
+
+
+def under_peak(result: ReplayResult) -> list[UnderPeak]:
+    """Every (run, policy) of ``result`` with a wave under its peak, in summary order."""
+    return [
+        UnderPeak(row["run"], row["policy"], int(row["under_peak"]))
+        for row in result.summary.iter_rows(named=True)
+        if (row["under_peak"] or 0) > 0
+    ]
+
+
+def safe_factors(
+    readings: pl.DataFrame, policies: Sequence[str] | None = None, engine: str = "auto"
+) -> dict[str, float | None]:
+    """Per policy, the smallest safety factor that puts no wave of any run under its peak.
+
+    The largest over the runs of :func:`warmfit.sweep.safe_factor` (exact,
+    not a grid value), as :func:`warmfit.sweep.sweep` finds it; ``None``
+    where no factor covers a wave (one priced at 0 bytes before the factor).
+    A run with no priced wave asks for no factor; a policy with none in any
+    run is left out.
+    """
+    needed: dict[str, list[float | None]] = {}
+    for row in sweep(readings, policies, "run", [], engine).results:
+        factor = row["safe_factor"]
+        if factor is None and not row["under_peak_at_1"]:
+            continue  # no priced wave: every factor is safe
+        assert factor is None or isinstance(factor, float)
+        needed.setdefault(str(row["policy"]), []).append(factor)
+    return {
+        policy: None if None in factors else max(f for f in factors if f is not None)
+        for policy, factors in needed.items()
+    }
+
+
+class UnderPeakError(UsageError):
+    """Expectations refused: they would allow waves under their peak (exit 2).
+
+    ``offenders`` are the (run, policy) pairs with waves under their peak,
+    ``safe`` the smallest safe factor per policy (:func:`safe_factors`).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        safety_factor: float,
+        offenders: Sequence[UnderPeak],
+        safe: Mapping[str, float | None],
+    ) -> None:
+        self.path = str(path)
+        self.offenders = tuple(offenders)
+        self.safe = dict(safe)
+        super().__init__(under_peak_message(path, safety_factor, offenders, safe))
+
+
+def _waves_under(count: int) -> str:
+    return f"{counted(count, 'wave')} under {'its' if count == 1 else 'their'} peak"
+
+
+def under_peak_message(
+    path: str | os.PathLike[str],
+    safety_factor: float,
+    offenders: Sequence[UnderPeak],
+    safe: Mapping[str, float | None],
+) -> str:
+    """Why expectations were not written: one line per offender (the first
+    :data:`SHOWN_OFFENDERS`, then a count), and one paragraph of why and what to do.
+
+    >>> print(under_peak_message("e.toml", 1.1, [UnderPeak("EP1", "warm-fit", 2)],
+    ...                          {"warm-fit": 1.25}))  # doctest: +NORMALIZE_WHITESPACE
+    e.toml: not written: at safety factor 1.1, waves are priced under their peak in
+    1 run/policy pair:
+      EP1 warm-fit: 2 waves under their peak
+    An expectation that allows waves under their peak makes the gate pass a policy
+    that would have run out of memory on those waves. Raise the safety factor with
+    --safety (the smallest that puts no wave of these traces under its peak: 1.25 for
+    warm-fit), choose another policy (-p), or pass --allow-under to record the
+    figures anyway.
+    """
+    lines = [
+        f"{printable(str(path))}: not written: at safety factor {safety_factor!r}, waves "
+        f"are priced under their peak in {counted(len(offenders), 'run/policy pair')}:"
+    ]
+    lines += [
+        f"  {printable(o.run)} {printable(o.policy)}: {_waves_under(o.waves)}"
+        for o in offenders[:SHOWN_OFFENDERS]
+    ]
+    if len(offenders) > SHOWN_OFFENDERS:
+        lines.append(f"  and {len(offenders) - SHOWN_OFFENDERS} more")
+    offending = {o.policy for o in offenders}
+    order = [p for p in safe if p in offending]  # the replay's order of policies
+    order += [p for p in dict.fromkeys(o.policy for o in offenders) if p not in safe]
+    factors = []
+    for policy in order:
+        factor = safe.get(policy)
+        name = printable(policy)
+        factors.append(f"no factor covers {name}" if factor is None else f"{factor!r} for {name}")
+    lines.append(
+        "An expectation that allows waves under their peak makes the gate pass a policy "
+        "that would have run out of memory on those waves. Raise the safety factor with "
+        "--safety (the smallest that puts no wave of these traces under its peak: "
+        f"{', '.join(factors)}), choose another policy (-p), or pass --allow-under to "
+        "record the figures anyway."
+    )
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- render

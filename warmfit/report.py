@@ -71,6 +71,21 @@ def _under_peak_cell(rows: Sequence[dict[str, object]]) -> str:
     )
 
 
+def _beyond_cell(rows: Sequence[dict[str, object]]) -> str:
+    """Waves under their peak among those priced beyond the seen range (SPEC §8), as
+    :func:`_under_peak_cell` gives them: "0 of 12", or one count per policy."""
+    return _under_peak_cell(
+        [
+            {
+                "policy": r["policy"],
+                "under_peak": r["under_peak_beyond"],
+                "priced_waves": r["priced_beyond"],
+            }
+            for r in rows
+        ]
+    )
+
+
 def _keys(summary: pl.DataFrame) -> list[str]:
     """The columns that name a result: ``run``, and ``signature`` with ``--by signature``."""
     return [k for k in ("run", "signature") if k in summary.columns]
@@ -84,6 +99,7 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
         *keys,
         *[f"{markdown_cell(p)} median (min)" for p in policies],
         "waves under their peak",
+        "under beyond the seen range",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for names, group in summary.group_by(keys, maintain_order=True):
@@ -99,6 +115,7 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
                     f"{percent(r['median_over_estimate'])} ({percent(r['min_over_estimate'])})"
                 )
         cells.append(_under_peak_cell(rows))
+        cells.append(_beyond_cell(rows))
         lines.append("| " + " | ".join(cells) + " |")
     if "budget_bytes" in summary.columns:  # this table has no room for them: say so
         lines += ["", "The budget's counts are in --format table, csv and json."]
@@ -164,7 +181,8 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
     budget = "budget_bytes" in summary.columns
     caption = (
         f"over-estimate = estimate / actual - 1 (safety factor {safety_factor:g}); "
-        "under = waves priced below their peak; "
+        "under = waves priced below their peak; beyond = of the waves priced beyond every "
+        "size their profile had seen, those under their peak / all; "
     )
     if budget:  # the columns of a budget add up: waves = admitted + refused
         caption += (
@@ -174,15 +192,19 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "although it did not; waves that ran out of memory are not in the figures"
         )
     else:
-        caption += "set by profile / floor; oom = waves that ran out of memory (not in the figures)"
+        caption += (
+            "set by = waves set by the profile / by the floor; oom = waves that ran out of "
+            "memory (not in the figures)"
+        )
     table = plain_table(caption)
     for key in keys:
         table.add_column(key, no_wrap=True, min_width=3)
     table.add_column("policy", no_wrap=True)
-    figures = ["waves", "median", "min", "max", "under", "profile", "floor", "oom"]
+    figures = ["waves", "median", "min", "max", "under", "beyond", "set by", "oom"]
     if budget:
         figures = [
-            "waves", "median", "max", "under", "excess", "admitted", "refused", "fits", "ooms",
+            "waves", "median", "max", "under", "beyond", "excess", "admitted", "refused", "fits",
+            "ooms",
         ]  # fmt: skip
     for name in figures:
         table.add_column(name, justify="right", no_wrap=True)
@@ -195,8 +217,8 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "min": percent(r["min_over_estimate"], 1),
             "max": percent(r["max_over_estimate"], 1),
             "under": str(r["under_peak"]),
-            "profile": str(r["set_by_profile"]),
-            "floor": str(r["set_by_floor"]),
+            "beyond": f"{r['under_peak_beyond']}/{r['priced_beyond']}",
+            "set by": f"{r['set_by_profile']}/{r['set_by_floor']}",
             "oom": str(r["oom_waves"]),
             "excess": format_bytes(r["median_excess_bytes"]),
             "admitted": str(r.get("admitted")),

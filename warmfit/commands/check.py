@@ -76,13 +76,24 @@ def check_command(
     force: Annotated[
         bool, typer.Option("--force", help="Let --write-expect overwrite an existing file.")
     ] = False,
+    allow_under: Annotated[
+        bool,
+        typer.Option(
+            "--allow-under",
+            help="Let --write-expect write figures with waves under their peak (max_under_peak "
+            "above 0), with a warning; without it they are refused (exit 2), since such a file "
+            "passes a policy that would have run out of memory.",
+        ),
+    ] = False,
 ) -> None:
     """Check replay figures against stored expectations; exit 1 when a limit fails.
 
     Example: warmfit check traces --expect traces/expectations.toml
 
     Policies default to those the expectations name (with --write-expect:
-    max-merge and warm-fit). See docs/ci-gate.md for the file's format.
+    max-merge and warm-fit). --write-expect refuses figures with waves under
+    their peak unless given --allow-under. See docs/ci-gate.md for the file's
+    format.
     """
     from warmfit import gate
     from warmfit.policies import policy_names
@@ -103,7 +114,26 @@ def check_command(
             engine.value,
         )
         with writing(write_expect):
-            gate.write_expectations(result, write_expect, [str(p) for p in paths])
+            gate.write_expectations(
+                result,
+                write_expect,
+                [str(p) for p in paths],
+                allow_under=allow_under,
+                policies=policy,
+            )
+        under: dict[str, list[gate.UnderPeak]] = {}
+        for offender in gate.under_peak(result):  # written only with --allow-under
+            under.setdefault(offender.policy, []).append(offender)
+        for name, offenders in under.items():
+            waves = sum(o.waves for o in offenders)
+            typer.echo(
+                f"warning: {printable(str(write_expect))} now allows {counted(waves, 'wave')} "
+                f"under {'its' if waves == 1 else 'their'} peak for {printable(name)} (in "
+                f"{counted(len(offenders), 'run')}): the gate will pass {printable(name)} "
+                "although it would have run out of memory on "
+                f"{'that wave' if waves == 1 else 'those waves'}.",
+                err=True,
+            )
         count = sum(1 for _ in gate.expectations_from(result))
         typer.echo(
             f"wrote expectations for {counted(count, 'run/policy pair')} "
@@ -112,6 +142,11 @@ def check_command(
         return
 
     assert expect is not None
+    if allow_under:
+        raise UsageError(
+            f"--allow-under applies to --write-expect only; a check against {expect} "
+            "applies its max_under_peak limits as they are."
+        )
     if safety is not None:
         raise UsageError(
             f"--safety applies to --write-expect only; {expect} fixes the safety factor "

@@ -29,6 +29,7 @@ from warmfit.replay.engines import (
     DEFAULT_POLICIES,
     ENGINES,
     choose_engine,
+    fold_priced,
     price,
     resolve_policies,
 )
@@ -140,7 +141,7 @@ def replay(
     priced = price(readings, classes, safety_factor, chosen, by, True, profiles)
     assert priced.per_wave is not None
     with SummaryFold(names, by, budget_bytes) as fold:
-        fold.add(priced.groups, priced.actual, priced.oom, priced.estimate, priced.set_by)
+        fold_priced(fold, priced)
         summary = fold.finish(groups)
     chosen, per_wave = priced.engine, priced.per_wave
     per_wave = with_admitted(per_wave, budget_bytes)

@@ -14,7 +14,7 @@ from warmfit.policies import Policy, checked_class, get_policy
 from warmfit.policies.rule import is_declared
 from warmfit.replay.reference import replay_scalar
 from warmfit.replay.semantics import ProfileKey
-from warmfit.replay.summary import group_keys, per_wave_arrays
+from warmfit.replay.summary import SummaryFold, group_keys, per_wave_arrays
 from warmfit.replay.vectorized import per_wave_frame, price_waves
 from warmfit.trace import Canonical
 
@@ -67,6 +67,8 @@ class Priced:
     #: Per (wave, policy), wave-major: the estimate (-1: unpriced) and what set it.
     estimate: np.ndarray
     set_by: np.ndarray
+    #: Per wave, whether it was priced beyond the seen range (SPEC §8).
+    beyond: np.ndarray
     #: Per profile, the reading counts of :func:`warmfit.trace.reading_counts`
     #: (the vectorized engine counts them on the way; None from the scalar one).
     counts: pl.DataFrame | None
@@ -97,11 +99,18 @@ def price(
         rows = per_wave_frame(readings, priced, [cls.name for cls in classes]) if per_wave else None
         return Priced(
             "vectorized", rows, readings.select(keys).gather(priced.first), priced.actual,
-            priced.oom, priced.estimate, priced.set_by, priced.counts,
+            priced.oom, priced.estimate, priced.set_by, priced.beyond, priced.counts,
         )  # fmt: skip
     if profiles_out is not None:
         profiles_out.clear()
     frame = replay_scalar(readings, classes, safety_factor, profiles_out)
-    waves, actual, oom, estimate, set_by = per_wave_arrays(frame, len(classes))
+    waves, actual, oom, estimate, set_by, beyond = per_wave_arrays(frame, len(classes))
     rows = frame if per_wave else None
-    return Priced("scalar", rows, waves.select(keys), actual, oom, estimate, set_by, None)
+    return Priced("scalar", rows, waves.select(keys), actual, oom, estimate, set_by, beyond, None)
+
+
+def fold_priced(fold: SummaryFold, priced: Priced) -> None:
+    """Fold the waves one engine priced into a summary."""
+    fold.add(
+        priced.groups, priced.actual, priced.oom, priced.estimate, priced.set_by, priced.beyond
+    )

@@ -22,6 +22,7 @@ from warmfit.replay.semantics import (
     PER_WAVE_SCHEMA,
     ProfileKey,
     estimate_bytes,
+    is_beyond,
     is_observed,
 )
 
@@ -68,6 +69,7 @@ class _Wave:
     actual_bytes: int
     oom: bool
     estimates: list[tuple[int | None, str | None]]
+    beyond: bool
 
 
 def replay_scalar(
@@ -91,12 +93,14 @@ def replay_scalar(
     ).iter_rows()  # fmt: skip
     stream: tuple[str, int] | None = None
     profiles: list[dict[str, Policy]] = []
+    largest: dict[str, int] = {}  # per signature: the most packed tokens observed
     open_waves: dict[int, _Wave] = {}
     waves: list[_Wave] = []
     for run, rank, wave, sig, kind, phase, whole, n, m, o, baseline, peak, s, oom in columns:
         if (run, rank) != stream:  # a new stream: fresh profiles, as on a fresh trainer rank
             stream = (run, rank)
             profiles = [{} for _ in policies]
+            largest = {}
             open_waves = {}
         delta = max(0, peak - baseline)
         state = open_waves.get(wave)
@@ -118,13 +122,15 @@ def replay_scalar(
                         f"above 2**63 bytes (p={p!r}, outputs {o}, floor {s}, safety factor "
                         f"{safety_factor:g}); check the trace's byte counts and the safety factor."
                     ) from None
-            state = _Wave(run, rank, wave, sig, kind, n, m, o, s, delta, oom, estimates)
+            beyond = is_beyond(n, largest.get(sig))
+            state = _Wave(run, rank, wave, sig, kind, n, m, o, s, delta, oom, estimates, beyond)
             open_waves[wave] = state
             waves.append(state)
         else:
             state.actual_bytes = max(state.actual_bytes, delta)
             state.oom = state.oom or oom
         if is_observed(kind, phase, oom):
+            largest[sig] = max(largest.get(sig, n), n)
             reading = Reading(n, m, delta, o, whole, phase, kind, s)
             for cls, by_signature in zip(policies, profiles, strict=True):
                 _call(cls, by_signature[sig].observe, reading, run, rank, wave)
@@ -156,6 +162,7 @@ def _per_wave_frame(waves: list[_Wave], names: list[str]) -> pl.DataFrame:
                     over,
                     under,
                     w.oom,
+                    None if estimate is None else w.beyond,
                 )
             )
     return pl.DataFrame(rows, schema=PER_WAVE_SCHEMA, orient="row")

@@ -40,6 +40,8 @@ PER_WAVE_SCHEMA: dict[str, pl.DataType] = {
     "over_estimate": pl.Float64(),
     "under_peak": pl.Boolean(),
     "oom": pl.Boolean(),
+    # SPEC §8: priced beyond every size the profile had observed (null when unpriced)
+    "beyond": pl.Boolean(),
 }
 
 
@@ -62,6 +64,16 @@ def observed(split_child: np.ndarray, caller: np.ndarray, oom: np.ndarray) -> np
     """:func:`is_observed` over arrays of readings at once (booleans: the wave is a
     split child, the reading is a caller reading, it ran out of memory)."""
     return ~oom & ~(split_child & caller)
+
+
+def is_beyond(packed_tokens: int, largest_seen: int | None) -> bool:
+    """Whether a wave is priced beyond the seen range (SPEC §8): its packed tokens exceed
+    those of every reading its profile had observed (``largest_seen``; None: none yet).
+
+    >>> is_beyond(300, 200), is_beyond(200, 200), is_beyond(300, None)
+    (True, False, False)
+    """
+    return largest_seen is not None and packed_tokens > largest_seen
 
 
 def estimate_bytes(

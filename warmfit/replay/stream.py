@@ -157,7 +157,7 @@ def replay_batch(
     with _spilling():
         part = fold_part(
             code, distinct, priced.actual, priced.oom, priced.estimate, priced.set_by,
-            len(policies), budget_bytes, runs,
+            priced.beyond, len(policies), budget_bytes, runs,
         )  # fmt: skip
     rows = None if priced.per_wave is None else with_admitted(priced.per_wave, budget_bytes)
     height = 0 if rows is None else rows.height

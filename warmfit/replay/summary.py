@@ -20,8 +20,8 @@ from warmfit.replay.medians import (
     write_run,
 )
 
-#: Columns of the per-run, per-policy summary (SPEC §5 ``results``, and §7's
-#: ``median_excess_bytes``).
+#: Columns of the per-run, per-policy summary (SPEC §5 ``results``, §7's
+#: ``median_excess_bytes`` and §8's ``priced_beyond`` and ``under_peak_beyond``).
 SUMMARY_COLUMNS = (
     "run",
     "policy",
@@ -34,6 +34,8 @@ SUMMARY_COLUMNS = (
     "set_by_floor",
     "oom_waves",
     "median_excess_bytes",
+    "priced_beyond",
+    "under_peak_beyond",
 )
 #: Columns a ``budget_bytes`` adds to the summary (SPEC §7).
 BUDGET_COLUMNS = ("budget_bytes", "admitted", "refused_fit", "admitted_oom")
@@ -49,7 +51,15 @@ IN_FIGURES = pl.col("estimate_bytes").is_not_null() & ~pl.col("oom") & (pl.col("
 SET_BY_CODES = {"profile": 1, "floor": 2}
 
 # Per (group, policy) cell, the counts SummaryFold keeps, in this order.
-_COUNTS = ("priced_waves", "under_peak", "set_by_profile", "set_by_floor", "oom_waves")
+_COUNTS = (
+    "priced_waves",
+    "under_peak",
+    "set_by_profile",
+    "set_by_floor",
+    "oom_waves",
+    "priced_beyond",
+    "under_peak_beyond",
+)
 _BUDGET_COUNTS = ("admitted", "refused_fit", "admitted_oom")
 
 
@@ -114,15 +124,18 @@ class SummaryFold:
         oom: np.ndarray,
         estimate: np.ndarray,
         set_by: np.ndarray,
+        beyond: np.ndarray,
     ) -> None:
         """Fold in some waves: per wave its group's key columns (``groups``),
-        ``actual`` bytes and ``oom``; per (wave, policy), raveled wave-major,
-        the ``estimate`` (-1: unpriced) and ``set_by`` code (:data:`SET_BY_CODES`)."""
+        ``actual`` bytes, ``oom`` and whether it was priced ``beyond`` the seen range;
+        per (wave, policy), raveled wave-major, the ``estimate`` (-1: unpriced) and
+        ``set_by`` code (:data:`SET_BY_CODES`)."""
         group, keys = number_groups(groups)
         count = len(self.policies)
-        self.add_part(
-            fold_part(group, keys, actual, oom, estimate, set_by, count, self.budget_bytes)
+        part = fold_part(
+            group, keys, actual, oom, estimate, set_by, beyond, count, self.budget_bytes
         )
+        self.add_part(part)
 
     def add_part(self, part: FoldPart) -> None:
         """Fold in what :func:`fold_part` made of some waves (perhaps in another process)."""
@@ -164,8 +177,8 @@ class SummaryFold:
     def add_per_wave(self, per_wave: pl.DataFrame) -> None:
         """Fold in per-wave rows (:data:`~warmfit.replay.semantics.PER_WAVE_SCHEMA`),
         every wave with one row per policy, policies in this fold's order."""
-        waves, actual, oom, estimate, set_by = per_wave_arrays(per_wave, len(self.policies))
-        self.add(waves.select(self.keys), actual, oom, estimate, set_by)
+        arrays = per_wave_arrays(per_wave, len(self.policies))
+        self.add(arrays[0].select(self.keys), *arrays[1:])
 
     def finish(self, groups: pl.DataFrame | None = None) -> pl.DataFrame:
         """The summary: one row per group and policy, groups sorted (or as ``groups``
@@ -243,6 +256,7 @@ def fold_part(
     oom: np.ndarray,
     estimate: np.ndarray,
     set_by: np.ndarray,
+    beyond: np.ndarray,
     policies: int,
     budget_bytes: int | None = None,
     runs: tuple[str, str] | None = None,
@@ -263,6 +277,7 @@ def fold_part(
     cell += np.repeat(np.arange(policies, dtype=np.int64), waves)
     actual = np.tile(actual, policies)
     oom = np.tile(oom, policies)
+    beyond = np.tile(beyond, policies)
     estimate = estimate.reshape(waves, policies).T.ravel()
     set_by = set_by.reshape(waves, policies).T.ravel()
     priced = estimate >= 0
@@ -273,6 +288,8 @@ def fold_part(
         figure & (set_by == SET_BY_CODES["profile"]),
         figure & (set_by == SET_BY_CODES["floor"]),
         priced & oom,
+        figure & beyond,
+        figure & beyond & (estimate < actual),
     ]
     if budget_bytes is not None:
         admitted = figure & (estimate <= budget_bytes)
@@ -312,9 +329,9 @@ def condition_counts(cell: np.ndarray, cells: int, conditions: list[np.ndarray])
         return np.stack(
             [np.bincount(twice + c, minlength=2 * cells)[1::2] for c in conditions], axis=1
         ).astype(np.int64)
-    bits = np.zeros(len(cell), dtype=np.uint8)  # at most 8 conditions
+    bits = np.zeros(len(cell), dtype=np.uint16)  # at most 16 conditions
     for i, condition in enumerate(conditions):
-        bits |= condition.view(np.uint8) << np.uint8(i)
+        bits |= condition.astype(np.uint16) << np.uint16(i)
     key = cell * patterns
     key += bits
     tally = np.bincount(key, minlength=cells * patterns)
@@ -363,21 +380,24 @@ def with_admitted(per_wave: pl.DataFrame, budget_bytes: int | None) -> pl.DataFr
 
 def per_wave_arrays(
     per_wave: pl.DataFrame, policies: int
-) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per-wave rows (one per wave and policy, wave-major) as a fold takes them:
-    one row per wave, its ``actual`` and ``oom``, and per (wave, policy) the
-    ``estimate`` (-1: unpriced) and ``set_by`` code (:data:`SET_BY_CODES`)."""
+    one row per wave, its ``actual`` and ``oom``, per (wave, policy) the
+    ``estimate`` (-1: unpriced) and ``set_by`` code (:data:`SET_BY_CODES`), and
+    per wave whether it was priced ``beyond`` the seen range (by any policy)."""
     if policies < 1 or per_wave.height % policies:
         raise ValueError("per-wave rows must hold one row per wave and policy")
     waves = per_wave.gather_every(policies)
     codes = pl.col("set_by").replace_strict(SET_BY_CODES, default=0, return_dtype=pl.UInt8)
     arrays = per_wave.select(pl.col("estimate_bytes").fill_null(-1), codes)
+    beyond = per_wave.get_column("beyond").fill_null(False).to_numpy()
     return (
         waves,
         waves.get_column("actual_bytes").to_numpy(),
         waves.get_column("oom").to_numpy(),
         arrays.get_column("estimate_bytes").to_numpy(),
         arrays.get_column("set_by").to_numpy(),
+        np.asarray(beyond.reshape(-1, policies).any(axis=1)),
     )
 
 

@@ -410,6 +410,9 @@ class PricedWaves:
     estimate: np.ndarray
     #: Per (wave, policy), what set the estimate: 0 nothing, 1 the profile, 2 the floor.
     set_by: np.ndarray
+    #: Per wave, whether its packed tokens exceed every observed reading's of its
+    #: profile before it (SPEC §8; False where nothing was observed).
+    beyond: np.ndarray
     #: Per profile, :func:`warmfit.trace.reading_counts`' columns (run, signature, counts).
     counts: pl.DataFrame | None = None
 
@@ -432,7 +435,8 @@ def price_waves(
     declared = [_declared(cls) for cls in policies]
     if readings.height == 0 or not policies:
         empty = np.zeros(0, dtype=np.int64)
-        return PricedWaves(empty, empty, empty.astype(bool), empty, empty.astype(np.uint32))
+        none = empty.astype(bool)
+        return PricedWaves(empty, empty, none, empty, empty.astype(np.uint32), none)
     if not _fits_exactly(readings):
         return None
 
@@ -521,6 +525,7 @@ def price_waves(
     # Per wave, from its first reading: the wave constants a price reads.
     m, o = logical[first], output[first]
     n = n[first]
+    beyond = _beyond(columns, profile_starts, priced_at, n)
     static_floor = readings.get_column("static_floor_bytes")
     if static_floor.null_count() == 0:
         floor, has_floor = static_floor.to_numpy()[first], np.ones(len(first), dtype=bool)
@@ -559,7 +564,19 @@ def price_waves(
     del estimates_of
     # set_by: index into ("profile", "floor"), null when unpriced
     code = np.stack(set_by, axis=1).ravel().astype(np.uint32)
-    return PricedWaves(first, actual, oom, estimate, code, counts)
+    return PricedWaves(first, actual, oom, estimate, code, beyond, counts)
+
+
+def _beyond(
+    columns: dict[str, np.ndarray], starts: np.ndarray, priced_at: np.ndarray, n: np.ndarray
+) -> np.ndarray:
+    """Per wave, whether its ``n`` packed tokens exceed those of every reading its profile
+    observed before it (SPEC §8): a running maximum per profile, read as the prices are."""
+    largest = np.where(columns["observed"], columns["packed_tokens"], np.nan)
+    lengths = np.diff(np.append(starts, len(largest)))
+    _accumulate(np.fmax, largest, starts, lengths)
+    seen = np.where(priced_at >= 0, largest[np.maximum(priced_at, 0)], np.nan)
+    return n > seen  # NaN (nothing observed) compares false
 
 
 class _Columns(dict[str, np.ndarray]):
@@ -617,6 +634,7 @@ def per_wave_frame(
         over_estimate=nullable(over, valid & (per_row_actual > 0)),
         under_peak=nullable(estimate < per_row_actual, valid),
         oom=pl.Series(np.repeat(priced.oom, count)),
+        beyond=nullable(np.repeat(priced.beyond, count), valid),
     ).select(pl.col(name).cast(dtype) for name, dtype in PER_WAVE_SCHEMA.items())
 
 

@@ -1,0 +1,373 @@
+"""Order robustness (SPEC §8): waves in random orders, and the figures over the orders.
+
+:func:`warmfit.replay.permute.permuted` must keep every reading (only ``seq``
+changes), keep each signature's first wave first and each wave's readings in
+their order, and give each stream the same order whatever else is in the
+frame; :class:`~warmfit.replay.permute.OrderFold` must give the same figures
+whatever the batches, and what N plain replays of the orders give.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.strategies import traces
+from warmfit.errors import UsageError
+from warmfit.replay import replay, resolve_policies, result_groups
+from warmfit.replay.permute import (
+    MAX_PERMUTATIONS,
+    ORDER_COLUMNS,
+    OrderFold,
+    order_robustness,
+    permuted,
+    run_hash,
+    seed_words,
+    stream_generator,
+)
+from warmfit.trace import readings_frame
+
+POLICIES = ["max-merge", "warm-fit"]
+STREAM = ["run", "rank"]
+CANONICAL = ["run", "rank", "seq"]
+PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+seeds = st.integers(0, 2**64 - 1)
+indices = st.integers(0, 50)
+
+
+def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
+    """A trace as replay takes it, each row numbered in that order (``orig``)."""
+    return frame.sort(CANONICAL).with_row_index("orig")
+
+
+def _streams(frame: pl.DataFrame) -> list[pl.DataFrame]:
+    return frame.partition_by(STREAM, maintain_order=True)
+
+
+def _first_waves(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per (run, rank, signature), the wave of its first reading."""
+    return (
+        frame.sort(CANONICAL)
+        .group_by("run", "rank", "signature")
+        .agg(pl.col("wave").first())
+        .sort("run", "rank", "signature")
+    )
+
+
+def _wave_order(frame: pl.DataFrame) -> list[int]:
+    """A stream's waves in the order of their first readings."""
+    return frame.sort("seq").get_column("wave").unique(maintain_order=True).to_list()
+
+
+# --------------------------------------------------------------------------- a worked example
+
+
+def _example() -> pl.DataFrame:
+    """One stream, waves 100 (A), 101 (B), 102 (A), 103 (A), 104 (B) by first reading;
+    100 and 101 interleave, so do 103 and 104."""
+    layout = [
+        (100, "A", "forward"),
+        (101, "B", "forward"),
+        (100, "A", "caller"),
+        (101, "B", "caller"),
+        (102, "A", "forward"),
+        (102, "A", "caller"),
+        (103, "A", "forward"),
+        (104, "B", "forward"),
+        (103, "A", "caller"),
+        (104, "B", "caller"),
+    ]
+    rows = [
+        dict(seq=10 + 3 * s, wave=w, signature=g, phase=p, packed_tokens=4, logical_tokens=4,
+             peak_bytes=1000 + s)
+        for s, (w, g, p) in enumerate(layout)
+    ]  # fmt: skip
+    return readings_frame(rows).with_columns(orig=pl.Series(range(len(rows))))
+
+
+def test_a_worked_example_with_the_rule_spelled_out() -> None:
+    frame = _example()
+    # The stream's generator is seeded by six words: seed 1 (low, high), index 0,
+    # the 64-bit BLAKE2b of "run" (low, high) and rank 0.
+    digest = run_hash("run")
+    assert seed_words(1, 0, "run", 0) == [1, 0, 0, digest % 2**32, digest // 2**32, 0]
+    # Step 1: numpy's permutation of the five waves (numbered by first reading:
+    # 0=100 A, 1=101 B, 2=102 A, 3=103 A, 4=104 B) gives each wave a place.
+    assert stream_generator(1, 0, "run", 0).permutation(5).tolist() == [4, 3, 0, 2, 1]
+    # Step 2: A's waves 0, 2, 3 got places 4, 0, 2: the earliest, 0, went to wave 2,
+    # which swaps with A's first wave 0 (0 -> place 0, 2 -> place 4). B's waves 1, 4
+    # got 3, 1: wave 4 swaps with B's first wave 1 (1 -> place 1, 4 -> place 3).
+    # Wave 3 keeps place 2. Places 0..4 hold waves 100, 101, 103, 104, 102.
+    out = permuted(frame, 1, 0)
+    assert _wave_order(out) == [100, 101, 103, 104, 102]
+    # Step 3: a wave's readings together, in their order (forward, caller);
+    # seq renumbered; the other columns as they were.
+    assert out.get_column("orig").to_list() == [0, 2, 1, 3, 6, 8, 7, 9, 4, 5]
+    assert out.get_column("seq").to_list() == list(range(10))
+    assert out.get_column("phase").to_list() == ["forward", "caller"] * 5
+    assert out.get_column("peak_bytes").to_list() == [1000 + i for i in out["orig"]]
+    assert out.columns == frame.columns and out.schema == frame.schema
+
+
+def test_each_order_is_drawn_again_for_each_index_and_seed() -> None:
+    """One signature, eight waves: the first stays first, the other seven move, and
+    fifty (seed, index) pairs give (nearly) fifty different orders."""
+    rows = [
+        dict(seq=s, wave=s, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=5)
+        for s in range(8)
+    ]
+    frame = readings_frame(rows)
+    orders = {tuple(_wave_order(permuted(frame, seed, 0))) for seed in range(50)}
+    assert len(orders) >= 45 and {order[0] for order in orders} == {0}
+    by_index = {tuple(_wave_order(permuted(frame, 7, index))) for index in range(50)}
+    assert len(by_index) >= 45
+    assert permuted(frame, 7, 3).equals(permuted(frame, 7, 3))
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@PROPERTY
+@given(traces(), seeds, indices)
+def test_every_reading_is_kept_and_only_seq_changes(
+    trace: pl.DataFrame, seed: int, index: int
+) -> None:
+    frame = _sorted(trace)
+    out = permuted(frame, seed, index)
+    assert out.schema == frame.schema and out.height == frame.height
+    # sorted by run, rank, seq, and seq is 0 .. k-1 in each stream
+    assert out.equals(out.sort(CANONICAL))
+    renumbered = out.select(pl.col("seq") == pl.int_range(pl.len()).over(STREAM))
+    assert renumbered.to_series().all()
+    # (a) each stream holds the same readings: the same rows apart from seq
+    others = [c for c in frame.columns if c != "seq"]
+    assert out.select(others).sort("orig").equals(frame.select(others))
+    assert out.select("run", "rank").equals(frame.select("run", "rank"))
+
+
+@PROPERTY
+@given(traces(), seeds, indices)
+def test_first_waves_stay_first_and_waves_keep_their_readings_in_order(
+    trace: pl.DataFrame, seed: int, index: int
+) -> None:
+    frame = _sorted(trace)
+    out = permuted(frame, seed, index)
+    # (b) each signature's first wave is still its first
+    assert _first_waves(out).equals(_first_waves(frame))
+    # (c) a wave's readings come together, in their order
+    blocks = out.select(
+        (pl.col("wave") != pl.col("wave").shift(1)).over(STREAM).fill_null(True).sum()
+    ).item()
+    assert blocks == frame.select("run", "rank", "wave").n_unique()
+    in_order = out.select(
+        (pl.col("orig").diff().over("run", "rank", "wave").fill_null(1) > 0).all()
+    ).item()
+    assert in_order
+
+
+@PROPERTY
+@given(traces(), seeds, indices, st.randoms(use_true_random=False))
+def test_a_streams_order_depends_on_the_stream_alone(
+    trace: pl.DataFrame, seed: int, index: int, random: object
+) -> None:
+    """(d) the same order alone, in any batch, in any row order, and again."""
+    frame = _sorted(trace)
+    whole = permuted(frame, seed, index)
+    alone = [permuted(stream, seed, index) for stream in _streams(frame)]
+    assert pl.concat([whole.clear(), *alone]).equals(whole)
+    streams = _streams(frame)
+    random.shuffle(streams)  # type: ignore[attr-defined]
+    cut = random.randint(0, len(streams))  # type: ignore[attr-defined]
+    batches = [pl.concat(part) for part in (streams[:cut], streams[cut:]) if part]
+    out = pl.concat([whole.clear(), *(permuted(b, seed, index) for b in batches)])
+    assert out.sort(CANONICAL).equals(whole)
+    # rows in any order are sorted first; the same seed gives the same bytes
+    shuffled = trace.join(frame.select(*CANONICAL, "orig"), on=CANONICAL).select(frame.columns)
+    assert permuted(shuffled, seed, index).equals(whole)
+    assert permuted(frame, seed, index).equals(whole)
+
+
+def test_an_empty_frame_stays_empty() -> None:
+    frame = readings_frame([])
+    assert permuted(frame, 0, 0).equals(frame)
+    with OrderFold(POLICIES, "run", 2) as fold:
+        fold.add(frame, resolve_policies(POLICIES))
+        result = fold.finish(pl.DataFrame({"run": ["r"]}))
+    assert result.rows() == [("r", p, 2, 0.0, 0, None) for p in POLICIES]
+
+
+# --------------------------------------------------------------------------- the figures
+
+
+def _expected(frame: pl.DataFrame, by: str, permutations: int, seed: int) -> pl.DataFrame:
+    """The figures from N plain replays of the orders, with the statistics module."""
+    summaries = [
+        replay(permuted(frame, seed, i), POLICIES, by=by).summary for i in range(permutations)
+    ]
+    keys = [*result_groups(frame, by).columns, "policy"]
+    rows = []
+    for cells in zip(*(s.select(*keys, "under_peak", "median_over_estimate").rows() for s in summaries), strict=True):  # fmt: skip
+        under = [cell[-2] for cell in cells]
+        medians = [cell[-1] for cell in cells if cell[-1] is not None]
+        rows.append(
+            (*cells[0][: len(keys)], permutations, sum(under) / permutations, max(under),
+             statistics.median(medians) if medians else None)
+        )  # fmt: skip
+    return pl.DataFrame(
+        rows,
+        schema={**dict.fromkeys(keys, pl.String), "permutations": pl.Int64,
+                "under_peak_mean": pl.Float64, "under_peak_worst": pl.Int64,
+                "median_over_estimate_median": pl.Float64},
+        orient="row",
+    )  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traces(), st.sampled_from(["run", "signature"]), st.integers(1, 4), seeds)
+def test_the_figures_are_those_of_n_plain_replays(
+    trace: pl.DataFrame, by: str, permutations: int, seed: int
+) -> None:
+    frame = trace.sort(CANONICAL)
+    result = order_robustness(frame, POLICIES, 1.1, "auto", by, permutations, seed)
+    expected = _expected(frame, by, permutations, seed)
+    assert result.columns == [*result_groups(frame, by).columns, "policy", *ORDER_COLUMNS]
+    assert result.equals(expected)
+    # rows in SummaryFold.finish's order: a plain replay's summary rows
+    keys = [*result_groups(frame, by).columns, "policy"]
+    assert result.select(keys).equals(replay(frame, POLICIES, by=by).summary.select(keys))
+    scalar = order_robustness(frame, POLICIES, 1.1, "scalar", by, permutations, seed)
+    assert scalar.equals(result)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traces(), st.sampled_from(["run", "signature"]), seeds, st.randoms(use_true_random=False))
+def test_batches_of_streams_give_the_figures_of_the_whole(
+    trace: pl.DataFrame, by: str, seed: int, random: object
+) -> None:
+    frame = trace.sort(CANONICAL)
+    classes = resolve_policies(POLICIES)
+    groups = result_groups(frame, by)
+    whole = order_robustness(frame, POLICIES, 1.1, "auto", by, 3, seed)
+    streams = _streams(frame)
+    random.shuffle(streams)  # type: ignore[attr-defined]
+    cut = random.randint(0, len(streams))  # type: ignore[attr-defined]
+    with OrderFold(POLICIES, by, 3, seed) as fold:
+        for part in (streams[cut:], streams[:cut]):
+            if part:
+                fold.add(pl.concat(part).sort(CANONICAL), classes, 1.1, "vectorized")
+        assert fold.finish(groups).equals(whole)
+    # no memory share: every order's medians spilled to disk, stream by stream
+    with OrderFold(POLICIES, by, 3, seed, spill_bytes=0) as fold:
+        for stream in streams:
+            fold.add(stream, classes, 1.1)
+        assert fold.finish(groups).equals(whole)
+        assert fold.finish().equals(whole)  # groups as the orders found them, sorted
+
+
+def _one_wave_per_signature(trace: pl.DataFrame) -> pl.DataFrame:
+    """The trace with each wave its own signature (its readings agree on it)."""
+    return trace.with_columns(
+        signature=pl.col("signature") + "#" + pl.col("wave").cast(pl.String)
+    ).sort(CANONICAL)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traces(), st.sampled_from(["run", "signature"]), st.integers(1, 4), seeds)
+def test_with_one_wave_per_signature_every_order_gives_the_plain_figures(
+    trace: pl.DataFrame, by: str, permutations: int, seed: int
+) -> None:
+    """Every wave is priced from an empty profile whatever the order (and with one
+    wave per signature, every order keeps each signature's first wave first)."""
+    frame = _one_wave_per_signature(trace)
+    result = order_robustness(frame, POLICIES, 1.1, "auto", by, permutations, seed)
+    plain = replay(frame, POLICIES, by=by).summary
+    assert result.get_column("permutations").to_list() == [permutations] * plain.height
+    assert result["under_peak_worst"].equals(plain["under_peak"], check_names=False)
+    assert result["under_peak_mean"].equals(plain["under_peak"].cast(pl.Float64), check_names=False)
+    assert result["median_over_estimate_median"].equals(
+        plain["median_over_estimate"], check_names=False
+    )
+
+
+def test_one_order_of_streams_with_one_wave_per_signature_is_a_plain_replay() -> None:
+    """N=1 on a trace whose streams have one wave per signature: the plain figures."""
+    rows: list[dict[str, object]] = [
+        dict(rank=rank, seq=s, wave=s, signature=f"s{s}", phase=phase, whole=phase == "caller",
+             packed_tokens=100 * (s + 1), logical_tokens=150 * (s + 1),
+             peak_bytes=10_000 * (s + 1) + 7 * rank, static_floor_bytes=5_000 if s % 2 else None)
+        for rank in range(2) for s in range(6) for phase in ("forward", "caller")
+    ]  # fmt: skip
+    frame = readings_frame(rows).with_columns(seq=pl.int_range(pl.len()).over("rank"))
+    result = order_robustness(frame, POLICIES, 1.1, "auto", "run", 1, 42)
+    plain = replay(frame, POLICIES).summary
+    assert result.select("run", "policy").equals(plain.select("run", "policy"))
+    assert result["under_peak_worst"].to_list() == plain["under_peak"].to_list()
+    assert result["median_over_estimate_median"].to_list() == (
+        plain["median_over_estimate"].to_list()
+    )
+
+
+def test_the_median_of_the_orders_is_the_mean_of_the_two_middle_ones() -> None:
+    """Four orders of a stream whose order matters: the median over the four orders
+    is (b + c) / 2 of their sorted medians, the mean and worst of under_peak too."""
+    rows = [
+        dict(seq=s, wave=s, signature="s", phase="caller", whole=True, packed_tokens=n,
+             logical_tokens=n, peak_bytes=p)
+        for s, (n, p) in enumerate([(10, 5000), (40, 9000), (20, 4000), (80, 30000), (5, 900)])
+    ]  # fmt: skip
+    frame = readings_frame(rows)
+    result = order_robustness(frame, ["warm-fit"], 1.0, "auto", "run", 4, 3)
+    each = [replay(permuted(frame, 3, i), ["warm-fit"], 1.0).summary.row(0, named=True)
+            for i in range(4)]  # fmt: skip
+    medians = sorted(row["median_over_estimate"] for row in each)
+    under = [row["under_peak"] for row in each]
+    row = result.row(0, named=True)
+    assert row["median_over_estimate_median"] == (medians[1] + medians[2]) / 2
+    assert row["under_peak_mean"] == sum(under) / 4
+    assert row["under_peak_worst"] == max(under)
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+@pytest.mark.parametrize("value", [0, -1, MAX_PERMUTATIONS + 1, 1.5, True, "3", None])
+def test_permutations_must_be_an_integer_from_1_to_the_cap(value: object) -> None:
+    frame = _example()
+    with pytest.raises(UsageError, match=r"^permutations must be an integer") as error:
+        order_robustness(frame, POLICIES, 1.1, "auto", "run", value, 0)  # type: ignore[arg-type]
+    if isinstance(value, int) and not isinstance(value, bool):
+        assert "from 1 to 10000" in str(error.value) and "whole replay" in str(error.value)
+    with pytest.raises(UsageError, match=r"^permutations must be"):
+        OrderFold(POLICIES, "run", value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [-1, 2**64, 0.0, False, "1", None])
+def test_the_seed_must_be_a_non_negative_64_bit_integer(value: object) -> None:
+    frame = _example()
+    with pytest.raises(UsageError, match=r"^seed must be an integer"):
+        permuted(frame, value, 0)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"^seed must be an integer"):
+        order_robustness(frame, POLICIES, 1.1, "auto", "run", 2, value)  # type: ignore[arg-type]
+
+
+def test_other_arguments_are_checked_too() -> None:
+    frame = _example()
+    numpy_ints = permuted(frame, np.int64(5), np.uint8(1))  # type: ignore[arg-type]
+    assert numpy_ints.equals(permuted(frame, 5, 1))
+    with OrderFold(POLICIES, "run", MAX_PERMUTATIONS, 2**64 - 1) as fold:
+        assert fold.permutations == 10_000
+    with pytest.raises(UsageError, match=r"^index must be an integer"):
+        permuted(frame, 0, -1)
+    with pytest.raises(UsageError, match=r"^by must be one of"):
+        OrderFold(POLICIES, "rank", 2)
+    with pytest.raises(UsageError, match=r"^safety_factor must be"):
+        order_robustness(frame, POLICIES, 0, "auto", "run", 2)
+    with pytest.raises(UsageError, match=r"^engine must be one of"):
+        order_robustness(frame, POLICIES, 1.1, "fast", "run", 2)
+    with OrderFold(["warm-fit"], "run", 2) as fold, pytest.raises(ValueError, match="policies"):
+        fold.add(frame, resolve_policies(POLICIES))
