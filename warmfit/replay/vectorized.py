@@ -283,11 +283,15 @@ class PointQueries:
         self._wave_first = self.first[wave_profile]
         counted = np.searchsorted(positions, priced_at, side="right") - self._wave_first
         self._seen = np.where(seen, counted, 0)
+        self._in_order = np.argsort(priced_at, kind="stable")
         self._sizes = np.unique(at)
         self._tops = np.unique(values)
         self._size_rank = np.searchsorted(self._sizes, at)
         self._value_rank = np.searchsorted(self._tops, values)
-        self._levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._levels: list[_Level] = []
+        #: The last queries asked and their answers (each query is kept, so that its
+        #: identity cannot be taken by another array).
+        self._memo: list[tuple[object, bool, tuple[np.ndarray, np.ndarray]]] = []
 
     def copy(self) -> PointQueries:
         return self  # nothing changes it
@@ -298,9 +302,8 @@ class PointQueries:
         begin = self.first[profile]
         return PointSet.of(self.at[begin:end], self.values[begin:end])
 
-    def _level(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Level ``k``'s blocks of ``2**k`` points: the points' keys (block, size rank)
-        sorted, their sizes in that order, and the running largest value per block."""
+    def _level(self, k: int) -> _Level:
+        """Level ``k``'s blocks of ``2**k`` points (built once, when first asked)."""
         while len(self._levels) <= k:
             level = len(self._levels)
             block = self._point_first + (self._rank >> level)  # unique across profiles
@@ -311,37 +314,59 @@ class PointQueries:
             # blocks ascend, so a running maximum of (block, value rank) stays in its block
             height = len(self._tops)
             running = np.maximum.accumulate(block * height + self._value_rank[order])
-            self._levels.append((key, self.at[order], self._tops[running - block * height]))
+            tops = self._tops[running - block * height]
+            # each point's run of points at its size, in its block: the top at its end
+            ends = np.flatnonzero(np.append(key[1:] != key[:-1], True))
+            run = np.cumsum(np.concatenate(([True], key[1:] != key[:-1]))) - 1
+            self._levels.append(_Level(key, self.at[order], tops, tops[ends][run]))
         return self._levels[k]
 
     def _ask(self, x: np.ndarray, after: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Per wave, over its blocks: the nearest size not above ``x`` and the largest
-        value up to it (``after`` False), or the nearest size not below ``x`` (True)."""
-        x = np.broadcast_to(np.asarray(x, dtype=np.float64), self._seen.shape)
-        size = np.full(len(x), np.nan)
-        top = np.full(len(x), np.nan)
-        asked = ~np.isnan(x)
+        """Per wave, over the points it has seen: the nearest size not above ``x`` and
+        the top there (``after`` False: ``below(x)``, ``top(x)``), or the nearest size
+        not below ``x`` and the top of the points *at that size* (``after`` True:
+        ``above(x)``, and what :meth:`top` of it needs beyond ``top(x)``). The last
+        answers are kept: the rule asks ``below(x)`` and ``top(x)`` of one ``x``."""
+        for asked, answered_after, answer in self._memo:
+            if asked is x and answered_after == after:
+                return answer
+        query = np.broadcast_to(np.asarray(x, dtype=np.float64), self._seen.shape)
+        size = np.full(len(query), np.nan)
+        top = np.full(len(query), np.nan)
+        asked_any = ~np.isnan(query)
         # Points with a size rank below `bound` are at sizes not above x (after=False),
         # or not below x from `bound` on (after=True).
-        bound = np.searchsorted(self._sizes, x, side="left" if after else "right")
+        bound = np.searchsorted(self._sizes, query, side="left" if after else "right")
         width = len(self._sizes) + 1
         for k in range(int(self._seen.max(initial=0)).bit_length()):
-            waves = np.flatnonzero(asked & ((self._seen >> k) & 1).astype(bool))
+            # in (profile, time) order: each level's keys then ascend by block, and the
+            # searches walk the sorted keys forward (numpy narrows a search from the last)
+            waves = self._in_order[
+                (asked_any & ((self._seen >> k) & 1).astype(bool))[self._in_order]
+            ]
             if not len(waves):
                 continue
-            key, sizes, tops = self._level(k)
+            level = self._level(k)
             block = self._wave_first[waves] + (self._seen[waves] >> k) - 1
-            at = np.searchsorted(key, block * width + bound[waves], side="left")
+            at = np.searchsorted(level.key, block * width + bound[waves], side="left")
             if not after:
                 at -= 1  # the last point before the bound
-            inside = (at >= 0) & (at < len(key))
-            inside[inside] = key[at[inside]] // width == block[inside]
+            inside = (at >= 0) & (at < len(level.key))
+            inside[inside] = level.key[at[inside]] // width == block[inside]
             waves, at = waves[inside], at[inside]
-            if after:
-                size[waves] = np.fmin(size[waves], sizes[at])
+            found = level.sizes[at]
+            if after:  # the nearest size, and the top at it (the largest where blocks tie)
+                was, top_was = size[waves], top[waves]
+                nearer = np.isnan(was) | (found < was)
+                size[waves] = np.where(nearer, found, was)
+                tied = np.fmax(top_was, level.run_tops[at])
+                top[waves] = np.where(
+                    nearer, level.run_tops[at], np.where(found == was, tied, top_was)
+                )
             else:
-                size[waves] = np.fmax(size[waves], sizes[at])
-                top[waves] = np.fmax(top[waves], tops[at])
+                size[waves] = np.fmax(size[waves], found)
+                top[waves] = np.fmax(top[waves], level.tops[at])
+        self._memo = [*self._memo[-3:], (x, after, (size, top))]
         return size, top
 
     def below(self, x: np.ndarray) -> np.ndarray:
@@ -351,7 +376,27 @@ class PointQueries:
         return self._ask(x, after=True)[0]
 
     def top(self, x: np.ndarray) -> np.ndarray:
+        # top(above(y)) = the larger of top(y) and the top of the points at above(y)
+        # in the blocks where it lies (elsewhere no point lies in (y, above(y)]): both
+        # from the searches for y, so no third search
+        for asked, after, (size, top_at_size) in self._memo:
+            if after and size is x:
+                below_top = self._ask(asked, after=False)[1]  # type: ignore[arg-type]
+                return np.where(np.isnan(size), np.nan, np.fmax(below_top, top_at_size))
         return self._ask(x, after=False)[1]
+
+
+@dataclass(frozen=True)
+class _Level:
+    """One level of :class:`PointQueries`: its points sorted by (block, size rank)."""
+
+    #: ``block * (distinct sizes + 1) + size rank``, ascending.
+    key: np.ndarray
+    #: Each point's size and, along its block, the largest value up to it.
+    sizes: np.ndarray
+    tops: np.ndarray
+    #: The largest value up to the last point of its block at its size.
+    run_tops: np.ndarray
 
 
 def _fits_exactly(readings: pl.DataFrame) -> bool:
