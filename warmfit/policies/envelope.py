@@ -10,6 +10,12 @@ from warmfit.policies.max_merge import MaxMerge
 from warmfit.policies.rule import COMPUTE, PACKED, RATE, SHARING, WHOLE, Max, Min, Points
 
 
+#: Beyond the measured sizes a price stops growing at 8 PiB (2**53 bytes): more than any
+#: device holds, so that squaring a large ratio never gives a price that is not a
+#: number of bytes (int64) — such a wave is refused by any budget either way.
+CEILING = 2.0**53
+
+
 class Envelope(MaxMerge):
     """Interpolate between the measured sizes; never below the cost already seen.
 
@@ -38,7 +44,8 @@ class Envelope(MaxMerge):
     without a fused kernel). A curve steeper than that (a cubic term, a
     workspace that appears only at large sizes) is under-priced beyond
     ``n_max`` until a wave of that size is measured; replay counts such
-    waves as ``beyond`` (SPEC §8). Memory that falls as tokens grow is priced
+    waves as ``beyond`` (SPEC §8). The extrapolation stops at :data:`CEILING`
+    (8 PiB). Memory that falls as tokens grow is priced
     at the envelope, never below what it has cost.
 
     Until the profile holds a whole reading it prices as max-merge (a
@@ -76,5 +83,6 @@ class Envelope(MaxMerge):
         ratio = x / state.max_tokens
         superlinear = state.top_bytes / state.max_tokens > state.min_rate
         beyond = state.top_bytes * ratio * np.where(superlinear, ratio, 1.0)
+        beyond = np.minimum(beyond, np.maximum(CEILING, state.top_bytes))
         priced = np.where(np.isnan(lo), at_hi, np.where(np.isnan(hi), beyond, within))
         return np.where(np.isnan(state.max_tokens), MaxMerge.rule(state, n, m), priced)
