@@ -46,9 +46,10 @@ format: $(STAMP) ## Apply ruff's formatting and safe fixes.
 	$(VENV)/bin/ruff format warmfit tests
 	$(VENV)/bin/ruff check --fix warmfit tests
 
-traces: $(STAMP) ## Regenerate traces/pr991 and traces/art-h200 (byte-identical).
+traces: $(STAMP) ## Regenerate traces/pr991, art-h200 and liger-gpu (byte-identical).
 	$(PY) -m warmfit.synthetic traces/pr991
 	$(PY) -m warmfit.art_h200 traces/art-h200/source/recompute_memory_final.csv traces/art-h200
+	$(PY) -m warmfit.liger_gpu traces/liger-gpu/source/all_benchmark_data.csv traces/liger-gpu
 
 expectations: $(STAMP) ## Rewrite traces/expectations.toml from traces/.
 	$(WARMFIT) check traces --write-expect traces/expectations.toml --force \

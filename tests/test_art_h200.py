@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 from pathlib import Path
 
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
-from warmfit.art_h200 import art_h200_readings, run_label, write_art_h200
+from warmfit.art_h200 import ARRANGEMENTS, art_h200_readings, run_label, write_art_h200
 from warmfit.cli import app
 from warmfit.replay import replay
 from warmfit.trace import read_trace
@@ -18,6 +20,9 @@ from warmfit.trace import read_trace
 REPO = Path(__file__).resolve().parent.parent
 TRACE = REPO / "traces" / "art-h200"
 SOURCE = TRACE / "source" / "recompute_memory_final.csv"
+#: The file as first shipped (shapes smallest first); shuffled.parquet holds the other order.
+SHIPPED = TRACE / "recompute_memory_final.parquet"
+SHUFFLED = TRACE / "shuffled.parquet"
 
 
 def source_rows() -> list[dict[str, str]]:
@@ -25,9 +30,20 @@ def source_rows() -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def test_the_stored_trace_is_what_the_converter_writes(tmp_path: Path) -> None:
-    written = write_art_h200(SOURCE, tmp_path)
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+def test_the_stored_trace_is_what_the_converter_writes(arrangement: str, tmp_path: Path) -> None:
+    written = write_art_h200(SOURCE, tmp_path, arrangement)
+    assert written.name == {"ascending": SHIPPED.name, "shuffled": SHUFFLED.name}[arrangement]
     assert written.read_bytes() == (TRACE / written.name).read_bytes()
+
+
+def test_the_default_arrangement_is_the_file_as_first_shipped() -> None:
+    assert art_h200_readings(SOURCE).equals(art_h200_readings(SOURCE, "ascending"))
+    assert read_trace([SHIPPED]).get_column("run").unique().sort().to_list() == sorted(
+        {run_label(r) for r in source_rows() if r["refused_rank_samples"] == "0"}
+    )
+    with pytest.raises(ValueError, match="unknown arrangement"):
+        art_h200_readings(SOURCE, "descending")
 
 
 def test_the_source_and_its_notice_travel_with_the_trace() -> None:
@@ -87,7 +103,7 @@ def test_the_warm_caller_peak_lies_between_measured_bounds() -> None:
 
 
 def test_replay_prints_one_row_per_configuration_and_policy() -> None:
-    result = CliRunner().invoke(app, ["replay", str(TRACE), "--format", "json"])
+    result = CliRunner().invoke(app, ["replay", str(SHIPPED), "--format", "json"])
     assert result.exit_code == 0, result.output
     results = json.loads(result.output)["results"]
     assert len(results) == 11 * 2
@@ -96,7 +112,7 @@ def test_replay_prints_one_row_per_configuration_and_policy() -> None:
 
 
 def test_warm_fit_never_prices_above_max_merge_on_real_measurements() -> None:
-    per_wave = replay(read_trace([TRACE])).per_wave
+    per_wave = replay(read_trace([SHIPPED])).per_wave
     wide = per_wave.pivot(on="policy", index=["run", "wave"], values="estimate_bytes")
     priced = wide.drop_nulls()
     # 44 shapes ran, two waves each; the first wave of each of the 11 runs is unpriced
@@ -104,3 +120,97 @@ def test_warm_fit_never_prices_above_max_merge_on_real_measurements() -> None:
     assert (priced.get_column("warm-fit") <= priced.get_column("max-merge")).all()
     # ... and strictly below it on most waves: the PR's effect on real GPU memory
     assert (priced.get_column("warm-fit") < priced.get_column("max-merge")).sum() == 66
+
+
+# --------------------------------------------------------------------------- shuffled
+
+
+def shapes_in_order(frame: pl.DataFrame) -> dict[str, list[tuple[int, int]]]:
+    """Each run's shapes (packed, logical) in the order its cold waves come, by bare label."""
+    cold = frame.filter((pl.col("wave") % 2 == 0) & (pl.col("phase") == "caller")).sort(
+        "run", "seq"
+    )
+    runs: dict[str, list[tuple[int, int]]] = {}
+    for run, packed, logical in cold.select("run", "packed_tokens", "logical_tokens").rows():
+        runs.setdefault(run.removeprefix("shuffled/"), []).append((packed, logical))
+    return runs
+
+
+def test_shuffled_runs_are_the_shipped_runs_prefixed() -> None:
+    shipped = set(read_trace([SHIPPED]).get_column("run"))
+    shuffled = set(read_trace([SHUFFLED]).get_column("run"))
+    assert len(shuffled) == 11
+    assert shuffled == {f"shuffled/{run}" for run in shipped}
+
+
+def test_shuffled_holds_the_same_readings_per_run() -> None:
+    columns = ["packed_tokens", "logical_tokens", "phase", "whole", "peak_bytes"]
+    columns += ["signature", "kind", "art_estimate_bytes", "art_available_bytes"]
+
+    def multisets(frame: pl.DataFrame) -> dict[str, Counter[tuple[object, ...]]]:
+        runs: dict[str, Counter[tuple[object, ...]]] = {}
+        # the cold or warm sample travels with its readings: wave parity
+        rows = frame.with_columns(sample=pl.col("wave") % 2).select("run", "sample", *columns)
+        for run, *rest in rows.rows():
+            runs.setdefault(run.removeprefix("shuffled/"), Counter())[tuple(rest)] += 1
+        return runs
+
+    shipped, shuffled = read_trace([SHIPPED]), read_trace([SHUFFLED])
+    assert shuffled.height == shipped.height == 44 * 4
+    assert multisets(shuffled) == multisets(shipped)
+
+
+def test_every_shuffled_shape_runs_cold_then_warm() -> None:
+    shuffled = read_trace([SHUFFLED]).sort("run", "seq")
+    for (run,), stream in shuffled.group_by(["run"], maintain_order=True):
+        # seq follows the waves; each shape is waves 2i (cold) then 2i+1 (warm), two readings each
+        assert stream.get_column("seq").to_list() == list(range(stream.height)), run
+        assert stream.get_column("wave").to_list() == [i // 2 for i in range(stream.height)], run
+        assert stream.get_column("step").to_list() == [i // 4 for i in range(stream.height)], run
+        shapes = stream.select("packed_tokens", "logical_tokens").rows()
+        assert all(len(set(shapes[i : i + 4])) == 1 for i in range(0, len(shapes), 4)), run
+    # the cold wave is the one with the published forward+backward maximum:
+    # qwen3-1.7b's 4096+4096 shape again (see test_readings_carry_the_csv_numbers)
+    run = shuffled.filter(
+        (pl.col("run") == "shuffled/qwen3-1.7b-tp2-compiled-core_attn")
+        & (pl.col("packed_tokens") == 6964)
+    )
+    assert run.select("phase", "peak_bytes").rows() == [
+        ("forward", 9_483_472_896),
+        ("caller", 9_604_248_576),
+        ("forward", 9_414_886_400),
+        ("caller", 9_414_886_400 + 120_775_680),
+    ]
+
+
+def test_shuffled_order_differs_from_smallest_first_in_most_runs() -> None:
+    shipped = shapes_in_order(read_trace([SHIPPED]))
+    shuffled = shapes_in_order(read_trace([SHUFFLED]))
+    assert shipped.keys() == shuffled.keys()
+    for run, shapes in shipped.items():
+        assert shapes == sorted(shapes) and sorted(shuffled[run]) == shapes
+    moved = {run for run in shipped if shuffled[run] != shipped[run]}
+    # the fixed seeds leave two runs smallest first: the 2-shape 1.7B run and the 3-shape 27B TP2
+    assert len(moved) == 9
+    assert set(shipped) - moved == {
+        "qwen3-1.7b-tp2-compiled-core_attn",
+        "qwen3.8-27b-tp2-eager-core_attn",
+    }
+    # e.g. Qwen3.5-4B: its 64+64 pair, the smallest, comes fourth of five
+    assert [p for p, _ in shuffled["qwen3.5-4b-tp2-compiled-core_attn+mlp"]] == [
+        256,
+        10240,
+        4096,
+        128,
+        15360,
+    ]
+
+
+def test_a_small_shape_after_large_ones_is_priced_under_its_peak() -> None:
+    # Shuffled, a fixed cost that a large wave's per-token rate cannot cover: in 4 runs
+    # one wave each is priced under its peak, by max-merge and warm-fit alike.
+    summary = replay(read_trace([SHUFFLED])).summary
+    under = summary.filter(pl.col("under_peak") > 0)
+    assert under.height == 4 * 2
+    assert set(under.get_column("under_peak")) == {1}
+    assert summary.get_column("priced_waves").sum() == 2 * 77

@@ -254,7 +254,12 @@ def test_no_legend_hides_a_wave_or_a_label() -> None:
     pytest.importorskip("matplotlib")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    result = replay(read_trace([REPO / "traces"]), ["max-merge", "warm-fit", SkipSeed])
+    # the traces of the tour (not the 144 runs of Liger-Kernel's curves: drawing them all
+    # takes minutes, and they have no seed to skip)
+    traces = REPO / "traces"
+    tour = [traces / "pr991", traces / "art-h200" / "recompute_memory_final.parquet"]
+    tour += [traces / "cpu-demo", traces / "hf-qwen3moe-cpu"]
+    result = replay(read_trace(tour), ["max-merge", "warm-fit", SkipSeed])
     fig = draw_figure(build_plot_data(result))
     canvas = FigureCanvasAgg(fig)
     canvas.draw()

@@ -43,7 +43,20 @@ How rows become readings (every number can be checked against the CSV):
   and ``art_available_bytes`` (on every reading of the wave) for comparison,
   but price nothing.
 
-Regenerate byte-identically with ``make traces`` (``python -m
+The same readings come in two arrangements, one file each (:data:`FILES`):
+
+- ``ascending`` (``recompute_memory_final.parquet``, as first shipped): run
+  labels as :func:`run_label` gives them, shapes smallest first;
+- ``shuffled`` (``shuffled.parquet``): run labels prefixed ``shuffled/``,
+  each run's shapes in a fixed shuffled order (:func:`shuffled_order`, seeded
+  by the CRC-32 of the prefixed label), each shape's cold wave still just
+  before its warm one. Only the order of the shapes, and so ``wave``,
+  ``step`` and ``seq``, differs: every reading is the same.
+
+Both orders are arrangements: the campaign did not record the order its
+shapes ran in.
+
+Regenerate both byte-identically with ``make traces`` (``python -m
 warmfit.art_h200 traces/art-h200/source/recompute_memory_final.csv
 traces/art-h200``).
 """
@@ -52,8 +65,11 @@ from __future__ import annotations
 
 import csv
 import sys
+import zlib
 from pathlib import Path
+from typing import TypeVar
 
+import numpy as np
 import polars as pl
 
 from warmfit.trace import write_trace
@@ -83,6 +99,50 @@ METADATA = {
 }
 
 
+#: The arrangements of a run's sizes: smallest first, or in a fixed shuffled order.
+ARRANGEMENTS = ("ascending", "shuffled")
+
+#: The file each arrangement is written to (the ascending one keeps its first name).
+FILES = {"ascending": "recompute_memory_final.parquet", "shuffled": "shuffled.parquet"}
+
+#: What a shuffled file's metadata says of its order (the ascending file, as
+#: first shipped, carries :data:`METADATA` alone).
+SHUFFLED = (
+    "run labels prefixed shuffled/; each run's sizes in a fixed shuffled order, "
+    "numpy.random.default_rng(zlib.crc32(run label as UTF-8)).permutation(number of sizes)"
+)
+
+Item = TypeVar("Item")
+
+
+def shuffled_order(label: str, count: int) -> list[int]:
+    """A fixed permutation of ``range(count)``, seeded by the CRC-32 of ``label``.
+
+    The seed is the same in every process and Python version (``hash()`` is
+    not); the permutation is numpy's ``Generator.permutation`` on PCG64.
+
+    >>> shuffled_order("shuffled/qwen3.5-4b-tp2-compiled-core_attn+mlp", 5)
+    [1, 3, 2, 0, 4]
+    """
+    rng = np.random.default_rng(zlib.crc32(label.encode()))
+    return [int(i) for i in rng.permutation(count)]
+
+
+def arrange(items: list[Item], label: str, arrangement: str) -> list[Item]:
+    """``items``, sorted smallest first, in ``arrangement``'s order for the run ``label``.
+
+    >>> arrange([10, 20, 30, 40], "shuffled/x", "ascending")
+    [10, 20, 30, 40]
+    >>> sorted(arrange([10, 20, 30, 40], "shuffled/x", "shuffled"))
+    [10, 20, 30, 40]
+    """
+    if arrangement not in ARRANGEMENTS:
+        raise ValueError(f"unknown arrangement {arrangement!r}: one of {', '.join(ARRANGEMENTS)}")
+    if arrangement == "ascending":
+        return list(items)
+    return [items[i] for i in shuffled_order(label, len(items))]
+
+
 def run_label(row: dict[str, str]) -> str:
     """A configuration's run label: model, parallelism, compile, recompute.
 
@@ -104,8 +164,12 @@ def run_label(row: dict[str, str]) -> str:
     return "-".join(parts)
 
 
-def art_h200_readings(source: Path) -> pl.DataFrame:
-    """The readings of every configuration that ran, as a v1 frame with two extra columns."""
+def art_h200_readings(source: Path, arrangement: str = "ascending") -> pl.DataFrame:
+    """The readings of every configuration that ran, as a v1 frame with two extra columns.
+
+    ``arrangement`` orders each run's shapes (:data:`ARRANGEMENTS`); ``shuffled``
+    also prefixes its run labels with ``shuffled/``.
+    """
     with source.open(newline="") as handle:
         rows = [row for row in csv.DictReader(handle) if row["phase"] == "final"]
     runs: dict[str, list[dict[str, str]]] = {}
@@ -115,9 +179,11 @@ def art_h200_readings(source: Path) -> pl.DataFrame:
         runs.setdefault(run_label(row), []).append(row)
     readings: list[dict[str, object]] = []
     for run in sorted(runs):
-        shapes = sorted(
+        label = run if arrangement == "ascending" else f"{arrangement}/{run}"
+        smallest_first = sorted(
             runs[run], key=lambda r: (int(r["packed_tokens"]), int(r["logical_tokens"]))
         )
+        shapes = arrange(smallest_first, label, arrangement)
         seq = 0
         for index, row in enumerate(shapes):
             rise = int(row["forward_backward_peak_max_bytes"]) - int(row["forward_peak_max_bytes"])
@@ -129,7 +195,7 @@ def art_h200_readings(source: Path) -> pl.DataFrame:
             )
             for sample, (forward_peak, caller_peak) in enumerate(samples):
                 wave = {
-                    "run": run,
+                    "run": label,
                     "rank": 0,
                     "step": index,
                     "wave": 2 * index + sample,
@@ -154,13 +220,15 @@ def art_h200_readings(source: Path) -> pl.DataFrame:
     return pl.DataFrame(readings)
 
 
-def write_art_h200(source: Path, directory: Path) -> Path:
-    """Write ``recompute_memory_final.parquet`` into ``directory``."""
-    target = directory / "recompute_memory_final.parquet"
-    return write_trace(art_h200_readings(source), target, METADATA)
+def write_art_h200(source: Path, directory: Path, arrangement: str = "ascending") -> Path:
+    """Write ``arrangement``'s file (:data:`FILES`) into ``directory``."""
+    readings = art_h200_readings(source, arrangement)
+    metadata = METADATA if arrangement == "ascending" else METADATA | {"warmfit.order": SHUFFLED}
+    return write_trace(readings, directory / FILES[arrangement], metadata)
 
 
 if __name__ == "__main__":
     source = Path(sys.argv[1] if len(sys.argv) > 1 else SOURCE)
     target = Path(sys.argv[2] if len(sys.argv) > 2 else "traces/art-h200")
-    print(f"wrote {write_art_h200(source, target)}")
+    for arrangement in ARRANGEMENTS:
+        print(f"wrote {write_art_h200(source, target, arrangement)}")
