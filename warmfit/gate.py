@@ -45,13 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from warmfit.errors import UsageError
 from warmfit.files import not_regular, write_bytes_atomically
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, ReplayResult, check_safety_factor
 from warmfit.report import cell, percent, table_text
-from warmfit.sweep import sweep
+from warmfit.sweep import safe_factors
 from warmfit.text import counted, printable, toml_string
 
 FORMATS = ("table", "csv", "json")
@@ -566,7 +564,7 @@ def write_expectations(
     written as ``max_under_peak`` above 0, a limit under which the gate passes
     a policy that ran out of memory: unless ``allow_under``, nothing is
     written and :class:`UnderPeakError` names them (:func:`under_peak`) with
-    each policy's smallest safe factor (:func:`safe_factors`, which replays
+    each policy's smallest safe factor (:func:`warmfit.sweep.safe_factors`, which replays
     ``policies``: those given to the replay of ``result``, by default its
     policy names).
     """
@@ -604,35 +602,11 @@ def under_peak(result: ReplayResult) -> list[UnderPeak]:
     ]
 
 
-def safe_factors(
-    readings: pl.DataFrame, policies: Sequence[str] | None = None, engine: str = "auto"
-) -> dict[str, float | None]:
-    """Per policy, the smallest safety factor that puts no wave of any run under its peak.
-
-    The largest over the runs of :func:`warmfit.sweep.safe_factor` (exact,
-    not a grid value), as :func:`warmfit.sweep.sweep` finds it; ``None``
-    where no factor covers a wave (one priced at 0 bytes before the factor).
-    A run with no priced wave asks for no factor; a policy with none in any
-    run is left out.
-    """
-    needed: dict[str, list[float | None]] = {}
-    for row in sweep(readings, policies, "run", [], engine).results:
-        factor = row["safe_factor"]
-        if factor is None and not row["under_peak_at_1"]:
-            continue  # no priced wave: every factor is safe
-        assert factor is None or isinstance(factor, float)
-        needed.setdefault(str(row["policy"]), []).append(factor)
-    return {
-        policy: None if None in factors else max(f for f in factors if f is not None)
-        for policy, factors in needed.items()
-    }
-
-
 class UnderPeakError(UsageError):
     """Expectations refused: they would allow waves under their peak (exit 2).
 
     ``offenders`` are the (run, policy) pairs with waves under their peak,
-    ``safe`` the smallest safe factor per policy (:func:`safe_factors`).
+    ``safe`` the smallest safe factor per policy (:func:`warmfit.sweep.safe_factors`).
     """
 
     def __init__(

@@ -119,6 +119,8 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if "budget_bytes" in summary.columns:  # this table has no room for them: say so
         lines += ["", "The budget's counts are in --format table, csv and json."]
+    if "permutations" in summary.columns:
+        lines += ["", "The figures across --permute orders are in --format table, csv and json."]
     return "\n".join(lines) + "\n"
 
 
@@ -196,6 +198,13 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "set by = waves set by the profile / by the floor; oom = waves that ran out of "
             "memory (not in the figures)"
         )
+    orders = "permutations" in summary.columns
+    if orders:
+        caption += (
+            f"; across {summary.get_column('permutations')[0]} random orders of each run's "
+            "waves: orders under = waves under their peak, mean / worst; orders median = the "
+            "median of the median over-estimates"
+        )
     table = plain_table(caption)
     for key in keys:
         table.add_column(key, no_wrap=True, min_width=3)
@@ -206,6 +215,8 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "waves", "median", "max", "under", "beyond", "excess", "admitted", "refused", "fits",
             "ooms",
         ]  # fmt: skip
+    if orders:
+        figures += ["orders under", "orders median"]
     for name in figures:
         table.add_column(name, justify="right", no_wrap=True)
     previous = None
@@ -226,6 +237,10 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "fits": str(r.get("refused_fit")),
             "ooms": str(r.get("admitted_oom")),
         }
+        if orders:
+            mean = r["under_peak_mean"]
+            cells["orders under"] = "—" if mean is None else f"{mean:.1f}/{r['under_peak_worst']}"
+            cells["orders median"] = percent(r["median_over_estimate_median"], 1)
         shown = [""] * len(keys) if names == previous else [cell(n) for n in names]
         table.add_row(*shown, cell(r["policy"]), *[cells[name] for name in figures])
         previous = names
@@ -243,6 +258,32 @@ def render(result: ReplayResult | StreamedReplay, fmt: str) -> str:
     if fmt == "table":
         return to_table(result.summary, result.safety_factor)
     raise UsageError(f"must be one of {', '.join(FORMATS)}; got {fmt!r}.", argument="fmt")
+
+
+def under_peak_warnings(summary: pl.DataFrame, safe: dict[str, float | None]) -> list[str]:
+    """One line per policy that put any wave under its peak: how many, how many of those
+    were beyond every size their profile had seen (SPEC §8), and the smallest safety
+    factor that puts none under on these traces (``safe``, exact; None: no factor can)."""
+    totals = (
+        summary.group_by("policy", maintain_order=True)
+        .agg(pl.col("under_peak").sum(), pl.col("under_peak_beyond").sum())
+        .filter(pl.col("under_peak") > 0)
+    )
+    lines = []
+    for policy, under, beyond in totals.iter_rows():
+        factor = safe.get(policy)
+        fix = (
+            "no safety factor covers them (a wave was priced at 0 bytes)"
+            if factor is None
+            else f"the smallest safety factor that puts none under on these traces is "
+            f"{factor:.4f} (exactly {factor!r})"
+        )
+        lines.append(
+            f"warning: {printable(policy)} put {under} wave{'s' * (under != 1)} under "
+            f"{'their' if under != 1 else 'its'} peak, {beyond} of them beyond every size "
+            f"its profile had seen; {fix}."
+        )
+    return lines
 
 
 # --------------------------------------------------------------------------- sweep

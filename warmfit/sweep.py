@@ -151,3 +151,27 @@ def sweep(
             }
         )
     return SweepResult(rows, factors, by)
+
+
+def safe_factors(
+    readings: pl.DataFrame, policies: Sequence[str] | None = None, engine: str = "auto"
+) -> dict[str, float | None]:
+    """Per policy, the smallest safety factor that puts no wave of any run under its peak.
+
+    The largest over the runs of :func:`warmfit.sweep.safe_factor` (exact,
+    not a grid value), as :func:`warmfit.sweep.sweep` finds it; ``None``
+    where no factor covers a wave (one priced at 0 bytes before the factor).
+    A run with no priced wave asks for no factor; a policy with none in any
+    run is left out.
+    """
+    needed: dict[str, list[float | None]] = {}
+    for row in sweep(readings, policies, "run", [], engine).results:
+        factor = row["safe_factor"]
+        if factor is None and not row["under_peak_at_1"]:
+            continue  # no priced wave: every factor is safe
+        assert factor is None or isinstance(factor, float)
+        needed.setdefault(str(row["policy"]), []).append(factor)
+    return {
+        policy: None if None in factors else max(f for f in factors if f is not None)
+        for policy, factors in needed.items()
+    }

@@ -52,6 +52,21 @@ def replay_command(
             show_default=False,
         ),
     ] = None,
+    permute: Annotated[
+        int | None,
+        typer.Option(
+            "--permute",
+            help="Also replay each (run, rank) N times with its waves in random orders "
+            "(each signature's first wave stays first) and report, per result, the mean and "
+            "worst waves under their peak and the median over-estimate across the orders.",
+            metavar="N",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[
+        int,
+        typer.Option("--seed", help="Seed of the --permute orders: same seed, same bytes."),
+    ] = 0,
     cluster: Annotated[
         str | None,
         typer.Option(
@@ -68,8 +83,11 @@ def replay_command(
     Example: warmfit replay traces/pr991 -p max-merge -p warm-fit --format markdown
 
     With --budget 128.8GB it also counts the waves each policy would admit on a
-    device with that much memory free, and with --by signature it gives one
-    result per signature. A trace of any size replays in bounded memory, a batch
+    device with that much memory free, with --by signature it gives one
+    result per signature, and with --permute 20 it tries 20 random orders of
+    each run's waves. When a policy puts a wave under its peak, a warning
+    names it, how many of those waves were beyond the sizes seen, and the
+    smallest safety factor that puts none under. A trace of any size replays in bounded memory, a batch
     of (run, rank) streams at a time, on every core (--jobs) or a cluster.
     """
     from warmfit.memory import before_polars
@@ -78,7 +96,10 @@ def replay_command(
     before_polars()  # first: polars' allocator reads its settings at import
     prestart(paths, jobs, cluster)  # the workers' imports run beside this process's
     try:
-        _replay(paths, policy, safety, format, per_wave, engine, force, by, budget, jobs, cluster)
+        _replay(
+            paths, policy, safety, format, per_wave, engine, force, by, budget, jobs, cluster,
+            permute, seed,
+        )  # fmt: skip
     finally:
         discard_early_pool()  # a replay that stopped before it took them
 
@@ -95,6 +116,8 @@ def _replay(
     budget: str | None,
     jobs: int | None,
     cluster: str | None,
+    permute: int | None = None,
+    seed: int = 0,
 ) -> None:
     from warmfit.perwave import PerWaveWriter
     from warmfit.progress import progress_bar
@@ -103,6 +126,11 @@ def _replay(
     from warmfit.text import counted, printable
 
     limit = budget_bytes(budget)
+    if permute is not None:
+        from warmfit.replay.permute import check_permutations, check_seed
+
+        check_permutations(permute)
+        check_seed(seed)
 
     def run(per_wave: PerWaveWriter | None = None) -> StreamedReplay:
         with progress_bar("replaying", unit="batches") as progress:
@@ -133,4 +161,48 @@ def _replay(
             f"wrote {printable(str(per_wave))} ({counted(result.per_wave_rows, 'row')})", err=True
         )
     warn_without_whole(result.without_whole)
+    readings = None
+    if permute is not None:
+        from dataclasses import replace
+
+        from warmfit.commands.options import read_traces
+        from warmfit.replay.permute import order_robustness
+
+        readings = read_traces(paths)
+        orders = order_robustness(readings, policy, safety, engine.value, by.value, permute, seed)
+        keys = [*orders.columns[: orders.columns.index("policy") + 1]]
+        summary = result.summary.join(orders, on=keys, how="left", maintain_order="left")
+        result = replace(result, summary=summary)
     typer.echo(render(result, format.value), nl=False)
+    _warn_under_peak(result.summary, paths, readings, policy, engine.value)
+
+
+def _warn_under_peak(
+    summary: object, paths: list[Path], readings: object, policy: list[str] | None, engine: str
+) -> None:
+    """One warning line per policy that put a wave under its peak (SPEC §8 "beyond"),
+    with the smallest safety factor that puts none under on these traces."""
+    import polars as pl
+
+    from warmfit.report import under_peak_warnings
+
+    assert isinstance(summary, pl.DataFrame)
+    if not summary.get_column("under_peak").sum():
+        return
+    from warmfit.commands.options import read_traces
+    from warmfit.sweep import safe_factors
+
+    if not isinstance(readings, pl.DataFrame):
+        readings = read_traces(paths)
+    unsafe = summary.filter(pl.col("under_peak") > 0).get_column("policy").unique().to_list()
+    named = [p for p in (policy or []) if get_name(p) in unsafe] or unsafe
+    safe = safe_factors(readings, named, engine)
+    for line in under_peak_warnings(summary, safe):
+        typer.echo(line, err=True)
+
+
+def get_name(spec: str) -> str:
+    """A policy's name for a ``-p`` value (a registered name or ``module:Class``)."""
+    from warmfit.policies import get_policy
+
+    return get_policy(spec).name

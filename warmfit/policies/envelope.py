@@ -7,8 +7,7 @@ from typing import Any
 import numpy as np
 
 from warmfit.policies.max_merge import MaxMerge
-from warmfit.policies.rule import COMPUTE, PACKED, RATE, SHARING, WHOLE, Max, Min, Points
-
+from warmfit.policies.rule import COMPUTE, PACKED, SHARING, WHOLE, Max, Points
 
 #: Beyond the measured sizes a price stops growing at 8 PiB (2**53 bytes): more than any
 #: device holds, so that squaring a large ratio never gives a price that is not a
@@ -35,8 +34,9 @@ class Envelope(MaxMerge):
       above the curve), so exact for an affine one and safe for a quadratic one;
     - **beyond the largest size measured** ``n_max``: ``E(n_max) * (x / n_max) ** k``,
       with ``k = 1``, or ``k = 2`` once the curve has grown faster than
-      linearly (the largest size's bytes per token above the lowest bytes per
-      token of any point).
+      linearly: the envelope's bytes per token at ``n_max`` above those at the
+      next smaller size measured (a cold and a warm wave of one size are one
+      size: their difference is not growth).
 
     The bet beyond the measured range: memory there grows no faster than in
     proportion to tokens (``k = 1``: any fixed cost plus a rate), or no faster
@@ -70,7 +70,6 @@ class Envelope(MaxMerge):
     point_sharing = Max(SHARING, where=WHOLE, initial=1.0)
     max_tokens = Max(PACKED, where=WHOLE)
     top_bytes = Max(COMPUTE, where=WHOLE)
-    min_rate = Min(RATE, where=WHOLE)
 
     @staticmethod
     def rule(state: Any, n: Any, m: Any) -> Any:
@@ -81,7 +80,10 @@ class Envelope(MaxMerge):
         between = at_lo + (at_hi - at_lo) * ((x - lo) / (hi - lo))
         within = np.where(lo == hi, at_lo, between)
         ratio = x / state.max_tokens
-        superlinear = state.top_bytes / state.max_tokens > state.min_rate
+        # superlinear: more bytes per token at the largest size than at the next smaller
+        # one measured (the envelope at `under` is the envelope at that size)
+        under = np.nextafter(state.max_tokens, 0.0)
+        superlinear = state.top_bytes / state.max_tokens > points.top(under) / points.below(under)
         beyond = state.top_bytes * ratio * np.where(superlinear, ratio, 1.0)
         beyond = np.minimum(beyond, np.maximum(CEILING, state.top_bytes))
         priced = np.where(np.isnan(lo), at_hi, np.where(np.isnan(hi), beyond, within))
