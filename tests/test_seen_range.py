@@ -1,0 +1,168 @@
+"""SPEC §8 from the command line: the seen range, order robustness, and the warnings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+from warmfit.policies import MaxMerge
+from warmfit.replay import replay, replay_scalar
+from warmfit.trace import readings_frame, write_trace
+
+#: One stream, one signature, one whole caller reading per wave: (packed tokens, peak).
+#: max-merge learns 1,000 B/token from wave 0 and prices wave 1 (2,000 tokens, beyond
+#: 1,000) at 2,000,000 * 1.1 = 2,200,000 against 3,000,000: under its peak, beyond.
+#: Wave 2 (1,500 tokens) is within the seen sizes: 1,500 B/token (wave 1's) * 1,500 *
+#: 1.1 = 2,475,000 against 1,400,000: over. Wave 3 (3,000 tokens) is beyond 2,000:
+#: 1,500 * 3,000 * 1.1 = 4,950,000 against 4,000,000: over.
+WAVES = [(1_000, 1_000_000), (2_000, 3_000_000), (1_500, 1_400_000), (3_000, 4_000_000)]
+
+
+def worked(run: str = "run") -> pl.DataFrame:
+    return readings_frame(
+        [
+            dict(
+                run=run,
+                seq=i,
+                wave=i,
+                signature="s",
+                packed_tokens=n,
+                logical_tokens=n,
+                peak_bytes=peak,
+                whole=True,
+            )
+            for i, (n, peak) in enumerate(WAVES)
+        ]
+    )
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    done = CliRunner().invoke(app, list(args))
+    return done.exit_code, done.stdout, done.stderr
+
+
+def test_beyond_worked_example_on_both_engines() -> None:
+    for engine in ("scalar", "vectorized"):
+        result = replay(worked(), ["max-merge"], 1.1, engine)
+        rows = result.per_wave
+        assert rows.get_column("beyond").to_list() == [None, True, False, True], engine
+        assert rows.get_column("estimate_bytes").to_list() == [
+            None, 2_200_000, 2_475_000, 4_950_000
+        ]  # fmt: skip
+        figures = result.summary.row(0, named=True)
+        assert (figures["priced_beyond"], figures["under_peak_beyond"]) == (2, 1), engine
+        assert figures["under_peak"] == 1
+
+
+def test_beyond_is_false_for_a_wave_priced_by_the_floor_alone() -> None:
+    # no reading observed yet: the floor prices the first wave, which is not beyond
+    frame = worked().with_columns(static_floor_bytes=pl.lit(10, dtype=pl.Int64))
+    rows = replay_scalar(frame, [MaxMerge])
+    assert rows.get_column("beyond").to_list() == [False, True, False, True]
+
+
+def test_beyond_counts_only_what_the_profile_observed() -> None:
+    # an out-of-memory reading is never learned from: wave 1 stays beyond 1,000 tokens
+    frame = readings_frame(
+        [
+            dict(
+                seq=0,
+                wave=0,
+                signature="s",
+                packed_tokens=1_000,
+                logical_tokens=1_000,
+                peak_bytes=10,
+                whole=True,
+            ),
+            dict(
+                seq=1,
+                wave=1,
+                signature="s",
+                packed_tokens=5_000,
+                logical_tokens=5_000,
+                peak_bytes=10,
+                oom=True,
+            ),
+            dict(
+                seq=2,
+                wave=2,
+                signature="s",
+                packed_tokens=3_000,
+                logical_tokens=3_000,
+                peak_bytes=10,
+                whole=True,
+            ),
+            dict(
+                seq=3,
+                wave=3,
+                signature="t",
+                packed_tokens=9_000,
+                logical_tokens=9_000,
+                peak_bytes=10,
+                whole=True,
+            ),
+        ]
+    )
+    for engine in ("scalar", "vectorized"):
+        rows = replay(frame, ["max-merge"], 1.1, engine).per_wave
+        assert rows.get_column("beyond").to_list() == [None, True, True, None], engine
+
+
+def test_per_wave_file_and_json_carry_beyond(tmp_path: Path) -> None:
+    write_trace(worked(), tmp_path / "t" / "t.parquet")
+    out = tmp_path / "rows.parquet"
+    code, stdout, err = invoke(
+        "replay", str(tmp_path / "t"), "-p", "max-merge", "--per-wave", str(out), "-f", "json"
+    )
+    assert code == 0, err
+    assert pl.read_parquet(out).get_column("beyond").to_list() == [None, True, False, True]
+    result = json.loads(stdout)["results"][0]
+    assert (result["priced_beyond"], result["under_peak_beyond"]) == (2, 1)
+
+
+def test_a_policy_under_its_peak_is_named_in_a_warning(tmp_path: Path) -> None:
+    write_trace(worked(), tmp_path / "t.parquet")
+    code, stdout, err = invoke("replay", str(tmp_path), "-p", "max-merge", "-p", "envelope")
+    assert code == 0
+    # Both price wave 1 from wave 0 alone, 1,000 B/token * 2,000 (envelope: one size
+    # seen, so k = 1): 2,200,000 against 3,000,000. The smallest safe factor: 1.5 exactly.
+    assert err.splitlines()[-2:] == [
+        f"warning: {policy} put 1 wave under its peak, 1 of them beyond every size its "
+        "profile had seen; the smallest safety factor that puts none under on these traces "
+        "is 1.5000 (exactly 1.5)."
+        for policy in ("max-merge", "envelope")
+    ]
+    assert "warning" not in stdout
+
+
+def test_no_warning_when_no_wave_is_under_its_peak() -> None:
+    code, _, err = invoke("replay", "traces/pr991")
+    assert code == 0 and "warning" not in err
+
+
+def test_permute_is_reproducible_and_the_same_whatever_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)  # workers even for small traces
+    args = ["replay", "traces/art-h200", "-p", "warm-fit", "-p", "envelope", "-f", "json"]
+    first = invoke(*args, "--permute", "7", "--seed", "11", "--jobs", "1")
+    again = invoke(*args, "--permute", "7", "--seed", "11", "--jobs", "2")
+    other = invoke(*args, "--permute", "7", "--seed", "12", "--jobs", "1")
+    assert first[0] == again[0] == other[0] == 0
+    assert first[1] == again[1]
+    assert first[1] != other[1]
+    results = json.loads(first[1])["results"]
+    assert {r["permutations"] for r in results} == {7}
+    assert all(r["under_peak_worst"] >= r["under_peak_mean"] >= 0 for r in results)
+
+
+@pytest.mark.parametrize("bad", [["--permute", "0"], ["--permute", "7", "--seed", "-1"]])
+def test_permute_refuses_bad_values(bad: list[str]) -> None:
+    code, _, err = invoke("replay", "traces/pr991", *bad)
+    assert code == 2
+    assert "Traceback" not in err
