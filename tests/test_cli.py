@@ -31,6 +31,10 @@ def test_markdown_reads_like_the_pr_table() -> None:
         "|---|---|---|---|---|\n"
         "| EP1 | +35% (+24%) | +16% (+9%) | 0 of 25 | 0 of 5 |\n"
         "| EP2 | +43% (+14%) | +43% (+14%) | 0 of 17 | 0 of 1 |\n"
+        "| **all 2 runs** | +39% (+14%) | +29% (+9%) | 0 of 42 | 0 of 6 |\n"
+        "\n"
+        "All 2 runs: the median of their medians (the least of their minima); waves counted "
+        "over all of them.\n"
     )
 
 

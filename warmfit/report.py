@@ -91,6 +91,36 @@ def _keys(summary: pl.DataFrame) -> list[str]:
     return [k for k in ("run", "signature") if k in summary.columns]
 
 
+def overall(summary: pl.DataFrame) -> pl.DataFrame | None:
+    """Per policy, the results taken together (None for a single result): waves, under
+    their peak and beyond the seen range summed; ``median_over_estimate`` the median of
+    the results' medians and ``min_over_estimate`` the least of their minima. The key
+    columns hold ``all N runs`` (or ``results``, by signature) and nulls.
+
+    >>> frame = pl.DataFrame({"run": ["a", "b", "c"], "policy": ["p"] * 3,
+    ...     "priced_waves": [2, 3, 4], "median_over_estimate": [0.1, 0.3, 0.2],
+    ...     "min_over_estimate": [0.0, 0.1, -0.1], "under_peak": [0, 1, 1],
+    ...     "priced_beyond": [1, 1, 2], "under_peak_beyond": [0, 1, 0]})
+    >>> overall(frame).row(0)
+    ('all 3 runs', 'p', 9, 0.2, -0.1, 2, 4, 1)
+    """
+    keys = _keys(summary)
+    groups = summary.select(keys).n_unique()
+    if groups < 2:
+        return None
+    label = f"all {groups} {'runs' if keys == ['run'] else 'results'}"
+    totals = summary.group_by("policy", maintain_order=True).agg(
+        pl.col("priced_waves").sum(),
+        pl.col("median_over_estimate").median(),
+        pl.col("min_over_estimate").min(),
+        pl.col("under_peak").sum(),
+        pl.col("priced_beyond").sum(),
+        pl.col("under_peak_beyond").sum(),
+    )
+    names = [pl.lit(label).alias(keys[0]), *[pl.lit(None, pl.String).alias(k) for k in keys[1:]]]
+    return totals.select(*names, pl.all())
+
+
 def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
     """The table of ART PR #991: rows are runs (and signatures); per policy the
     median over-estimate with its min; then waves under their peak ("0 of 25")."""
@@ -102,10 +132,14 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
         "under beyond the seen range",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for names, group in summary.group_by(keys, maintain_order=True):
+    together = overall(summary)
+    blocks = list(summary.group_by(keys, maintain_order=True))
+    if together is not None:  # the results taken together, last, in bold
+        blocks.append(((f"**{together.item(0, 0)}**", *[""] * (len(keys) - 1)), together))
+    for names, group in blocks:
         rows = group.to_dicts()
         by_policy = {r["policy"]: r for r in rows}
-        cells = [markdown_cell(str(name)) for name in names]
+        cells = [markdown_cell(str(name)) if name is not None else "" for name in names]
         for p in policies:
             r = by_policy[p]
             if r["median_over_estimate"] is None:
@@ -121,6 +155,12 @@ def to_markdown(summary: pl.DataFrame, policies: Sequence[str]) -> str:
         lines += ["", "The budget's counts are in --format table, csv and json."]
     if "permutations" in summary.columns:
         lines += ["", "The figures across --permute orders are in --format table, csv and json."]
+    if together is not None:
+        lines += [
+            "",
+            f"{together.item(0, 0).capitalize()}: the median of their medians (the "
+            "least of their minima); waves counted over all of them.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -199,6 +239,11 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "memory (not in the figures)"
         )
     orders = "permutations" in summary.columns
+    if summary.select(keys).n_unique() > 1:
+        caption += (
+            "; all = the results taken together: waves summed, the median of their medians, "
+            "the least of their minima"
+        )
     if orders:
         caption += (
             f"; across {summary.get_column('permutations')[0]} random orders of each run's "
@@ -244,6 +289,19 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
         shown = [""] * len(keys) if names == previous else [cell(n) for n in names]
         table.add_row(*shown, cell(r["policy"]), *[cells[name] for name in figures])
         previous = names
+    together = overall(summary)
+    if together is not None:  # the results taken together (see overall())
+        table.add_section()
+        for i, r in enumerate(together.iter_rows(named=True)):
+            cells = {
+                "waves": str(r["priced_waves"]),
+                "median": percent(r["median_over_estimate"], 1),
+                "min": percent(r["min_over_estimate"], 1),
+                "under": str(r["under_peak"]),
+                "beyond": f"{r['under_peak_beyond']}/{r['priced_beyond']}",
+            }
+            label = [cell(r[keys[0]]) if i == 0 else "", *[""] * (len(keys) - 1)]
+            table.add_row(*label, cell(r["policy"]), *[cells.get(name, "") for name in figures])
     return table_text(table)
 
 
