@@ -186,7 +186,7 @@ def test_replay_prices_every_wave_but_each_run_s_first(
         app, ["replay", str(TRACE / f"{order}.parquet"), "--format", "json"]
     )
     assert result.exit_code == 0, result.output
-    results = json.loads(result.output)["results"]
+    results = json.loads(result.stdout)["results"]
     totals: dict[str, Counter[str]] = {}
     for r in results:
         totals.setdefault(r["policy"], Counter()).update(

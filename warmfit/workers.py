@@ -198,7 +198,7 @@ def _stats(files: Sequence[str]) -> tuple[tuple[int, int], ...]:
 #: (``--per-wave FILE`` may exist, with ``--force``). A test holds it to the command's.
 REPLAY_VALUED_OPTIONS = frozenset(
     {"-p", "--policy", "-f", "--format", "--per-wave", "--budget", "--by", "--engine",
-     "--safety", "-j", "--jobs", "--cluster"}
+     "--safety", "-j", "--jobs", "--cluster", "--permute", "--seed"}
 )  # fmt: skip
 
 
