@@ -12,7 +12,13 @@ resident memory (``ru_maxrss``):
   the vectorized engine, summary included;
 - ``scalar``: the same on the reference engine (up to 1e6 readings: it is slow);
 - ``vectorized:example`` and ``scalar:example``: the README's example user
-  policy (``LastWhole``, declared once) on each engine.
+  policy (``LastWhole``, declared once) on each engine;
+- ``replay:vectorized:envelope`` and ``replay:scalar:envelope`` (up to 1e6
+  readings, as ``scalar``): :func:`warmfit.replay.replay` alone, the
+  ``envelope`` policy on each engine, on readings read and validated before
+  the clock starts (the scalar one runs once: about 20 s per 1e6 readings).
+  Their ratio is a target: the vectorized engine at least 10x the reference
+  one at 1e6.
 
 Best-of-N flatters: the interpreter has imported polars and numpy, and the
 allocator has already grown to the replay's size. A user runs the command
@@ -28,6 +34,11 @@ Two more cold cases: ``cold scan``, the bare scan in a fresh process
 (interpreter start, ``import polars``, the same columns read): the floor of
 a cold command, as ``scan`` is the floor in process; and ``cold per-wave``,
 the default replay writing its per-wave file too (up to 1e7 readings).
+And ``cold envelope``, ``warmfit replay PATH -p envelope``, at every size,
+measured in turn with ``cold`` (default, envelope, default, envelope, ...)
+so that load which comes and goes falls on both alike: the envelope's best
+run over the built-ins' (max-merge and warm-fit) best run is a target, at
+most 2x at 1e7.
 Before the cold cases, warmfit's modules are byte-compiled, as ``pip
 install`` does: where ``PYTHONDONTWRITEBYTECODE`` is set (as on the
 development VM), an editable install would otherwise compile every module
@@ -59,6 +70,8 @@ MEMORY_MAX = 10_000_000
 SCALAR_MAX = 1_000_000
 #: The README's example user policy, declared once (tests/example_policy.py).
 EXAMPLE = "tests.example_policy:LastWhole"
+#: The built-in policy whose engines and cold command are measured beside the defaults.
+ENVELOPE = "envelope"
 
 #: Peak resident memory of a process and all its descendants (worker processes
 #: included), summed, sampled every 20 ms from /proc: shared pages count once per
@@ -136,6 +149,8 @@ def main():
     files = find_trace_files([path])
     times, cpus, peaks = [], [], []
     readings = 0
+    # replay:ENGINE:POLICY times replay() alone: the readings are read before the clock starts
+    validated = read_trace(files, columns=()) if case.startswith("replay:") else None
     for _ in range(repeat):
         sampler = TreePeak(os.getpid())
         start, cpu = time.perf_counter(), time.process_time()
@@ -147,6 +162,13 @@ def main():
             result = replay(frame, [rest] if rest else None, 1.1, "vectorized")
             readings = frame.height
             del result, frame
+        elif kind == "replay":  # replay() alone, on the readings read above
+            engine, _, spec = rest.partition(":")
+            result = replay(validated, [spec], 1.1, engine)
+            if result.engine != engine:
+                sys.exit(f"{case}: the {result.engine} engine ran, not the {engine} one")
+            readings = validated.height
+            del result
         else:  # stream:JOBS[:module:Class] or scalar[:module:Class]
             jobs, _, spec = rest.partition(":") if kind == "stream" else ("1", "", rest)
             engine = "scalar" if kind == "scalar" else "auto"
@@ -227,7 +249,10 @@ COLD = {
     "cold -j1": ["--jobs", "1"],
     "cold per-wave": ["--per-wave", str(PER_WAVE), "--force"],
     "cold scalar": ["--engine", "scalar", "--jobs", "1"],
+    "cold envelope": ["-p", ENVELOPE],
 }
+#: Cold cases measured in turn with the first one, run by run (their ratio is a target).
+IN_TURN = {"cold": ["cold envelope"]}
 
 
 #: The bare scan in a fresh process: ``python -c _SCAN COLUMNS FILE...`` (COLUMNS
@@ -261,23 +286,32 @@ def compile_bytecode() -> None:
     compileall.compile_dir(Path(warmfit.__file__).parent, quiet=1)
 
 
-def run_cold(command: list[str], runs: int) -> dict[str, Any]:
-    """``command`` (:func:`cold_command`) in a fresh process, ``runs`` times."""
-    walls, cpus, peaks = [], [], []
+def run_cold(commands: dict[str, list[str]], runs: int) -> dict[str, dict[str, Any]]:
+    """Each of ``commands`` (case: :func:`cold_command`) in a fresh process, ``runs``
+    times, in turn (a, b, a, b, ...): load that comes and goes falls on each alike."""
+    walls: dict[str, list[float]] = {case: [] for case in commands}
+    cpus: dict[str, list[float]] = {case: [] for case in commands}
+    peaks: dict[str, list[int]] = {case: [] for case in commands}
     for _ in range(runs):
-        done = subprocess.run(
-            [sys.executable, "-c", _COLD, *command],
-            capture_output=True, text=True, check=True, cwd=ROOT,
-        )  # fmt: skip
-        one = json.loads(done.stdout.strip().splitlines()[-1])
-        walls.append(one["wall_s"])
-        cpus.append(one["cpu_s"])
-        peaks.append(one["peak_bytes"])
+        for case, command in commands.items():
+            done = subprocess.run(
+                [sys.executable, "-c", _COLD, *command],
+                capture_output=True, text=True, check=True, cwd=ROOT,
+            )  # fmt: skip
+            one = json.loads(done.stdout.strip().splitlines()[-1])
+            walls[case].append(one["wall_s"])
+            cpus[case].append(one["cpu_s"])
+            peaks[case].append(one["peak_bytes"])
     return {
-        "wall_s": statistics.median(walls),
-        "walls_s": walls,
-        "cpu_s": statistics.median(cpus),
-        "peak_bytes": max(peaks),
+        case: {
+            "wall_s": statistics.median(walls[case]),
+            "walls_s": walls[case],
+            "cpu_s": statistics.median(cpus[case]),
+            "cpus_s": cpus[case],
+            "peak_bytes": max(peaks[case]),
+            "in_turn_with": [other for other in commands if other != case],
+        }
+        for case in commands
     }
 
 
@@ -286,11 +320,12 @@ def cases(readings: int) -> list[str]:
     out = ["scan", "stream:1", "stream:2"]
     if readings <= MEMORY_MAX:
         out.append("memory")
-    out += ["cold scan", "cold", "cold -j1"]
+    out += ["cold scan", "cold", "cold envelope", "cold -j1"]
     if readings <= MEMORY_MAX:
         out.append("cold per-wave")
     if readings <= SCALAR_MAX:
         out += ["scalar", "cold scalar", f"stream:1:{EXAMPLE}", f"scalar:{EXAMPLE}"]
+        out += [f"replay:vectorized:{ENVELOPE}", f"replay:scalar:{ENVELOPE}"]
     return out
 
 
@@ -306,19 +341,25 @@ def main(argv: list[str] | None = None) -> int:
     compile_bytecode()
     for label in args.sizes:
         folder = ensure_trace(label, SIZES[label])
-        for case in cases(SIZES[label]):
+        measured: dict[str, dict[str, Any]] = {}  # cold cases run in turn with an earlier one
+        for case in (size_cases := cases(SIZES[label])):
             if case.startswith("cold"):
-                runs = args.cold_runs if SIZES[label] <= MEMORY_MAX else 1
-                result = run_cold(cold_command(case, folder), runs)
-                PER_WAVE.unlink(missing_ok=True)
+                if case not in measured:
+                    runs = args.cold_runs if SIZES[label] <= MEMORY_MAX else 1
+                    group = [case, *(c for c in IN_TURN.get(case, []) if c in size_cases)]
+                    measured.update(run_cold({c: cold_command(c, folder) for c in group}, runs))
+                    PER_WAVE.unlink(missing_ok=True)
+                result = measured.pop(case)
                 done = [r for r in rows if r["size"] == label and "columns_bytes" in r]
                 result["columns_bytes"] = done[0]["columns_bytes"]
                 result["readings"] = done[0]["readings"]
                 spread = "-".join(f"{w:.2f}" for w in (min(result["walls_s"]),
                                                         max(result["walls_s"])))  # fmt: skip
                 how = f"median of {len(result['walls_s'])} fresh processes: {spread} s"
+                if result["in_turn_with"]:
+                    how += ", in turn with " + " and ".join(result["in_turn_with"])
             else:
-                slow = case.startswith("scalar") or SIZES[label] > MEMORY_MAX
+                slow = case.startswith(("scalar", "replay:scalar")) or SIZES[label] > MEMORY_MAX
                 repeat = 1 if slow else args.repeat
                 result = run_case(case, folder, repeat)
                 how = f"best of {repeat}" if repeat > 1 else "1 run"
@@ -326,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             result["readings_per_s"] = result["readings"] / result["wall_s"]
             rows.append(result)
             print(
-                f"{label:>4} {result['case']:<18} {result['wall_s']:8.2f} s "
+                f"{label:>4} {result['case']:<26} {result['wall_s']:8.2f} s "
                 f"(cpu {result['cpu_s']:6.2f} s) "
                 f"{result['readings_per_s']:14,.0f} readings/s "
                 f"peak {result['peak_bytes'] / 2**20:8,.0f} MiB "
@@ -403,6 +444,38 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, tuple[bool, str]]:
                 f"{cs['wall_s'] / cv['wall_s']:.1f}x",
             )
             break
+    for size in SIZES:  # envelope: the vectorized engine against the reference one
+        vec = at.get((size, f"replay:vectorized:{ENVELOPE}"))
+        ref = at.get((size, f"replay:scalar:{ENVELOPE}"))
+        if vec and ref:
+            speedup = ref["wall_s"] / vec["wall_s"]
+            detail = (
+                f"{speedup:.1f}x ({ref['wall_s']:.2f} s / {vec['wall_s']:.2f} s; "
+                f"cpu {ref['cpu_s'] / vec['cpu_s']:.1f}x)"
+            )
+            if size == "1e6":
+                name = f"{ENVELOPE} vectorized >= 10x the reference engine at 1e6 (replay())"
+                out[name] = (speedup >= 10, detail)
+            else:
+                out[f"{ENVELOPE}: the reference engine / vectorized at {size} (replay())"] = (
+                    True,
+                    detail,
+                )
+    for size in SIZES:  # envelope against the built-ins, cold commands run in turn
+        if (ce := at.get((size, "cold envelope"))) and (cd := at.get((size, "cold"))):
+            # best run over best run (runs in turn); the medians and CPU seconds beside
+            best_e, best_d = min(ce["walls_s"]), min(cd["walls_s"])
+            ratio = best_e / best_d
+            cpu = min(ce["cpus_s"]) / min(cd["cpus_s"])
+            detail = (
+                f"{ratio:.2f}x ({best_e:.2f} s / {best_d:.2f} s, best of {len(ce['walls_s'])} "
+                f"in turn; medians {ce['wall_s'] / cd['wall_s']:.2f}x, cpu {cpu:.2f}x)"
+            )
+            if size == "1e7":
+                name = f"-p {ENVELOPE} <= 2x the built-ins at 1e7 (cold commands)"
+                out[name] = (ratio <= 2, detail)
+            else:
+                out[f"-p {ENVELOPE} / the built-ins at {size} (cold commands)"] = (True, detail)
     return out
 
 

@@ -109,8 +109,30 @@ def test_beyond_counts_only_what_the_profile_observed() -> None:
         ]
     )
     for engine in ("scalar", "vectorized"):
-        rows = replay(frame, ["max-merge"], 1.1, engine).per_wave
-        assert rows.get_column("beyond").to_list() == [None, True, True, None], engine
+        result = replay(frame, ["max-merge"], 1.1, engine)
+        assert result.per_wave.get_column("beyond").to_list() == [None, True, True, None]
+        # the out-of-memory wave is beyond but not a figure wave: only wave 2 counts
+        assert result.summary.row(0, named=True)["priced_beyond"] == 1, engine
+
+
+def test_a_wave_as_large_as_the_largest_seen_is_not_beyond() -> None:
+    frame = readings_frame(
+        [
+            dict(
+                seq=i,
+                wave=i,
+                signature="s",
+                packed_tokens=n,
+                logical_tokens=n,
+                peak_bytes=10,
+                whole=True,
+            )
+            for i, n in enumerate([2_000, 2_000, 1_000, 2_001])
+        ]  # fmt: skip
+    )
+    for engine in ("scalar", "vectorized"):
+        rows = replay(frame, ["envelope"], 1.1, engine).per_wave
+        assert rows.get_column("beyond").to_list() == [None, False, False, True], engine
 
 
 def test_per_wave_file_and_json_carry_beyond(tmp_path: Path) -> None:

@@ -177,29 +177,26 @@ def declared_prices(
     key: tuple[tuple[str, int], ...] = ()
     for agg in cls.aggregates:
         key += ((agg.name, id(agg)),)
-        if key not in computed and isinstance(agg, Points):
-            meets = (
-                observed
-                if agg.where is None
-                else observed & (evaluate(agg.where, columns, running, memo) != 0)
-            )
-            at = evaluate(agg.at, columns, running, memo)
-            values = evaluate(agg.value, columns, running, memo)
-            kept = meets & ~np.isnan(at) & ~np.isnan(values)
-            points = PointQueries(at[kept], values[kept], np.flatnonzero(kept), starts, priced_at)
-            computed[key] = _Computed(np.zeros(0), points, None)  # type: ignore[arg-type]
-        elif key not in computed:
+        if key not in computed:
             meets = (
                 observed
                 if agg.where is None
                 else observed & (evaluate(agg.where, columns, running, memo) != 0)
             )
             values = evaluate(agg.value, columns, running, memo)
-            values = _running(agg, values, meets, starts, lengths)
-            at_waves = values[before]
-            at_waves[unpriced] = agg.initial
-            first = np.logical_or.reduceat(meets, starts) if isinstance(agg, First) else None
-            computed[key] = _Computed(values, at_waves, first)
+            if isinstance(agg, Points):  # the points themselves, asked by the rule
+                at = evaluate(agg.at, columns, running, memo)
+                kept = meets & ~np.isnan(at) & ~np.isnan(values)
+                points = PointQueries(
+                    at[kept], values[kept], np.flatnonzero(kept), starts, priced_at
+                )
+                computed[key] = _Computed(np.zeros(0), points, None)  # type: ignore[arg-type]
+            else:
+                values = _running(agg, values, meets, starts, lengths)
+                at_waves = values[before]
+                at_waves[unpriced] = agg.initial
+                first = np.logical_or.reduceat(meets, starts) if isinstance(agg, First) else None
+                computed[key] = _Computed(values, at_waves, first)
         done = computed[key]
         if isinstance(done.at_waves, PointQueries):
             state[agg.name] = done.at_waves  # answers queries; nothing changes it
