@@ -128,7 +128,7 @@ def test_a_wave_as_large_as_the_largest_seen_is_not_beyond() -> None:
                 whole=True,
             )
             for i, n in enumerate([2_000, 2_000, 1_000, 2_001])
-        ]  # fmt: skip
+        ]
     )
     for engine in ("scalar", "vectorized"):
         rows = replay(frame, ["envelope"], 1.1, engine).per_wave
@@ -188,3 +188,46 @@ def test_permute_refuses_bad_values(bad: list[str]) -> None:
     code, _, err = invoke("replay", "traces/pr991", *bad)
     assert code == 2
     assert "Traceback" not in err
+
+
+def test_permute_on_an_empty_trace_and_seed_without_permute(tmp_path: Path) -> None:
+    write_trace(worked().head(0), tmp_path / "empty.parquet")
+    for fmt in ("table", "markdown", "csv", "json"):
+        code, _, err = invoke("replay", str(tmp_path), "--permute", "3", "-f", fmt)
+        assert code == 0, (fmt, err)
+    code, _, err = invoke("replay", "traces/pr991", "--seed", "5")
+    assert code == 2 and "--permute" in err and "Traceback" not in err
+    code, _, err = invoke("replay", "traces/pr991", "--permute", "0")
+    assert code == 2 and "--permute" in err  # the flag, not the library's argument
+
+
+def test_the_safe_factor_is_folded_by_the_streamed_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warning's factor comes from the replay's own fold, batch by batch in the
+    workers, never from a second replay of the trace in memory."""
+    write_trace(worked("a"), tmp_path / "a.parquet")
+    write_trace(
+        worked("b").with_columns(peak_bytes=pl.col("peak_bytes") * 2), tmp_path / "b.parquet"
+    )
+    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)  # workers even for small traces
+
+    def no_second_replay(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the trace was replayed again for the safe factor")
+
+    monkeypatch.setattr("warmfit.sweep.safe_factors", no_second_replay)
+    code, _, err = invoke("replay", str(tmp_path), "-p", "max-merge", "--jobs", "2")
+    assert code == 0, err
+    # run a as WAVES says; run b's peaks doubled: wave 1 at 2,000 B/token * 2,000 =
+    # 4,000,000 before the factor against 6,000,000 (1.5 again, beyond); waves 2 and 3 at
+    # 3,000 B/token: 4,500,000 against 2,800,000 and 9,000,000 against 8,000,000
+    assert "is 1.5000 (exactly 1.5)." in err.splitlines()[-1]
+    assert "put 2 waves under their peak, 2 of them beyond" in err
+
+
+def test_summarize_reads_per_wave_rows_written_before_beyond() -> None:
+    from warmfit.replay import result_groups, summarize
+
+    rows = replay(worked(), ["max-merge"]).per_wave.drop("beyond")
+    summary = summarize(rows, ["max-merge"], result_groups(worked()))
+    assert summary.row(0, named=True)["priced_beyond"] == 0

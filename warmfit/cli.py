@@ -29,6 +29,8 @@ FLAGS = {
     "budget_bytes": "--budget",
     "jobs": "--jobs",
     "fmt": "--format",
+    "permutations": "--permute",
+    "seed": "--seed",
 }
 
 

@@ -244,7 +244,7 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "; all = the results taken together: waves summed, the median of their medians, "
             "the least of their minima"
         )
-    if orders:
+    if orders and summary.height:
         caption += (
             f"; across {summary.get_column('permutations')[0]} random orders of each run's "
             "waves: orders under = waves under their peak, mean / worst; orders median = the "

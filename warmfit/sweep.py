@@ -26,6 +26,7 @@ import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.replay import IN_FIGURES, group_keys, replay
+from warmfit.replay.semantics import covering_factors
 
 JSON_SCHEMA = "warmfit.sweep/1"
 DEFAULT_GRID = "1.0:1.6:0.01"
@@ -63,26 +64,7 @@ def safe_factor(unscaled: np.ndarray, actual: np.ndarray) -> float | None:
     """
     if len(unscaled) == 0 or (unscaled <= 0).any():
         return None
-    total = unscaled.astype(np.float64)
-    f = actual.astype(np.float64) / total
-
-    def covers(factor: np.ndarray) -> np.ndarray:
-        return (total * factor).astype(np.int64) >= actual
-
-    # A correctly rounded quotient is within a few ulps of the answer: step up
-    # where it does not cover yet, then down while the next smaller still does.
-    for _ in range(64):
-        short = ~covers(f)
-        if not short.any():
-            break
-        f = np.where(short, np.nextafter(f, np.inf), f)
-    for _ in range(64):
-        lower = np.nextafter(f, 0)
-        still = covers(lower)
-        if not still.any():
-            break
-        f = np.where(still, lower, f)
-    return float(f.max())
+    return float(covering_factors(unscaled, actual).max())
 
 
 def _median(values: np.ndarray) -> float | None:

@@ -833,8 +833,8 @@ def no_whole_warning(pairs: pl.DataFrame | Iterable[tuple[str, str]], shown: int
     if len(rows) > shown:
         named += f" and {len(rows) - shown} more"
     return (
-        f"warmfit: warning: no whole reading in {named}: warm-fit has nothing to learn "
-        "from there and prices exactly as max-merge. A caller reading is whole only when "
+        f"warmfit: warning: no whole reading in {named}: warm-fit and envelope have "
+        "nothing to learn from there and price exactly as max-merge. A caller reading is whole only when "
         "the trainer calls wave.forward_done() between the forward and the backward "
         f"(see {WHOLE_DOCS})."
     )

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, BinaryIO
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from warmfit.replay.stream import StreamedReplay
 
 from warmfit.commands.options import (
     BudgetOpt,
@@ -121,7 +126,7 @@ def _replay(
 ) -> None:
     from warmfit.perwave import PerWaveWriter
     from warmfit.progress import progress_bar
-    from warmfit.replay.stream import StreamedReplay, replay_stream
+    from warmfit.replay.stream import replay_stream
     from warmfit.report import render
     from warmfit.text import counted, printable
 
@@ -131,6 +136,10 @@ def _replay(
 
         check_permutations(permute)
         check_seed(seed)
+    elif seed:
+        from warmfit.errors import UsageError
+
+        raise UsageError("--seed chooses the orders of --permute; give --permute N with it.")
 
     def run(per_wave: PerWaveWriter | None = None) -> StreamedReplay:
         with progress_bar("replaying", unit="batches") as progress:
@@ -161,48 +170,63 @@ def _replay(
             f"wrote {printable(str(per_wave))} ({counted(result.per_wave_rows, 'row')})", err=True
         )
     warn_without_whole(result.without_whole)
-    readings = None
     if permute is not None:
         from dataclasses import replace
 
-        from warmfit.commands.options import read_traces
-        from warmfit.replay.permute import order_robustness
-
-        readings = read_traces(paths)
-        orders = order_robustness(readings, policy, safety, engine.value, by.value, permute, seed)
-        keys = [*orders.columns[: orders.columns.index("policy") + 1]]
-        summary = result.summary.join(orders, on=keys, how="left", maintain_order="left")
+        summary = _with_orders(result.summary, paths, policy, safety, engine, by, permute, seed)
         result = replace(result, summary=summary)
     typer.echo(render(result, format.value), nl=False)
-    _warn_under_peak(result.summary, paths, readings, policy, engine.value)
+    _warn_under_peak(result, paths, policy, engine.value)
+
+
+def _with_orders(
+    summary: pl.DataFrame,
+    paths: list[Path],
+    policy: list[str] | None,
+    safety: float,
+    engine: Engine,
+    by: By,
+    permute: int,
+    seed: int,
+) -> pl.DataFrame:
+    """The summary with SPEC §8's figures across ``permute`` random orders: the orders
+    are replayed here, batch by batch of whole streams (bounded memory, one process;
+    the bytes depend on the seed alone, never on --jobs)."""
+    from warmfit.replay.engines import choose_engine, resolve_policies
+    from warmfit.replay.permute import OrderFold
+    from warmfit.replay.summary import group_keys
+    from warmfit.streams import plan_trace, read_canonical
+
+    classes = resolve_policies(policy)
+    chosen = choose_engine(engine.value, classes)
+    keys = group_keys(by.value)
+    names = [cls.name for cls in classes]
+    with OrderFold(names, by.value, permute, seed) as fold:
+        for batch in plan_trace(paths):
+            fold.add(read_canonical(batch).frame, classes, safety, chosen)
+        orders = fold.finish(summary.select(keys).unique(maintain_order=True))
+    return summary.join(orders, on=[*keys, "policy"], how="left", maintain_order="left")
 
 
 def _warn_under_peak(
-    summary: object, paths: list[Path], readings: object, policy: list[str] | None, engine: str
+    result: StreamedReplay, paths: list[Path], policy: list[str] | None, engine: str
 ) -> None:
-    """One warning line per policy that put a wave under its peak (SPEC §8 "beyond"),
-    with the smallest safety factor that puts none under on these traces."""
-    import polars as pl
+    """One warning line per policy that put a wave under its peak, with the smallest
+    safety factor that puts none under on these traces: folded by the replay itself,
+    or, for a policy the reference engine priced (it keeps no bytes before the
+    factor), found by :func:`warmfit.sweep.safe_factors` on the trace in memory."""
+    import math
 
     from warmfit.report import under_peak_warnings
 
-    assert isinstance(summary, pl.DataFrame)
-    if not summary.get_column("under_peak").sum():
-        return
-    from warmfit.commands.options import read_traces
-    from warmfit.sweep import safe_factors
+    safe = dict(result.safe_factors)
+    unknown = [name for name, factor in safe.items() if factor is not None and math.isnan(factor)]
+    if unknown:
+        from warmfit.commands.options import read_traces
+        from warmfit.policies import get_policy
+        from warmfit.sweep import safe_factors
 
-    if not isinstance(readings, pl.DataFrame):
-        readings = read_traces(paths)
-    unsafe = summary.filter(pl.col("under_peak") > 0).get_column("policy").unique().to_list()
-    named = [p for p in (policy or []) if get_name(p) in unsafe] or unsafe
-    safe = safe_factors(readings, named, engine)
-    for line in under_peak_warnings(summary, safe):
+        specs = [p for p in (policy or []) if get_policy(p).name in unknown] or unknown
+        safe |= safe_factors(read_traces(paths), specs, engine)
+    for line in under_peak_warnings(result.summary, safe):
         typer.echo(line, err=True)
-
-
-def get_name(spec: str) -> str:
-    """A policy's name for a ``-p`` value (a registered name or ``module:Class``)."""
-    from warmfit.policies import get_policy
-
-    return get_policy(spec).name

@@ -29,22 +29,28 @@ class Envelope(MaxMerge):
     - **within the measured sizes**: the straight line between the envelope at
       its two measured neighbours, ``E(lo) + (E(hi) - E(lo)) * (x - lo) / (hi - lo)``
       (exactly ``E(x)`` on a measured size). It is never below ``E(x)``, so
-      never below the compute of any wave seen at a size not above this one;
-      it is at or above any convex curve through the points (the chord lies
-      above the curve), so exact for an affine one and safe for a quadratic one;
+      never below the compute of any wave seen at a size not above this one.
+      Where memory is a convex function of tokens (a fixed cost, a rate, a
+      quadratic term), the chord lies on or above the curve: exact, to the
+      rounding of a double, for a non-decreasing line, and safe for a convex
+      curve. A curve that bends the other way between two measured sizes
+      (concave) can be under-priced there;
     - **beyond the largest size measured** ``n_max``: ``E(n_max) * (x / n_max) ** k``,
-      with ``k = 1``, or ``k = 2`` once the curve has grown faster than
-      linearly: the envelope's bytes per token at ``n_max`` above those at the
-      next smaller size measured (a cold and a warm wave of one size are one
-      size: their difference is not growth).
+      with ``k = 1``, or ``k = 2`` once the envelope's bytes per token at
+      ``n_max`` exceed those at the next smaller size measured (growth faster
+      than linear *where it was measured*; a cold and a warm wave of one size
+      are one size: their difference is not growth).
 
     The bet beyond the measured range: memory there grows no faster than in
     proportion to tokens (``k = 1``: any fixed cost plus a rate), or no faster
-    than their square once superlinear growth was seen (``k = 2``: attention
-    without a fused kernel). A curve steeper than that (a cubic term, a
-    workspace that appears only at large sizes) is under-priced beyond
-    ``n_max`` until a wave of that size is measured; replay counts such
-    waves as ``beyond`` (SPEC §8). The extrapolation stops at :data:`CEILING`
+    than their square once the two largest sizes showed the bytes per token
+    rising (``k = 2``: attention without a fused kernel). It loses where a
+    quadratic term is still hidden under a large fixed cost at the sizes
+    measured (``10**6 + n**2`` measured at 100-300 tokens is priced linearly
+    at 10,000: 36 MB for 101 MB), where the growth is steeper than a square,
+    or where a workspace appears only at large sizes: such a wave is
+    under-priced until one of its size is measured, and replay counts it as
+    ``beyond`` (SPEC §8). The extrapolation stops at :data:`CEILING`
     (8 PiB). Memory that falls as tokens grow is priced
     at the envelope, never below what it has cost.
 

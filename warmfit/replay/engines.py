@@ -69,6 +69,9 @@ class Priced:
     set_by: np.ndarray
     #: Per wave, whether it was priced beyond the seen range (SPEC §8).
     beyond: np.ndarray
+    #: Per (wave, policy), the bytes before the safety factor (-1: unpriced); None from
+    #: the reference engine, whose rows do not keep them.
+    unscaled: np.ndarray | None
     #: Per profile, the reading counts of :func:`warmfit.trace.reading_counts`
     #: (the vectorized engine counts them on the way; None from the scalar one).
     counts: pl.DataFrame | None
@@ -99,18 +102,22 @@ def price(
         rows = per_wave_frame(readings, priced, [cls.name for cls in classes]) if per_wave else None
         return Priced(
             "vectorized", rows, readings.select(keys).gather(priced.first), priced.actual,
-            priced.oom, priced.estimate, priced.set_by, priced.beyond, priced.counts,
+            priced.oom, priced.estimate, priced.set_by, priced.beyond, priced.unscaled,
+            priced.counts,
         )  # fmt: skip
     if profiles_out is not None:
         profiles_out.clear()
     frame = replay_scalar(readings, classes, safety_factor, profiles_out)
     waves, actual, oom, estimate, set_by, beyond = per_wave_arrays(frame, len(classes))
     rows = frame if per_wave else None
-    return Priced("scalar", rows, waves.select(keys), actual, oom, estimate, set_by, beyond, None)
+    return Priced(
+        "scalar", rows, waves.select(keys), actual, oom, estimate, set_by, beyond, None, None
+    )
 
 
 def fold_priced(fold: SummaryFold, priced: Priced) -> None:
     """Fold the waves one engine priced into a summary."""
     fold.add(
-        priced.groups, priced.actual, priced.oom, priced.estimate, priced.set_by, priced.beyond
-    )
+        priced.groups, priced.actual, priced.oom, priced.estimate, priced.set_by, priced.beyond,
+        priced.unscaled,
+    )  # fmt: skip

@@ -123,10 +123,11 @@ def estimates(
     static_floor_bytes: np.ndarray,
     has_floor: np.ndarray,
     safety_factor: float,
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`estimate_bytes` over arrays of waves: the estimates (-1: unpriced) and what
-    set them (0: unpriced, 1: profile, 2: floor); None where a value could leave the range
-    in which int64 arithmetic on doubles is exact (the reference engine then prices)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`estimate_bytes` over arrays of waves: the estimates (-1: unpriced), what
+    set them (0: unpriced, 1: profile, 2: floor) and the bytes before the safety factor
+    (``o + compute``; -1: unpriced); None where a value could leave the range in which
+    int64 arithmetic on doubles is exact (the reference engine then prices)."""
     has_p = ~np.isnan(p)
     if (p >= PRICE_LIMIT).any():  # (NaN compares false)
         return None
@@ -138,10 +139,44 @@ def estimates(
         ) * safety_factor
     if (total >= PRICE_LIMIT).any():
         return None
-    estimate = np.where(has_p | has_floor, total.astype(np.int64), -1)
+    priced = has_p | has_floor
+    estimate = np.where(priced, total.astype(np.int64), -1)
     # 1 where the profile's bytes are at least the floor, else 2; 2 or 0 without a profile
     set_by = np.where(has_p, 2 - (learned >= static_floor_bytes), 2 * has_floor)
-    return estimate, set_by
+    unscaled = np.where(priced, output_bytes + np.where(has_p, compute, static_floor_bytes), -1)
+    return estimate, set_by, unscaled
+
+
+def covering_factors(unscaled: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """Per wave, the smallest double ``f`` with ``int(unscaled * f) >= actual`` (SPEC §7's
+    safe factor of one wave; inf where ``unscaled`` is 0 and no factor covers ``actual``).
+
+    >>> covering_factors(np.array([1000, 3, 0]), np.array([1100, 3, 5])).tolist()
+    [1.1, 1.0, inf]
+    """
+    total = unscaled.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(total > 0, actual.astype(np.float64) / total, np.inf)
+    finite = np.isfinite(f)
+
+    def covers(factor: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            return ~finite | ((total * np.where(finite, factor, 0.0)).astype(np.int64) >= actual)
+
+    # A correctly rounded quotient is within a few ulps of the answer: step up
+    # where it does not cover yet, then down while the next smaller still does.
+    for _ in range(64):
+        short = ~covers(f)
+        if not short.any():
+            break
+        f = np.where(short, np.nextafter(f, np.inf), f)
+    for _ in range(64):
+        lower = np.nextafter(f, 0)
+        still = covers(lower) & finite & (lower > 0)
+        if not still.any():
+            break
+        f = np.where(still, lower, f)
+    return f
 
 
 def check_budget(budget_bytes: int | None) -> int | None:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,10 @@ class StreamedReplay:
     #: The (run, signature) pairs with flat readings but no whole one
     #: (:func:`warmfit.trace.without_whole`).
     without_whole: pl.DataFrame
+    #: Per policy that put a wave under its peak, the smallest safe factor
+    #: (:meth:`~warmfit.replay.summary.SummaryFold.safe_factors`: None where no factor
+    #: covers a wave, NaN where the reference engine priced a batch).
+    safe_factors: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ def replay_batch(
     with _spilling():
         part = fold_part(
             code, distinct, priced.actual, priced.oom, priced.estimate, priced.set_by,
-            priced.beyond, len(policies), budget_bytes, runs,
+            priced.beyond, len(policies), budget_bytes, runs, priced.unscaled,
         )  # fmt: skip
     rows = None if priced.per_wave is None else with_admitted(priced.per_wave, budget_bytes)
     height = 0 if rows is None else rows.height
@@ -314,10 +318,11 @@ def replay_stream(
         runner.release()  # the workers exit while the figures are finished here
         with _spilling():
             summary = fold.finish()
+        safe = fold.safe_factors()
     ran = "scalar" if "scalar" in engines else chosen
     return StreamedReplay(
         summary, tuple(names), safety_factor, ran, by, budget_bytes, readings, rows,
-        len(batches), where, _without_whole(counts),
+        len(batches), where, _without_whole(counts), safe,
     )  # fmt: skip
 
 

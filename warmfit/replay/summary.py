@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from warmfit.replay.medians import (
     sort_by_group,
     write_run,
 )
+from warmfit.replay.semantics import covering_factors
 
 #: Columns of the per-run, per-policy summary (SPEC §5 ``results``, §7's
 #: ``median_excess_bytes`` and §8's ``priced_beyond`` and ``under_peak_beyond``).
@@ -102,6 +104,7 @@ class SummaryFold:
         self._counts = np.zeros((0, width), dtype=np.int64)
         self._min = np.zeros(0)
         self._max = np.zeros(0)
+        self._safe = np.zeros(0)
         spill = DEFAULT_SPILL_BYTES if spill_bytes is None else spill_bytes
         self._over = ExactMedians(np.float64, spill_bytes=spill)
         self._excess = ExactMedians(np.int64, spill_bytes=spill)
@@ -125,16 +128,19 @@ class SummaryFold:
         estimate: np.ndarray,
         set_by: np.ndarray,
         beyond: np.ndarray,
+        unscaled: np.ndarray | None = None,
     ) -> None:
         """Fold in some waves: per wave its group's key columns (``groups``),
         ``actual`` bytes, ``oom`` and whether it was priced ``beyond`` the seen range;
         per (wave, policy), raveled wave-major, the ``estimate`` (-1: unpriced) and
-        ``set_by`` code (:data:`SET_BY_CODES`)."""
+        ``set_by`` code (:data:`SET_BY_CODES`), and the bytes before the safety factor
+        (``unscaled``, for :meth:`safe_factors`; None when the engine did not keep them)."""
         group, keys = number_groups(groups)
         count = len(self.policies)
         part = fold_part(
-            group, keys, actual, oom, estimate, set_by, beyond, count, self.budget_bytes
-        )
+            group, keys, actual, oom, estimate, set_by, beyond, count, self.budget_bytes,
+            unscaled=unscaled,
+        )  # fmt: skip
         self.add_part(part)
 
     def add_part(self, part: FoldPart) -> None:
@@ -148,6 +154,7 @@ class SummaryFold:
         self._counts[cells] += part.counts
         self._min[cells] = np.minimum(self._min[cells], part.low)
         self._max[cells] = np.maximum(self._max[cells], part.high)
+        self._safe[cells] = np.maximum(self._safe[cells], part.safe)  # NaN (unknown) stays
         _add_values(self._over, part.over, cells)
         _add_values(self._excess, part.excess, cells)
 
@@ -173,12 +180,34 @@ class SummaryFold:
             )
             self._min = np.concatenate([self._min, np.full(grown, np.inf)])
             self._max = np.concatenate([self._max, np.full(grown, -np.inf)])
+            self._safe = np.concatenate([self._safe, np.full(grown, -np.inf)])
 
     def add_per_wave(self, per_wave: pl.DataFrame) -> None:
         """Fold in per-wave rows (:data:`~warmfit.replay.semantics.PER_WAVE_SCHEMA`),
         every wave with one row per policy, policies in this fold's order."""
         arrays = per_wave_arrays(per_wave, len(self.policies))
         self.add(arrays[0].select(self.keys), *arrays[1:])
+
+    def safe_factors(self) -> dict[str, float | None]:
+        """Per policy that put a figure wave under its peak, the smallest safety factor
+        that puts none under (SPEC §7's safe factor, the largest over every result: a
+        wave under its peak needs more than the factor replayed, any other wave no more,
+        so the waves under their peak decide it). None where no factor covers a wave
+        (priced at 0 bytes); NaN where a part came from the reference engine, which
+        keeps no bytes before the factor (:func:`warmfit.sweep.safe_factors` then)."""
+        count = len(self.policies)
+        if not count or not len(self._safe):
+            return {}
+        per_policy = self._safe.reshape(-1, count)
+        found: dict[str, float | None] = {}
+        for i, policy in enumerate(self.policies):
+            column = per_policy[:, i]
+            if np.isnan(column).any():
+                found[policy] = math.nan
+            elif column.max() > -np.inf:
+                worst = float(column.max())
+                found[policy] = None if math.isinf(worst) else worst
+        return found
 
     def finish(self, groups: pl.DataFrame | None = None) -> pl.DataFrame:
         """The summary: one row per group and policy, groups sorted (or as ``groups``
@@ -247,6 +276,10 @@ class FoldPart:
     #: The values themselves, or where a worker wrote them (``runs`` of :func:`fold_part`).
     over: SortedValues | SpilledRun
     excess: SortedValues | SpilledRun
+    #: Per local cell, the largest smallest-safe-factor of its waves under their peak
+    #: (-inf: none under; inf: one no factor covers; NaN: not known, no bytes before
+    #: the factor were given).
+    safe: np.ndarray
 
 
 def fold_part(
@@ -260,6 +293,7 @@ def fold_part(
     policies: int,
     budget_bytes: int | None = None,
     runs: tuple[str, str] | None = None,
+    unscaled: np.ndarray | None = None,
 ) -> FoldPart:
     """The figures of some waves (see :meth:`SummaryFold.add`) per local cell.
 
@@ -296,6 +330,15 @@ def fold_part(
         fits = actual <= budget_bytes
         conditions += [admitted, figure & ~admitted & fits, admitted & ~fits]
     counts = condition_counts(cell, cells, conditions)
+    # each cell's smallest safe factor, from its waves under their peak (few)
+    under = figure & (estimate < actual)
+    safe = np.full(cells, -np.inf)
+    if under.any():
+        if unscaled is None:
+            safe[np.unique(cell[under])] = np.nan
+        else:
+            below = unscaled.reshape(waves, policies).T.ravel()[under]
+            np.maximum.at(safe, cell[under], covering_factors(below, actual[under]))
     cell, estimate, actual = cell[figure], estimate[figure], actual[figure]
     over = sort_by_group(
         cell, estimate.astype(np.float64) / actual.astype(np.float64) - 1, np.float64
@@ -309,10 +352,9 @@ def fold_part(
         high[over.codes] = ordered[over.starts[1:] - 1]
     excess = sort_by_group(cell, estimate - actual, np.int64)
     if runs is not None:
-        return FoldPart(
-            list(keys), counts, low, high, write_run(over, runs[0]), write_run(excess, runs[1])
-        )
-    return FoldPart(list(keys), counts, low, high, over, excess)
+        over_run, excess_run = write_run(over, runs[0]), write_run(excess, runs[1])
+        return FoldPart(list(keys), counts, low, high, over_run, excess_run, safe)
+    return FoldPart(list(keys), counts, low, high, over, excess, safe)
 
 
 def condition_counts(cell: np.ndarray, cells: int, conditions: list[np.ndarray]) -> np.ndarray:
@@ -390,7 +432,12 @@ def per_wave_arrays(
     waves = per_wave.gather_every(policies)
     codes = pl.col("set_by").replace_strict(SET_BY_CODES, default=0, return_dtype=pl.UInt8)
     arrays = per_wave.select(pl.col("estimate_bytes").fill_null(-1), codes)
-    beyond = per_wave.get_column("beyond").fill_null(False).to_numpy()
+    # a per-wave frame written before SPEC §8 has no beyond column: no wave was beyond
+    beyond = (
+        per_wave.get_column("beyond").fill_null(False).to_numpy()
+        if "beyond" in per_wave.columns
+        else np.zeros(per_wave.height, dtype=bool)
+    )
     return (
         waves,
         waves.get_column("actual_bytes").to_numpy(),

@@ -455,6 +455,9 @@ class PricedWaves:
     #: Per wave, whether its packed tokens exceed every observed reading's of its
     #: profile before it (SPEC §8; False where nothing was observed).
     beyond: np.ndarray
+    #: Per (wave, policy), the bytes before the safety factor (``o + compute``; -1:
+    #: unpriced), from which a wave's smallest safe factor follows.
+    unscaled: np.ndarray
     #: Per profile, :func:`warmfit.trace.reading_counts`' columns (run, signature, counts).
     counts: pl.DataFrame | None = None
 
@@ -478,7 +481,7 @@ def price_waves(
     if readings.height == 0 or not policies:
         empty = np.zeros(0, dtype=np.int64)
         none = empty.astype(bool)
-        return PricedWaves(empty, empty, none, empty, empty.astype(np.uint32), none)
+        return PricedWaves(empty, empty, none, empty, empty.astype(np.uint32), none, empty)
     if not _fits_exactly(readings):
         return None
 
@@ -581,6 +584,7 @@ def price_waves(
     # Per wave and policy: p, then the estimate (SPEC §3), in numpy.
     estimates_of: list[np.ndarray] = []
     set_by: list[np.ndarray] = []
+    unscaled_of: list[np.ndarray] = []
     # Each profile's (run, rank, signature), from its first reading.
     owners: list[tuple[str, int, str]] = (
         readings.select("run", "rank", "signature").gather(by_profile_first).rows()
@@ -600,13 +604,15 @@ def price_waves(
             return None
         estimates_of.append(arithmetic[0])
         set_by.append(arithmetic[1])
+        unscaled_of.append(arithmetic[2])
 
     # One row per wave and policy, policies in the order given.
     estimate = np.stack(estimates_of, axis=1).ravel()
     del estimates_of
     # set_by: index into ("profile", "floor"), null when unpriced
     code = np.stack(set_by, axis=1).ravel().astype(np.uint32)
-    return PricedWaves(first, actual, oom, estimate, code, beyond, counts)
+    unscaled = np.stack(unscaled_of, axis=1).ravel()
+    return PricedWaves(first, actual, oom, estimate, code, beyond, unscaled, counts)
 
 
 def _beyond(
