@@ -231,3 +231,18 @@ def test_summarize_reads_per_wave_rows_written_before_beyond() -> None:
     rows = replay(worked(), ["max-merge"]).per_wave.drop("beyond")
     summary = summarize(rows, ["max-merge"], result_groups(worked()))
     assert summary.row(0, named=True)["priced_beyond"] == 0
+
+
+@pytest.mark.parametrize("trace", ["traces/liger-gpu", "traces/hf-qwen3moe-cpu", "traces/cpu-demo"])
+def test_the_folded_safe_factor_is_the_sweeps(trace: str) -> None:
+    """The oracle: warmfit.sweep replays at 1.0 and searches each wave's factor from the
+    per-wave rows; the replay folds it from the waves under their peak at 1.1."""
+    from warmfit.replay.stream import replay_stream
+    from warmfit.sweep import safe_factors
+    from warmfit.trace import read_trace
+
+    policies = ["max-merge", "warm-fit", "warm-affine", "envelope"]
+    folded = replay_stream([trace], policies).safe_factors
+    swept = safe_factors(read_trace([trace]), policies)
+    assert folded == {p: f for p, f in swept.items() if p in folded}
+    assert folded  # every policy puts a wave under its peak on these traces at 1.1

@@ -87,8 +87,9 @@ class Envelope(MaxMerge):
         within = np.where(lo == hi, at_lo, between)
         ratio = x / state.max_tokens
         # superlinear: more bytes per token at the largest size than at the next smaller
-        # one measured (the envelope at `under` is the envelope at that size)
-        under = np.nextafter(state.max_tokens, 0.0)
+        # one measured (the envelope at `under` is the envelope at that size); asked for
+        # the waves beyond the largest size only (NaN asks nothing: within, it is unused)
+        under = np.where(np.isnan(hi), np.nextafter(state.max_tokens, 0.0), np.nan)
         superlinear = state.top_bytes / state.max_tokens > points.top(under) / points.below(under)
         beyond = state.top_bytes * ratio * np.where(superlinear, ratio, 1.0)
         beyond = np.minimum(beyond, np.maximum(CEILING, state.top_bytes))
