@@ -259,8 +259,9 @@ class PointQueries:
     points sees them as at most ``log2(L) + 1`` whole blocks (one per bit of
     ``L``). Per level, every block is sorted by size once, with the running
     largest value along it; a wave then finds, in each of its blocks, the last
-    point at a size not above ``x`` (``below``, ``top``) or the first at a size
-    not below it (``above``) by one binary search. Every answer is a measured
+    point at a size not above ``x`` (``below``, ``top``) by one binary search
+    (a direct comparison for blocks of up to 4 points), and the first at a size
+    not below it (``above``) beside it. Every answer is a measured
     size or value, so exact. Cost: ``O(P log P log L)`` for ``P`` points.
     """
 
