@@ -23,22 +23,19 @@ from warmfit.trace import readings_frame, write_trace
 WAVES = [(1_000, 1_000_000), (2_000, 3_000_000), (1_500, 1_400_000), (3_000, 4_000_000)]
 
 
+def waves(sizes: list[tuple[int, int]], run: str = "run", **per_wave: list[object]) -> pl.DataFrame:
+    """One stream of waves, each one whole caller reading of (packed tokens, peak) in
+    signature "s"; ``per_wave`` gives other columns wave by wave (``oom=[...]``)."""
+    rows = [
+        dict(run=run, seq=i, wave=i, signature="s", packed_tokens=n, logical_tokens=n,
+             peak_bytes=peak, whole=True) | {k: v[i] for k, v in per_wave.items()}
+        for i, (n, peak) in enumerate(sizes)
+    ]  # fmt: skip
+    return readings_frame(rows)
+
+
 def worked(run: str = "run") -> pl.DataFrame:
-    return readings_frame(
-        [
-            dict(
-                run=run,
-                seq=i,
-                wave=i,
-                signature="s",
-                packed_tokens=n,
-                logical_tokens=n,
-                peak_bytes=peak,
-                whole=True,
-            )
-            for i, (n, peak) in enumerate(WAVES)
-        ]
-    )
+    return waves(WAVES, run)
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
@@ -67,46 +64,13 @@ def test_beyond_is_false_for_a_wave_priced_by_the_floor_alone() -> None:
 
 
 def test_beyond_counts_only_what_the_profile_observed() -> None:
-    # an out-of-memory reading is never learned from: wave 1 stays beyond 1,000 tokens
-    frame = readings_frame(
-        [
-            dict(
-                seq=0,
-                wave=0,
-                signature="s",
-                packed_tokens=1_000,
-                logical_tokens=1_000,
-                peak_bytes=10,
-                whole=True,
-            ),
-            dict(
-                seq=1,
-                wave=1,
-                signature="s",
-                packed_tokens=5_000,
-                logical_tokens=5_000,
-                peak_bytes=10,
-                oom=True,
-            ),
-            dict(
-                seq=2,
-                wave=2,
-                signature="s",
-                packed_tokens=3_000,
-                logical_tokens=3_000,
-                peak_bytes=10,
-                whole=True,
-            ),
-            dict(
-                seq=3,
-                wave=3,
-                signature="t",
-                packed_tokens=9_000,
-                logical_tokens=9_000,
-                peak_bytes=10,
-                whole=True,
-            ),
-        ]
+    # an out-of-memory reading is never learned from: wave 1 stays beyond 1,000 tokens;
+    # wave 3 is the first of another signature
+    frame = waves(
+        [(1_000, 10), (5_000, 10), (3_000, 10), (9_000, 10)],
+        oom=[False, True, False, False],
+        whole=[True, False, True, True],
+        signature=["s", "s", "s", "t"],
     )
     for engine in ("scalar", "vectorized"):
         result = replay(frame, ["max-merge"], 1.1, engine)
@@ -116,20 +80,7 @@ def test_beyond_counts_only_what_the_profile_observed() -> None:
 
 
 def test_a_wave_as_large_as_the_largest_seen_is_not_beyond() -> None:
-    frame = readings_frame(
-        [
-            dict(
-                seq=i,
-                wave=i,
-                signature="s",
-                packed_tokens=n,
-                logical_tokens=n,
-                peak_bytes=10,
-                whole=True,
-            )
-            for i, n in enumerate([2_000, 2_000, 1_000, 2_001])
-        ]
-    )
+    frame = waves([(2_000, 10), (2_000, 10), (1_000, 10), (2_001, 10)])
     for engine in ("scalar", "vectorized"):
         rows = replay(frame, ["envelope"], 1.1, engine).per_wave
         assert rows.get_column("beyond").to_list() == [None, False, False, True], engine
