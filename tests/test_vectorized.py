@@ -518,3 +518,18 @@ class Halved(MaxMerge):
     def price(self, request: PriceRequest) -> float | None:
         p = super().price(request)
         return None if p is None else p / 2
+
+
+STORED_TRACES = sorted(
+    p for p in (Path(__file__).resolve().parent.parent / "traces").iterdir() if p.is_dir()
+)
+
+
+@pytest.mark.parametrize("trace", STORED_TRACES, ids=[p.name for p in STORED_TRACES])
+def test_identical_on_every_stored_trace(trace: Path) -> None:
+    """Issue 25's bar: the engines agree byte for byte on every stored trace, every
+    built-in policy (envelope's points included), per wave and in every figure."""
+    readings = read_trace([trace])
+    scalar, vectorized = both_engines(readings, BUILT_IN)
+    assert_identical(scalar, vectorized)
+    assert_same_summary(scalar, vectorized, BUILT_IN_NAMES)
