@@ -92,8 +92,9 @@ def replay_command(
     result per signature, and with --permute 20 it tries 20 random orders of
     each run's waves. When a policy puts a wave under its peak, a warning
     names it, how many of those waves were beyond the sizes seen, and the
-    smallest safety factor that puts none under. A trace of any size replays in bounded memory, a batch
-    of (run, rank) streams at a time, on every core (--jobs) or a cluster.
+    smallest safety factor that puts none under. A trace of any size replays
+    in bounded memory, a batch of (run, rank) streams at a time, on every
+    core (--jobs) or a cluster.
     """
     from warmfit.memory import before_polars
     from warmfit.workers import discard_early_pool, prestart
