@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -195,3 +197,21 @@ def test_replay_prices_every_wave_but_each_run_s_first(
     # 402 waves, the first of each of the 72 runs unpriced (no profile, no floor)
     assert {p: t["priced"] for p, t in totals.items()} == {"max-merge": 330, "warm-fit": 330}
     assert {p: t["under"] for p, t in totals.items()} == under_peak
+
+
+@pytest.mark.parametrize("module", ["warmfit.synthetic", "warmfit.art_h200", "warmfit.liger_gpu"])
+def test_the_trace_writers_answer_help_and_write_nothing(module: str, tmp_path: Path) -> None:
+    """``python -m warmfit.synthetic --help`` once wrote two traces into a folder named
+    ``--help``: every trace writer parses its command line (issue 29, item 4)."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m {module}")
+    assert list(tmp_path.iterdir()) == []
+    if module != "warmfit.synthetic":  # a source that is not there: exit 2, nothing written
+        done = subprocess.run(
+            [sys.executable, "-m", module, "nothere.csv", "out"],
+            cwd=tmp_path, capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 2 and "nothere.csv: no such file" in done.stderr
+        assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []

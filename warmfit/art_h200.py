@@ -64,7 +64,6 @@ traces/art-h200``).
 from __future__ import annotations
 
 import csv
-import sys
 import zlib
 from pathlib import Path
 from typing import TypeVar
@@ -227,8 +226,30 @@ def write_art_h200(source: Path, directory: Path, arrangement: str = "ascending"
     return write_trace(readings, directory / FILES[arrangement], metadata)
 
 
+def converter_arguments(
+    prog: str, description: str, source: str, target: str, argv: list[str] | None = None
+) -> tuple[Path, Path]:
+    """The ``SOURCE`` CSV and ``TARGET`` folder of a converter's command line (``--help``
+    answered, a missing source refused with exit 2 before anything is written)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("source", nargs="?", default=source, help=f"the CSV (default {source})")
+    parser.add_argument(
+        "target", nargs="?", default=target, help=f"the trace folder to write (default {target})"
+    )
+    args = parser.parse_args(argv)
+    if not Path(args.source).is_file():
+        parser.error(f"{args.source}: no such file; give the published CSV as SOURCE.")
+    return Path(args.source), Path(args.target)
+
+
 if __name__ == "__main__":
-    source = Path(sys.argv[1] if len(sys.argv) > 1 else SOURCE)
-    target = Path(sys.argv[2] if len(sys.argv) > 2 else "traces/art-h200")
+    source, target = converter_arguments(
+        "python -m warmfit.art_h200",
+        "Write traces/art-h200 (both arrangements) from ART's recompute-memory CSV.",
+        SOURCE,
+        "traces/art-h200",
+    )
     for arrangement in ARRANGEMENTS:
         print(f"wrote {write_art_h200(source, target, arrangement)}")

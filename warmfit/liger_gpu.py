@@ -53,12 +53,11 @@ from __future__ import annotations
 import csv
 import json
 import re
-import sys
 from pathlib import Path
 
 import polars as pl
 
-from warmfit.art_h200 import ARRANGEMENTS, SHUFFLED, arrange
+from warmfit.art_h200 import ARRANGEMENTS, SHUFFLED, arrange, converter_arguments
 from warmfit.trace import write_trace
 
 #: The swept dimensions that count tokens (sequence length, batch x tokens, tokens).
@@ -238,7 +237,11 @@ def write_liger_gpu(source: Path, directory: Path, arrangement: str = "ascending
 
 
 if __name__ == "__main__":
-    source = Path(sys.argv[1] if len(sys.argv) > 1 else SOURCE)
-    target = Path(sys.argv[2] if len(sys.argv) > 2 else "traces/liger-gpu")
+    source, target = converter_arguments(
+        "python -m warmfit.liger_gpu",
+        "Write traces/liger-gpu (both orders) from Liger-Kernel's benchmark CSV.",
+        SOURCE,
+        "traces/liger-gpu",
+    )
     for arrangement in ARRANGEMENTS:
         print(f"wrote {write_liger_gpu(source, target, arrangement)}")

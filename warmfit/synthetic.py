@@ -35,7 +35,6 @@ warmfit.synthetic traces/pr991``).
 from __future__ import annotations
 
 import random
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,6 +178,14 @@ def write_pr991(directory: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else "traces/pr991")
-    for path in write_pr991(target):
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m warmfit.synthetic",
+        description="Write traces/pr991, the reconstruction of ART PR #991's two runs.",
+    )
+    parser.add_argument(
+        "target", nargs="?", default="traces/pr991", help="the folder (default traces/pr991)"
+    )
+    for path in write_pr991(Path(parser.parse_args().target)):
         print(f"wrote {path}")
