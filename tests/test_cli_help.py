@@ -68,3 +68,15 @@ def test_a_value_after_a_flag_is_explained(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["replay", PR991, "--force", "true"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "true" in result.output and "a flag takes no value" in result.output
+
+
+def test_every_bracketed_extra_in_help_is_shown_literally() -> None:
+    """Rich markup read ``warmfit[cluster]`` as a style and showed ``pip install 'warmfit'``
+    (issue 29, item 3): every help text goes through one escaping path (warmfit.cli.literal)."""
+    sources = "\n".join(p.read_text() for p in (REPO / "warmfit" / "commands").glob("*.py"))
+    written = set(re.findall(r"warmfit\[(\w+)\]", sources))
+    assert written  # replay's --cluster names the cluster extra
+    shown = "\n".join(help_text(command) for command in COMMANDS)
+    for extra in written:
+        assert f"warmfit[{extra}]" in re.sub(r"\s*│\s*", " ", shown), extra
+    assert "pip install 'warmfit')" not in shown

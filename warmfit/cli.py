@@ -57,13 +57,27 @@ def _argument_name(param: TyperArgument, *, usage: bool) -> str:
     return name + ("..." if param.nargs != 1 else "")
 
 
+def literal(text: str | None) -> str | None:
+    """Help text as written: rich markup would read ``warmfit[cluster]`` as a style and
+    drop it, so every ``[`` is escaped (once: an escaped text is left as it is).
+
+    >>> literal("pip install 'warmfit[cluster]'")
+    "pip install 'warmfit\\\\[cluster]'"
+    """
+    if not text or "\\[" in text:
+        return text
+    return text.replace("[", "\\[")
+
+
 def plain_help(param: Any) -> Any:
-    """Make ``param`` show one placeholder style in help: ``FILE``, ``PATH...``, none for a flag.
+    """Make ``param`` show one placeholder style in help: ``FILE``, ``PATH...``, none for a flag,
+    and its help text literally (:func:`literal`).
 
     typer renders types as ``<path>``, ``<list[str]>`` and ``<bool>`` beside
     the names given as metavars; warmfit's help shows only upper-case names
     (and the choices of an option that has them).
     """
+    param.help = literal(getattr(param, "help", None))
     if isinstance(param, TyperArgument):
         # The name column shows the metavar (PATH...); no type column beside it.
         param.metavar = _argument_name(param, usage=False)
@@ -75,9 +89,11 @@ def plain_help(param: Any) -> Any:
 
 
 class _Command(TyperCommand):
-    """A command whose help shows every placeholder in one style (:func:`plain_help`)."""
+    """A command whose help shows every placeholder in one style and every text literally
+    (:func:`plain_help`, :func:`literal`)."""
 
     def get_params(self, ctx: Any) -> list[Any]:
+        self.help = literal(self.help)
         return [plain_help(p) for p in super().get_params(ctx)]
 
 
