@@ -80,3 +80,10 @@ def test_every_bracketed_extra_in_help_is_shown_literally() -> None:
     for extra in written:
         assert f"warmfit[{extra}]" in re.sub(r"\s*│\s*", " ", shown), extra
     assert "pip install 'warmfit')" not in shown
+
+
+def test_the_top_level_help_says_what_a_wave_is_and_lists_record_first() -> None:
+    text = help_text()
+    assert "A wave is one micro-batch forward plus the loss and backward" in text
+    listed = re.findall(r"^│ (\w+) ", text[text.index("Commands") :], flags=re.M)
+    assert listed[0] == "record" and set(listed) == set(COMMANDS)

@@ -116,7 +116,8 @@ class _Group(TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="warmfit",
-    help="Replay recorded GPU training waves through memory-pricing policies.\n\n"
+    help="Record GPU training waves and replay them through memory-pricing policies.\n\n"
+    "A wave is one micro-batch forward plus the loss and backward that follow it.\n\n"
     "Example: warmfit replay traces/pr991 --format markdown",
     no_args_is_help=True,
     add_completion=False,
@@ -156,22 +157,25 @@ def _options(
         ),
     ] = False,
 ) -> None:
-    """Replay recorded GPU training waves through memory-pricing policies.
+    """Record GPU training waves and replay them through memory-pricing policies.
+
+    A wave is one micro-batch forward plus the loss and backward that follow it.
 
     Example: warmfit replay traces/pr991 --format markdown
     """
 
 
-app.command("replay", cls=_Command)(replay.replay_command)
-app.command("validate", cls=_Command)(validate.validate_command)
-app.command("policies", cls=_Command)(policies.policies_command)
-app.command("plot", cls=_Command)(plot.plot_command)
-app.command("check", cls=_Command)(check.check_command)
-app.command("sweep", cls=_Command)(sweep.sweep_command)
+# In the order a user meets them: record a run, then read, replay and judge it.
 app.command("record", cls=_Command, context_settings={"allow_interspersed_args": False})(
     record.record_command
 )
 app.command("recover", cls=_Command)(recover.recover_command)
+app.command("validate", cls=_Command)(validate.validate_command)
+app.command("replay", cls=_Command)(replay.replay_command)
+app.command("sweep", cls=_Command)(sweep.sweep_command)
+app.command("plot", cls=_Command)(plot.plot_command)
+app.command("check", cls=_Command)(check.check_command)
+app.command("policies", cls=_Command)(policies.policies_command)
 
 
 def main() -> None:
