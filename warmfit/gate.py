@@ -50,7 +50,7 @@ from warmfit.files import not_regular, write_bytes_atomically
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, ReplayResult, check_safety_factor
 from warmfit.report import cell, percent, table_text
 from warmfit.sweep import safe_factors
-from warmfit.text import counted, printable, toml_string
+from warmfit.text import counted, printable, toml_string, waves_under
 
 FORMATS = ("table", "csv", "json")
 JSON_SCHEMA = "warmfit.check/1"
@@ -622,10 +622,6 @@ class UnderPeakError(UsageError):
         super().__init__(under_peak_message(path, safety_factor, offenders, safe))
 
 
-def _waves_under(count: int) -> str:
-    return f"{counted(count, 'wave')} under {'its' if count == 1 else 'their'} peak"
-
-
 def under_peak_message(
     path: str | os.PathLike[str],
     safety_factor: float,
@@ -651,7 +647,7 @@ def under_peak_message(
         f"are priced under their peak in {counted(len(offenders), 'run/policy pair')}:"
     ]
     lines += [
-        f"  {printable(o.run)} {printable(o.policy)}: {_waves_under(o.waves)}"
+        f"  {printable(o.run)} {printable(o.policy)}: {waves_under(o.waves)}"
         for o in offenders[:SHOWN_OFFENDERS]
     ]
     if len(offenders) > SHOWN_OFFENDERS:

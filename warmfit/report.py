@@ -20,7 +20,7 @@ from warmfit.replay import ReplayResult, group_keys
 from warmfit.replay.stream import StreamedReplay
 from warmfit.sweep import JSON_SCHEMA as SWEEP_JSON_SCHEMA
 from warmfit.sweep import SweepResult
-from warmfit.text import markdown_cell, printable
+from warmfit.text import markdown_cell, printable, waves_under
 from warmfit.units import format_bytes
 
 if TYPE_CHECKING:
@@ -337,9 +337,8 @@ def under_peak_warnings(summary: pl.DataFrame, safe: dict[str, float | None]) ->
             f"{factor:.4f} (exactly {factor!r})"
         )
         lines.append(
-            f"warning: {printable(policy)} put {under} wave{'s' * (under != 1)} under "
-            f"{'their' if under != 1 else 'its'} peak, {beyond} of them beyond every size "
-            f"its profile had seen; {fix}."
+            f"warning: {printable(policy)} put {waves_under(under)}, {beyond} of them beyond "
+            f"every size its profile had seen; {fix}."
         )
     return lines
 

@@ -76,6 +76,15 @@ def toml_string(value: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def waves_under(count: int) -> str:
+    """``N wave(s) under its/their peak``, as every warning of waves under their peak says it.
+
+    >>> waves_under(1), waves_under(3)
+    ('1 wave under its peak', '3 waves under their peak')
+    """
+    return f"{counted(count, 'wave')} under {'its' if count == 1 else 'their'} peak"
+
+
 def counted(count: int, noun: str, plural: str | None = None) -> str:
     """``count`` and ``noun``, the noun plural unless the count is one.
 

@@ -17,7 +17,7 @@ from warmfit.commands.options import (
     writing,
 )
 from warmfit.errors import PolicyError, RegressionFound, UsageError
-from warmfit.text import counted, printable
+from warmfit.text import counted, printable, waves_under
 
 PolicyOpt = Annotated[
     list[str] | None,
@@ -127,8 +127,8 @@ def check_command(
         for name, offenders in under.items():
             waves = sum(o.waves for o in offenders)
             typer.echo(
-                f"warning: {printable(str(write_expect))} now allows {counted(waves, 'wave')} "
-                f"under {'its' if waves == 1 else 'their'} peak for {printable(name)} (in "
+                f"warning: {printable(str(write_expect))} now allows {waves_under(waves)} "
+                f"for {printable(name)} (in "
                 f"{counted(len(offenders), 'run')}): the gate will pass {printable(name)} "
                 "although it would have run out of memory on "
                 f"{'that wave' if waves == 1 else 'those waves'}.",
