@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -128,6 +129,8 @@ class _Computed:
     at_waves: np.ndarray
     #: Per profile, whether the aggregate was ever set (kept for a First aggregate only).
     reached: np.ndarray | None
+    #: A Points aggregate's answers to the rule's queries (and nothing else above).
+    points: PointQueries | None = None
 
 
 #: Aggregates computed for one policy, for the next policies of the same readings:
@@ -169,7 +172,7 @@ def declared_prices(
     computed = {} if computed is None else computed
     running: dict[str, np.ndarray] = {}
     memo: Memo = {}
-    state: dict[str, np.ndarray] = {}
+    state: dict[str, Any] = {}  # arrays, and PointQueries for Points aggregates
     reached: dict[str, np.ndarray] = {}  # per profile: whether a First aggregate was set
     points_of: dict[str, PointQueries] = {}
     before = np.maximum(priced_at, 0)
@@ -190,7 +193,8 @@ def declared_prices(
                 points = PointQueries(
                     at[kept], values[kept], np.flatnonzero(kept), starts, priced_at
                 )
-                computed[key] = _Computed(np.zeros(0), points, None)  # type: ignore[arg-type]
+                empty = np.zeros(0)
+                computed[key] = _Computed(empty, empty, None, points)
             else:
                 values = _running(agg, values, meets, starts, lengths)
                 at_waves = values[before]
@@ -198,9 +202,9 @@ def declared_prices(
                 first = np.logical_or.reduceat(meets, starts) if isinstance(agg, First) else None
                 computed[key] = _Computed(values, at_waves, first)
         done = computed[key]
-        if isinstance(done.at_waves, PointQueries):
-            state[agg.name] = done.at_waves  # answers queries; nothing changes it
-            points_of[agg.name] = done.at_waves
+        if done.points is not None:
+            state[agg.name] = done.points  # answers queries; nothing changes it
+            points_of[agg.name] = done.points
             continue
         running[agg.name] = done.running
         # a copy: a rule may change its arguments in place, and the values are shared
@@ -297,9 +301,6 @@ class PointQueries:
         #: The last queries asked and their answers (each query is kept, so that its
         #: identity cannot be taken by another array).
         self._memo: list[tuple[object, _Answer]] = []
-
-    def copy(self) -> PointQueries:
-        return self  # nothing changes it
 
     def final(self, profile: int) -> PointSet:
         """The profile's points after its last reading, as the reference engine holds them."""
