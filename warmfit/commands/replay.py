@@ -193,19 +193,16 @@ def _with_orders(
     """The summary with SPEC §8's figures across ``permute`` random orders: the orders
     are replayed here, batch by batch of whole streams (bounded memory, one process;
     the bytes depend on the seed alone, never on --jobs)."""
-    from warmfit.replay.engines import choose_engine, resolve_policies
-    from warmfit.replay.permute import OrderFold
+    from warmfit.replay.permute import order_robustness
     from warmfit.replay.summary import group_keys
     from warmfit.streams import plan_trace, read_canonical
 
-    classes = resolve_policies(policy)
-    chosen = choose_engine(engine.value, classes)
     keys = group_keys(by.value)
-    names = [cls.name for cls in classes]
-    with OrderFold(names, by.value, permute, seed) as fold:
-        for batch in plan_trace(paths):
-            fold.add(read_canonical(batch).frame, classes, safety, chosen)
-        orders = fold.finish(summary.select(keys).unique(maintain_order=True))
+    orders = order_robustness(
+        (read_canonical(batch).frame for batch in plan_trace(paths)),
+        policy, safety, engine.value, by.value, permute, seed,
+        groups=summary.select(keys).unique(maintain_order=True),
+    )  # fmt: skip
     return summary.join(orders, on=[*keys, "policy"], how="left", maintain_order="left")
 
 

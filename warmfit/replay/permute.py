@@ -45,7 +45,7 @@ an empty profile of its signature.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -386,7 +386,7 @@ def median_ignoring_nan(values: np.ndarray) -> pl.Series:
 
 
 def order_robustness(
-    readings: pl.DataFrame,
+    readings: pl.DataFrame | Iterable[pl.DataFrame],
     policies: Sequence[str | type[Policy]] | None,
     safety_factor: float,
     engine: str,
@@ -394,17 +394,23 @@ def order_robustness(
     permutations: int,
     seed: int = 0,
     *,
+    groups: pl.DataFrame | None = None,
     spill_bytes: int | None = None,
 ) -> pl.DataFrame:
-    """:class:`OrderFold`'s frame for a whole trace in memory (validated readings):
-    per result (:func:`result_groups`, sorted) and policy, the order figures of
-    SPEC §8 over ``permutations`` orders for ``seed`` (``spill_bytes``: as
-    :class:`OrderFold` takes it)."""
+    """:class:`OrderFold`'s frame for a trace: validated readings in memory, or parts of
+    whole ``(run, rank)`` streams one after another (``warmfit replay --permute`` reads
+    them batch by batch). Per result and policy, the order figures of SPEC §8 over
+    ``permutations`` orders for ``seed``; results as ``groups`` lists them (default: a
+    frame's :func:`result_groups`, sorted; the parts' groups in the order met).
+    ``spill_bytes``: as :class:`OrderFold` takes it."""
     safety_factor = check_safety_factor(safety_factor)
-    groups = result_groups(readings, by)
+    if isinstance(readings, pl.DataFrame):
+        groups = result_groups(readings, by) if groups is None else groups
+        readings = [readings]
     classes = resolve_policies(policies)
     chosen = choose_engine(engine, classes)
     names = [cls.name for cls in classes]
     with OrderFold(names, by, permutations, seed, spill_bytes) as fold:
-        fold.add(readings, classes, safety_factor, chosen)
+        for part in readings:
+            fold.add(part, classes, safety_factor, chosen)
         return fold.finish(groups)
