@@ -11,7 +11,7 @@ import io
 import json
 import shutil
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -267,13 +267,33 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
     previous = None
     for r in summary.iter_rows(named=True):
         names = tuple(r[k] for k in keys)
-        cells = {
-            "waves": str(r["priced_waves"]),
-            "median": percent(r["median_over_estimate"], 1),
-            "min": percent(r["min_over_estimate"], 1),
+        shown = [""] * len(keys) if names == previous else [cell(n) for n in names]
+        cells = _table_cells(r)
+        table.add_row(*shown, cell(r["policy"]), *[cells[name] for name in figures])
+        previous = names
+    together = overall(summary)
+    if together is not None:  # the results taken together (see overall())
+        table.add_section()
+        for i, r in enumerate(together.iter_rows(named=True)):
+            label = [cell(r[keys[0]]) if i == 0 else "", *[""] * (len(keys) - 1)]
+            cells = _table_cells(r)
+            table.add_row(*label, cell(r["policy"]), *[cells.get(name, "") for name in figures])
+    return table_text(table)
+
+
+def _table_cells(r: dict[str, Any]) -> dict[str, str]:
+    """A result's cells in :func:`to_table`, by column; a row of :func:`overall` has the
+    first five only."""
+    cells = {
+        "waves": str(r["priced_waves"]),
+        "median": percent(r["median_over_estimate"], 1),
+        "min": percent(r["min_over_estimate"], 1),
+        "under": str(r["under_peak"]),
+        "beyond": f"{r['under_peak_beyond']}/{r['priced_beyond']}",
+    }
+    if "max_over_estimate" in r:  # one result's own row
+        cells |= {
             "max": percent(r["max_over_estimate"], 1),
-            "under": str(r["under_peak"]),
-            "beyond": f"{r['under_peak_beyond']}/{r['priced_beyond']}",
             "set by": f"{r['set_by_profile']}/{r['set_by_floor']}",
             "oom": str(r["oom_waves"]),
             "excess": format_bytes(r["median_excess_bytes"]),
@@ -282,27 +302,11 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "fits": str(r.get("refused_fit")),
             "ooms": str(r.get("admitted_oom")),
         }
-        if orders:
-            mean = r["under_peak_mean"]
-            cells["orders under"] = "—" if mean is None else f"{mean:.1f}/{r['under_peak_worst']}"
-            cells["orders median"] = percent(r["median_over_estimate_median"], 1)
-        shown = [""] * len(keys) if names == previous else [cell(n) for n in names]
-        table.add_row(*shown, cell(r["policy"]), *[cells[name] for name in figures])
-        previous = names
-    together = overall(summary)
-    if together is not None:  # the results taken together (see overall())
-        table.add_section()
-        for i, r in enumerate(together.iter_rows(named=True)):
-            cells = {
-                "waves": str(r["priced_waves"]),
-                "median": percent(r["median_over_estimate"], 1),
-                "min": percent(r["min_over_estimate"], 1),
-                "under": str(r["under_peak"]),
-                "beyond": f"{r['under_peak_beyond']}/{r['priced_beyond']}",
-            }
-            label = [cell(r[keys[0]]) if i == 0 else "", *[""] * (len(keys) - 1)]
-            table.add_row(*label, cell(r["policy"]), *[cells.get(name, "") for name in figures])
-    return table_text(table)
+    if "under_peak_mean" in r:  # with --permute
+        mean = r["under_peak_mean"]
+        cells["orders under"] = "—" if mean is None else f"{mean:.1f}/{r['under_peak_worst']}"
+        cells["orders median"] = percent(r["median_over_estimate_median"], 1)
+    return cells
 
 
 def render(result: ReplayResult | StreamedReplay, fmt: str) -> str:
