@@ -98,7 +98,7 @@ def overall(summary: pl.DataFrame) -> pl.DataFrame | None:
     columns hold ``all N runs`` (or ``results``, by signature) and nulls.
 
     >>> frame = pl.DataFrame({"run": ["a", "b", "c"], "policy": ["p"] * 3,
-    ...     "priced_waves": [2, 3, 4], "median_over_estimate": [0.1, 0.3, 0.2],
+    ...     "priced_waves": [2, 3, 4], "median_over_estimate": [0.1, 0.5, 0.2],
     ...     "min_over_estimate": [0.0, 0.1, -0.1], "under_peak": [0, 1, 1],
     ...     "priced_beyond": [1, 1, 2], "under_peak_beyond": [0, 1, 0]})
     >>> overall(frame).row(0)
