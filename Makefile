@@ -47,9 +47,9 @@ format: $(STAMP) ## Apply ruff's formatting and safe fixes.
 	$(VENV)/bin/ruff check --fix warmfit tests
 
 traces: $(STAMP) ## Regenerate traces/pr991, art-h200 and liger-gpu (byte-identical).
-	$(PY) -m warmfit.synthetic traces/pr991
-	$(PY) -m warmfit.art_h200 traces/art-h200/source/recompute_memory_final.csv traces/art-h200
-	$(PY) -m warmfit.liger_gpu traces/liger-gpu/source/all_benchmark_data.csv traces/liger-gpu
+	$(PY) -m warmfit.samples.synthetic traces/pr991
+	$(PY) -m warmfit.samples.art_h200 traces/art-h200/source/recompute_memory_final.csv traces/art-h200
+	$(PY) -m warmfit.samples.liger_gpu traces/liger-gpu/source/all_benchmark_data.csv traces/liger-gpu
 
 # --allow-under: the gate records every policy's figures as they are, waves under their
 # peak included (max-merge and warm-fit on the shuffled ART rows, every policy on
@@ -70,7 +70,7 @@ smoke-core: ## Install without extras (no torch/matplotlib); use the CLI.
 		assert not {'torch', 'lightning', 'transformers'} & set(sys.modules)"
 	.venv-core/bin/python -c "import warmfit.integrations.lightning" 2>&1 | grep -q "warmfit\[lightning\]"
 	.venv-core/bin/python -m warmfit.integrations.hf_demo 2>&1 | grep -q "needs torch and transformers"
-	.venv-core/bin/python -m warmfit.demo 2>&1 | grep -q "needs torch"
+	.venv-core/bin/python -m warmfit.samples.demo 2>&1 | grep -q "needs torch"
 	@echo "core install works without torch, matplotlib, lightning and transformers"
 
 notebook: $(STAMP) ## Re-execute notebooks/tour.ipynb and store it with its outputs.

@@ -11,7 +11,7 @@ def _missing(module: str) -> bool:
 
 collect_ignore = []
 if _missing("torch"):
-    collect_ignore += ["warmfit/demo.py", "warmfit/recorder/meters.py"]
+    collect_ignore += ["warmfit/samples/demo.py", "warmfit/recorder/meters.py"]
     collect_ignore += ["warmfit/integrations/tokens.py"]
 if _missing("torch") or _missing("lightning"):
     collect_ignore += ["warmfit/integrations/lightning.py"]

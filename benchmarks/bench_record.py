@@ -87,8 +87,8 @@ def bench_per_reading(tmp: Path) -> dict[str, float]:
 
 
 def bench_million(tmp: Path) -> dict[str, float]:
+    from warmfit.format.trace import read_trace
     from warmfit.recorder.log import LogWriter, compact_log
-    from warmfit.trace import read_trace
 
     rows = [
         (

@@ -7,7 +7,7 @@ resident memory (``ru_maxrss``):
 
 - ``scan``: ``polars.read_parquet`` of the columns replay reads, nothing else
   (the floor no replay can beat);
-- ``vectorized``: :func:`warmfit.trace.read_trace` (every rule checked, rows
+- ``vectorized``: :func:`warmfit.format.trace.read_trace` (every rule checked, rows
   sorted) then :func:`warmfit.replay.replay` with max-merge and warm-fit on
   the vectorized engine, summary included;
 - ``scalar``: the same on the reference engine (up to 1e6 readings: it is slow);
@@ -140,8 +140,8 @@ from pathlib import Path
 
 def main():
     import polars as pl
-    from warmfit.schema import REPLAY_COLUMNS
-    from warmfit.trace import find_trace_files, read_trace
+    from warmfit.format.schema import REPLAY_COLUMNS
+    from warmfit.format.trace import find_trace_files, read_trace
     from warmfit.replay import replay
     from warmfit.replay.stream import replay_stream
 
@@ -269,8 +269,8 @@ for f in sys.argv[2:]:
 def cold_command(case: str, folder: Path) -> list[str]:
     """The fresh process of a cold case: ``warmfit replay FOLDER OPTIONS``, or the bare scan."""
     if case == "cold scan":
-        from warmfit.schema import REPLAY_COLUMNS
-        from warmfit.trace import find_trace_files
+        from warmfit.format.schema import REPLAY_COLUMNS
+        from warmfit.format.trace import find_trace_files
 
         files = [str(f) for f in find_trace_files([folder])]
         return [sys.executable, "-c", _SCAN, ",".join(REPLAY_COLUMNS), *files]

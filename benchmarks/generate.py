@@ -16,7 +16,7 @@ Readings come as a training loop takes them:
 
 Everything is drawn from a seeded numpy generator, so a given size and seed
 always give the same trace. Files: one Parquet file per run (trace format v1,
-written with :func:`warmfit.trace.write_trace`), rows in (rank, seq) order.
+written with :func:`warmfit.format.trace.write_trace`), rows in (rank, seq) order.
 
     python benchmarks/generate.py bench-results/traces/1e6 --readings 1000000
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from warmfit.trace import write_trace
+from warmfit.format.trace import write_trace
 
 KINDS = np.array(["flat", "split_child", "dp_rank_forward"])
 

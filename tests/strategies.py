@@ -11,9 +11,9 @@ import itertools
 import polars as pl
 from hypothesis import strategies as st
 
+from warmfit.format.schema import KINDS
+from warmfit.format.trace import readings_frame
 from warmfit.policies import PriceRequest, Reading
-from warmfit.schema import KINDS
-from warmfit.trace import readings_frame
 
 #: Token counts: small enough to be fast, large enough to reach real shapes.
 tokens = st.integers(min_value=1, max_value=200_000)

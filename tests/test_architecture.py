@@ -56,9 +56,9 @@ def test_library_errors_name_arguments_and_the_cli_names_flags() -> None:
 
     from warmfit.cli import app
     from warmfit.errors import UsageError
+    from warmfit.format.trace import readings_frame
     from warmfit.replay import replay
-    from warmfit.report import render
-    from warmfit.trace import readings_frame
+    from warmfit.report.table import render
 
     frame = readings_frame(
         [dict(seq=0, wave=0, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9)]

@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from warmfit.art_h200 import ARRANGEMENTS, art_h200_readings, run_label, write_art_h200
 from warmfit.cli import app
+from warmfit.format.trace import read_trace
 from warmfit.replay import replay
-from warmfit.trace import read_trace
+from warmfit.samples.art_h200 import ARRANGEMENTS, art_h200_readings, run_label, write_art_h200
 
 REPO = Path(__file__).resolve().parent.parent
 TRACE = REPO / "traces" / "art-h200"

@@ -14,7 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from warmfit.cli import app
-from warmfit.gate import (
+from warmfit.format.trace import read_trace, readings_frame, write_trace
+from warmfit.replay import replay
+from warmfit.report.gate import (
     LIMITS,
     CheckResult,
     ExpectationsError,
@@ -25,8 +27,6 @@ from warmfit.gate import (
     read_expectations,
     under_peak_message,
 )
-from warmfit.replay import replay
-from warmfit.trace import read_trace, readings_frame, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
 PR991 = REPO / "traces" / "pr991"

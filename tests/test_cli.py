@@ -52,7 +52,7 @@ def test_json_follows_the_spec() -> None:
 
 
 def test_json_has_null_figures_for_a_run_without_priced_waves(tmp_path: Path) -> None:
-    from warmfit.trace import readings_frame, write_trace
+    from warmfit.format.trace import readings_frame, write_trace
 
     write_trace(
         readings_frame(

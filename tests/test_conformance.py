@@ -1,6 +1,6 @@
 """One conformance suite for every policy: each (policy, check) pair is a test.
 
-The checks are warmfit's public ones (:mod:`warmfit.checks`), the same a
+The checks are warmfit's public ones (:mod:`warmfit.testing.checks`), the same a
 policy author runs on their own policy. They run over every registered
 policy and the example user policies in ``tests/example_policy.py``; a check
 that does not apply skips with its reason.
@@ -20,10 +20,15 @@ import polars as pl
 import pytest
 
 from tests.example_policy import LastWhole, LastWholeLoop
-from warmfit.checks import check_policy, parametrize_with_checks, random_trace, read_trace_frame
 from warmfit.policies import Policy, get_policy, policy_names
 from warmfit.policies.rule import PACKED, RATE, DeclaredPolicy, Max
 from warmfit.replay import replay
+from warmfit.testing.checks import (
+    check_policy,
+    parametrize_with_checks,
+    random_trace,
+    read_trace_frame,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = [*(get_policy(name) for name in policy_names()), LastWhole, LastWholeLoop]
@@ -81,7 +86,7 @@ SPECS = [*policy_names(), "tests.example_policy:LastWhole", "tests.example_polic
 def test_replay_is_deterministic_across_processes(spec: str, tmp_path: Path) -> None:
     # Two separate processes, with different string hashes: a policy that
     # depends on set or dict-of-object order, ids or hashes shows up here
-    # (warmfit.checks replays twice in one process, which cannot see that).
+    # (warmfit.testing.checks replays twice in one process, which cannot see that).
     first = _replay_in_a_fresh_process(spec, tmp_path / "first.parquet", "1")
     second = _replay_in_a_fresh_process(spec, tmp_path / "second.parquet", "2")
     assert first == second

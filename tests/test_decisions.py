@@ -15,10 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from warmfit.cli import app
-from warmfit.plot import pareto_points, write_pareto
+from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.replay import BUDGET_COLUMNS, IN_FIGURES, replay
-from warmfit.sweep import parse_grid, safe_factor, sweep
-from warmfit.trace import read_trace, readings_frame, write_trace
+from warmfit.report.plot import pareto_points, write_pareto
+from warmfit.report.sweep import parse_grid, safe_factor, sweep
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "traces"

@@ -12,9 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from warmfit import demo  # noqa: E402
+from warmfit.samples import demo  # noqa: E402
+from warmfit.format.trace import read_trace  # noqa: E402
 from warmfit.recorder import Recorder  # noqa: E402
-from warmfit.trace import read_trace  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -22,7 +22,16 @@ RECORD = (sys.executable, "-m", "warmfit", "record")
 
 
 def torchrun_demo(torchrun: str) -> list[str]:
-    return [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "warmfit.demo", "--steps", "2"]
+    return [
+        torchrun,
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "warmfit.samples.demo",
+        "--steps",
+        "2",
+    ]
 
 
 def test_a_packed_wave_shares_each_prompt_and_hides_siblings():
@@ -55,7 +64,17 @@ def test_the_loss_falls():
 def test_warmfit_record_of_the_demo_is_a_valid_trace_with_shared_prefixes(tmp_path):
     out = tmp_path / "demo"
     done = subprocess.run(
-        [*RECORD, "-o", str(out), "--", sys.executable, "-m", "warmfit.demo", "--steps", "2"],
+        [
+            *RECORD,
+            "-o",
+            str(out),
+            "--",
+            sys.executable,
+            "-m",
+            "warmfit.samples.demo",
+            "--steps",
+            "2",
+        ],
         capture_output=True,
         text=True,
     )

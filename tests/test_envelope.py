@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from warmfit.errors import PolicyError
+from warmfit.format.trace import readings_frame
 from warmfit.policies import Envelope, PriceRequest, Reading
 from warmfit.policies.rule import COMPUTE, PACKED, DeclaredPolicy, Max, Points, PointSet
 from warmfit.replay import replay, replay_scalar
 from warmfit.replay.vectorized import PointQueries
-from warmfit.trace import readings_frame
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SIZES = st.integers(1, 5_000)

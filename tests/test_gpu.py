@@ -41,12 +41,12 @@ def test_the_accelerator_meter_agrees_with_torch_cuda() -> None:
 
 
 def test_warmfit_record_of_the_demo_on_cuda_is_a_valid_trace(tmp_path: Path) -> None:
-    from warmfit.trace import read_trace
+    from warmfit.format.trace import read_trace
 
     out = tmp_path / "cuda-demo"
     done = subprocess.run(
         [sys.executable, "-m", "warmfit", "record", "-o", str(out), "--", sys.executable,
-         "-m", "warmfit.demo", "--steps", "3", "--device", "cuda"],
+         "-m", "warmfit.samples.demo", "--steps", "3", "--device", "cuda"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -56,9 +56,9 @@ def test_warmfit_record_of_the_demo_on_cuda_is_a_valid_trace(tmp_path: Path) -> 
 
 
 def test_a_cuda_recording_carries_the_reserved_peak(tmp_path: Path) -> None:
+    from warmfit.format.trace import read_trace
     from warmfit.recorder import Recorder
     from warmfit.recorder.meters import AcceleratorMeter
-    from warmfit.trace import read_trace
 
     meter = AcceleratorMeter("cuda")
     assert meter.has_reserved

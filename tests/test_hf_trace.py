@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from warmfit.trace import read_trace
+from warmfit.format.trace import read_trace
 
 TRACE = Path(__file__).resolve().parent.parent / "traces" / "hf-qwen3moe-cpu"
 

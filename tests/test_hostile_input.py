@@ -26,7 +26,7 @@ import pytest
 from typer.testing import CliRunner
 
 from warmfit.cli import app
-from warmfit.trace import write_trace
+from warmfit.format.trace import write_trace
 
 REPO = Path(__file__).resolve().parent.parent
 PR991 = REPO / "traces/pr991"
@@ -41,7 +41,7 @@ limit = int(os.environ.get("WF_FSIZE", "0"))
 if limit:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-import warmfit.cli, warmfit.gate, warmfit.progress, warmfit.replay, warmfit.report, warmfit.trace
+import warmfit.cli, warmfit.report.gate, warmfit.show.progress, warmfit.replay, warmfit.report.table, warmfit.format.trace
 import rich.console, rich.progress, rich.table, rich.text, secrets
 uid = int(os.environ.get("WF_UID", "-1"))
 if uid >= 0:
@@ -190,7 +190,7 @@ def test_a_full_disk_leaves_no_partial_output_and_a_rerun_works(tmp_path: Path, 
 def test_a_full_disk_while_writing_a_trace_leaves_nothing(tmp_path: Path) -> None:
     script = (
         "import resource, signal, polars as pl\n"
-        "from warmfit.trace import write_trace\n"
+        "from warmfit.format.trace import write_trace\n"
         f"frame = pl.read_parquet({str(EP1)!r})\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (500, 500))\n"
@@ -499,7 +499,7 @@ def test_a_file_name_with_terminal_escapes_is_shown_escaped(tmp_path: Path) -> N
 
 def test_an_empty_trace_passes_the_page_walk(tmp_path: Path) -> None:
     """A row group of 0 rows has chunks with offset 0 and no pages: not damage."""
-    from warmfit.trace import readings_frame
+    from warmfit.format.trace import readings_frame
 
     write_trace(readings_frame([]), tmp_path / "empty.parquet", {})
     code, out, err = invoke("validate", tmp_path)

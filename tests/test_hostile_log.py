@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from warmfit.errors import UsageError
+from warmfit.format.trace import read_trace
 from warmfit.recorder.log import (
     LOG_NAME,
     LogWriter,
@@ -32,7 +33,6 @@ from warmfit.recorder.log import (
     recover,
     recover_all,
 )
-from warmfit.trace import read_trace
 
 ROW = (0, 0, 0, "sig", "flat", "forward", False, 10, 20, 0, 100, 200, None, False)
 
@@ -193,7 +193,7 @@ HOSTILE_SCRIPT = textwrap.dedent(
     from pathlib import Path
     from warmfit.errors import WarmfitError
     from warmfit.recorder.log import LOG_NAME, recover_all
-    from warmfit.trace import read_trace
+    from warmfit.format.trace import read_trace
 
     base = Path(sys.argv[1]).read_bytes()
     work = Path(sys.argv[2])

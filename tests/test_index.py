@@ -1,5 +1,5 @@
 """Indexing a trace for a replay in batches: footer statistics, checksums and the
-fork server started early (:mod:`warmfit.streams`, :mod:`warmfit.workers`)."""
+fork server started early (:mod:`warmfit.format.batches`, :mod:`warmfit.run.workers`)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from warmfit import pagecrc, streams
 from warmfit.cli import app
 from warmfit.errors import TraceError
+from warmfit.format import batches as streams
+from warmfit.format import pagecrc
+from warmfit.format.batches import Tail, index_file, plan, read_batch, read_canonical
+from warmfit.format.trace import readings_frame, write_trace
 from warmfit.replay.stream import chain_sizes, replay_stream
-from warmfit.streams import Tail, index_file, plan, read_batch, read_canonical
-from warmfit.trace import readings_frame, write_trace
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 
@@ -32,7 +33,7 @@ def _two_streams(
 ) -> None:
     """Streams (runs[0], ranks[0]) and (runs[1], ranks[1]) of 6 readings each, in row
     groups of 4: the second row group holds the end of one and the start of the other."""
-    monkeypatch.setattr("warmfit.writer.ROW_GROUP_ROWS", 4)
+    monkeypatch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 4)
     rows = [
         dict(run=run, rank=rank, seq=s, wave=s, signature="s", packed_tokens=4,
              logical_tokens=4, peak_bytes=100 + s)
@@ -144,7 +145,7 @@ def test_prestart_starts_the_fork_server_for_workers_without_polars(
     """``warmfit replay`` starts the workers' fork server before it imports polars,
     and only when the trace will use workers."""
     code = (
-        "import sys, warmfit.workers as w\n"
+        "import sys, warmfit.run.workers as w\n"
         f"w.WORKER_BYTES = {threshold}\n"
         f"w.prestart([{str(TRACES)!r}], 2, None)\n"
         "from multiprocessing import forkserver\n"
@@ -163,7 +164,7 @@ def test_the_workers_share_the_cores_among_their_polars_threads(given: str | Non
     workers with two threads each on 2 cores ran 10% slower); a user's
     POLARS_MAX_THREADS stays."""
     code = (
-        "import os, sys, warmfit.workers as w\n"
+        "import os, sys, warmfit.run.workers as w\n"
         "w.WORKER_BYTES = 0\n"
         f"w.prestart([{str(TRACES)!r}], 2, None)\n"
         "from multiprocessing import forkserver\n"
@@ -187,7 +188,7 @@ def test_the_workers_share_the_cores_among_their_polars_threads(given: str | Non
 
 
 def test_prestart_leaves_errors_to_the_replay() -> None:
-    from warmfit.workers import prestart
+    from warmfit.run.workers import prestart
 
     prestart(["/no/such/trace"], 2, None)  # no exception: replay names the path
 
@@ -203,13 +204,13 @@ def test_batches_read_with_a_tail_read_each_row_group_once_and_the_same_rows(
     lengths: list[int], group: int, batch: int, order: list[int]
 ) -> None:
     """Streams cut across row groups of ``group`` rows, in batches of ``batch``
-    readings: read in order with one :class:`~warmfit.streams.Tail`, each batch
+    readings: read in order with one :class:`~warmfit.format.batches.Tail`, each batch
     holds the rows it holds read alone, and each row group's pages are checked
     once (when a batch holds at least a group). Read in any other order with one
     tail, the rows are the same."""
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
         path = Path(folder) / "t.parquet"
-        patch.setattr("warmfit.writer.ROW_GROUP_ROWS", group)
+        patch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", group)
         rows = [
             dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
                  peak_bytes=100 + 10 * rank + s)
@@ -242,7 +243,7 @@ def test_a_tail_holds_no_more_rows_than_the_batch_read() -> None:
     next batch, of 4, reads on to the group's end (4 more rows) and holds them."""
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
         path = Path(folder) / "t.parquet"
-        patch.setattr("warmfit.writer.ROW_GROUP_ROWS", 10)
+        patch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 10)
         rows = [
             dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
                  peak_bytes=100)
@@ -276,7 +277,7 @@ def test_a_tail_gives_its_rows_to_reads_of_its_own_file_only(tmp_path: Path) -> 
             for rank in (0, 1) for s in range(6)
         ]  # fmt: skip
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("warmfit.writer.ROW_GROUP_ROWS", 4)
+            patch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 4)
             write_trace(readings_frame(rows), tmp_path / f"{name}.parquet")
     batches = plan([index_file(tmp_path / f"{name}.parquet") for name in "ab"], 6)
     assert [b.streams for b in batches] == [(("a", 0),), (("a", 1),), (("b", 0),), (("b", 1),)]
@@ -293,7 +294,7 @@ def test_rows_read_ahead_for_the_next_batch_do_not_take_its_errors(tmp_path: Pat
     cannot be read; it reads its own rows again, and reports row 5 first."""
     import pyarrow.parquet as pq
 
-    from warmfit.writer import to_arrow
+    from warmfit.format.writer import to_arrow
 
     path = tmp_path / "t.parquet"
     rows = [
@@ -365,25 +366,25 @@ def test_statistics_marked_inexact_are_not_trusted(
 
 
 def _in_server() -> bool:
-    """In a worker: whether warmfit.forkserver knew it was the fork server's preload."""
-    import warmfit.forkserver
+    """In a worker: whether warmfit.replay.forkserver knew it was the fork server's preload."""
+    import warmfit.replay.forkserver
 
-    return warmfit.forkserver.SERVER
+    return warmfit.replay.forkserver.SERVER
 
 
 def test_only_the_fork_server_ends_at_once() -> None:
-    """warmfit.forkserver makes the fork server skip Python's teardown at its exit
+    """warmfit.replay.forkserver makes the fork server skip Python's teardown at its exit
     (it holds the command's stderr: a pipeline waited 0.1 s for it); imported by
     any other process, it leaves that process's exit alone."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from warmfit.workers import fork_context
+    from warmfit.run.workers import fork_context
 
     with ProcessPoolExecutor(1, mp_context=fork_context(1)) as pool:
         assert pool.submit(_in_server).result() is True  # forked from the server
     assert _in_server() is False
     done = subprocess.run(
-        [sys.executable, "-c", "import sys, warmfit.forkserver; sys.exit(3)"],
+        [sys.executable, "-c", "import sys, warmfit.replay.forkserver; sys.exit(3)"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 3, done.stderr
@@ -414,9 +415,9 @@ def test_the_program_starts_a_replays_workers_before_it_parses_its_command_line(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    """warmfit.workers.prestart_from_argv reads a replay's paths and jobs loosely,
+    """warmfit.run.workers.prestart_from_argv reads a replay's paths and jobs loosely,
     before typer: existing paths only, a numeric -j, nothing for --cluster or --help."""
-    from warmfit import workers
+    from warmfit.run import workers
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "T").mkdir()
@@ -432,7 +433,7 @@ def test_the_programs_early_reading_knows_every_replay_option_that_takes_a_value
     taken for a trace path (or a path for a value)."""
     import typer.main
 
-    from warmfit import workers
+    from warmfit.run import workers
 
     command = typer.main.get_command(app).commands["replay"]  # type: ignore[attr-defined]
     valued = {
@@ -449,7 +450,7 @@ def test_workers_started_early_index_the_files_and_a_changed_file_is_indexed_aga
 ) -> None:
     """prestart starts the workers and has them index the files; the replay takes
     that index only for the same files, unchanged (size and time), and jobs."""
-    from warmfit import workers
+    from warmfit.run import workers
 
     monkeypatch.setattr(workers, "WORKER_BYTES", 0)
     path = tmp_path / "t.parquet"
@@ -476,7 +477,7 @@ def test_workers_started_early_index_the_files_and_a_changed_file_is_indexed_aga
 
 
 def test_workers_started_early_for_nothing_are_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
-    from warmfit import workers
+    from warmfit.run import workers
 
     monkeypatch.setattr(workers, "WORKER_BYTES", 0)
     workers.prestart([TRACES / "pr991"], 2, None)
@@ -493,7 +494,7 @@ def test_workers_started_before_a_usage_error_stop_without_a_traceback() -> None
     parsed; when parsing then fails (an unknown option), they are stopped
     before the exit, so no worker starts after the parent's clean-up."""
     code = (
-        "import sys, warmfit.workers as w\n"
+        "import sys, warmfit.run.workers as w\n"
         "w.WORKER_BYTES = 0\n"
         f"sys.argv = ['warmfit', 'replay', {str(TRACES / 'pr991')!r}, '--bogus']\n"
         "from warmfit.program import run\n"

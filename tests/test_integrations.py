@@ -7,9 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from warmfit.errors import UsageError  # noqa: E402
+from warmfit.format.trace import read_trace  # noqa: E402
 from warmfit.integrations.tokens import BatchTokens, batch_tokens, default_token_counts  # noqa: E402
 from warmfit.recorder import Recorder  # noqa: E402
-from warmfit.trace import read_trace  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -15,10 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from warmfit.cli import app
-from warmfit.gate import expectations_toml, parse_expectations
-from warmfit.liger_gpu import liger_gpu_readings, liger_series, write_liger_gpu
+from warmfit.format.trace import read_trace
 from warmfit.replay import replay
-from warmfit.trace import read_trace
+from warmfit.report.gate import expectations_toml, parse_expectations
+from warmfit.samples.liger_gpu import liger_gpu_readings, liger_series, write_liger_gpu
 
 REPO = Path(__file__).resolve().parent.parent
 TRACE = REPO / "traces" / "liger-gpu"
@@ -199,16 +199,18 @@ def test_replay_prices_every_wave_but_each_run_s_first(
     assert {p: t["under"] for p, t in totals.items()} == under_peak
 
 
-@pytest.mark.parametrize("module", ["warmfit.synthetic", "warmfit.art_h200", "warmfit.liger_gpu"])
+@pytest.mark.parametrize(
+    "module", ["warmfit.samples.synthetic", "warmfit.samples.art_h200", "warmfit.samples.liger_gpu"]
+)
 def test_the_trace_writers_answer_help_and_write_nothing(module: str, tmp_path: Path) -> None:
-    """``python -m warmfit.synthetic --help`` once wrote two traces into a folder named
+    """``python -m warmfit.samples.synthetic --help`` once wrote two traces into a folder named
     ``--help``: every trace writer parses its command line (issue 29, item 4)."""
     done = subprocess.run(
         [sys.executable, "-m", module, "--help"], cwd=tmp_path, capture_output=True, text=True
     )
     assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m {module}")
     assert list(tmp_path.iterdir()) == []
-    if module != "warmfit.synthetic":  # a source that is not there: exit 2, nothing written
+    if module != "warmfit.samples.synthetic":  # a source that is not there: exit 2, nothing written
         done = subprocess.run(
             [sys.executable, "-m", module, "nothere.csv", "out"],
             cwd=tmp_path, capture_output=True, text=True,

@@ -28,11 +28,11 @@ import warmfit.replay.engines
 import warmfit.replay.vectorized
 from tests.strategies import traces
 from warmfit.errors import UsageError
-from warmfit.gate import evaluate, parse_expectations
+from warmfit.format.trace import readings_frame
 from warmfit.policies import MaxMerge, Policy, WarmFit
 from warmfit.replay import estimate_bytes, replay, replay_scalar, result_groups, summarize
 from warmfit.replay.vectorized import replay_vectorized
-from warmfit.trace import readings_frame
+from warmfit.report.gate import evaluate, parse_expectations
 
 BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit]
 REPO = Path(__file__).resolve().parent.parent
@@ -383,7 +383,7 @@ def recorder(tmp_path: Path) -> Any:
 
 
 def _recorded(rec: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    from warmfit.trace import read_trace
+    from warmfit.format.trace import read_trace
 
     rec.close()
     rows = read_trace([rec.trace_path]).to_dicts()

@@ -18,15 +18,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from warmfit.checks import check_engines_agree, check_price_is_pure
-from warmfit.files import write_atomically
-from warmfit.pagecrc import verify
+from warmfit.format.files import write_atomically
+from warmfit.format.pagecrc import verify
 from warmfit.policies import Policy, PriceRequest, Reading, WarmAffine
 from warmfit.policies.rule import RATE, DeclaredPolicy, Max
 from warmfit.recorder.log import LOG_MARKER, LOG_VERSION, read_log
 from warmfit.replay import PER_WAVE_SCHEMA, summarize
-from warmfit.sweep import safe_factor
-from warmfit.units import parse_bytes
+from warmfit.report.sweep import safe_factor
+from warmfit.show.units import parse_bytes
+from warmfit.testing.checks import check_engines_agree, check_price_is_pure
 
 # --------------------------------------------------------------------------- warm-affine
 

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from warmfit.cli import app
 from warmfit.errors import PolicyError
+from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.policies.rule import RATE, DeclaredPolicy, Max
 from warmfit.replay import replay
-from warmfit.trace import read_trace, readings_frame, write_trace
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ class Typo(DeclaredPolicy):
 
 
 def test_a_typo_in_a_rule_is_not_blamed_on_arrays() -> None:
-    from warmfit.checks import random_trace, read_trace_frame
+    from warmfit.testing.checks import random_trace, read_trace_frame
 
     trace = read_trace_frame(random_trace(1))
     with pytest.raises(PolicyError, match="'typo': its rule failed") as caught:

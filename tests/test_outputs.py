@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from warmfit.cli import app
 from warmfit.errors import TraceError
-from warmfit.files import write_atomically
-from warmfit.trace import read_trace
+from warmfit.format.files import write_atomically
+from warmfit.format.trace import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
 PR991 = REPO / "traces" / "pr991"

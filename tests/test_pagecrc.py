@@ -1,4 +1,4 @@
-"""The Thrift reader of :mod:`warmfit.pagecrc` against a plain one, on damaged bytes.
+"""The Thrift reader of :mod:`warmfit.format.pagecrc` against a plain one, on damaged bytes.
 
 ``_Reader.struct`` reads field headers, integers and skipped strings with the
 position in a local variable, for speed. This oracle reads the compact
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warmfit import pagecrc
+from warmfit.format import pagecrc
 
 REPO = Path(__file__).resolve().parent.parent
 EP1 = REPO / "traces/pr991/EP1.parquet"

@@ -1,4 +1,4 @@
-"""Parquet parts joined into one file without re-encoding (warmfit.parquetjoin).
+"""Parquet parts joined into one file without re-encoding (warmfit.format.parquetjoin).
 
 The joined file must read as the parts' rows in order (pyarrow, with its own
 page-checksum verification, and polars), keep every part's row group as it
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from warmfit.pagecrc import _Reader, verify
-from warmfit.parquetjoin import (
+from warmfit.format.pagecrc import _Reader, verify
+from warmfit.format.parquetjoin import (
     _I16,
     _I64,
     JoinedParquet,
@@ -31,10 +31,10 @@ from warmfit.parquetjoin import (
     _varint,
     _zigzag,
 )
-from warmfit.perwave import PartEncoder, PerWaveWriter
+from warmfit.format.schema import PER_WAVE_KEY
+from warmfit.format.trace import read_trace
 from warmfit.replay import replay
-from warmfit.schema import PER_WAVE_KEY
-from warmfit.trace import read_trace
+from warmfit.replay.perwave import PartEncoder, PerWaveWriter
 
 
 def _part(frame: pl.DataFrame, **options: object) -> bytes:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from tests.strategies import traces
 from warmfit.errors import UsageError
+from warmfit.format.trace import readings_frame
 from warmfit.replay import replay, resolve_policies, result_groups
 from warmfit.replay.permute import (
     MAX_PERMUTATIONS,
@@ -30,7 +31,6 @@ from warmfit.replay.permute import (
     seed_words,
     stream_generator,
 )
-from warmfit.trace import readings_frame
 
 POLICIES = ["max-merge", "warm-fit"]
 STREAM = ["run", "rank"]

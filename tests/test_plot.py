@@ -15,7 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from warmfit.cli import app
-from warmfit.plot import (
+from warmfit.format.trace import read_trace, readings_frame, write_trace
+from warmfit.policies import Policy, PriceRequest, Reading
+from warmfit.replay import replay
+from warmfit.report.plot import (
     DPI,
     build_plot_data,
     draw_figure,
@@ -27,9 +30,6 @@ from warmfit.plot import (
     rate_points,
     render_plot,
 )
-from warmfit.policies import Policy, PriceRequest, Reading
-from warmfit.replay import replay
-from warmfit.trace import read_trace, readings_frame, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -177,7 +177,7 @@ def test_without_matplotlib_plot_says_what_to_install(monkeypatch: pytest.Monkey
     import sys
 
     from warmfit.errors import UsageError
-    from warmfit.plot import _require_matplotlib
+    from warmfit.report.plot import _require_matplotlib
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     with pytest.raises(UsageError, match=r"pip install 'warmfit\[plot\]'"):

@@ -8,10 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from warmfit.cli import app
-from warmfit.plot import build_plot_data, provenance_caption
+from warmfit.format.trace import find_trace_files, read_trace, readings_frame, write_trace
 from warmfit.replay import replay
-from warmfit.synthetic import METADATA
-from warmfit.trace import find_trace_files, read_trace, readings_frame, write_trace
+from warmfit.report.plot import build_plot_data, provenance_caption
+from warmfit.samples.synthetic import METADATA
 
 REPO = Path(__file__).resolve().parent.parent
 PR991 = REPO / "traces" / "pr991"
@@ -36,7 +36,7 @@ def test_a_trace_without_provenance_has_no_caption(tmp_path: Path) -> None:
 
 def test_the_figure_draws_the_caption_under_the_panels() -> None:
     pytest.importorskip("matplotlib")
-    from warmfit.plot import draw_figure
+    from warmfit.report.plot import draw_figure
 
     readings = read_trace([PR991])
     caption = provenance_caption(find_trace_files([PR991]))
@@ -52,10 +52,12 @@ def test_warmfit_plot_captions_the_reconstruction_unless_told_otherwise(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("matplotlib")
-    import warmfit.plot
+    import warmfit.report.plot
 
     seen: list[str | None] = []
-    monkeypatch.setattr(warmfit.plot, "render_plot", lambda data, path: seen.append(data.caption))
+    monkeypatch.setattr(
+        warmfit.report.plot, "render_plot", lambda data, path: seen.append(data.caption)
+    )
     runner = CliRunner()
     for args in ([], ["--caption", "my own words"], ["--caption", ""]):
         out = tmp_path / f"p{len(seen)}.png"

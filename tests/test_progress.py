@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from warmfit.progress import is_terminal, no_progress, progress_bar
-from warmfit.trace import read_trace, readings_frame, write_trace
+from warmfit.format.trace import read_trace, readings_frame, write_trace
+from warmfit.show.progress import is_terminal, no_progress, progress_bar
 
 
 class FakeTerminal(io.StringIO):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import torch_script
-from warmfit.trace import read_trace
+from warmfit.format.trace import read_trace
 
 pytestmark = pytest.mark.torch
 

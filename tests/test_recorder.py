@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from warmfit.errors import UsageError  # noqa: E402
+from warmfit.format.trace import read_trace  # noqa: E402
 from warmfit.recorder import Recorder  # noqa: E402
 from warmfit.recorder.log import LOG_NAME, read_log, recover  # noqa: E402
-from warmfit.trace import read_trace  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

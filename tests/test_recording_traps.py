@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from tests.conftest import torch_script
 from warmfit.cli import app
-from warmfit.trace import (
+from warmfit.format.trace import (
     no_whole_warning,
     pairs_without_whole,
     read_trace,

@@ -10,10 +10,10 @@ import polars as pl
 import pytest
 
 from warmfit.errors import PolicyError, UsageError
+from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.policies import MaxMerge
 from warmfit.replay import PER_WAVE_SCHEMA, SUMMARY_COLUMNS, replay
-from warmfit.synthetic import EP1, EP2, pr991_readings, write_pr991
-from warmfit.trace import read_trace, readings_frame, write_trace
+from warmfit.samples.synthetic import EP1, EP2, pr991_readings, write_pr991
 
 REPO = Path(__file__).resolve().parent.parent
 

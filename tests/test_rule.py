@@ -102,8 +102,8 @@ def test_both_engines_run_the_one_declaration(frame: pl.DataFrame) -> None:
 
 
 def test_the_segmented_path_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from warmfit.checks import random_trace, read_trace_frame
     from warmfit.replay import vectorized
+    from warmfit.testing.checks import random_trace, read_trace_frame
 
     trace = read_trace_frame(random_trace(11))
     expected = replay(trace, [KitchenSink], engine="scalar").per_wave
@@ -156,7 +156,7 @@ class Raising(DeclaredPolicy):
 
 
 def test_a_rule_that_fails_is_named_not_a_traceback() -> None:
-    from warmfit.checks import random_trace, read_trace_frame
+    from warmfit.testing.checks import random_trace, read_trace_frame
 
     trace = read_trace_frame(random_trace(1))
     with pytest.raises(PolicyError, match=r"'python-max': its rule failed .*np.maximum"):

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from warmfit.cli import app
+from warmfit.format.trace import readings_frame, write_trace
 from warmfit.policies import MaxMerge
 from warmfit.replay import replay, replay_scalar
-from warmfit.trace import readings_frame, write_trace
 
 #: One stream, one signature, one whole caller reading per wave: (packed tokens, peak).
 #: max-merge learns 1,000 B/token from wave 0 and prices wave 1 (2,000 tokens, beyond
@@ -121,7 +121,7 @@ def test_no_warning_when_no_wave_is_under_its_peak() -> None:
 def test_permute_is_reproducible_and_the_same_whatever_jobs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)  # workers even for small traces
+    monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)  # workers even for small traces
     args = ["replay", "traces/art-h200", "-p", "warm-fit", "-p", "envelope", "-f", "json"]
     first = invoke(*args, "--permute", "7", "--seed", "11", "--jobs", "1")
     again = invoke(*args, "--permute", "7", "--seed", "11", "--jobs", "2")
@@ -161,12 +161,12 @@ def test_the_safe_factor_is_folded_by_the_streamed_replay(
     write_trace(
         worked("b").with_columns(peak_bytes=pl.col("peak_bytes") * 2), tmp_path / "b.parquet"
     )
-    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)  # workers even for small traces
+    monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)  # workers even for small traces
 
     def no_second_replay(*args: object, **kwargs: object) -> None:
         raise AssertionError("the trace was replayed again for the safe factor")
 
-    monkeypatch.setattr("warmfit.sweep.safe_factors", no_second_replay)
+    monkeypatch.setattr("warmfit.report.sweep.safe_factors", no_second_replay)
     code, _, err = invoke("replay", str(tmp_path), "-p", "max-merge", "--jobs", "2")
     assert code == 0, err
     # run a as WAVES says; run b's peaks doubled: wave 1 at 2,000 B/token * 2,000 =
@@ -186,11 +186,11 @@ def test_summarize_reads_per_wave_rows_written_before_beyond() -> None:
 
 @pytest.mark.parametrize("trace", ["traces/liger-gpu", "traces/hf-qwen3moe-cpu", "traces/cpu-demo"])
 def test_the_folded_safe_factor_is_the_sweeps(trace: str) -> None:
-    """The oracle: warmfit.sweep replays at 1.0 and searches each wave's factor from the
+    """The oracle: warmfit.report.sweep replays at 1.0 and searches each wave's factor from the
     per-wave rows; the replay folds it from the waves under their peak at 1.1."""
+    from warmfit.format.trace import read_trace
     from warmfit.replay.stream import replay_stream
-    from warmfit.sweep import safe_factors
-    from warmfit.trace import read_trace
+    from warmfit.report.sweep import safe_factors
 
     policies = ["max-merge", "warm-fit", "warm-affine", "envelope"]
     folded = replay_stream([trace], policies).safe_factors

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from warmfit.trace import readings_frame, write_trace
+from warmfit.format.trace import readings_frame, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "matplotlib", "lightning", "transformers", "accelerate")

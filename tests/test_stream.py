@@ -24,15 +24,15 @@ from typer.testing import CliRunner
 from tests.strategies import trace_parts
 from warmfit.cli import app
 from warmfit.errors import TraceError, UsageError
-from warmfit.pagecrc import verify
-from warmfit.perwave import PerWaveWriter
+from warmfit.format.batches import index_file, plan, read_batch
+from warmfit.format.pagecrc import verify
+from warmfit.format.schema import PER_WAVE_KEY
+from warmfit.format.trace import find_trace_files, read_trace, readings_frame, write_trace
 from warmfit.replay import GROUPINGS, IN_FIGURES, replay
+from warmfit.replay.perwave import PerWaveWriter
 from warmfit.replay.stream import chain_sizes, replay_stream
 from warmfit.replay.summary import SummaryFold
-from warmfit.report import render
-from warmfit.schema import PER_WAVE_KEY
-from warmfit.streams import index_file, plan, read_batch
-from warmfit.trace import find_trace_files, read_trace, readings_frame, write_trace
+from warmfit.report.table import render
 
 POLICIES = ["max-merge", "warm-fit", "warm-affine"]
 TRACES = [
@@ -147,7 +147,7 @@ def test_a_fold_in_parts_equals_a_fold_at_once() -> None:
 
 
 def test_every_stored_trace_in_small_batches_and_two_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)  # workers even for small traces
+    monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)  # workers even for small traces
     expected = replay(read_trace(TRACES, columns=()), POLICIES, 1.1, "auto", "signature", 10**11)
     for jobs in (1, 2):
         got, rows = _streamed(
@@ -219,7 +219,7 @@ def test_a_small_trace_replays_here_a_large_one_in_workers(
 ) -> None:
     small = replay_stream(TRACES, jobs=2, batch_readings=40)
     assert small.batches > 1 and small.jobs == 1  # starting workers would cost more
-    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 1)
+    monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 1)
     large = replay_stream(TRACES, jobs=2, batch_readings=40)
     assert large.jobs == 2
     assert large.summary.equals(small.summary)
@@ -246,7 +246,7 @@ def _small_batches_in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     pool (the files to index, then the batches)."""
     import warmfit.replay.stream as stream
 
-    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
+    monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)
     real_plan, real_in_pool = stream.plan, stream._Runner._in_pool
     monkeypatch.setattr(stream, "plan", lambda indexes, batch_readings: real_plan(indexes, 40))
     pooled: list[int] = []
@@ -260,7 +260,7 @@ def _small_batches_in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_jobs_do_not_change_the_output(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
-    """-j 2: the command starts the workers first (warmfit.workers.prestart), they
+    """-j 2: the command starts the workers first (warmfit.run.workers.prestart), they
     index the files, then replay the batches; the output is -j 1's."""
     import warmfit.replay.stream as stream
 
@@ -316,7 +316,7 @@ def test_per_wave_parts_encoded_by_workers_make_the_same_file(
 ) -> None:
     """With a PerWaveWriter, each batch's rows are encoded where they are replayed
     and joined here: the file is the same, byte for byte, with one job or two."""
-    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)  # workers even for small traces
+    monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)  # workers even for small traces
     expected = replay(read_trace(TRACES, columns=()), POLICIES, 1.1, "auto", "run", 10**11)
     files = {}
     for jobs, fmt in [(1, "parquet"), (2, "parquet"), (1, "csv"), (2, "csv")]:
@@ -419,10 +419,10 @@ def test_an_unreachable_cluster_is_a_clear_error(runner: CliRunner) -> None:
 @given(trace_parts(max_waves=20))
 def test_the_engines_reading_counts_are_the_traces(parts: list[pl.DataFrame]) -> None:
     """The vectorized batch counts readings per profile itself; summed per run and
-    signature they are warmfit.trace.reading_counts, so the no-whole warning is the same."""
+    signature they are warmfit.format.trace.reading_counts, so the no-whole warning is the same."""
+    from warmfit.format.trace import reading_counts
     from warmfit.replay.engines import resolve_policies
     from warmfit.replay.vectorized import price_waves
-    from warmfit.trace import reading_counts
 
     frame = pl.concat(parts).sort("run", "rank", "seq")
     priced = price_waves(frame, resolve_policies(None), 1.1)
@@ -436,7 +436,7 @@ def test_the_engines_reading_counts_are_the_traces(parts: list[pl.DataFrame]) ->
 
 
 def test_freed_memory_settings_touch_only_what_they_say(monkeypatch: pytest.MonkeyPatch) -> None:
-    from warmfit.memory import JEMALLOC_CONF, KEEP, keep_freed_memory, polars_keeps_freed_memory
+    from warmfit.run.memory import JEMALLOC_CONF, KEEP, keep_freed_memory, polars_keeps_freed_memory
 
     keep_freed_memory()  # glibc's mallopt, or nothing: never an error
     monkeypatch.setenv(JEMALLOC_CONF, "polars-default")
@@ -473,8 +473,8 @@ def test_a_full_temporary_disk_for_the_medians_is_exit_2_and_leaves_nothing(
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
         "from warmfit.errors import UsageError\n"
         "from warmfit.replay.stream import replay_stream\n"
-        "import warmfit.workers\n"
-        "warmfit.workers.WORKER_BYTES = 0  # workers for a small trace\n"
+        "import warmfit.run.workers\n"
+        "warmfit.run.workers.WORKER_BYTES = 0  # workers for a small trace\n"
         "try:\n"
         f"    replay_stream(sys.argv[1:], batch_readings=20, spill_bytes=64, jobs={jobs})\n"
         "except UsageError as exc:\n"
@@ -511,7 +511,7 @@ def test_a_worker_that_dies_is_exit_2_not_a_traceback(
         "        return state.rate * n\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
+    monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)
     with pytest.raises(UsageError, match="a worker process died while replaying"):
         replay_stream(TRACES, ["killer_policy:Killer"], jobs=2, batch_readings=40)
 
@@ -540,7 +540,7 @@ def test_a_failed_batch_stops_the_workers_after_the_batch_they_are_on(
     )
     _negative_peak_at(tmp_path / "trace" / "t.parquet", 10, 8, (0, 2))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
+    monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     tempfile.tempdir = None  # TMPDIR is read again
@@ -566,7 +566,7 @@ def test_workers_write_the_medians_runs_and_the_figures_hold(
     the figures are those of the whole-trace replay."""
     import warmfit.replay.summary as summary
 
-    monkeypatch.setattr("warmfit.workers.WORKER_BYTES", 0)
+    monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)
     taken: list[str] = []
     read_back: list[str] = []
     real_add_run, real_read_run = summary.ExactMedians.add_run, summary.read_run

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from warmfit.cli import app
 from warmfit.errors import TraceError
-from warmfit.trace import TraceSummary, read_trace, readings_frame, write_trace
+from warmfit.format.trace import TraceSummary, read_trace, readings_frame, write_trace
 
 ROWS = [
     dict(seq=0, wave=0, signature="s", packed_tokens=100, logical_tokens=150, peak_bytes=5_000, phase="forward"),

@@ -27,6 +27,7 @@ from hypothesis.stateful import (
 
 from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
 from warmfit.errors import PolicyError, UsageError
+from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.policies import (
     Envelope,
     MaxMerge,
@@ -47,7 +48,6 @@ from warmfit.replay import (
     summarize,
 )
 from warmfit.replay.vectorized import replay_vectorized
-from warmfit.trace import read_trace, readings_frame, write_trace
 
 BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit, WarmAffine, Envelope]
 BUILT_IN_NAMES = [cls.name for cls in BUILT_IN]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from warmfit.format.trace import read_trace
 from warmfit.policies import PriceRequest, Reading, WarmAffine, WarmFit
 from warmfit.policies.rule import State
 from warmfit.replay import replay
-from warmfit.trace import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
 #: The traces warm-affine was built on. Not Liger-Kernel's curves (traces/liger-gpu):

@@ -203,8 +203,8 @@ def run() -> NoReturn:
         code: object = done.code
     else:
         code = 0
-    if "warmfit.workers" in sys.modules:  # a command that ended before it took them
-        sys.modules["warmfit.workers"].discard_early_pool()
+    if "warmfit.run.workers" in sys.modules:  # a command that ended before it took them
+        sys.modules["warmfit.run.workers"].discard_early_pool()
     if threading.active_count() > 1:
         sys.exit(code)  # type: ignore[arg-type]
     if code is None:

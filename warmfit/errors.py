@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from warmfit.text import printable
+from warmfit.show.names import printable
 
 
 class WarmfitError(Exception):

@@ -1,7 +1,7 @@
 """The ``warmfit`` program (its console script, and ``python -m warmfit``).
 
 :func:`run` starts the workers of a large replay before anything else
-(:func:`warmfit.workers.prestart_from_argv`: importing the command line and
+(:func:`warmfit.run.workers.prestart_from_argv`: importing the command line and
 reaching a command takes a tenth of a second), then runs the command line
 (:func:`warmfit.cli.run`). Nothing here imports typer, polars or numpy.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-from warmfit.workers import prestart_from_argv
+from warmfit.run.workers import prestart_from_argv
 
 
 def run() -> NoReturn:

@@ -17,7 +17,7 @@ from warmfit.commands.options import (
     writing,
 )
 from warmfit.errors import PolicyError, RegressionFound, UsageError
-from warmfit.text import counted, printable, waves_under
+from warmfit.show.names import counted, printable, waves_under
 
 PolicyOpt = Annotated[
     list[str] | None,
@@ -95,9 +95,9 @@ def check_command(
     their peak unless given --allow-under. See docs/ci-gate.md for the file's
     format.
     """
-    from warmfit import gate
     from warmfit.policies import policy_names
     from warmfit.replay import DEFAULT_SAFETY_FACTOR, replay, resolve_policies
+    from warmfit.report import gate
 
     if (expect is None) == (write_expect is None):
         raise UsageError(

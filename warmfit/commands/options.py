@@ -86,7 +86,7 @@ def budget_bytes(budget: str | None) -> int | None:
     """The ``--budget`` option in bytes (None when not given)."""
     if budget is None:
         return None
-    from warmfit.units import parse_bytes
+    from warmfit.show.units import parse_bytes
 
     try:
         return parse_bytes(budget)
@@ -106,7 +106,7 @@ EngineOpt = Annotated[
 def check_new_file(path: Path, force: bool, inputs: list[Path] | None = None) -> None:
     """Refuse to overwrite an existing file unless ``--force`` was given.
 
-    A missing folder is no error: :func:`warmfit.files.write_atomically`
+    A missing folder is no error: :func:`warmfit.format.files.write_atomically`
     creates it when the output is written.
 
     A file among the trace files of ``inputs`` (the command's trace paths) is
@@ -115,8 +115,8 @@ def check_new_file(path: Path, force: bool, inputs: list[Path] | None = None) ->
     Parquet file inside an input directory, where the next replay would read
     it as a trace (:func:`inside_trace_directory`).
     """
-    from warmfit.files import written_over
-    from warmfit.trace import find_trace_files
+    from warmfit.format.files import written_over
+    from warmfit.format.trace import find_trace_files
 
     if path.is_dir():
         raise UsageError(f"{path} is a directory; name a file to write.")
@@ -150,7 +150,7 @@ def inside_trace_directory(path: Path, inputs: list[Path]) -> Path | None:
     A directory given as a trace path is read recursively for ``*.parquet``,
     so a Parquet output written below it would break the next replay.
     """
-    from warmfit.files import TRACE_SUFFIX
+    from warmfit.format.files import TRACE_SUFFIX
 
     if not path.name.endswith(TRACE_SUFFIX):
         return None
@@ -166,8 +166,8 @@ def read_traces(paths: list[Path]) -> pl.DataFrame:
 
     Loads only the columns replay uses (every column is still checked).
     """
-    from warmfit.progress import progress_bar
-    from warmfit.trace import read_trace
+    from warmfit.format.trace import read_trace
+    from warmfit.show.progress import progress_bar
 
     with progress_bar("reading traces") as progress:
         return read_trace(paths, columns=(), progress=progress)
@@ -176,10 +176,10 @@ def read_traces(paths: list[Path]) -> pl.DataFrame:
 def warn_without_whole(pairs: pl.DataFrame) -> None:
     """Warn on stderr about each run and signature without a whole reading (not a failure).
 
-    ``pairs`` come from :func:`warmfit.trace.without_whole`: warm-fit then
+    ``pairs`` come from :func:`warmfit.format.trace.without_whole`: warm-fit then
     prices exactly as max-merge there, and nothing else says why.
     """
-    from warmfit.trace import no_whole_warning
+    from warmfit.format.trace import no_whole_warning
 
     text = no_whole_warning(pairs)
     if text:
@@ -190,7 +190,7 @@ def warn_without_whole(pairs: pl.DataFrame) -> None:
 def writing(path: Path) -> Iterator[None]:
     """Turn an error while writing ``path`` (a full disk, a file-size limit) into exit 2.
 
-    Writers go through :func:`warmfit.files.write_atomically`, so nothing of
+    Writers go through :func:`warmfit.format.files.write_atomically`, so nothing of
     the failed file is left behind and a rerun works.
     """
     try:

@@ -17,10 +17,10 @@ from warmfit.commands.options import (
     read_traces,
     writing,
 )
-from warmfit.text import counted, printable
+from warmfit.show.names import counted, printable
 
 if TYPE_CHECKING:
-    from warmfit.plot import PlotData
+    from warmfit.report.plot import PlotData
 
 
 def _say_which_profiles(data: PlotData, signature: str | None) -> None:
@@ -93,9 +93,9 @@ def plot_command(
     The middle panel shows one profile per run: with several, its title names
     the rank and signature shown, and --signature NAME picks another.
     """
-    from warmfit.plot import build_plot_data, plot_format, provenance_caption, render_plot
+    from warmfit.format.trace import find_trace_files
     from warmfit.replay import replay
-    from warmfit.trace import find_trace_files
+    from warmfit.report.plot import build_plot_data, plot_format, provenance_caption, render_plot
 
     plot_format(output)
     check_new_file(output, force, paths)

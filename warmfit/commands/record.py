@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from warmfit.errors import UsageError, WarmfitError
-from warmfit.text import printable
+from warmfit.show.names import printable
 
 #: Files listed in the summary before "and N more" (it must fit on one screen).
 _MAX_FILES_SHOWN = 8
@@ -43,7 +43,7 @@ def record_command(
 ) -> None:
     """Run a command with recording enabled and write its waves as a v1 trace.
 
-    Example: warmfit record -o traces/demo -- python -m warmfit.demo --steps 4
+    Example: warmfit record -o traces/demo -- python -m warmfit.samples.demo --steps 4
 
     Every warmfit Recorder.from_env() in the command (one per rank under
     torchrun) records into DIR/run=<run>/rank=<r>/. SIGINT and SIGTERM are
@@ -72,8 +72,7 @@ def record_command(
 
 
 def _print_summary(recording: object, output: Path) -> None:
-    from warmfit.recorder.launch import Recording
-    from warmfit.trace import (
+    from warmfit.format.trace import (
         TraceSummary,
         file_metadata,
         find_trace_files,
@@ -82,6 +81,7 @@ def _print_summary(recording: object, output: Path) -> None:
         read_trace,
         without_whole,
     )
+    from warmfit.recorder.launch import Recording
 
     assert isinstance(recording, Recording)
     say = lambda text: typer.echo(text, err=True)  # noqa: E731 (diagnostics go to stderr)

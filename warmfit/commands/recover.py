@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from warmfit.text import counted
+from warmfit.show.names import counted
 
 
 def recover_command(
@@ -28,8 +28,8 @@ def recover_command(
     still writes, is kept and named, and warmfit exits 2 after recovering
     every other log. Run again, it has nothing to do and exits 0.
     """
-    from warmfit.progress import progress_bar
     from warmfit.recorder.log import recover_all
+    from warmfit.show.progress import progress_bar
 
     with progress_bar("recovering logs", unit="logs") as progress:
         recovery = recover_all(directory, progress)

@@ -96,8 +96,8 @@ def replay_command(
     in bounded memory, a batch of (run, rank) streams at a time, on every
     core (--jobs) or a cluster.
     """
-    from warmfit.memory import before_polars
-    from warmfit.workers import discard_early_pool, prestart
+    from warmfit.run.memory import before_polars
+    from warmfit.run.workers import discard_early_pool, prestart
 
     before_polars()  # first: polars' allocator reads its settings at import
     prestart(paths, jobs, cluster)  # the workers' imports run beside this process's
@@ -125,11 +125,11 @@ def _replay(
     permute: int | None = None,
     seed: int = 0,
 ) -> None:
-    from warmfit.perwave import PerWaveWriter
-    from warmfit.progress import progress_bar
+    from warmfit.replay.perwave import PerWaveWriter
     from warmfit.replay.stream import replay_stream
-    from warmfit.report import render
-    from warmfit.text import counted, printable
+    from warmfit.report.table import render
+    from warmfit.show.names import counted, printable
+    from warmfit.show.progress import progress_bar
 
     limit = budget_bytes(budget)
     if permute is not None:
@@ -152,8 +152,8 @@ def _replay(
     if per_wave is None:
         result = run()
     else:
-        from warmfit.files import write_atomically
-        from warmfit.perwave import per_wave_format
+        from warmfit.format.files import write_atomically
+        from warmfit.replay.perwave import per_wave_format
 
         fmt = per_wave_format(per_wave)
         check_new_file(per_wave, force, paths)
@@ -193,9 +193,9 @@ def _with_orders(
     """The summary with SPEC §8's figures across ``permute`` random orders: the orders
     are replayed here, batch by batch of whole streams (bounded memory, one process;
     the bytes depend on the seed alone, never on --jobs)."""
+    from warmfit.format.batches import plan_trace, read_canonical
     from warmfit.replay.permute import order_robustness
     from warmfit.replay.summary import group_keys
-    from warmfit.streams import plan_trace, read_canonical
 
     keys = group_keys(by.value)
     orders = order_robustness(
@@ -212,17 +212,17 @@ def _warn_under_peak(
     """One warning line per policy that put a wave under its peak, with the smallest
     safety factor that puts none under on these traces: folded by the replay itself,
     or, for a policy the reference engine priced (it keeps no bytes before the
-    factor), found by :func:`warmfit.sweep.safe_factors` on the trace in memory."""
+    factor), found by :func:`warmfit.report.sweep.safe_factors` on the trace in memory."""
     import math
 
-    from warmfit.report import under_peak_warnings
+    from warmfit.report.table import under_peak_warnings
 
     safe = dict(result.safe_factors)
     unknown = [name for name, factor in safe.items() if factor is not None and math.isnan(factor)]
     if unknown:
         from warmfit.commands.options import read_traces
         from warmfit.policies import get_policy
-        from warmfit.sweep import safe_factors
+        from warmfit.report.sweep import safe_factors
 
         specs = [p for p in (policy or []) if get_policy(p).name in unknown] or unknown
         safe |= safe_factors(read_traces(paths), specs, engine)

@@ -51,15 +51,15 @@ def sweep_command(
     The safe factor is exact (not a grid value): at it no wave of the trace is
     priced under its peak, at the next smaller number at least one is.
     """
-    from warmfit.report import render_sweep
-    from warmfit.sweep import parse_grid, sweep
+    from warmfit.report.sweep import parse_grid, sweep
+    from warmfit.report.table import render_sweep
 
     factors = parse_grid(grid)
     if plot is not None:
         check_new_file(plot, force, paths)
     result = sweep(read_traces(paths), policy, by.value, factors, engine.value)
     if plot is not None:
-        from warmfit.plot import write_pareto
+        from warmfit.report.plot import write_pareto
 
         with writing(plot):
             write_pareto(result, plot)

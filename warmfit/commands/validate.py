@@ -43,7 +43,7 @@ def validate_command(
     Example: warmfit validate traces/pr991
     """
     from warmfit.commands.options import warn_without_whole
-    from warmfit.trace import (
+    from warmfit.format.trace import (
         TraceSummary,
         file_metadata,
         find_trace_files,
@@ -67,8 +67,8 @@ def validate_command(
 
 def _metadata_lines(metadata: list[dict[str, str]]) -> list[str]:
     """What the files' metadata says about how the trace was recorded."""
-    from warmfit.text import printable
-    from warmfit.trace import metadata_total
+    from warmfit.format.trace import metadata_total
+    from warmfit.show.names import printable
 
     total = len(metadata)
     lines = []
@@ -106,9 +106,9 @@ def _signature_table(frame: object) -> str:
     import polars as pl
     from rich.text import Text
 
-    from warmfit.report import cell, plain_table, table_text
-    from warmfit.trace import RESERVED_COLUMN, signature_counts
-    from warmfit.units import format_bytes
+    from warmfit.format.trace import RESERVED_COLUMN, signature_counts
+    from warmfit.report.table import cell, plain_table, table_text
+    from warmfit.show.units import format_bytes
 
     assert isinstance(frame, pl.DataFrame)
     counts = signature_counts(frame)

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from warmfit.errors import UsageError
-from warmfit.progress import progress_bar
 from warmfit.recorder.log import (
     Compaction,
     busy_message,
@@ -36,7 +35,8 @@ from warmfit.recorder.log import (
     lost_notes,
 )
 from warmfit.recorder.recorder import ENV_DIR, ENV_RUN
-from warmfit.text import counted
+from warmfit.show.names import counted
+from warmfit.show.progress import progress_bar
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 _SI_KERNEL = 0x80  # si_code of a signal the kernel sent: a key typed at the terminal
@@ -94,7 +94,7 @@ def run_recorded(
     if not command:
         raise UsageError(
             "no command to record. Put it after --, for example: "
-            "warmfit record -o traces/demo -- python -m warmfit.demo"
+            "warmfit record -o traces/demo -- python -m warmfit.samples.demo"
         )
     env = {**os.environ, ENV_DIR: str(output_dir.resolve()), ENV_RUN: run}
     _check_startable(command[0], env)  # before --force removes an earlier recording

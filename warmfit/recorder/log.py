@@ -22,7 +22,7 @@ an Arrow IPC stream: a schema, then one record batch per flush. The guarantees
   message runs past the end of the file: a process killed while writing it)
   or *damage*. A log with damage is never removed.
 - **Removed only when safe.** :func:`compact_log` writes the Parquet trace
-  atomically (:func:`warmfit.trace.write_trace`), reads it back, validates it
+  atomically (:func:`warmfit.format.trace.write_trace`), reads it back, validates it
   and compares it with the log, and only then removes the log.
 
 This module needs pyarrow only, not torch.
@@ -43,10 +43,10 @@ from typing import Any, Final
 import pyarrow as pa
 
 from warmfit.errors import TraceError, UsageError
-from warmfit.progress import ProgressCallback, no_progress
-from warmfit.schema import COLUMNS, RESERVED_COLUMN, arrow_schema
-from warmfit.text import counted
-from warmfit.writer import write_trace
+from warmfit.format.schema import COLUMNS, RESERVED_COLUMN, arrow_schema
+from warmfit.format.writer import write_trace
+from warmfit.show.names import counted
+from warmfit.show.progress import ProgressCallback, no_progress
 
 LOG_NAME: Final = "readings.arrows"
 TRACE_NAME: Final = "readings.parquet"
@@ -659,7 +659,7 @@ def _check_written(target: Path, table: pa.Table) -> tuple[int, str] | None:
     """
     import polars as pl  # at compaction, never when a trainer imports the recorder
 
-    from warmfit.trace import read_trace
+    from warmfit.format.trace import read_trace
 
     names = list(table.column_names)  # the v1 columns and the log's extras
     try:

@@ -48,6 +48,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from warmfit.errors import RecordingError, UsageError
+from warmfit.format.schema import KINDS, RESERVED_COLUMN
 from warmfit.recorder.log import (
     LOG_NAME,
     Compaction,
@@ -59,7 +60,6 @@ from warmfit.recorder.log import (
     write_lost_readings,
 )
 from warmfit.recorder.meters import Meter, make_meter
-from warmfit.schema import KINDS, RESERVED_COLUMN
 
 #: Environment variables ``warmfit record`` sets for :meth:`Recorder.from_env`.
 ENV_DIR: Final = "WARMFIT_RECORD_DIR"

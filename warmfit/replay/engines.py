@@ -10,13 +10,13 @@ import numpy as np
 import polars as pl
 
 from warmfit.errors import UsageError
+from warmfit.format.trace import Canonical
 from warmfit.policies import Policy, checked_class, get_policy
 from warmfit.policies.rule import is_declared
 from warmfit.replay.reference import replay_scalar
 from warmfit.replay.semantics import ProfileKey
 from warmfit.replay.summary import SummaryFold, group_keys, per_wave_arrays
 from warmfit.replay.vectorized import per_wave_frame, price_waves
-from warmfit.trace import Canonical
 
 DEFAULT_POLICIES = ("max-merge", "warm-fit")
 ENGINES = ("auto", "scalar", "vectorized")
@@ -72,7 +72,7 @@ class Priced:
     #: Per (wave, policy), the bytes before the safety factor (-1: unpriced); None from
     #: the reference engine, whose rows do not keep them.
     unscaled: np.ndarray | None
-    #: Per profile, the reading counts of :func:`warmfit.trace.reading_counts`
+    #: Per profile, the reading counts of :func:`warmfit.format.trace.reading_counts`
     #: (the vectorized engine counts them on the way; None from the scalar one).
     counts: pl.DataFrame | None
 
@@ -91,7 +91,7 @@ def price(
     """Replay validated readings (sorted by run, rank, seq) on ``engine`` (``vectorized``
     or ``scalar``, from :func:`choose_engine`); the one step both a whole-trace replay
     and a batch take. ``checked``: how the rows lie, where the checks found it
-    (:class:`warmfit.trace.Canonical`)."""
+    (:class:`warmfit.format.trace.Canonical`)."""
     keys = group_keys(by)
     priced = (
         price_waves(readings, classes, safety_factor, profiles_out, checked)

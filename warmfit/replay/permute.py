@@ -52,12 +52,12 @@ import numpy as np
 import polars as pl
 
 from warmfit.errors import UsageError
+from warmfit.format.trace import in_canonical_order, signature_codes, stream_numbers, wave_order
 from warmfit.policies import Policy
 from warmfit.replay.engines import choose_engine, fold_priced, price, resolve_policies
 from warmfit.replay.medians import DEFAULT_SPILL_BYTES
 from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_safety_factor
 from warmfit.replay.summary import SummaryFold, group_keys, result_groups
-from warmfit.trace import in_canonical_order, signature_codes, stream_numbers, wave_order
 
 #: The most orders one replay may take: each order is one more whole replay
 #: of the trace and keeps one more summary (its medians' values) until the end.
@@ -248,7 +248,7 @@ def permuted(readings: pl.DataFrame, seed: int, index: int) -> pl.DataFrame:
     run, rank, seq; every other column is unchanged. A stream's order depends
     on ``seed``, ``index``, its run and its rank only.
 
-    >>> from warmfit.trace import readings_frame
+    >>> from warmfit.format.trace import readings_frame
     >>> frame = readings_frame([dict(seq=s, wave=w, signature=g, packed_tokens=1,
     ...     logical_tokens=1, peak_bytes=1) for s, (w, g) in enumerate(
     ...     [(10, "a"), (11, "b"), (12, "a"), (13, "a")])])

@@ -80,7 +80,7 @@ def replay_scalar(
 ) -> pl.DataFrame:
     """Replay readings one at a time; return one row per wave and policy.
 
-    ``readings`` is a validated trace (see :func:`warmfit.trace.read_trace`)
+    ``readings`` is a validated trace (see :func:`warmfit.format.trace.read_trace`)
     sorted by run, rank and seq. Rows come out by run, rank and the wave's
     first reading, then policy in the order given. ``profiles_out``, when
     given, receives every profile as it stands after the trace, by ``(run,

@@ -1,7 +1,7 @@
 """Replay a trace of any size: a bounded batch of streams at a time, on every core.
 
 :func:`replay_stream` is what ``warmfit replay`` runs. It plans the trace's
-batches (:mod:`warmfit.streams`), replays each batch with the engine
+batches (:mod:`warmfit.format.batches`), replays each batch with the engine
 :func:`warmfit.replay.replay` would use, and folds each batch's figures into
 one :class:`~warmfit.replay.summary.SummaryFold` — medians exactly, spilled to
 disk beyond a bound — while the per-wave rows, when wanted, go to a sink batch
@@ -15,13 +15,13 @@ Where the batches run:
 - in ``jobs`` worker processes of this machine (a fork server that has
   imported warmfit once, so a worker starts in milliseconds);
 - on a Dask distributed cluster (``cluster="tcp://scheduler:8786"``, or a
-  :class:`distributed.Client`): the same two functions, :func:`~warmfit.streams.index_file`
+  :class:`distributed.Client`): the same two functions, :func:`~warmfit.format.batches.index_file`
   and :func:`replay_chain`, submitted as tasks. Workers must see the trace's
   paths (a shared file system).
 
 A task of this machine's workers replays up to :data:`CHAIN` consecutive
 batches (:func:`replay_chain`): neighbours share a row group, which it then
-decodes once (:class:`warmfit.streams.Tail`).
+decodes once (:class:`warmfit.format.batches.Tail`).
 
 Memory: the parent holds the results of two tasks per worker in flight (up
 to 4 batches each, a few kB without per-wave rows; one batch a task with
@@ -47,10 +47,18 @@ from typing import Any
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.perwave import PartEncoder, PerWaveWriter
+from warmfit.format.batches import (
+    DEFAULT_BATCH_READINGS,
+    Batch,
+    Tail,
+    index_file,
+    plan,
+    read_canonical,
+)
+from warmfit.format.trace import find_trace_files, pairs_without_whole, reading_counts
 from warmfit.policies import Policy
-from warmfit.progress import ProgressCallback, no_progress
 from warmfit.replay.engines import choose_engine, price, resolve_policies
+from warmfit.replay.perwave import PartEncoder, PerWaveWriter
 from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_budget, check_safety_factor
 from warmfit.replay.summary import (
     FoldPart,
@@ -60,22 +68,14 @@ from warmfit.replay.summary import (
     number_groups,
     with_admitted,
 )
-from warmfit.streams import (
-    DEFAULT_BATCH_READINGS,
-    Batch,
-    Tail,
-    index_file,
-    plan,
-    read_canonical,
-)
-from warmfit.trace import find_trace_files, pairs_without_whole, reading_counts
-from warmfit.workers import (
+from warmfit.run.workers import (
     EarlyPool,
     default_jobs,
     new_pool,
     take_early_pool,
     wants_workers,
 )
+from warmfit.show.progress import ProgressCallback, no_progress
 
 #: A batch's median values (sorted by its workers) larger than this go to disk as
 #: they come, as one sorted run; smaller ones wait in memory up to this size.
@@ -107,7 +107,7 @@ class StreamedReplay:
     #: Where the batches ran: ``1`` (this process), the worker processes, or the cluster.
     jobs: int | str
     #: The (run, signature) pairs with flat readings but no whole one
-    #: (:func:`warmfit.trace.without_whole`).
+    #: (:func:`warmfit.format.trace.without_whole`).
     without_whole: pl.DataFrame
     #: Per policy that put a wave under its peak, the smallest safe factor
     #: (:meth:`~warmfit.replay.summary.SummaryFold.safe_factors`: None where no factor
@@ -126,7 +126,7 @@ class BatchResult:
     #: The per-wave rows: a frame, or a part of the file (:class:`PartEncoder`).
     per_wave: pl.DataFrame | bytes | None
     per_wave_rows: int
-    #: :func:`warmfit.trace.reading_counts` of the batch's readings.
+    #: :func:`warmfit.format.trace.reading_counts` of the batch's readings.
     counts: pl.DataFrame
 
 
@@ -147,9 +147,9 @@ def replay_batch(
     batch it cannot price exactly to the reference engine, as
     :func:`warmfit.replay.replay` does with a trace. ``runs``: where to write
     the medians' values (:meth:`~warmfit.replay.summary.SummaryFold.run_paths`).
-    ``tail``: shared with the previous batch's read (:class:`warmfit.streams.Tail`).
+    ``tail``: shared with the previous batch's read (:class:`warmfit.format.batches.Tail`).
     ``per_wave``: the per-wave rows as a frame (True), or encoded as a part
-    of the file by a :class:`~warmfit.perwave.PartEncoder`.
+    of the file by a :class:`~warmfit.replay.perwave.PartEncoder`.
     """
     found = read_canonical(batch, tail=tail)
     readings = found.frame
@@ -228,12 +228,12 @@ def replay_stream(
     ``policies``, ``safety_factor``, ``engine``, ``by`` and ``budget_bytes``
     mean what they mean for :func:`~warmfit.replay.replay`. ``jobs`` worker
     processes replay batches at once (1, the default, runs them here; None:
-    :func:`warmfit.workers.default_jobs`; a script that asks for workers
+    :func:`warmfit.run.workers.default_jobs`; a script that asks for workers
     needs the usual ``if __name__ == "__main__":`` guard of
     :mod:`multiprocessing`), or ``cluster`` (a Dask scheduler address or
     ``distributed.Client``) runs them. ``per_wave``, when given, receives
     each batch's per-wave rows, batches in canonical order: a callable
-    receives them as a frame; a :class:`~warmfit.perwave.PerWaveWriter` has
+    receives them as a frame; a :class:`~warmfit.replay.perwave.PerWaveWriter` has
     them encoded where they are made (by the workers) and joins the parts.
     ``progress(done, total)`` counts batches.
     """
@@ -424,7 +424,7 @@ class _Runner:
         return self._in_pool(function, calls)
 
     def adopt(self, early: EarlyPool) -> Iterator[Any]:
-        """Take the pool :func:`warmfit.workers.prestart` started; its index results."""
+        """Take the pool :func:`warmfit.run.workers.prestart` started; its index results."""
         self._pool = early.pool
         return (_result(future) for future in early.index)
 

@@ -194,7 +194,7 @@ class SummaryFold:
         wave under its peak needs more than the factor replayed, any other wave no more,
         so the waves under their peak decide it). None where no factor covers a wave
         (priced at 0 bytes); NaN where a part came from the reference engine, which
-        keeps no bytes before the factor (:func:`warmfit.sweep.safe_factors` then)."""
+        keeps no bytes before the factor (:func:`warmfit.report.sweep.safe_factors` then)."""
         count = len(self.policies)
         if not count or not len(self._safe):
             return {}

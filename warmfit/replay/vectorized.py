@@ -30,6 +30,8 @@ import numpy as np
 import polars as pl
 
 from warmfit.errors import PolicyError
+from warmfit.format.schema import WAVE_CONSTANT
+from warmfit.format.trace import Canonical, signature_codes, stream_numbers, wave_order
 from warmfit.policies import Policy
 from warmfit.policies.rule import (
     Aggregate,
@@ -44,8 +46,6 @@ from warmfit.policies.rule import (
 )
 from warmfit.replay.semantics import PER_WAVE_SCHEMA, ProfileKey, estimates, observed
 from warmfit.replay.summary import condition_counts, nullable
-from warmfit.schema import WAVE_CONSTANT
-from warmfit.trace import Canonical, signature_codes, stream_numbers, wave_order
 
 #: Below this, every int64 column converts to a double exactly.
 EXACT_LIMIT = 2**53
@@ -498,7 +498,7 @@ class PricedWaves:
     #: Per (wave, policy), the bytes before the safety factor (``o + compute``; -1:
     #: unpriced), from which a wave's smallest safe factor follows.
     unscaled: np.ndarray
-    #: Per profile, :func:`warmfit.trace.reading_counts`' columns (run, signature, counts).
+    #: Per profile, :func:`warmfit.format.trace.reading_counts`' columns (run, signature, counts).
     counts: pl.DataFrame | None = None
 
 
@@ -513,7 +513,7 @@ def price_waves(
 
     The figures of :func:`replay_vectorized` before they become a frame (a
     summary needs no strings); None where doubles could not give the
-    reference engine's bytes. ``checked``: what :func:`warmfit.trace.canonical`
+    reference engine's bytes. ``checked``: what :func:`warmfit.format.trace.canonical`
     found of how the rows lie (stream numbers, order by wave, signature
     codes), not computed again.
     """
@@ -690,7 +690,7 @@ class _Columns(dict[str, np.ndarray]):
 def _tallies(
     readings: pl.DataFrame, profile: np.ndarray, whole: np.ndarray, oom: np.ndarray
 ) -> dict[str, pl.Series]:
-    """Per (dense) profile, what :func:`warmfit.trace.reading_counts` counts per run and
+    """Per (dense) profile, what :func:`warmfit.format.trace.reading_counts` counts per run and
     signature: readings, flat ones, whole ones that did not run out of memory, oom ones
     (``whole`` and ``oom``: the readings' columns)."""
     flat = (readings.get_column("kind") == "flat").to_numpy()

@@ -2,14 +2,14 @@
 
 In the manner of scikit-learn's ``check_estimator`` and river's ``checks``:
 
->>> from warmfit.checks import check_policy
+>>> from warmfit.testing.checks import check_policy
 >>> from warmfit.policies import WarmFit
 >>> check_policy(WarmFit)            # raises AssertionError naming a failed check
 ['prices_before_any_observation', 'price_is_pure', 'instances_share_no_state', 'monotone_in_tokens_and_sharing', 'replay_is_deterministic', 'split_files_change_nothing', 'engines_agree']
 
 In a pytest suite, one test per (policy, check)::
 
-    from warmfit.checks import parametrize_with_checks
+    from warmfit.testing.checks import parametrize_with_checks
 
     @parametrize_with_checks([MyPolicy])
     def test_my_policy(policy, check):
@@ -34,8 +34,8 @@ from typing import Any
 import polars as pl
 
 from warmfit.errors import WarmfitError
+from warmfit.format.schema import KINDS
 from warmfit.policies import Policy, PriceRequest, Reading
-from warmfit.schema import KINDS
 
 #: How many generated inputs each check tries.
 EXAMPLES = 60
@@ -81,7 +81,7 @@ def random_trace(seed: int, waves: int = 60) -> pl.DataFrame:
     """A valid v1 trace: two runs, two ranks each, three signatures, flat waves with a
     forward and a caller reading (whole, or interrupted), split children, forward-only
     calls, out-of-memory readings and static floors now and then."""
-    from warmfit.trace import readings_frame
+    from warmfit.format.trace import readings_frame
 
     rng = _rng(seed)
     rows: list[dict[str, object]] = []
@@ -186,7 +186,7 @@ def check_replay_is_deterministic(cls: type[Policy]) -> None:
 
 def check_split_files_change_nothing(cls: type[Policy]) -> None:
     """A trace split across files, rows shuffled, replays as one file."""
-    from warmfit.trace import read_trace, write_trace
+    from warmfit.format.trace import read_trace, write_trace
 
     trace = random_trace(4)
     shuffled = trace.sample(fraction=1.0, shuffle=True, seed=4)
@@ -203,7 +203,7 @@ def check_split_files_change_nothing(cls: type[Policy]) -> None:
 
 def read_trace_frame(trace: pl.DataFrame) -> pl.DataFrame:
     """A generated frame as ``read_trace`` would give it (validated, in canonical order)."""
-    from warmfit.trace import read_trace, write_trace
+    from warmfit.format.trace import read_trace, write_trace
 
     with tempfile.TemporaryDirectory() as tmp:
         write_trace(trace, Path(tmp) / "trace.parquet")

@@ -36,15 +36,15 @@ How rows become readings (every number can be checked against the CSV):
   ``liger_version`` carry the series' identity and price nothing.
 
 Each series appears twice, one file per arrangement
-(:data:`warmfit.art_h200.ARRANGEMENTS`): ``ascending.parquet`` with sizes
+(:data:`warmfit.samples.art_h200.ARRANGEMENTS`): ``ascending.parquet`` with sizes
 smallest first, run labels prefixed ``ascending/``, and ``shuffled.parquet``
-with sizes in a fixed shuffled order (:func:`warmfit.art_h200.shuffled_order`,
+with sizes in a fixed shuffled order (:func:`warmfit.samples.art_h200.shuffled_order`,
 seeded by the CRC-32 of the run label), run labels prefixed ``shuffled/``.
 Both orders are arrangements: each point was measured alone, and the CSV
 does not say in which order.
 
 Regenerate both byte-identically with ``make traces`` (``python -m
-warmfit.liger_gpu traces/liger-gpu/source/all_benchmark_data.csv
+warmfit.samples.liger_gpu traces/liger-gpu/source/all_benchmark_data.csv
 traces/liger-gpu``).
 """
 
@@ -57,8 +57,8 @@ from pathlib import Path
 
 import polars as pl
 
-from warmfit.art_h200 import ARRANGEMENTS, SHUFFLED, arrange, converter_arguments
-from warmfit.trace import write_trace
+from warmfit.format.trace import write_trace
+from warmfit.samples.art_h200 import ARRANGEMENTS, SHUFFLED, arrange, converter_arguments
 
 #: The swept dimensions that count tokens (sequence length, batch x tokens, tokens).
 TOKEN_AXES = ("T", "BT", "seq_len", "L", "num_tokens")
@@ -84,7 +84,7 @@ METADATA = {
     "benchmark/data/all_benchmark_data.csv at 2120862ba532c9449e72d603ba6324310ae756e7, "
     "rows with metric_name == memory and a token-count x_name (BSD-2-Clause, Copyright "
     "2024 LinkedIn Corporation); peaks include the kernel's inputs and weights; arranged "
-    "into waves by warmfit.liger_gpu (see traces/liger-gpu/README.md)",
+    "into waves by warmfit.samples.liger_gpu (see traces/liger-gpu/README.md)",
     "warmfit.device": "NVIDIA A100-SXM4-80GB, H100 80GB HBM3, B200, GeForce RTX 3090 and "
     "GeForce RTX 4090 (one per run: the gpu column)",
 }
@@ -238,7 +238,7 @@ def write_liger_gpu(source: Path, directory: Path, arrangement: str = "ascending
 
 if __name__ == "__main__":
     source, target = converter_arguments(
-        "python -m warmfit.liger_gpu",
+        "python -m warmfit.samples.liger_gpu",
         "Write traces/liger-gpu (both orders) from Liger-Kernel's benchmark CSV.",
         SOURCE,
         "traces/liger-gpu",

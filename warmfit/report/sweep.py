@@ -140,8 +140,8 @@ def safe_factors(
 ) -> dict[str, float | None]:
     """Per policy, the smallest safety factor that puts no wave of any run under its peak.
 
-    The largest over the runs of :func:`warmfit.sweep.safe_factor` (exact,
-    not a grid value), as :func:`warmfit.sweep.sweep` finds it; ``None``
+    The largest over the runs of :func:`warmfit.report.sweep.safe_factor` (exact,
+    not a grid value), as :func:`warmfit.report.sweep.sweep` finds it; ``None``
     where no factor covers a wave (one priced at 0 bytes before the factor).
     A run with no priced wave asks for no factor; a policy with none in any
     run is left out.

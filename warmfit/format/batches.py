@@ -11,14 +11,14 @@ memory replays a batch of streams at a time:
 2. :func:`plan` orders the streams canonically (run, rank) and groups them
    into :class:`Batch` es of about ``batch_readings`` readings;
 3. :func:`read_batch` reads just the rows of a batch's streams, checks every
-   rule of the format on them (:func:`warmfit.trace.conform`,
-   :func:`warmfit.trace.canonical`: the rules that span rows span one
+   rule of the format on them (:func:`warmfit.format.trace.conform`,
+   :func:`warmfit.format.trace.canonical`: the rules that span rows span one
    stream at most) and returns them in canonical order, exactly as
-   :func:`warmfit.trace.read_trace` would return those streams.
+   :func:`warmfit.format.trace.read_trace` would return those streams.
 
 A stream is never split, so memory is bounded by the batch size or the longest
 stream, whichever is larger. Errors name the file, column and row in the file,
-as :func:`~warmfit.trace.read_trace` does. Everything here is plain data and
+as :func:`~warmfit.format.trace.read_trace` does. Everything here is plain data and
 picklable, so batches can be read in worker processes or on a cluster.
 """
 
@@ -34,9 +34,8 @@ import polars as pl
 import pyarrow as pa
 
 from warmfit.errors import TraceError
-from warmfit.pagecrc import RowGroup
-from warmfit.text import printable
-from warmfit.trace import (
+from warmfit.format.pagecrc import RowGroup
+from warmfit.format.trace import (
     Canonical,
     canonical,
     check_file_schema,
@@ -47,6 +46,7 @@ from warmfit.trace import (
     verify_pages,
     wanted_columns,
 )
+from warmfit.show.names import printable
 
 #: Readings per batch when none is given (whole streams: at least one): about
 #: 250 MB of engine memory per worker, and faster than larger batches (caches).

@@ -1,4 +1,4 @@
-"""The module the workers' fork server imports before it forks them (:data:`warmfit.workers.PRELOAD`).
+"""The module the workers' fork server imports before it forks them (:data:`warmfit.run.workers.PRELOAD`).
 
 It imports what a worker runs (:mod:`warmfit.replay.stream`, polars with it),
 so that each worker starts in milliseconds. And it ends the server at once

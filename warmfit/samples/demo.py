@@ -1,4 +1,4 @@
-"""A real training workload to record: ``python -m warmfit.demo``.
+"""A real training workload to record: ``python -m warmfit.samples.demo``.
 
 A small decoder-only transformer in plain torch (random initialisation,
 nothing downloaded) trained the way RL fine-tuning trains. Each prompt has a
@@ -23,8 +23,8 @@ Under ``warmfit record`` the waves are recorded (:meth:`Recorder.from_env`);
 run alone it records nothing. With ``torchrun`` each rank trains on its own
 prompts and gradients are averaged (gloo on CPU, nccl on CUDA).
 
-    python -m warmfit.demo --steps 12 --device cpu
-    warmfit record -o traces/demo -- python -m warmfit.demo
+    python -m warmfit.samples.demo --steps 12 --device cpu
+    warmfit record -o traces/demo -- python -m warmfit.samples.demo
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ try:
     from torch import nn
 except ImportError:  # pragma: no cover - exercised by CI's minimal install
     sys.exit(
-        "python -m warmfit.demo needs torch, which is not installed: install the extra "
+        "python -m warmfit.samples.demo needs torch, which is not installed: install the extra "
         "'warmfit[torch]' (on a CPU-only machine pin a CPU build first; see the README)."
     )
 
@@ -340,7 +340,7 @@ def _average_gradients(model: nn.Module, world: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m warmfit.demo",
+        prog="python -m warmfit.samples.demo",
         description="Train a small transformer on RL-style prefix-tree waves "
         "(recorded when run under 'warmfit record').",
     )

@@ -57,7 +57,7 @@ Both orders are arrangements: the campaign did not record the order its
 shapes ran in.
 
 Regenerate both byte-identically with ``make traces`` (``python -m
-warmfit.art_h200 traces/art-h200/source/recompute_memory_final.csv
+warmfit.samples.art_h200 traces/art-h200/source/recompute_memory_final.csv
 traces/art-h200``).
 """
 
@@ -71,7 +71,7 @@ from typing import TypeVar
 import numpy as np
 import polars as pl
 
-from warmfit.trace import write_trace
+from warmfit.format.trace import write_trace
 
 #: The columns that tell configurations apart, in the order labels name them.
 CONFIGURATION = (
@@ -93,7 +93,7 @@ METADATA = {
     "warmfit.provenance": "real H200 measurements: OpenPipe/ART "
     "dev/trainer_rank_recompute_memory.csv at 40cb87b7d477dff7ed1cf9ab31ccddc865857a4b, "
     "rows with phase == final (Apache-2.0, Copyright 2025 OpenPipe, Inc.); arranged into "
-    "waves by warmfit.art_h200 (see traces/art-h200/README.md)",
+    "waves by warmfit.samples.art_h200 (see traces/art-h200/README.md)",
     "warmfit.device": "NVIDIA H200, PyTorch 2.11.0+cu128, CUDA 12.8, bf16, LoRA",
 }
 
@@ -246,7 +246,7 @@ def converter_arguments(
 
 if __name__ == "__main__":
     source, target = converter_arguments(
-        "python -m warmfit.art_h200",
+        "python -m warmfit.samples.art_h200",
         "Write traces/art-h200 (both arrangements) from ART's recompute-memory CSV.",
         SOURCE,
         "traces/art-h200",

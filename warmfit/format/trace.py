@@ -23,10 +23,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from warmfit import pagecrc
 from warmfit.errors import TraceError
-from warmfit.files import find_trace_files
-from warmfit.schema import (
+from warmfit.format import pagecrc
+from warmfit.format.files import find_trace_files
+from warmfit.format.schema import (
     COLUMNS,
     KINDS,
     NULLABLE,
@@ -39,9 +39,9 @@ from warmfit.schema import (
     SCHEMA_VERSION,
     WAVE_CONSTANT,
 )
-from warmfit.text import counted, printable
-from warmfit.writer import to_arrow as to_arrow  # re-exported: the one writer
-from warmfit.writer import write_trace as write_trace
+from warmfit.format.writer import to_arrow as to_arrow  # re-exported: the one writer
+from warmfit.format.writer import write_trace as write_trace
+from warmfit.show.names import counted, printable
 
 #: Canonical polars dtypes of the required columns.
 POLARS_DTYPES: dict[str, pl.DataType] = {
@@ -321,7 +321,7 @@ def _short(exc: BaseException, limit: int = 300) -> str:
 def _read_columns(path: Path, columns: Sequence[str]) -> pl.DataFrame:
     """Read columns of one file after verifying every Parquet page checksum it carries.
 
-    The checksums are verified by :mod:`warmfit.pagecrc` (CRC-32 of each
+    The checksums are verified by :mod:`warmfit.format.pagecrc` (CRC-32 of each
     page, no decoding), then polars reads the columns. Any error from either,
     a polars panic included, is a :class:`TraceError` naming the file.
     """
@@ -348,7 +348,7 @@ def verify_pages(path: Path, groups: Sequence[pagecrc.RowGroup] | None = None) -
 
 
 def row_groups(path: Path) -> list[pagecrc.RowGroup]:
-    """The row groups ``path``'s footer describes (:func:`warmfit.pagecrc.row_groups`);
+    """The row groups ``path``'s footer describes (:func:`warmfit.format.pagecrc.row_groups`);
     a damaged footer is a :class:`TraceError`."""
     try:
         groups = pagecrc.row_groups(path)
@@ -413,7 +413,7 @@ def read_trace(
     columns are loaded, extra ones included. Raises :class:`TraceError` on the first broken rule, or
     with ``all_problems`` :class:`TraceProblems` naming the first broken rule
     of every invalid file. ``progress(done, total)``, when given, is called
-    with 0 files done and then after each file (see :mod:`warmfit.progress`).
+    with 0 files done and then after each file (see :mod:`warmfit.show.progress`).
     """
     files = find_trace_files(paths)
     frames = []
@@ -821,7 +821,7 @@ def no_whole_warning(pairs: pl.DataFrame | Iterable[tuple[str, str]], shown: int
     """The warning for pairs from :func:`without_whole` (``""`` when there are none).
 
     Names the run and signature of up to ``shown`` pairs (escaped with
-    :func:`warmfit.text.printable`), what it means and the fix.
+    :func:`warmfit.show.names.printable`), what it means and the fix.
     """
     rows = pairs.rows() if isinstance(pairs, pl.DataFrame) else list(pairs)
     if not rows:

@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any, cast
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.files import write_bytes_atomically
+from warmfit.format.files import write_bytes_atomically
 from warmfit.policies import PriceRequest
 from warmfit.replay import IN_FIGURES, ReplayResult, group_keys
-from warmfit.text import mathtext_literal, printable
+from warmfit.show.names import mathtext_literal, printable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from warmfit.sweep import SweepResult
+    from warmfit.report.sweep import SweepResult
 
 GB = 1e9
 KB = 1e3
@@ -254,7 +254,7 @@ def build_plot_data(
     )
 
 
-#: Trace-file metadata naming where a trace comes from (``warmfit.synthetic`` writes it).
+#: Trace-file metadata naming where a trace comes from (``warmfit.samples.synthetic`` writes it).
 PROVENANCE_KEY = "warmfit.provenance"
 
 

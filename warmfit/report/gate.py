@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from warmfit.errors import UsageError
-from warmfit.files import not_regular, write_bytes_atomically
+from warmfit.format.files import not_regular, write_bytes_atomically
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, ReplayResult, check_safety_factor
-from warmfit.report import cell, percent, table_text
-from warmfit.sweep import safe_factors
-from warmfit.text import counted, printable, toml_string, waves_under
+from warmfit.report.sweep import safe_factors
+from warmfit.report.table import cell, percent, table_text
+from warmfit.show.names import counted, printable, toml_string, waves_under
 
 FORMATS = ("table", "csv", "json")
 JSON_SCHEMA = "warmfit.check/1"
@@ -557,14 +557,14 @@ def write_expectations(
 ) -> Path:
     """Write the current figures of ``result`` as an expectations file.
 
-    The file is written atomically (:func:`warmfit.files.write_atomically`).
+    The file is written atomically (:func:`warmfit.format.files.write_atomically`).
     The caller decides whether an existing file may be replaced.
 
     Figures that put a wave under its peak (``under_peak`` above 0) would be
     written as ``max_under_peak`` above 0, a limit under which the gate passes
     a policy that ran out of memory: unless ``allow_under``, nothing is
     written and :class:`UnderPeakError` names them (:func:`under_peak`) with
-    each policy's smallest safe factor (:func:`warmfit.sweep.safe_factors`, which replays
+    each policy's smallest safe factor (:func:`warmfit.report.sweep.safe_factors`, which replays
     ``policies``: those given to the replay of ``result``, by default its
     policy names).
     """
@@ -606,7 +606,7 @@ class UnderPeakError(UsageError):
     """Expectations refused: they would allow waves under their peak (exit 2).
 
     ``offenders`` are the (run, policy) pairs with waves under their peak,
-    ``safe`` the smallest safe factor per policy (:func:`warmfit.sweep.safe_factors`).
+    ``safe`` the smallest safe factor per policy (:func:`warmfit.report.sweep.safe_factors`).
     """
 
     def __init__(

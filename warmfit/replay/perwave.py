@@ -2,7 +2,7 @@
 
 Rows arrive batch by batch (:func:`warmfit.replay.stream.replay_stream`) and
 are appended to one open sink, so the file is never held in memory whole; the
-command writes the sink through :func:`warmfit.files.write_atomically`, so a
+command writes the sink through :func:`warmfit.format.files.write_atomically`, so a
 failed replay leaves no partial file. Parquet files carry the key-value
 metadata ``warmfit.per_wave = "1"`` (and page checksums), which tells a
 reader it is a replay's output, not a trace.
@@ -19,9 +19,9 @@ from typing import Any, BinaryIO
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.parquetjoin import JoinedParquet
+from warmfit.format.parquetjoin import JoinedParquet
+from warmfit.format.schema import PER_WAVE_KEY
 from warmfit.replay.semantics import PER_WAVE_SCHEMA
-from warmfit.schema import PER_WAVE_KEY
 
 #: Suffixes ``--per-wave`` understands, and the format each names.
 PER_WAVE_FORMATS = {".parquet": "parquet", ".csv": "csv"}

@@ -1,6 +1,6 @@
 """Write trace format v1 with pyarrow alone.
 
-The one writer of trace files: :func:`warmfit.trace` re-exports it, and the
+The one writer of trace files: :func:`warmfit.format.trace` re-exports it, and the
 recorder calls it directly, so that a trainer that records never imports
 polars (``python -c "import warmfit.recorder"`` loads pyarrow only).
 """
@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from warmfit.errors import TraceError
-from warmfit.files import write_atomically
-from warmfit.schema import COLUMNS, arrow_schema
+from warmfit.format.files import write_atomically
+from warmfit.format.schema import COLUMNS, arrow_schema
 
 _FIX_FORMAT = "See docs/trace-format.md for the rules of trace format v1."
 
@@ -54,7 +54,7 @@ def write_trace(
     """Write readings as one v1 trace file, atomically.
 
     The file is written to a temporary name in the same directory, fsynced and
-    then renamed over ``path`` (:func:`warmfit.files.write_atomically`), so a
+    then renamed over ``path`` (:func:`warmfit.format.files.write_atomically`), so a
     reader never sees half a file; it gets the umask's mode. Every data page
     carries a CRC checksum, verified when warmfit reads it, so a flipped bit
     is an error rather than a changed figure. Extra ``metadata`` is stored

@@ -1,10 +1,10 @@
 """The worker processes of a large replay, started as early as a command can.
 
 Workers come from a fork server (:mod:`multiprocessing`'s ``forkserver``)
-that has imported :mod:`warmfit.replay.stream` once (:mod:`warmfit.forkserver`,
+that has imported :mod:`warmfit.replay.stream` once (:mod:`warmfit.replay.forkserver`,
 which also makes it end at once after the command), so each worker starts in
 milliseconds, and the fork server keeps freed memory
-(:func:`warmfit.memory.polars_keeps_freed_memory`). The fork server's imports
+(:func:`warmfit.run.memory.polars_keeps_freed_memory`). The fork server's imports
 take about half a second; ``warmfit replay`` calls :func:`prestart` before it
 imports polars itself, so that the two imports run side by side.
 
@@ -23,16 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warmfit.errors import TraceError
-from warmfit.files import find_trace_files
-from warmfit.memory import environment, keep_freed_memory, polars_keeps_freed_memory
+from warmfit.format.files import find_trace_files
+from warmfit.run.memory import environment, keep_freed_memory, polars_keeps_freed_memory
 
 #: Trace files of at least this many bytes in all are replayed by worker
 #: processes (about 1.5M readings: below it, starting them costs more than
 #: they save; measured at 1e6, 1.2 s here against 1.6 s with two workers).
 WORKER_BYTES = 32 * 2**20
 
-#: What the fork server imports before it forks workers (see :mod:`warmfit.forkserver`).
-PRELOAD = ["warmfit.forkserver"]
+#: What the fork server imports before it forks workers (see :mod:`warmfit.replay.forkserver`).
+PRELOAD = ["warmfit.replay.forkserver"]
 #: The environment variable that sets the size of polars' thread pool.
 POLARS_THREADS = "POLARS_MAX_THREADS"
 
@@ -87,9 +87,9 @@ def start_worker() -> None:
 
 
 def index_task(path: str) -> Any:
-    """:func:`warmfit.streams.index_file` as a task this module can name without
+    """:func:`warmfit.format.batches.index_file` as a task this module can name without
     importing polars (the parent of an early pool has not imported it yet)."""
-    from warmfit.streams import index_file
+    from warmfit.format.batches import index_file
 
     return index_file(path)
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 # One Thrift reader for the package: pagecrc's (it reads footers and page headers).
-from warmfit.pagecrc import _I16, _I64, _LIST, _STRUCT, _Bad, _Reader
+from warmfit.format.pagecrc import _I16, _I64, _LIST, _STRUCT, _Bad, _Reader
 
 MAGIC = b"PAR1"
 

@@ -18,10 +18,10 @@ import polars as pl
 from warmfit.errors import UsageError
 from warmfit.replay import ReplayResult, group_keys
 from warmfit.replay.stream import StreamedReplay
-from warmfit.sweep import JSON_SCHEMA as SWEEP_JSON_SCHEMA
-from warmfit.sweep import SweepResult
-from warmfit.text import markdown_cell, printable, waves_under
-from warmfit.units import format_bytes
+from warmfit.report.sweep import JSON_SCHEMA as SWEEP_JSON_SCHEMA
+from warmfit.report.sweep import SweepResult
+from warmfit.show.names import markdown_cell, printable, waves_under
+from warmfit.show.units import format_bytes
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -1,6 +1,6 @@
 """Trace format v1: the columns, their types and the file metadata (SPEC §2).
 
-This module only describes the format; :mod:`warmfit.trace` reads and
+This module only describes the format; :mod:`warmfit.format.trace` reads and
 validates it, and the recorder writes it.
 """
 
