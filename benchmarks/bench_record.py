@@ -13,7 +13,9 @@
    write-ahead log in batches of 65,536 (fsynced), then compacted into
    Parquet; the target is under 5 s.
 
-Prints a table and writes ``bench-results/bench_record.json``.
+Prints a table and writes ``bench-results/bench_record.json`` (the latest run)
+and one file per run, kept, under ``benchmarks/results/``
+(``<UTC time>-<short commit>-record.json``; ``benchmarks/runinfo.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))  # so that runinfo is found however this runs
+from runinfo import write_run  # noqa: E402  (one JSON file per run, benchmarks/results/)
 
 WAVES = 100_000
 MILLION = 1_000_000
@@ -153,7 +159,10 @@ def main() -> int:
         "targets": {"us_per_reading": TARGET_US_PER_READING, "million_s": TARGET_MILLION_S},
     }
     (out / "bench_record.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out / 'bench_record.json'}")
+    # and one file per run, kept: benchmarks/results/<UTC time>-<commit>-record.json
+    figures = {k: v for k, v in report.items() if k not in ("schema", "machine", "python")}
+    kept = write_run("record", {}, figures)
+    print(f"wrote {out / 'bench_record.json'} and {kept.relative_to(ROOT)}")
     ok = (
         per_reading["overhead_us_per_reading_no_flush"] <= TARGET_US_PER_READING
         and million["million_total_s"] < TARGET_MILLION_S

@@ -44,7 +44,10 @@ install`` does: where ``PYTHONDONTWRITEBYTECODE`` is set (as on the
 development VM), an editable install would otherwise compile every module
 from source in each fresh process, the command's and its fork server's.
 
-Prints a table and writes ``bench-results/replay.json``. Not a test: run it
+Prints a table and writes ``bench-results/replay.json`` (the latest run) and
+one file per run, kept, under ``benchmarks/results/``
+(``<UTC time>-<short commit>-replay.json``: the machine, the commit, the
+arguments and the figures; ``benchmarks/runinfo.py``). Not a test: run it
 with ``make bench``.
 """
 
@@ -61,6 +64,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))  # so that runinfo is found however this runs
+from runinfo import write_run  # noqa: E402  (one JSON file per run, benchmarks/results/)
+
 RESULTS = ROOT / "bench-results"
 SIZES = {"1e5": 100_000, "1e6": 1_000_000, "1e7": 10_000_000, "1e8": 100_000_000}
 #: Sizes measured unless --sizes says otherwise (1e8 takes minutes and 2 GB of disk).
@@ -378,8 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for name, (ok, detail) in checks.items():
         print(f"  {'met ' if ok else 'MISSED'}  {name}: {detail}")
+    target_doc = {k: {"met": ok, "detail": d} for k, (ok, d) in checks.items()}
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "replay.json"
+    out = RESULTS / "replay.json"  # the latest run, as before (git-ignored)
     out.write_text(
         json.dumps(
             {
@@ -388,12 +395,14 @@ def main(argv: list[str] | None = None) -> int:
                 "machine": f"{platform.machine()}, {platform.processor() or platform.system()}",
                 "python": platform.python_version(),
                 "results": rows,
-                "targets": {k: {"met": ok, "detail": d} for k, (ok, d) in checks.items()},
+                "targets": target_doc,
             },
             indent=2,
         )
     )
-    print(f"\nwritten: {out.relative_to(ROOT)}")
+    # and one file per run, kept: benchmarks/results/<UTC time>-<commit>-replay.json
+    kept = write_run("replay", vars(args), {"results": rows, "targets": target_doc})
+    print(f"\nwritten: {out.relative_to(ROOT)} and {kept.relative_to(ROOT)}")
     return 0
 
 

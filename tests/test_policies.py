@@ -319,7 +319,7 @@ def test_never_prices_below_true_compute_within_the_seen_extent(
     fixed, per_token, history = case
     sizes = [h.packed_tokens for h in history if h.whole]
     # Within the extent the profile has seen (waves at least as large as its smallest
-    # whole wave) both fits cover fixed + per_token * n; see docs/spec-notes.md.
+    # whole wave) both fits cover fixed + per_token * n; see docs/explanation/spec-notes.md.
     # warm-affine's line is exact there, from the smallest warm wave up.
     assume(sizes and r.packed_tokens >= min(sizes))
     p = fed(cls, *history).price(r)

@@ -84,7 +84,7 @@ def test_the_warning_names_run_signature_and_the_fix_escaped() -> None:
     text = no_whole_warning([("ep\x1b[31m1", "sig\n2")])
     assert "run 'ep\\x1b[31m1' signature 'sig\\n2'" in text
     assert "\x1b" not in text and "\n" not in text
-    assert "wave.forward_done()" in text and "docs/recorder.md" in text
+    assert "wave.forward_done()" in text and "docs/reference/recorder.md" in text
     many = no_whole_warning([("r", f"s{i}") for i in range(8)], shown=5)
     assert "and 3 more" in many and "s5" not in many
 

@@ -1,9 +1,18 @@
 """warmfit: replay recorded GPU training waves through memory-pricing policies.
 
-The library behind the ``warmfit`` command. Import what you need from its
-modules: :mod:`warmfit.format.trace` (read, validate, write traces),
-:mod:`warmfit.policies` (the policy API and registry), :mod:`warmfit.replay`
-(replay and summary), :mod:`warmfit.report.table` (renderers).
+The library behind the ``warmfit`` command, one folder per job:
+
+- :mod:`warmfit.recorder` and :mod:`warmfit.integrations` record waves during training;
+- :mod:`warmfit.format` reads, checks and writes traces (format v1);
+- :mod:`warmfit.policies` is the policy API, the built-in policies and their registry;
+- :mod:`warmfit.replay` prices traces through policies and summarizes them,
+  on :mod:`warmfit.run`'s worker processes when a trace is large;
+- :mod:`warmfit.report` shows the figures: the table, plots, the CI gate, the sweep;
+- :mod:`warmfit.testing` checks a policy of your own; :mod:`warmfit.samples`
+  holds the traces to start from and the demo; :mod:`warmfit.show` escapes
+  names and reads byte counts;
+- :mod:`warmfit.commands` and :mod:`warmfit.cli` are the command line;
+  :mod:`warmfit.errors` the error every part raises for bad input.
 """
 
 __version__ = "0.1.0"

@@ -92,7 +92,7 @@ def check_command(
 
     Policies default to those the expectations name (with --write-expect:
     max-merge and warm-fit). --write-expect refuses figures with waves under
-    their peak unless given --allow-under. See docs/ci-gate.md for the file's
+    their peak unless given --allow-under. See docs/how-to/ci-gate.md for the file's
     format.
     """
     from warmfit.policies import policy_names

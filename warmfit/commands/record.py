@@ -115,8 +115,9 @@ def _print_summary(recording: object, output: Path) -> None:
         say(
             f"  nothing was recorded{removed}: the command succeeded, but no warmfit Recorder "
             "in it recorded a wave. Create one with Recorder.from_env() and run each wave "
-            "inside recorder.wave(...) (docs/recorder.md); a wave whose arguments cannot be "
-            "recorded is skipped, with a RecorderWarning. warmfit record exits 2."
+            "inside recorder.wave(...) (docs/tutorial/first-trace.md); a wave whose "
+            "arguments cannot be recorded is skipped, with a RecorderWarning. warmfit record "
+            "exits 2."
         )
         return
     if not any(recording.run_dir.rglob("*.parquet")):

@@ -170,7 +170,7 @@ def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             if not found:
                 hint = (
                     "Pass the -o directory of a 'warmfit record' run, or a folder of v1 "
-                    "Parquet files (docs/trace-format.md)."
+                    "Parquet files (docs/reference/trace-format.md)."
                 )
                 if any(path.rglob("*.arrows")):
                     hint = (

@@ -60,7 +60,7 @@ WAVE_CONSTANT: Final = (
 )
 
 #: An optional extra column: the peak of the allocator's reserved pool during the
-#: reading, recorded where the device has one (docs/recorder.md). Replay ignores it.
+#: reading, recorded where the device has one (docs/reference/recorder.md). Replay ignores it.
 RESERVED_COLUMN: Final = "reserved_peak_bytes"
 
 #: The columns replay needs (everything but ``step``).

@@ -63,7 +63,7 @@ POLARS_DTYPES: dict[str, pl.DataType] = {
     "oom": pl.Boolean(),
 }
 
-_FIX_FORMAT = "See docs/trace-format.md for the rules of trace format v1."
+_FIX_FORMAT = "See docs/reference/trace-format.md for the rules of trace format v1."
 
 
 # --------------------------------------------------------------------------- file schema
@@ -760,7 +760,7 @@ def metadata_total(metadata: Iterable[dict[str, str]], key: str) -> int:
 # --------------------------------------------------------------------------- whole readings
 
 #: Where the fix for a run without whole readings is documented.
-WHOLE_DOCS = "docs/recorder.md, 'What \"whole\" means here'"
+WHOLE_DOCS = "docs/reference/recorder.md, 'What \"whole\" means here'"
 
 
 def reading_counts(frame: pl.DataFrame) -> pl.DataFrame:

@@ -18,7 +18,7 @@ from warmfit.errors import TraceError
 from warmfit.format.files import write_atomically
 from warmfit.format.schema import COLUMNS, arrow_schema
 
-_FIX_FORMAT = "See docs/trace-format.md for the rules of trace format v1."
+_FIX_FORMAT = "See docs/reference/trace-format.md for the rules of trace format v1."
 
 
 def to_arrow(frame: Any, metadata: dict[str, str] | None = None) -> pa.Table:

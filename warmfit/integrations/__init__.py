@@ -9,6 +9,6 @@
   by default (padding excluded; packed sequences read from ``position_ids``).
 
 Each turns one micro-batch into one wave. What each can and cannot see is in
-``docs/integrations.md``. Importing this package imports neither framework,
+``docs/how-to/integrations.md``. Importing this package imports neither framework,
 nor torch.
 """

@@ -24,7 +24,7 @@ included), and adds a callback for the steps:
 The recorder is ``Recorder.from_env(device=trainer.args.device)`` unless one
 is given: it records under ``warmfit record``, and when it is disabled the
 trainer is left untouched. Needs the extra ``transformers``. See
-``docs/integrations.md`` for what it cannot see.
+``docs/how-to/integrations.md`` for what it cannot see.
 """
 
 from __future__ import annotations

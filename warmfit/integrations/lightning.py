@@ -23,7 +23,7 @@ created at ``on_train_start``, unless one is given: it records under
 ``warmfit record`` and costs nothing otherwise. Needs the extra
 ``lightning`` (the ``lightning`` package; ``pytorch_lightning`` trainers
 need a callback of their own package).
-See ``docs/integrations.md`` for what it cannot see.
+See ``docs/how-to/integrations.md`` for what it cannot see.
 """
 
 from __future__ import annotations

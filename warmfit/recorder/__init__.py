@@ -3,7 +3,7 @@
 :class:`Recorder` is the API a trainer calls (one context manager per wave);
 :mod:`warmfit.recorder.meters` reads device memory; :mod:`warmfit.recorder.log`
 writes the crash-safe log, compacts it into Parquet and recovers a killed
-run's logs. See ``docs/recorder.md``.
+run's logs. See ``docs/reference/recorder.md``.
 
 Importing this package does not import torch; creating an enabled
 :class:`Recorder` does.

@@ -2,7 +2,7 @@
 
 Each rank appends its readings to ``DIR/run=<run>/rank=<r>/readings.arrows``,
 an Arrow IPC stream: a schema, then one record batch per flush. The guarantees
-(``docs/recorder.md`` states them for users):
+(``docs/reference/recorder.md`` states them for users):
 
 - **Only warmfit's own logs.** A log is named ``readings.arrows`` and its
   schema metadata carries :data:`LOG_MARKER`. Anything else (another Arrow
@@ -68,7 +68,7 @@ _MAX_BODY_BYTES: Final = 1 << 36
 ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("run", "rank"))
 #: Optional columns a log may carry after the v1 columns, in this order (each
 #: reading tuple then ends with their values): the reserved pool's peak, from a
-#: meter that has one (docs/recorder.md).
+#: meter that has one (docs/reference/recorder.md).
 EXTRA_COLUMNS: Final[dict[str, pa.DataType]] = {RESERVED_COLUMN: pa.int64()}
 
 

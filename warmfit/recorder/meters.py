@@ -46,7 +46,7 @@ class Meter(Protocol):
 
 # A meter may also have ``has_reserved = True`` and ``reserved_peak_bytes()``: the peak
 # of the allocator's reserved pool since the last reset_peak(). The recorder then
-# writes it to the optional column ``reserved_peak_bytes`` (docs/recorder.md).
+# writes it to the optional column ``reserved_peak_bytes`` (docs/reference/recorder.md).
 
 
 # --------------------------------------------------------------------------- accelerator

@@ -98,7 +98,7 @@ class ExpectationsError(UsageError):
         super().__init__(text)
 
 
-_FIX = "See docs/ci-gate.md for the format of an expectations file."
+_FIX = "See docs/how-to/ci-gate.md for the format of an expectations file."
 
 
 # --------------------------------------------------------------------------- file
@@ -519,7 +519,7 @@ def expectations_from(result: ReplayResult) -> dict[tuple[str, str], dict[str, f
 def expectations_toml(result: ReplayResult, sources: Sequence[str] = ()) -> str:
     """The text of an expectations file holding the current figures of ``result``."""
     lines = [
-        "# warmfit expectations: the CI gate of 'warmfit check' (docs/ci-gate.md).",
+        "# warmfit expectations: the CI gate of 'warmfit check' (docs/how-to/ci-gate.md).",
         "# Written by 'warmfit check --write-expect'"
         + (f" from {' '.join(sources)}" if sources else "")
         + ". Over-estimates are fractions",
