@@ -7,6 +7,8 @@ WARMFIT := $(VENV)/bin/warmfit
 # build on a machine without a GPU (2.13.0 is the CPU wheel this machine has).
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
+# The demo's venv needs warmfit's core only (typer, polars, pyarrow): no torch, no extras.
+CORE_STAMP := $(VENV)/.core-stamp
 
 .DEFAULT_GOAL := help
 .PHONY: help venv demo demo-hf test test-slow lint format bench traces expectations notebook clean bench-record smoke-core mutants
@@ -22,7 +24,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## Create .venv with every extra (torch pinned: TORCH_SPEC).
 
-demo: $(STAMP) ## Print the table of ART PR #991 from traces/pr991.
+# A .venv made by `make venv` already holds the core; otherwise install the core alone.
+$(CORE_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
+		$(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q -e . ; fi
+	@touch $(CORE_STAMP)
+
+demo: $(CORE_STAMP) ## Print the table of ART PR #991 from traces/pr991 (core install only, ~1 min).
 	$(WARMFIT) replay traces/pr991
 	$(WARMFIT) replay traces/pr991 --format markdown
 
@@ -79,11 +87,11 @@ notebook: $(STAMP) ## Re-execute notebooks/tour.ipynb and store it with its outp
 clean: ## Remove the virtual environments and caches.
 	rm -rf $(VENV) .venv-core .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-bench-record: $(STAMP) ## Recorder cost per reading; 1M readings written.
+bench-record: $(STAMP) ## Recorder cost per reading; 1M readings written (JSON: benchmarks/results/).
 	$(PY) benchmarks/bench_record.py
 
 mutants: $(STAMP) ## Plant each bug of mutants/mutants.toml in a copy; fail on a survivor.
 	$(PY) mutants/run.py
 
-bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too), each path, beside a bare scan.
+bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too) beside a bare scan; JSON: benchmarks/results/.
 	$(PY) benchmarks/bench_replay.py $(if $(SIZES),--sizes $(SIZES))

@@ -127,8 +127,8 @@ def test_a_damaged_page_is_found_by_the_batch_that_reads_it(
     _two_streams(path, monkeypatch)
     groups = pagecrc.row_groups(path)
     assert not isinstance(groups, str)
-    chunk = groups[-1].chunks[-1]  # type: ignore[index]
-    last = chunk[9] + chunk[7] - 1  # the chunk's last byte: inside its last page's body
+    chunk = groups[-1].chunks[-1]
+    last = chunk.start + chunk.size - 1  # the chunk's last byte: inside its last page's body
     data = bytearray(path.read_bytes())
     data[last] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -372,77 +372,39 @@ def _in_server() -> bool:
     return warmfit.replay.forkserver.SERVER
 
 
+def _server_flag() -> str | None:
+    """In a worker: the fork server's flag, if it was left in the environment."""
+    from warmfit.run.workers import FORK_SERVER
+
+    return os.environ.get(FORK_SERVER)
+
+
 def test_only_the_fork_server_ends_at_once() -> None:
     """warmfit.replay.forkserver makes the fork server skip Python's teardown at its exit
-    (it holds the command's stderr: a pipeline waited 0.1 s for it); imported by
-    any other process, it leaves that process's exit alone."""
+    (it holds the command's stdout and stderr: a pipeline waited 0.1 to 0.45 s for
+    it); imported by any other process, it leaves that process's exit alone."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from warmfit.run.workers import fork_context
+    from warmfit.run.workers import FORK_SERVER, fork_context
 
     with ProcessPoolExecutor(1, mp_context=fork_context(1)) as pool:
         assert pool.submit(_in_server).result() is True  # forked from the server
-    assert _in_server() is False
-    done = subprocess.run(
-        [sys.executable, "-c", "import sys, warmfit.replay.forkserver; sys.exit(3)"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 3, done.stderr
-
-
-@pytest.mark.parametrize(
-    "argv, expected",
-    [
-        (["replay", "T"], (["T"], None)),
-        (["replay", "T", "missing", "-p", "warm-fit"], (["T"], None)),
-        (["replay", "-j", "1", "T"], (["T"], 1)),
-        (["replay", "T", "--jobs=3"], (["T"], 3)),
-        (["replay", "T", "-j4"], (["T"], 4)),
-        (["replay", "T", "-j", "many"], (["T"], None)),  # the command says what is wrong
-        (["replay", "T", "-j²"], (["T"], None)),  # a digit, but not a number int() reads
-        (["replay", "T", "--per-wave", "T", "--force"], (["T"], None)),  # an output
-        (["replay", "T", "--cluster", "tcp://h:8786"], None),
-        (["replay", "T", "--cluster=tcp://h:8786"], None),
-        (["replay", "T", "--help"], None),
-        (["replay", "missing"], None),
-        (["validate", "T"], None),
-        ([], None),
-    ],
-)
-def test_the_program_starts_a_replays_workers_before_it_parses_its_command_line(
-    argv: list[str],
-    expected: tuple[list[str], int | None] | None,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> None:
-    """warmfit.run.workers.prestart_from_argv reads a replay's paths and jobs loosely,
-    before typer: existing paths only, a numeric -j, nothing for --cluster or --help."""
-    from warmfit.run import workers
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "T").mkdir()
-    calls: list[tuple[list[str], int | None]] = []
-    monkeypatch.setattr(workers, "prestart", lambda p, j, c: calls.append((list(p), j)))
-    workers.prestart_from_argv(argv)
-    assert calls == ([] if expected is None else [expected])
-
-
-def test_the_programs_early_reading_knows_every_replay_option_that_takes_a_value() -> None:
-    """prestart_from_argv reads the command line before typer does; its list of
-    options that take a value must be the replay command's, or a value would be
-    taken for a trace path (or a path for a value)."""
-    import typer.main
-
-    from warmfit.run import workers
-
-    command = typer.main.get_command(app).commands["replay"]  # type: ignore[attr-defined]
-    valued = {
-        name
-        for param in command.params
-        if param.param_type_name == "option" and not param.is_flag
-        for name in (*param.opts, *param.secondary_opts)
-    }
-    assert valued == workers.REPLAY_VALUED_OPTIONS
+        assert pool.submit(_server_flag).result() is None  # taken out of the environment
+    assert _in_server() is False and FORK_SERVER not in os.environ
+    code = (
+        "import os, sys, warmfit.replay.forkserver as f\n"
+        f"print(f.SERVER, {FORK_SERVER!r} in os.environ, flush=True)\n"
+        "sys.exit(3)\n"
+    )
+    for flag, server in [(None, False), ("1", False), (str(os.getpid()), True)]:
+        env = {k: v for k, v in os.environ.items() if k != FORK_SERVER}
+        if flag is not None:  # the flag names the process that started the server
+            env[FORK_SERVER] = flag
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+        )
+        assert done.stdout.split() == [str(server), "False"], done.stderr
+        assert done.returncode == (0 if server else 3), done.stderr  # os._exit(0) at exit
 
 
 def test_workers_started_early_index_the_files_and_a_changed_file_is_indexed_again(
@@ -489,19 +451,23 @@ def test_workers_started_early_for_nothing_are_stopped(monkeypatch: pytest.Monke
         early.pool.submit(os.getpid)
 
 
-def test_workers_started_before_a_usage_error_stop_without_a_traceback() -> None:
-    """The program starts a large replay's workers before the command line is
-    parsed; when parsing then fails (an unknown option), they are stopped
-    before the exit, so no worker starts after the parent's clean-up."""
+def test_a_replay_that_ends_in_a_usage_error_starts_no_workers() -> None:
+    """The command line is parsed before the replay starts its workers: an unknown
+    option, even beside a trace that would use workers, starts no fork server."""
     code = (
         "import sys, warmfit.run.workers as w\n"
         "w.WORKER_BYTES = 0\n"
-        f"sys.argv = ['warmfit', 'replay', {str(TRACES / 'pr991')!r}, '--bogus']\n"
-        "from warmfit.program import run\n"
-        "run()\n"
+        f"sys.argv = ['warmfit', 'replay', {str(TRACES / 'pr991')!r}, '-j', '2', '--bogus']\n"
+        "from warmfit.cli import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code\n"
+        "from multiprocessing import forkserver\n"
+        "print('PROBE', code, forkserver._forkserver._forkserver_pid)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
-    assert done.returncode == 2, done.stderr
+    assert done.stdout.split() == ["PROBE", "2", "None"], done.stdout + done.stderr
     assert "bogus" in done.stderr and "Traceback" not in done.stderr

@@ -31,7 +31,9 @@ except SystemExit as exc:
 else:
     code = 0
 heavy = sorted({name.split(".")[0] for name in sys.modules} & watched)
-print("\\nPROBE " + json.dumps({"code": code, "heavy": heavy}))
+from multiprocessing import forkserver
+workers = forkserver._forkserver._forkserver_pid is not None
+print("\\nPROBE " + json.dumps({"code": code, "heavy": heavy, "workers": workers}))
 """
 
 
@@ -70,17 +72,18 @@ def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["replay", "--help"]])
 def test_help_imports_no_heavy_module(args: list[str]) -> None:
     result = _run(args)
-    assert result == {"code": 0, "heavy": []}
+    assert result == {"code": 0, "heavy": [], "workers": False}
 
 
 def test_replay_imports_no_heavy_module(small_trace: Path) -> None:
+    """... and a small trace is replayed in this process: no fork server is started."""
     result = _run(["replay", str(small_trace)])
-    assert result == {"code": 0, "heavy": []}
+    assert result == {"code": 0, "heavy": [], "workers": False}
 
 
 def test_replay_with_every_format_and_engine_imports_no_heavy_module(small_trace: Path) -> None:
     result = _run(["replay", str(small_trace), "--format", "json", "--engine", "vectorized"])
-    assert result == {"code": 0, "heavy": []}
+    assert result == {"code": 0, "heavy": [], "workers": False}
 
 
 def test_the_recorder_imports_neither_polars_nor_torch() -> None:
@@ -130,9 +133,12 @@ def test_the_program_ends_at_once_after_its_exit_handlers(
 
 
 def test_the_console_script_and_python_m_run_the_program() -> None:
-    """Both ways of starting warmfit start a replay's workers first and end at once
-    (warmfit.program.run, then warmfit.cli.run)."""
+    """Both ways of starting warmfit run warmfit.cli.run, which ends at once."""
     text = (REPO / "pyproject.toml").read_text()
-    assert 'warmfit = "warmfit.program:run"' in text
-    main = (REPO / "warmfit" / "__main__.py").read_text()
-    assert "from warmfit.program import run" in main and "run()" in main
+    assert 'warmfit = "warmfit.cli:run"' in text
+    done = subprocess.run(
+        [sys.executable, "-m", "warmfit", "replay", "missing"],
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "missing" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

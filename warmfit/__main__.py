@@ -1,3 +1,6 @@
-from warmfit.program import run
+"""``python -m warmfit``: the ``warmfit`` program (:func:`warmfit.cli.run`)."""
 
-run()
+from warmfit.cli import run
+
+if __name__ == "__main__":
+    run()

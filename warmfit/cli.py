@@ -187,7 +187,8 @@ def main() -> None:
 
 
 def run() -> NoReturn:
-    """The ``warmfit`` program: :func:`main`, then the process ends at once.
+    """The ``warmfit`` program (its console script, and ``python -m warmfit``):
+    :func:`main`, then the process ends at once.
 
     Python's own exit tears the interpreter down module by module: 50 ms with
     polars imported, and 0.15 to 0.2 s after a large replay (measured: a cold
@@ -203,8 +204,6 @@ def run() -> NoReturn:
         code: object = done.code
     else:
         code = 0
-    if "warmfit.run.workers" in sys.modules:  # a command that ended before it took them
-        sys.modules["warmfit.run.workers"].discard_early_pool()
     if threading.active_count() > 1:
         sys.exit(code)  # type: ignore[arg-type]
     if code is None:

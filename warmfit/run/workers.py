@@ -1,12 +1,14 @@
-"""The worker processes of a large replay, started as early as a command can.
+"""The worker processes of a large replay, started as early as the command can.
 
 Workers come from a fork server (:mod:`multiprocessing`'s ``forkserver``)
-that has imported :mod:`warmfit.replay.stream` once (:mod:`warmfit.replay.forkserver`,
-which also makes it end at once after the command), so each worker starts in
-milliseconds, and the fork server keeps freed memory
+that has imported :mod:`warmfit.replay.stream` once (:mod:`warmfit.replay.forkserver`),
+so each worker starts in milliseconds, and the fork server keeps freed memory
 (:func:`warmfit.run.memory.polars_keeps_freed_memory`). The fork server's imports
 take about half a second; ``warmfit replay`` calls :func:`prestart` before it
-imports polars itself, so that the two imports run side by side.
+imports polars itself, so that the two imports run side by side. The server
+is told it is one (:data:`FORK_SERVER`), so that it ends at once after the
+command instead of holding the command's output open while Python tears
+polars down.
 
 Nothing here imports polars, numpy or pyarrow.
 """
@@ -35,6 +37,10 @@ WORKER_BYTES = 32 * 2**20
 PRELOAD = ["warmfit.replay.forkserver"]
 #: The environment variable that sets the size of polars' thread pool.
 POLARS_THREADS = "POLARS_MAX_THREADS"
+#: The environment variable that tells the fork server it is one: :func:`fork_context`
+#: sets it, to the command's process id, only while it starts the server, and the
+#: server's preload (:mod:`warmfit.replay.forkserver`) removes it.
+FORK_SERVER = "WARMFIT_FORK_SERVER"
 
 
 def default_jobs() -> int:
@@ -59,13 +65,18 @@ def fork_context(jobs: int | None = None) -> Any:
     workers (None: every core) gets its share of the cores. Two workers with
     two polars threads each on 2 cores took 3.6 s for a 1e7 replay, against
     3.3 s with one thread each. The settings are the fork server's for the
-    life of this process (it starts once).
+    life of this process (it starts once). The server alone is given
+    :data:`FORK_SERVER`, so that it ends at once after the command.
     """
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
     jobs = default_jobs() if jobs is None else jobs
     threads = os.environ.get(POLARS_THREADS) or str(max(1, default_jobs() // jobs))
-    with polars_keeps_freed_memory(), environment(POLARS_THREADS, threads):
+    with (
+        polars_keeps_freed_memory(),
+        environment(POLARS_THREADS, threads),
+        environment(FORK_SERVER, str(os.getpid())),
+    ):
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
@@ -140,7 +151,7 @@ def prestart(paths: Sequence[str | os.PathLike[str]], jobs: int | None, cluster:
     jobs = default_jobs() if jobs is None else jobs
     if _early is not None:
         if _early.serves(files, jobs, stats):
-            return  # started already (the program, then the command)
+            return  # started already for this replay
         discard_early_pool()
     context = fork_context(jobs)  # in this thread: it sets the environment for a moment
     early = _early = EarlyPool(jobs, files, stats)
@@ -192,52 +203,3 @@ def discard_early_pool() -> None:
 
 def _stats(files: Sequence[str]) -> tuple[tuple[int, int], ...]:
     return tuple((s.st_size, s.st_mtime_ns) for s in map(os.stat, files))
-
-
-#: The options of ``warmfit replay`` that take a value, which is not a trace path
-#: (``--per-wave FILE`` may exist, with ``--force``). A test holds it to the command's.
-REPLAY_VALUED_OPTIONS = frozenset(
-    {"-p", "--policy", "-f", "--format", "--per-wave", "--budget", "--by", "--engine",
-     "--safety", "-j", "--jobs", "--cluster", "--permute", "--seed"}
-)  # fmt: skip
-
-
-def prestart_from_argv(argv: Sequence[str]) -> None:
-    """For the program, before it parses its command line: :func:`prestart` for a
-    ``warmfit replay`` (``argv`` without the program name) that will use workers.
-
-    The command line's parser takes a tenth of a second to reach the command;
-    starting the fork server before it lets the workers' imports run beside
-    the command's from the start (a cold 1e7 replay planned its batches about
-    0.1 s sooner). The command line is read loosely here, for this guess only:
-    its paths are the arguments that exist on disk, ``-j``/``--jobs`` is read
-    when it is a number, and ``--cluster`` or ``--help`` start nothing.
-    Whatever it misreads, the command parses ``argv`` again and calls
-    :func:`prestart` itself, which does nothing when the server runs; at
-    worst a server starts for a replay that ends in a usage error.
-    """
-    if not argv or argv[0] != "replay":
-        return
-    args = list(argv[1:])
-    if any(a in ("--help", "-h") or a == "--cluster" or a.startswith("--cluster=") for a in args):
-        return
-    jobs: int | None = None
-    for i, arg in enumerate(args):
-        value = None
-        if arg in ("-j", "--jobs") and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith("--jobs="):
-            value = arg.removeprefix("--jobs=")
-        elif arg.startswith("-j") and arg != "-j":
-            value = arg.removeprefix("-j")
-        if value is not None:
-            jobs = int(value) if value.isascii() and value.isdigit() and int(value) > 0 else None
-    paths = [
-        a
-        for i, a in enumerate(args)
-        if not a.startswith("-")
-        and (i == 0 or args[i - 1] not in REPLAY_VALUED_OPTIONS)
-        and os.path.exists(a)
-    ]
-    if paths:
-        prestart(paths, jobs, None)
