@@ -1,17 +1,25 @@
-"""The Thrift reader of :mod:`warmfit.format.pagecrc` against a plain one, on damaged bytes.
+"""The Thrift reader and the footers of :mod:`warmfit.format.pagecrc`, on damaged and hostile bytes.
 
-``_Reader.struct`` reads field headers, integers and skipped strings with the
-position in a local variable, for speed. This oracle reads the compact
-protocol one byte at a time, as the specification puts it; on real page
-headers and footers, whole and with bytes changed or cut, both must give the
-same fields, or both refuse the bytes.
+``_struct`` reads the fields a spec names (integers inline, for speed) and
+skips the rest without building anything. This oracle reads the compact
+protocol one byte at a time, all of it, as the specification puts it, then
+keeps what the spec names: on real page headers and footers, whole and with
+bytes changed or cut, both must give the same fields and the same end, or
+both refuse the bytes. Footers are read against pyarrow's metadata too, and
+hostile ones (a 30 MB footer, millions of row groups, chunks that overlap,
+footers on which pyarrow's column metadata aborts the process) give an
+answer in bounded memory, never a crash.
 """
 
 from __future__ import annotations
 
+import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +28,7 @@ from warmfit.format import pagecrc
 
 REPO = Path(__file__).resolve().parent.parent
 EP1 = REPO / "traces/pr991/EP1.parquet"
+TRACES = sorted((REPO / "traces").rglob("*.parquet"))
 
 
 class Refused(Exception):
@@ -27,10 +36,10 @@ class Refused(Exception):
 
 
 class Oracle:
-    """The compact protocol, byte by byte (what ``_Reader.struct`` keeps and skips)."""
+    """The compact protocol, byte by byte: a struct as its ``(field, type, value)`` list."""
 
-    def __init__(self, data: bytes, pos: int, end: int, keep_bytes: bool) -> None:
-        self.data, self.pos, self.end, self.keep = data, pos, end, keep_bytes
+    def __init__(self, data: bytes, pos: int, end: int) -> None:
+        self.data, self.pos, self.end = data, pos, end
 
     def byte(self) -> int:
         if self.pos >= self.end:
@@ -51,108 +60,124 @@ class Oracle:
         n = self.varint()
         return -(n + 1) // 2 if n % 2 else n // 2
 
-    def string(self) -> bytes:
-        n = self.varint()
-        if n > self.end - self.pos:
-            raise Refused
-        self.pos += n
-        return self.data[self.pos - n : self.pos]
-
-    def value(self, kind: int, depth: int, kept: bool) -> Any:
-        """One value of ``kind`` in a struct at ``depth``; ``kept``: as the struct keeps
-        it (else it is skipped, elements of lists one level deeper)."""
-        if not kept and depth > 32:
+    def value(self, kind: int, level: int) -> Any:
+        """One value of ``kind`` at nesting ``level`` (a struct's fields lie one level
+        below it, as a list's elements do); a list, set, map or struct below level 32
+        is refused."""
+        if kind in (9, 10, 11, 12) and level > 32:
             raise Refused
         if kind in (1, 2):
             return kind == 1
         if kind == 3:
             return self.byte()
         if kind in (4, 5, 6):
-            return self.zigzag() if kept else self.varint()
-        if kind == 7:
-            self.pos += 8
-            if self.pos > self.end:
+            return self.zigzag()
+        if kind in (7, 8):
+            n = 8 if kind == 7 else self.varint()
+            if n > self.end - self.pos:
                 raise Refused
-            return None
-        if kind == 8:
-            return self.string()
+            self.pos += n
+            return self.data[self.pos - n : self.pos]
         if kind in (9, 10):
             head = self.byte()
             size = head >> 4 if head >> 4 != 15 else self.varint()
-            element = head & 0x0F
-            if kept and size > self.end - self.pos:
-                raise Refused
-            if kept:
-                return [self.value(element, depth, True) for _ in range(size)]
-            return [
-                self.value(3 if element in (1, 2) else element, depth + 1, False)
-                for _ in range(size)
-            ]
+            element = 3 if head & 0x0F in (1, 2) else head & 0x0F  # a boolean: a byte
+            return head & 0x0F, [self.value(element, level + 1) for _ in range(size)]
         if kind == 11:
             size = self.varint()
             types = self.byte() if size else 0
             key, value = (3 if t in (1, 2) else t for t in (types >> 4, types & 0x0F))
             for _ in range(size):
-                self.value(key, depth + 1, False)
-                self.value(value, depth + 1, False)
+                self.value(key, level + 1)
+                self.value(value, level + 1)
             return None
         if kind == 12:
-            return self.struct(depth + 1)
+            return self.struct(level + 1)
         raise Refused
 
-    def struct(self, depth: int) -> dict[int, Any]:
-        if depth > 32:
-            raise Refused
-        found: dict[int, Any] = {}
+    def struct(self, level: int = 0) -> list[tuple[int, int, Any]]:
+        fields = []
         field = 0
         while True:
             head = self.byte()
-            kind = head & 0x0F
-            if kind == 0:
-                return found
+            if head & 0x0F == 0:
+                return fields
             field = field + (head >> 4) if head >> 4 else self.zigzag()
-            nxt = self.data[self.pos] & 0x0F if self.pos < self.end else None
-            keep = (
-                kind in (5, 6, 12)
-                or (kind in (1, 2, 8) and self.keep)
-                or (kind == 9 and nxt == 12)
-                or (kind == 9 and nxt == 8 and self.keep)
-            )
-            value = self.value(kind, depth, keep)
-            if keep:
-                found[field] = value
+            fields.append((field, head & 0x0F, self.value(head & 0x0F, level)))
 
 
-def _parse(reader: Any) -> tuple[str, Any]:
+class Structs:
+    """A spec's ``[read]``: a list of structs, each read by this spec with its fields at
+    ``depth`` (the oracle's level for them)."""
+
+    def __init__(self, spec: dict[int, Any], depth: int) -> None:
+        self.spec, self.depth = spec, depth
+
+    def __call__(self, data: bytes, pos: int, end: int) -> tuple[dict[int, Any], int]:
+        return pagecrc._struct(data, pos, end, self.spec, self.depth)
+
+
+def kept(fields: list[tuple[int, int, Any]], spec: dict[int, Any]) -> dict[int, Any]:
+    """What ``_struct`` is to make of a struct the oracle read (its docstring's rules)."""
+    found = {}
+    for field, kind, value in fields:
+        want = spec.get(field)
+        if want is not None:
+            found[field] = as_wanted(kind, value, want)
+    return found
+
+
+def as_wanted(kind: int, value: Any, want: Any) -> Any:
+    if want in (int, bytes, bool):
+        return value if kind in {int: (5, 6), bytes: (8,), bool: (1, 2)}[want] else None
+    if isinstance(want, dict):
+        return kept(value, want) if kind == 12 else None
+    if kind != 9:
+        return None
+    element, items = value
+    if want == [str]:
+        return items[0].decode(errors="replace") if element == 8 and len(items) == 1 else ""
+    return [kept(item, want[0].spec) for item in items] if element == 12 else []
+
+
+#: The footer as pagecrc reads it, without its checks: FileMetaData's rows and row
+#: groups, theirs (at level 2) and their column chunks' (at level 4).
+FOOTER = {3: int, 4: [Structs({1: [Structs(pagecrc._CHUNK, 4)], 3: int}, 2)]}
+
+
+def both(data: bytes, start: int, end: int, spec: dict[int, Any]) -> tuple[Any, Any]:
+    """What ``_struct`` and the oracle make of ``data[start:end]`` by ``spec``."""
     try:
-        return "ok", reader.struct(0)
-    except (Refused, pagecrc._Bad):
-        return "refused", None
+        fast: Any = pagecrc._struct(data, start, end, spec)
+    except pagecrc._Bad:
+        fast = "refused"
+    oracle = Oracle(data, start, end)
+    try:
+        plain: Any = (kept(oracle.struct(), spec), oracle.pos)
+    except Refused:
+        plain = "refused"
+    return fast, plain
 
 
-def _both(data: bytes, start: int, end: int, keep: bool) -> tuple[Any, Any]:
-    """What the fast reader and the oracle make of ``data[start:end]``."""
-    fast = _parse(pagecrc._Reader(data, start, end, keep_bytes=keep))
-    return fast, _parse(Oracle(data, start, end, keep))
-
-
-def _regions() -> list[tuple[int, int, bool]]:
-    """Where EP1's page headers start (with the bytes up to the next page) and its footer."""
-    data = EP1.read_bytes()
-    meta = pq.ParquetFile(EP1).metadata
-    regions = []
-    for g in range(meta.num_row_groups):
-        for c in range(meta.num_columns):
-            column = meta.row_group(g).column(c)
-            start = column.dictionary_page_offset or column.data_page_offset
-            regions.append((start, start + column.total_compressed_size, False))
+def regions(path: Path) -> list[tuple[int, int, dict[int, Any]]]:
+    """Where ``path``'s page headers start (with the bytes up to the end of their chunk),
+    and its footer, with the spec each is read by."""
+    data = path.read_bytes()
+    groups = pagecrc.row_groups(path)
+    assert not isinstance(groups, str)
+    found = []
+    for chunk in (chunk for group in groups for chunk in group.chunks):
+        pos, end = chunk.start, chunk.start + chunk.size
+        while pos < end:
+            header, body = pagecrc._struct(data, pos, end, pagecrc._PAGE_HEADER)
+            found.append((pos, end, pagecrc._PAGE_HEADER))
+            pos = body + header[3]
     footer = int.from_bytes(data[-8:-4], "little")
-    regions.append((len(data) - 8 - footer, len(data) - 8, True))
-    return regions
+    return [*found, (len(data) - 8 - footer, len(data) - 8, FOOTER)]
 
 
 DATA = EP1.read_bytes()
-REGIONS = _regions()
+REGIONS = regions(EP1)
 
 
 @settings(max_examples=400, deadline=None)
@@ -162,38 +187,302 @@ REGIONS = _regions()
     cut=st.one_of(st.none(), st.integers(0, 96)),
 )
 def test_the_fast_reader_reads_what_the_plain_one_does(
-    region: tuple[int, int, bool], changes: list[tuple[int, int]], cut: int | None
+    region: tuple[int, int, dict[int, Any]], changes: list[tuple[int, int]], cut: int | None
 ) -> None:
-    start, end, keep = region
+    start, end, spec = region
     data = bytearray(DATA)
     for at, value in changes:
         if start + at < end:
             data[start + at] = value
     if cut is not None:
         end = min(end, start + cut)
-    fast, plain = _both(bytes(data), start, end, keep)
+    fast, plain = both(bytes(data), start, end, spec)
     assert fast == plain
 
 
-def test_the_oracle_reads_a_real_page_header() -> None:
-    """The oracle is not vacuous: a whole page header reads as one, with its sizes."""
-    start, end, _ = REGIONS[0]
-    kind, header = _parse(Oracle(DATA, start, end, False))
-    assert kind == "ok" and header[1] in (0, 2, 3) and header[3] > 0
+def test_the_oracle_reads_real_page_headers_and_footers() -> None:
+    """The oracle is not vacuous: whole headers and footers read as such, with sizes."""
+    assert len(REGIONS) > 16  # a page or two a column chunk, and the footer
+    for start, end, spec in REGIONS:
+        fast, plain = both(DATA, start, end, spec)
+        assert fast == plain and fast != "refused"
+        if spec is pagecrc._PAGE_HEADER:
+            assert fast[0][1] in (0, 2, 3) and fast[0][3] > 0
+        else:
+            assert fast[0][3] == 52 and len(fast[0][4][0][1]) == 16  # rows, chunks
 
 
 def test_every_cut_of_every_header_reads_alike() -> None:
     """Cut at each byte of each page header's first 160 (and of the footer): a field
     cut short must be refused by both readers at the same places."""
-    for start, end, keep in REGIONS:
+    for start, end, spec in REGIONS:
         for cut in range(min(end - start, 160) + 1):
-            fast, plain = _both(DATA, start, start + cut, keep)
+            fast, plain = both(DATA, start, start + cut, spec)
             assert fast == plain, (start, cut)
 
 
-def test_a_map_of_booleans_is_read_byte_by_byte() -> None:
-    """A map whose keys and values are booleans holds one byte each: a huge one
-    that claims more than its bytes is refused (it was walked forever before)."""
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes([*out, n])
+
+
+def field(number: int, kind: int) -> bytes:
+    """A field header in the long form (any field number, any type)."""
+    return bytes([kind]) + varint((number << 1) ^ (number >> 63))
+
+
+def listed(kind: int, size: int) -> bytes:
+    return bytes([0xF0 | kind]) + varint(size)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(
+                [b"\x00", b"\x01", b"\x14", b"\x15", b"\x19", b"\x1b", b"\x1c", b"\xf9"]
+            ),
+            st.binary(max_size=3),
+        ),
+        max_size=12,
+    )
+)
+def test_handmade_thrift_reads_alike(parts: list[bytes]) -> None:
+    """Bytes made of field headers, list and map headers and zeros: sets, maps, bools
+    and doubles, long field ids: what the page headers of EP1 never hold."""
+    data = b"".join(parts)
+    for spec in (pagecrc._PAGE_HEADER, HANDMADE):
+        fast, plain = both(data, 0, len(data), spec)
+        assert fast == plain
+
+
+#: Every kind of field a spec can name.
+HANDMADE = {1: int, 2: bytes, 3: bool, 4: {1: int}, 5: [str], 6: [Structs({1: int}, 2)]}
+
+
+def test_booleans_in_lists_and_maps_take_a_byte_each() -> None:
+    """A list or map of booleans holds a byte each: a huge map of them that claims
+    more than its bytes is refused (it was walked forever once), and a short list is
+    skipped up to the field after it."""
     data = bytes.fromhex("7bc2f4a2e03b226bbd3531b53664382c01")
-    assert _both(data, 0, len(data), False) == (("refused", None), ("refused", None))
-    assert _both(data, 0, len(data), True) == (("refused", None), ("refused", None))
+    assert both(data, 0, len(data), pagecrc._PAGE_HEADER) == ("refused", "refused")
+    data = field(100, 9) + b"\x31\x01\x02\x01" + field(1, 5) + b"\x04\x00"
+    assert both(data, 0, len(data), {1: int}) == (({1: 2}, len(data)),) * 2
+
+
+def test_nesting_deeper_than_32_is_refused() -> None:
+    """A skipped field of lists in lists (the last one empty): down to level 32 read, to
+    level 33 refused, by both readers."""
+    for deepest in (32, 33):
+        data = field(100, 9) + b"\x19" * deepest + b"\x09" + b"\x00"
+        fast, plain = both(data, 0, len(data), {1: int})
+        assert fast == plain == ("refused" if deepest > 32 else ({}, len(data)))
+
+
+def test_a_field_of_another_type_reads_as_absent() -> None:
+    """A page header whose value count came as a struct, or as an i16 (a flipped bit
+    in a field header; Parquet's integers are i32 and i64), has none: the last of a
+    field's values counts, as the oracle reads it."""
+    for other in (field(1, 12) + b"\x00", field(1, 4) + b"\x02"):  # a struct; an i16: 1
+        data = b"\x15\x02" + other + b"\x00"  # field 1: an i32 of 1, then the other
+        assert both(data, 0, len(data), {1: int}) == (({1: None}, len(data)),) * 2
+
+
+# --------------------------------------------------------------------------- footers
+
+
+def test_row_groups_agree_with_pyarrow(tmp_path: Path) -> None:
+    """Rows, chunks (first page, bytes, values, column) and integer and string bounds,
+    on the stored traces and on files other writers' settings make."""
+    table = pq.read_table(EP1)
+    made = {
+        "v2.parquet": {"data_page_version": "2.0"},
+        "plain.parquet": {"use_dictionary": False, "row_group_size": 20},
+        "nostats.parquet": {"write_statistics": False},
+    }
+    for name, options in made.items():
+        pq.write_table(table, tmp_path / name, **options)
+    nested = pa.table({"s": [{"a": 1}, {"a": 2}], "rank": pa.array([3, 3], pa.int64())})
+    pq.write_table(nested, tmp_path / "nested.parquet")
+    for path in [*TRACES, *sorted(tmp_path.iterdir())]:
+        groups, meta = pagecrc.row_groups(path), pq.read_metadata(path)
+        assert not isinstance(groups, str) and len(groups) == meta.num_row_groups, path
+        for group, g in zip(groups, range(meta.num_row_groups), strict=True):
+            assert group.rows == meta.row_group(g).num_rows
+            columns = [meta.row_group(g).column(c) for c in range(meta.num_columns)]
+            assert group.chunks == tuple(_chunk(c) for c in columns)
+            assert group.bounds == {_chunk(c).name: _bound(c) for c in columns}, path
+
+
+def _chunk(column: Any) -> pagecrc.Chunk:
+    path = column.path_in_schema
+    start = column.dictionary_page_offset or column.data_page_offset
+    name = "" if "." in path else path
+    return pagecrc.Chunk(name, start, column.total_compressed_size, column.num_values)
+
+
+def _bound(column: Any) -> tuple[int, bytes, bytes] | None:
+    stats = column.statistics
+    if stats is None or not stats.has_min_max or stats.null_count != 0:
+        return None
+    kind = ["BOOLEAN", "INT32", "INT64", "INT96", "FLOAT", "DOUBLE", "BYTE_ARRAY"]
+    raw: list[Any] = [stats.min_raw, stats.max_raw]
+    plain = {"BOOLEAN": "<?", "INT32": "<i", "INT64": "<q", "FLOAT": "<f", "DOUBLE": "<d"}
+    if column.physical_type in plain:
+        raw = [struct.pack(plain[column.physical_type], n) for n in raw]
+    return (kind.index(column.physical_type), *raw)
+
+
+def footer_tree(path: Path) -> list[tuple[int, int, Any]]:
+    data = path.read_bytes()
+    size = int.from_bytes(data[-8:-4], "little")
+    return Oracle(data, len(data) - 8 - size, len(data) - 8).struct()
+
+
+def encode(fields: list[tuple[int, int, Any]]) -> bytes:
+    """A struct the oracle read (no maps), written back as a writer would."""
+    out = bytearray()
+    last = 0
+    for number, kind, value in fields:
+        kind = (1 if value else 2) if kind in (1, 2) else kind
+        short = 0 < number - last < 16
+        out += bytes([(number - last) << 4 | kind]) if short else field(number, kind)
+        out += _encoded(kind, value)
+        last = number
+    return bytes(out) + b"\x00"
+
+
+def _encoded(kind: int, value: Any) -> bytes:
+    if kind in (1, 2):
+        return b""
+    if kind == 3:
+        return bytes([value])
+    if kind in (4, 5, 6):
+        return varint((value << 1) ^ (value >> 63))
+    if kind in (7, 8):
+        return value if kind == 7 else varint(len(value)) + value
+    if kind in (9, 10):
+        element, items = value
+        head = (
+            bytes([len(items) << 4 | element]) if len(items) < 15 else listed(element, len(items))
+        )
+        return head + b"".join(
+            bytes([item]) if element in (1, 2) else _encoded(element, item) for item in items
+        )
+    return encode(value)
+
+
+def with_footer(path: Path, fields: list[tuple[int, int, Any]], out: Path) -> Path:
+    data = path.read_bytes()
+    size = int.from_bytes(data[-8:-4], "little")
+    footer = encode(fields)
+    out.write_bytes(
+        data[: len(data) - 8 - size] + footer + len(footer).to_bytes(4, "little") + b"PAR1"
+    )
+    return out
+
+
+def value_of(fields: list[tuple[int, int, Any]], number: int) -> Any:
+    return next(value for n, _, value in fields if n == number)
+
+
+def test_the_footer_written_back_is_the_footer(tmp_path: Path) -> None:
+    """The encoder the next tests change footers with writes EP1's footer back as it was."""
+    assert with_footer(EP1, footer_tree(EP1), tmp_path / "t.parquet").read_bytes() == DATA
+
+
+def test_empty_row_groups_are_one_object(tmp_path: Path) -> None:
+    """A footer may list a row group per byte or two: those with no rows and no pages
+    are one object (else a 30 MB footer would take gigabytes as row groups)."""
+    tree = [(n, k, v) for n, k, v in footer_tree(EP1) if n not in (3, 4)]
+    empty = [(1, 9, (12, [])), (2, 6, 0), (3, 6, 0)]
+    tree += [(3, 6, 0), (4, 9, (12, [empty] * 100_000))]
+    path = with_footer(EP1, sorted(tree), tmp_path / "t.parquet")
+    groups = pagecrc.row_groups(path)
+    assert isinstance(groups, list) and len(groups) == 100_000
+    assert len({id(group) for group in groups}) == 1 and groups[0].chunks == ()
+    assert pagecrc.verify(path) is None
+
+
+def test_groups_read_before_the_file_was_cut_short_are_refused(tmp_path: Path) -> None:
+    """``verify(path, groups)`` walks row groups read before: the file may have been
+    cut short since (its ends still look like Parquet's)."""
+    path = tmp_path / "t.parquet"
+    path.write_bytes(DATA)
+    groups = pagecrc.row_groups(path)
+    assert not isinstance(groups, str)
+    path.write_bytes(DATA[:1000] + DATA[-8:])
+    problem = pagecrc.verify(path, groups)
+    assert problem is not None and problem.endswith("it lies past the end of the file")
+
+
+def test_column_chunks_that_overlap_are_refused(tmp_path: Path) -> None:
+    """Row groups listed twice claim their pages twice: the file holds fewer bytes."""
+    tree = footer_tree(EP1)
+    twice = [(n, k, v * 2 if n == 3 else (12, v[1] * 2) if n == 4 else v) for n, k, v in tree]
+    path = with_footer(EP1, twice, tmp_path / "t.parquet")
+    assert pagecrc.verify(path) == "its footer is damaged (column chunks overlap)"
+
+
+def test_footers_pyarrow_aborts_on_are_answered(tmp_path: Path) -> None:
+    """pyarrow's column metadata aborts the process (SIGABRT, past any except) on these
+    footers: a statistic shorter than its type, a column type the schema contradicts,
+    encrypted column metadata. pagecrc reads the pages; the bounds it keeps are the
+    writer's bytes, which a reader checks (batches: by their width)."""
+    tree = footer_tree(EP1)
+    chunks = value_of(value_of(tree, 4)[1][0], 1)[1]
+    rank = value_of(chunks[1], 3)  # the rank column's ColumnMetaData: INT32
+    stats = value_of(rank, 12)
+    stats[:] = [(n, k, v[:3] if n in (5, 6) else v) for n, k, v in stats]
+    path = with_footer(EP1, tree, tmp_path / "short.parquet")
+    assert pagecrc.verify(path) is None
+    groups = pagecrc.row_groups(path)
+    assert not isinstance(groups, str) and groups[0].bounds["rank"] == (1, b"\0" * 3, b"\0" * 3)
+    rank[:] = [(n, k, 6 if n == 1 else v) for n, k, v in rank]  # BYTE_ARRAY
+    assert pagecrc.verify(with_footer(EP1, tree, tmp_path / "type.parquet")) is None
+    chunks[0].append((8, 12, [(2, 12, [(1, 9, (8, [b"run"]))])]))  # ColumnCryptoMetaData
+    assert pagecrc.verify(with_footer(EP1, tree, tmp_path / "crypto.parquet")) is None
+
+
+_MEMORY = r"""
+import sys
+from warmfit.format import pagecrc
+
+header = open(sys.argv[2], "rb").read()
+print(repr(pagecrc.verify(sys.argv[1])))
+groups = pagecrc.row_groups(sys.argv[1])
+print(len(groups) if isinstance(groups, list) else repr(groups))
+print(repr(pagecrc._struct(header, 0, len(header), pagecrc._PAGE_HEADER)[0]))
+# this process's peak (ru_maxrss would count the parent's pages it was forked with)
+print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM")))
+"""
+
+
+def test_a_30_mb_hostile_footer_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """EP1 with 30 MB more footer: 3M empty structs and a 27 MB string in fields no
+    reader knows, then a page header with 1M empty structs in one. Each struct was
+    a dict and the string a copy: 275 MiB at the peak; now they are skipped (18 MiB,
+    the interpreter's own 13 included)."""
+    size = int.from_bytes(DATA[-8:-4], "little")
+    junk = field(100, 9) + listed(12, 3_000_000) + b"\x00" * 3_000_000
+    junk += field(101, 8) + varint(27_000_000) + b"k" * 27_000_000
+    footer = DATA[-8 - size : -9] + junk + b"\x00"  # before FileMetaData's stop
+    path = tmp_path / "t.parquet"
+    path.write_bytes(DATA[: -8 - size] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    # a data page (type 0, sizes 2) with the junk, then its header (field 5): 1 value, plain
+    header = b"\x15\x00\x15\x04\x15\x04" + field(100, 9) + listed(12, 10**6) + b"\x00" * 10**6
+    header += field(5, 12) + b"\x15\x02\x15\x00\x00\x00"
+    (tmp_path / "header").write_bytes(header)
+    done = subprocess.run(
+        [sys.executable, "-c", _MEMORY, str(path), str(tmp_path / "header")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    verdict, groups, parsed, peak_kib = done.stdout.splitlines()
+    assert verdict == "None" and groups == "1"
+    assert parsed == "{1: 0, 3: 2, 5: {1: 1, 2: 0}}"
+    assert int(peak_kib) < 150 * 1024, f"a 30 MB footer took {int(peak_kib) // 1024} MiB"

@@ -11,6 +11,14 @@ and compares each stored CRC with ``zlib.crc32`` of the page, in place:
 about 15 ms for a million readings, so the trace can then be read by polars
 at full speed.
 
+Footer and page headers are read by :func:`_struct`, which takes the fields
+a spec names and skips the rest without building anything: any footer or
+header costs time in proportion to its bytes, and memory for the column
+chunks it lists, which must lie, without overlapping, in the file's data.
+Not through pyarrow, whose column metadata aborts the process, past any
+``except``, on some damaged footers (a statistic shorter than its type, a
+column type the schema contradicts, encrypted column metadata).
+
 :func:`verify` returns ``None`` when every page that carries a checksum
 matches (pages without one, as in files other writers made, are accepted),
 or the first problem as text.
@@ -24,239 +32,224 @@ import zlib
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 # Thrift compact protocol type ids.
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = range(9)
 _LIST, _SET, _MAP, _STRUCT = 9, 10, 11, 12
+_INTS = (_I16, _I32, _I64)
+#: Types read inline as a varint: Parquet's integers (i32, i64; an i16 is skipped), a length.
+_VARINTS = (_I32, _I64, _BINARY)
+#: Bytes a value of each fixed-width type takes (a boolean in a list or map: one).
+_WIDTH = {_TRUE: 0, _FALSE: 0, _BYTE: 1, _DOUBLE: 8}
 _MAX_DEPTH = 32
 
 
 class _Bad(Exception):
-    """A page header that cannot be parsed."""
+    """Thrift bytes that cannot be read, or a footer that describes an impossible file."""
 
 
-_PAST = "page header runs past its column chunk"
+_PAST = "cut short"
 
 
-class _Reader:
-    def __init__(
-        self, data: mmap.mmap | bytes, pos: int, end: int, keep_bytes: bool = False
-    ) -> None:
-        self.data, self.pos, self.end = data, pos, end
-        #: Keep binary fields and lists of them (a footer's column paths and
-        #: statistics) as bytes; page headers skip them.
-        self.keep_bytes = keep_bytes
-
-    def byte(self) -> int:
-        if self.pos >= self.end:
+def _varint(data: mmap.mmap | bytes, pos: int, end: int) -> tuple[int, int]:
+    """The unsigned varint at ``pos``, and where it ends."""
+    value = shift = 0
+    while True:
+        if pos >= end:
             raise _Bad(_PAST)
-        b = self.data[self.pos]
-        self.pos += 1
-        return b
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise _Bad("varint too long")
 
-    def varint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.byte()
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 63:
-                raise _Bad("varint too long")
 
-    def zigzag(self) -> int:
-        n = self.varint()
-        return (n >> 1) ^ -(n & 1)
+def _struct(
+    data: mmap.mmap | bytes, pos: int, end: int, spec: dict[int, Any], depth: int = 0
+) -> tuple[dict[int, Any], int]:
+    """The fields of the Thrift struct at ``pos`` that ``spec`` names, and where it ends.
 
-    def skip(self, kind: int, depth: int) -> None:
-        if depth > _MAX_DEPTH:
-            raise _Bad("page header nested too deeply")
-        if kind in (_TRUE, _FALSE):
-            return
-        if kind == _BYTE:
-            self.byte()
-        elif kind in (_I16, _I32, _I64):
-            self.varint()
-        elif kind == _DOUBLE:
-            self.pos += 8
-        elif kind == _BINARY:
-            length = self.varint()  # read before pos is: += would add to the old pos
-            self.pos += length
-        elif kind in (_LIST, _SET):
-            head = self.byte()
-            size, element = head >> 4, head & 0x0F
-            if size == 15:
-                size = self.varint()
-            for _ in range(size):
-                self.skip(_BYTE if element in (_TRUE, _FALSE) else element, depth + 1)
-        elif kind == _MAP:
-            size = self.varint()
-            if size:
-                types = self.byte()
-                key, value = types >> 4, types & 0x0F
-                # a boolean in a map, as in a list, is a byte (else a huge map of
-                # them would be walked forever without reading a byte)
-                key = _BYTE if key in (_TRUE, _FALSE) else key
-                value = _BYTE if value in (_TRUE, _FALSE) else value
-                for _ in range(size):
-                    self.skip(key, depth + 1)
-                    self.skip(value, depth + 1)
-        elif kind == _STRUCT:
-            self.struct(depth + 1)
+    Per field id, the spec says what to read: ``int``, ``bytes``, ``bool``; a
+    dict: a struct, read by that spec; ``[str]``: a list of strings, as its one
+    string (else ""); ``[read]``: a list of structs, each read by ``read(data,
+    pos, end) -> (value, pos)``. A field of another type is None; any other
+    field is skipped (:func:`_skip`). The hot path of checking a trace's pages
+    (about 10,000 page headers for 1e7 readings): field headers and one-byte
+    integers are read here inline.
+    """
+    found: dict[int, Any] = {}
+    field = 0
+    while True:
+        if pos >= end:
+            raise _Bad(_PAST)
+        head = data[pos]
+        pos += 1
+        kind = head & 0x0F
+        if kind == _STOP:
+            return found, pos
+        delta = head >> 4
+        if delta:
+            field += delta
         else:
-            raise _Bad(f"unknown Thrift type {kind}")
-        if self.pos > self.end:
+            varint, pos = _varint(data, pos, end)
+            field = (varint >> 1) ^ -(varint & 1)
+        want = spec.get(field)
+        value: Any = None
+        if kind in _VARINTS:  # the integer, or the string's length
+            if pos < end and data[pos] < 0x80:
+                varint = data[pos]
+                pos += 1
+            else:
+                varint, pos = _varint(data, pos, end)
+            if kind == _BINARY:
+                if varint > end - pos:
+                    raise _Bad(_PAST)
+                if want is bytes:
+                    value = bytes(data[pos : pos + varint])
+                pos += varint
+            elif want is int:
+                value = (varint >> 1) ^ -(varint & 1)
+        elif kind in (_TRUE, _FALSE):
+            if want is bool:
+                value = kind == _TRUE
+        elif kind == _STRUCT and isinstance(want, dict):
+            value, pos = _struct(data, pos, end, want, depth + 1)
+        elif kind == _LIST and isinstance(want, list):
+            value, pos = _list(data, pos, end, want[0], depth)
+        else:
+            pos = _skip(data, pos, end, kind, depth)
+        if want is not None:  # (None: of another type than the spec's, as if absent)
+            found[field] = value
+
+
+def _list(data: mmap.mmap | bytes, pos: int, end: int, read: Any, depth: int) -> tuple[Any, int]:
+    """The list at ``pos`` as a list of strings (``read`` is ``str``: its one string, else
+    "") or of structs, each read by ``read`` (see :func:`_struct`), and where it ends."""
+    size, (element,), at = _container(data, pos, end, _LIST)
+    if read is str and size == 1 and element == _BINARY:
+        length, at = _varint(data, at, end)
+        if length > end - at:
             raise _Bad(_PAST)
+        return bytes(data[at : at + length]).decode(errors="replace"), at + length
+    if read is str or element != _STRUCT:  # a list of anything else: none
+        return ("" if read is str else []), _skip(data, pos, end, _LIST, depth)
+    items = []
+    for _ in range(size):
+        item, at = read(data, at, end)
+        items.append(item)
+    return items, at
 
-    def binary(self) -> bytes:
-        length = self.varint()
-        if length > self.end - self.pos:
-            raise _Bad("a string longer than its bytes")
-        self.pos += length
-        return bytes(self.data[self.pos - length : self.pos])
 
-    def list_size(self) -> int:
-        """A list's header: its size (each element takes at least one byte)."""
-        head = self.byte()
-        size = head >> 4
+def _container(
+    data: mmap.mmap | bytes, pos: int, end: int, kind: int
+) -> tuple[int, list[int], int]:
+    """The header of the list, set or map at ``pos``: its size, its element types (a
+    map's key and value; a boolean element is a byte) and where its elements start."""
+    if kind == _MAP:  # size, then (when not empty) the key and value types
+        size, pos = _varint(data, pos, end)
+        head = data[pos] if size and pos < end else 0
+        pos += 1 if size else 0
+        elements = [head >> 4, head & 0x0F]
+    else:  # size (15: a varint follows) and element type
+        if pos >= end:
+            raise _Bad(_PAST)
+        size, elements, pos = data[pos] >> 4, [data[pos] & 0x0F], pos + 1
         if size == 15:
-            size = self.varint()
-        if size > self.end - self.pos:
-            raise _Bad("a list longer than its bytes")
-        return size
+            size, pos = _varint(data, pos, end)
+    if size > end - pos:  # each element takes a byte at least (pos past end: map cut off)
+        raise _Bad("a list longer than its bytes")
+    return size, [_BYTE if e in (_TRUE, _FALSE) else e for e in elements], pos
 
-    def struct(self, depth: int) -> dict[int, Any]:
-        """Read a struct: its integer fields, its struct fields as dicts and its lists of
-        structs as lists of dicts (and, with ``keep_bytes``, its booleans, and its binary
-        fields and lists of them as bytes); skip the rest.
 
-        The hot path of checking a trace's pages (about 500 page headers a batch of
-        300k readings): field headers, integers and skipped strings are read here
-        with the position in a local variable rather than through :meth:`byte`,
-        which made the checksums three times as slow as the CRCs themselves.
-        """
-        if depth > _MAX_DEPTH:
-            raise _Bad("page header nested too deeply")
-        data, end = self.data, self.end
-        found: dict[int, Any] = {}
-        field = 0
-        pos = self.pos
+def _skip(data: mmap.mmap | bytes, pos: int, end: int, kind: int, depth: int = 0) -> int:
+    """Where the value of Thrift type ``kind`` at ``pos`` ends, read without building
+    anything. Each element of a list, set or map takes a byte at least, so the time
+    goes with the bytes; lists and structs nested deeper than 32 are refused."""
+    if kind in _INTS:  # (one byte under 0x80, as most are, or more)
+        pos = pos + 1 if pos < end and data[pos] < 0x80 else _varint(data, pos, end)[1]
+    elif kind == _BINARY:
+        size, pos = _varint(data, pos, end)  # read before pos: += would add to the old pos
+        pos += size
+    elif kind in _WIDTH:
+        pos += _WIDTH[kind]
+    elif kind in (_LIST, _SET, _MAP, _STRUCT) and depth > _MAX_DEPTH:
+        raise _Bad("nested too deeply")
+    elif kind == _STRUCT:  # field headers (a long one: a varint follows) and values
         while True:
             if pos >= end:
                 raise _Bad(_PAST)
             head = data[pos]
             pos += 1
-            kind = head & 0x0F
-            if kind == _STOP:
-                self.pos = pos
-                return found
-            delta = head >> 4
-            if delta:
-                field += delta
-            else:
-                self.pos = pos
-                field = self.zigzag()
-                pos = self.pos
-            if kind in (_I32, _I64, _BINARY):
-                # a varint: the zigzag integer, or a string's length
-                value = shift = 0
-                while True:
-                    if pos >= end:
-                        raise _Bad(_PAST)
-                    b = data[pos]
-                    pos += 1
-                    value |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
-                    if shift > 63:
-                        raise _Bad("varint too long")
-                if kind != _BINARY:
-                    found[field] = (value >> 1) ^ -(value & 1)
-                    continue
-                if value > end - pos:
-                    raise _Bad(_PAST if not self.keep_bytes else "a string longer than its bytes")
-                if self.keep_bytes:
-                    found[field] = bytes(data[pos : pos + value])
-                pos += value
-                continue
-            self.pos = pos
-            if kind == _STRUCT:
-                found[field] = self.struct(depth + 1)
-            elif kind in (_TRUE, _FALSE) and self.keep_bytes:
-                found[field] = kind == _TRUE
-            elif (
-                kind == _LIST
-                and self.keep_bytes
-                and self.pos < end
-                and data[self.pos] & 0x0F == _BINARY
-            ):
-                found[field] = [self.binary() for _ in range(self.list_size())]
-            elif kind == _LIST and self.pos < end and data[self.pos] & 0x0F == _STRUCT:
-                found[field] = [self.struct(depth + 1) for _ in range(self.list_size())]
-            else:
-                self.skip(kind, depth)
-            pos = self.pos
+            if head & 0x0F == _STOP:
+                break
+            if not head >> 4:
+                pos = _varint(data, pos, end)[1]
+            pos = _skip(data, pos, end, head & 0x0F, depth + 1)
+    elif kind in (_LIST, _SET, _MAP):
+        size, elements, pos = _container(data, pos, end, kind)
+        if all(e in _WIDTH for e in elements):
+            pos += size * sum(_WIDTH[e] for e in elements)
+        else:
+            for _ in range(size):
+                for element in elements:
+                    pos = _skip(data, pos, end, element, depth + 1)
+    else:
+        raise _Bad(f"unknown Thrift type {kind}")
+    if pos > end:
+        raise _Bad(_PAST)
+    return pos
 
 
-#: Page types (Thrift PageType): data page, dictionary page, data page v2.
-_DATA, _DICTIONARY, _DATA_V2 = 0, 2, 3
-#: Where each page type keeps its header, and the field numbers of its value
-#: count and encoding in it.
-_LAYOUT = {_DATA: (5, 1, 2), _DICTIONARY: (7, 1, 2), _DATA_V2: (8, 1, 4)}
+#: Where each page type (Thrift PageType: 0 data page, 2 dictionary page, 3 data page
+#: v2) keeps its header, and the field numbers of its value count and encoding in it.
+_LAYOUT = {0: (5, 1, 2), 2: (7, 1, 2), 3: (8, 1, 4)}
+_DICTIONARY = 2
 #: Encodings a page may declare (Thrift Encoding, 1 is unused).
 _ENCODINGS = frozenset({0, 2, 3, 4, 5, 6, 7, 8, 9})
+#: What is read of a page header (see :func:`_struct`): its type, size and CRC,
+#: and its page type's header.
+_PAGE_HEADER = {1: int, 3: int, 4: int} | {p: {n: int, e: int} for p, n, e in _LAYOUT.values()}
 
 
-def _chunk_pages(data: mmap.mmap | bytes, start: int, end: int, values: int) -> str | None:
-    """Walk one column chunk's pages; ``values`` is the chunk's value count (footer)."""
-    with memoryview(data) as view:  # pages are checked in place, not copied
-        return _walk_pages(data, view, start, end, values)
+class Chunk(NamedTuple):
+    """One column chunk with pages, as the footer describes it: its top-level column
+    ("" for a nested one), where its first page starts (its dictionary page, when it
+    has one), how many bytes its pages take and how many values they hold."""
+
+    name: str
+    start: int
+    size: int
+    values: int
 
 
-def _walk_pages(
-    data: mmap.mmap | bytes, view: memoryview, start: int, end: int, values: int
-) -> str | None:
-    pos = start
-    seen = 0
-    while pos < end:
-        reader = _Reader(data, pos, end)
-        try:
-            header = reader.struct(0)
-        except _Bad as exc:
-            return f"the page header at byte {pos} is damaged ({exc})"
-        kind, size, crc = header.get(1), header.get(3), header.get(4)
-        if not isinstance(size, int) or size < 0 or reader.pos + size > end:
-            return f"the page at byte {pos} has a damaged size"
-        layout = _LAYOUT.get(kind) if isinstance(kind, int) else None
-        sub = header.get(layout[0]) if layout else None
-        if layout is None or not isinstance(sub, dict):
-            return f"the page header at byte {pos} is damaged (page type {kind!r})"
-        count, encoding = sub.get(layout[1]), sub.get(layout[2])
-        if not isinstance(count, int) or count < 0 or encoding not in _ENCODINGS:
-            return f"the page header at byte {pos} is damaged (values or encoding)"
-        if kind != _DICTIONARY:
-            seen += count
-        body = reader.pos
-        if isinstance(crc, int) and zlib.crc32(view[body : body + size]) != crc & 0xFFFFFFFF:
-            return f"the page at byte {pos} fails its checksum"
-        pos = body + size
-    if seen != values:
-        return f"its pages hold {seen} values where the footer says {values}"
-    return None
+@dataclass(frozen=True, slots=True)
+class RowGroup:
+    """One row group as the footer describes it."""
+
+    rows: int
+    #: Per top-level column: its physical type (Thrift ``Type``: 1 INT32, 2 INT64,
+    #: 6 BYTE_ARRAY, ...) and, when the writer stored them, its least and largest
+    #: value (plain encoding) with no null among the rows; else None.
+    bounds: dict[str, tuple[int, bytes, bytes] | None]
+    #: Its column chunks that hold pages (an empty row group's may hold none).
+    chunks: tuple[Chunk, ...]
+
+    def only(self, columns: Collection[str]) -> RowGroup:
+        """This row group with only the chunks of these top-level columns (to check
+        the pages of just the columns about to be read)."""
+        return RowGroup(self.rows, self.bounds, tuple(c for c in self.chunks if c.name in columns))
 
 
 def verify(path: str | os.PathLike[str], groups: Sequence[RowGroup] | None = None) -> str | None:
     """The first damaged page of ``path`` as text, or ``None`` when every checksum holds.
 
     ``groups``: check only the pages of these row groups, as :func:`row_groups`
-    found them in this file's footer (the footer is not parsed again).
-    Otherwise the footer is parsed here (``FileMetaData``: row groups, column
-    chunks, their offsets and sizes), not through pyarrow, whose column
-    metadata aborts the process on some damaged footers, and every page is
-    checked.
+    found them in this file's footer (the footer is not read again);
+    otherwise the footer is read here and every page is checked.
     """
     with _mapped(path) as (data, length):
         if isinstance(data, str):
@@ -266,35 +259,12 @@ def verify(path: str | os.PathLike[str], groups: Sequence[RowGroup] | None = Non
             if isinstance(found, str):
                 return found
             groups = found
-        for group in groups:
-            if group.chunks is None:
-                return "a row group in the footer lists no column chunks"
-            for chunk in group.chunks:
-                problem = _column(data, chunk, length, group.rows)
+        with memoryview(data) as view:  # pages are checked in place, not copied
+            for chunk in (chunk for group in groups for chunk in group.chunks):
+                problem = _pages(data, view, chunk)
                 if problem is not None:
-                    return problem
+                    return f"column chunk at byte {chunk.start}: {problem}"
     return None
-
-
-@dataclass(frozen=True)
-class RowGroup:
-    """One row group as the footer describes it."""
-
-    rows: int
-    #: Per top-level column: its physical type (Thrift ``Type``: 1 INT32, 2 INT64,
-    #: 6 BYTE_ARRAY, ...) and, when the writer stored them, its least and largest
-    #: value (plain encoding) with no null among the rows; else None.
-    bounds: dict[str, tuple[int, bytes, bytes] | None]
-    #: Its column chunks' ``ColumnMetaData`` as parsed (None: the footer lists none).
-    chunks: tuple[Any, ...] | None
-
-    def only(self, columns: Collection[str]) -> RowGroup:
-        """This row group with only the chunks of these top-level columns (to check
-        the pages of just the columns about to be read)."""
-        if self.chunks is None:
-            return self
-        kept = tuple(c for c in self.chunks if _column_name(c) in columns)
-        return RowGroup(self.rows, self.bounds, kept)
 
 
 def row_groups(path: str | os.PathLike[str]) -> list[RowGroup] | str:
@@ -307,43 +277,35 @@ def row_groups(path: str | os.PathLike[str]) -> list[RowGroup] | str:
         return data if isinstance(data, str) else _row_groups(data, length)
 
 
-def _row_groups(data: mmap.mmap, length: int) -> list[RowGroup] | str:
-    meta = _footer(data, length)
-    if isinstance(meta, str):
-        return meta
-    groups = []
-    for group in meta[4]:
-        listed = group.get(1)
-        chunks = [chunk.get(3) for chunk in listed] if isinstance(listed, list) else None
-        bounds = dict(_bounds(chunk) for chunk in chunks or [])
-        groups.append(RowGroup(group[3], bounds, None if chunks is None else tuple(chunks)))
-    return groups
-
-
-def _bounds(meta: Any) -> tuple[str, tuple[int, bytes, bytes] | None]:
-    """A column chunk's top-level column name and its bounds (see :class:`RowGroup`)."""
-    name = _column_name(meta)
-    if not isinstance(meta, dict):
-        return name, None
-    stats, kind = meta.get(12), meta.get(1)
-    if not isinstance(stats, dict) or not isinstance(kind, int) or stats.get(3) != 0:
-        return name, None  # no statistics, or a null (or no null count)
-    if stats.get(7) is False or stats.get(8) is False:
-        return name, None  # is_max_value_exact / is_min_value_exact: a truncated bound
-    # min_value / max_value (fields 6, 5); else the deprecated min / max (2, 1): for
-    # telling whether a chunk holds one value, any total order will do.
-    low, high = (
-        (stats.get(6), stats.get(5)) if 5 in stats and 6 in stats else (stats.get(2), stats.get(1))
-    )
-    if not isinstance(low, bytes) or not isinstance(high, bytes):
-        return name, None
-    return name, (kind, low, high)
-
-
-def _column_name(meta: Any) -> str:
-    """A column chunk's top-level column name ("" for a nested column, or none)."""
-    path = meta.get(3) if isinstance(meta, dict) else None
-    return path[0].decode(errors="replace") if isinstance(path, list) and len(path) == 1 else ""
+def _pages(data: mmap.mmap, view: memoryview, chunk: Chunk) -> str | None:
+    """Walk one column chunk's pages: they must tile it, and hold its values."""
+    pos, end = chunk.start, chunk.start + chunk.size
+    if end > len(data) - 8:  # the file changed since its footer was read
+        return "it lies past the end of the file"
+    seen = 0
+    while pos < end:
+        try:
+            header, body = _struct(data, pos, end, _PAGE_HEADER)
+        except _Bad as exc:
+            return f"the page header at byte {pos} is damaged ({exc})"
+        kind, size, crc = header.get(1), header.get(3), header.get(4)
+        if size is None or size < 0 or body + size > end:
+            return f"the page at byte {pos} has a damaged size"
+        layout = _LAYOUT.get(kind)  # type: ignore[arg-type]
+        sub = header.get(layout[0]) if layout else None
+        if layout is None or sub is None:
+            return f"the page header at byte {pos} is damaged (page type {kind!r})"
+        count, encoding = sub.get(layout[1]), sub.get(layout[2])
+        if count is None or count < 0 or encoding not in _ENCODINGS:
+            return f"the page header at byte {pos} is damaged (values or encoding)"
+        if kind != _DICTIONARY:
+            seen += count
+        if isinstance(crc, int) and zlib.crc32(view[body : body + size]) != crc & 0xFFFFFFFF:
+            return f"the page at byte {pos} fails its checksum"
+        pos = body + size
+    if seen != chunk.values:
+        return f"its pages hold {seen} values where the footer says {chunk.values}"
+    return None
 
 
 @contextmanager
@@ -361,39 +323,92 @@ def _mapped(path: str | os.PathLike[str]) -> Iterator[tuple[mmap.mmap | str, int
             yield data, length
 
 
-def _footer(data: mmap.mmap, length: int) -> dict[int, Any] | str:
-    """The footer (``FileMetaData``) with sound row counts, or what is wrong with it."""
-    footer = int.from_bytes(data[-8:-4], "little")
-    if footer <= 0 or footer > length - 12:
+def _row_groups(data: mmap.mmap, length: int) -> list[RowGroup] | str:
+    """The row groups of a mapped file's footer (``FileMetaData``: its rows, field 3,
+    and row groups, 4), or what is wrong with it."""
+    size = int.from_bytes(data[-8:-4], "little")
+    if size <= 0 or size > length - 12:
         return "its footer length is damaged"
     try:
-        meta = _Reader(data, length - 8 - footer, length - 8, keep_bytes=True).struct(0)
+        spec = {3: int, 4: [_Footer(length - 8 - size).group]}
+        meta = _struct(data, length - 8 - size, length - 8, spec)[0]
     except _Bad as exc:
         return f"its footer is damaged ({exc})"
-    groups = meta.get(4)
-    meta[4] = groups = groups if isinstance(groups, list) else []
-    rows = [group.get(3) for group in groups]
-    if not all(isinstance(n, int) and n >= 0 for n in rows) or sum(rows) != meta.get(3):
+    groups: list[RowGroup] = meta.get(4) or []
+    if sum(group.rows for group in groups) != meta.get(3):
         return "its footer's row counts disagree"
-    return meta
+    return groups
 
 
-def _column(data: mmap.mmap, meta: Any, length: int, rows: int) -> str | None:
-    """Check one column chunk of a row group of ``rows`` rows from its ``ColumnMetaData``."""
-    if not isinstance(meta, dict):
-        return "a column chunk has no metadata in the footer"
-    values, size, start, dictionary = (meta.get(k) for k in (5, 7, 9, 11))
-    if not (isinstance(values, int) and isinstance(size, int) and isinstance(start, int)):
-        return "a column chunk's offsets in the footer are damaged"
-    if values < rows:  # every row has a value (or a null) in every column
-        return f"a column chunk holds {values} values for {rows} rows"
-    if size == 0 and values == 0:  # an empty chunk of an empty row group: no pages
-        return None
-    # The chunk starts at its dictionary page when it has one. (A writer may leave
-    # data_page_offset 0 in a row group of 0 rows, whose chunk holds a dictionary page.)
-    if isinstance(dictionary, int) and dictionary >= 4 and (start < 4 or dictionary < start):
-        start = dictionary
-    if start < 4 or size < 0 or start + size > length - 8:
-        return f"a column chunk (bytes {start} to {start + size}) lies outside the file's data"
-    problem = _chunk_pages(data, start, start + size, values)
-    return None if problem is None else f"column chunk at byte {start}: {problem}"
+#: What is read of a column chunk (``ColumnChunk``): its ``ColumnMetaData`` (3):
+#: type (1), path (3), values (5), size (7), first data page (9), dictionary page
+#: (11) and ``Statistics`` (12): max, min (deprecated: 1, 2), null count (3),
+#: max_value, min_value (5, 6), is_max_value_exact, is_min_value_exact (7, 8).
+_CHUNK = {
+    3: {
+        **dict.fromkeys((1, 5, 7, 9, 11), int),
+        3: [str],
+        12: {1: bytes, 2: bytes, 3: int, 5: bytes, 6: bytes, 7: bool, 8: bool},
+    }
+}
+#: A column chunk of an empty row group, with no pages: its values, chunk and bounds.
+_NO_PAGES = (0, None, None)
+#: Every row group of no rows and no pages (a footer may list millions: one object).
+_EMPTY = RowGroup(0, {}, ())
+
+
+class _Footer:
+    """Reads a footer's row groups and column chunks (each as :func:`_struct` reads its
+    list elements, at the depth their fields lie at), checking that the chunks lie in
+    the file's data."""
+
+    def __init__(self, data_end: int) -> None:
+        #: The pages lie in bytes 4 to ``data_end``; the chunks read so far take ``claimed``.
+        self.data_end, self.claimed = data_end, 0
+
+    def group(self, data: mmap.mmap | bytes, pos: int, end: int) -> tuple[RowGroup, int]:
+        """``RowGroup``: its column chunks (field 1), whose values cover its rows (3)."""
+        found, pos = _struct(data, pos, end, {1: [self.chunk], 3: int}, 2)
+        rows, listed = found.get(3), found.get(1) or []
+        if rows is None or rows < 0:
+            raise _Bad("a row group's row count is damaged")
+        if rows and not listed:
+            raise _Bad(f"a row group of {rows} rows lists no column chunks")
+        least = min((values for values, _, _ in listed), default=rows)
+        if least < rows:  # every row has a value (or a null) in every column
+            raise _Bad(f"a column chunk holds {least} values for {rows} rows")
+        chunks = tuple(chunk for _, chunk, _ in listed if chunk is not None)
+        bounds = {chunk.name: bound for _, chunk, bound in listed if chunk is not None}
+        return RowGroup(rows, bounds, chunks) if chunks or rows else _EMPTY, pos
+
+    def chunk(self, data: mmap.mmap | bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
+        """``ColumnChunk``: its values, where its pages lie (None: an empty chunk of an
+        empty row group, with no pages) and its bounds (see :class:`RowGroup`)."""
+        found, pos = _struct(data, pos, end, _CHUNK, 4)
+        meta = found.get(3)
+        if meta is None:
+            raise _Bad("a column chunk has no metadata")
+        values, size, start, dictionary = (meta.get(k) for k in (5, 7, 9, 11))
+        if values is None or size is None or start is None:
+            raise _Bad("a column chunk's offsets are damaged")
+        if size == 0 and values == 0:  # an empty chunk of an empty row group: no pages
+            return _NO_PAGES, pos
+        # The chunk starts at its dictionary page when it has one. (A writer may leave
+        # data_page_offset 0 in a row group of 0 rows, whose chunk holds a dictionary page.)
+        if dictionary is not None and dictionary >= 4 and (start < 4 or dictionary < start):
+            start = dictionary
+        if start < 4 or size < 0 or start + size > self.data_end:
+            raise _Bad(f"a column chunk (bytes {start} to {start + size}) lies outside the data")
+        self.claimed += size
+        if self.claimed > self.data_end - 4:
+            raise _Bad("column chunks overlap")
+        chunk = Chunk(meta.get(3) or "", start, size, values)
+        # Bounds: none with a null (or no null count), or one cut short (not exact).
+        # min_value / max_value (fields 6, 5); else the deprecated min / max (2, 1): for
+        # telling whether a chunk holds one value, any total order will do.
+        stats, kind = meta.get(12) or {}, meta.get(1)
+        low, high = (6, 5) if 5 in stats and 6 in stats else (2, 1)
+        bound = (kind, stats.get(low), stats.get(high))
+        if None in bound or stats.get(3) != 0 or False in (stats.get(7), stats.get(8)):
+            return (values, chunk, None), pos
+        return (values, chunk, bound), pos
