@@ -160,9 +160,10 @@ def _replay(
         results = []
 
         def write(sink: BinaryIO) -> None:
-            writer = PerWaveWriter(sink, fmt, admitted=limit is not None)
-            results.append(run(writer))  # write_atomically removes an unfinished file
-            writer.close()
+            # A failed replay abandons the writer (its thread ends, the sink is let go
+            # before it closes), and write_atomically removes the unfinished file.
+            with PerWaveWriter(sink, fmt, admitted=limit is not None) as writer:
+                results.append(run(writer))
 
         with writing(per_wave):
             write_atomically(per_wave, write)

@@ -26,7 +26,10 @@ decodes once (:class:`warmfit.format.batches.Tail`).
 Memory: the parent holds the results of two tasks per worker in flight (up
 to 4 batches each, a few kB without per-wave rows; one batch a task with
 them, or on a cluster) and the fold's counts; each worker one batch, and
-the row group it shares with the next.
+the row group it shares with the next. With a Parquet ``--per-wave`` file,
+the parent also holds the batch its writer encodes, and the rows of the
+batches waiting for it lie in a temporary folder (about 50 MB a batch; on a
+cluster they are in the results).
 """
 
 from __future__ import annotations
@@ -123,8 +126,9 @@ class BatchResult:
     engine: str
     readings: int
     part: FoldPart
-    #: The per-wave rows: a frame, or a part of the file (:class:`PartEncoder`).
-    per_wave: pl.DataFrame | bytes | None
+    #: The per-wave rows: a frame, or a part of the file (:meth:`PartEncoder.encode`:
+    #: CSV bytes, a ``pyarrow.Table`` in the file's schema, or an Arrow file).
+    per_wave: pl.DataFrame | Any | None
     per_wave_rows: int
     #: :func:`warmfit.format.trace.reading_counts` of the batch's readings.
     counts: pl.DataFrame
@@ -148,7 +152,7 @@ def replay_batch(
     :func:`warmfit.replay.replay` does with a trace. ``runs``: where to write
     the medians' values (:meth:`~warmfit.replay.summary.SummaryFold.run_paths`).
     ``tail``: shared with the previous batch's read (:class:`warmfit.format.batches.Tail`).
-    ``per_wave``: the per-wave rows as a frame (True), or encoded as a part
+    ``per_wave``: the per-wave rows as a frame (True), or made ready as a part
     of the file by a :class:`~warmfit.replay.perwave.PartEncoder`.
     """
     found = read_canonical(batch, tail=tail)
@@ -234,7 +238,9 @@ def replay_stream(
     ``distributed.Client``) runs them. ``per_wave``, when given, receives
     each batch's per-wave rows, batches in canonical order: a callable
     receives them as a frame; a :class:`~warmfit.replay.perwave.PerWaveWriter` has
-    them encoded where they are made (by the workers) and joins the parts.
+    them made ready for its file where they are made (by the workers: CSV
+    encoded; Parquet as Arrow tables, or files from this machine's workers, that
+    its writer's thread encodes) and appends them.
     ``progress(done, total)`` counts batches.
     """
     safety_factor = check_safety_factor(safety_factor)
@@ -250,8 +256,6 @@ def replay_stream(
     progress = progress or no_progress
     names = [cls.name for cls in classes]
     writer = per_wave if isinstance(per_wave, PerWaveWriter) else None
-    rows_as: bool | PartEncoder = writer.encoder if writer is not None else per_wave is not None
-    task: BatchTask = (classes, safety_factor, chosen, by, rows_as, budget_bytes)
     engines: set[str] = set()
     readings = rows = 0
     counts: list[pl.DataFrame] = []
@@ -275,13 +279,18 @@ def replay_stream(
         # This machine's workers write a large batch's median values to the fold's
         # folder themselves, rather than send them here to be written.
         local = elsewhere and cluster is None
+        # Their per-wave rows too: through a folder, not the pool's pipe.
+        rows_as: bool | PartEncoder = per_wave is not None
+        if writer is not None:
+            rows_as = writer.spooling() if local else writer.encoder
+        task: BatchTask = (classes, safety_factor, chosen, by, rows_as, budget_bytes)
         with _spilling():
             runs = [_runs(fold, b, len(names), spill) if local else None for b in batches]
         progress(0, len(batches))
         results: Iterable[BatchResult]
         if elsewhere:  # tasks of consecutive batches: neighbours share a row group
-            # One batch a task with per-wave rows (a batch's are megabytes even
-            # encoded, and tasks of 4 were no faster), and on a cluster, whose
+            # One batch a task with per-wave rows (a batch's are tens of megabytes,
+            # and tasks of 4 were no faster), and on a cluster, whose
             # workers send their median values back: the parent holds two tasks'
             # results per worker.
             sizes = (
@@ -303,7 +312,7 @@ def replay_stream(
                 counts.append(result.counts)
                 with _spilling():
                     fold.add_part(result.part)
-                if writer is not None and isinstance(result.per_wave, bytes):
+                if writer is not None and result.per_wave is not None:
                     writer.append(result.per_wave)
                 elif callable(per_wave) and isinstance(result.per_wave, pl.DataFrame):
                     per_wave(result.per_wave)
