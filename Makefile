@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-stamp
 CORE_STAMP := $(VENV)/.core-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo demo-hf test test-slow lint format bench traces expectations notebook clean bench-record smoke-core mutants
+.PHONY: help venv demo demo-hf test test-fast test-slow lint format bench traces expectations notebook clean bench-record smoke-core mutants
 
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-12s %s\n", $$1, $$2}'
@@ -41,6 +41,16 @@ demo-hf: $(STAMP) ## Re-record traces/hf-qwen3moe-cpu (HF Trainer, random Qwen3-
 
 test: $(STAMP) ## Run the test suite (not slow, not gpu).
 	$(PY) -m pytest -q
+
+# The unit tests a contributor runs while editing: policies, rules, engines, the format, the
+# CLI's basics; no recordings, no worker processes, no long property runs (make test runs all).
+FAST_TESTS := tests/test_policies.py tests/test_rule.py tests/test_envelope.py \
+	tests/test_warm_affine.py tests/test_replay.py tests/test_seen_range.py tests/test_trace.py \
+	tests/test_pagecrc.py tests/test_perwave.py tests/test_medians.py \
+	tests/test_outputs.py tests/test_cli.py tests/test_progress.py tests/test_architecture.py
+
+test-fast: $(STAMP) ## Run the unit tests for editing (about 40 s; make test runs everything).
+	$(PY) -m pytest -q $(FAST_TESTS)
 
 test-slow: $(STAMP) ## Run the slow tests too (thousands of generated traces).
 	$(PY) -m pytest -q -m "not gpu"

@@ -8,10 +8,10 @@ in batches of ``--batch``, each value to one of ``--groups`` groups, to a
 :class:`warmfit.replay.medians.ExactMedians` with ``--spill-bytes`` (the
 default spill unless given), then asks the middles once. Reports the time
 to add (generating the batches excluded), the time of ``middles()``, the
-runs and bytes on disk, and the process's peak RSS (``ru_maxrss``: the
-generated batch is counted in it). ``--check`` compares with a full sort
-in memory afterwards (needs about 40 bytes a value; for ``--values`` up to
-about 1e7). Not run by the tests.
+runs and bytes on disk, the values still held in memory, and the process's
+peak RSS (``ru_maxrss``: the generated batch is counted in it). ``--check``
+compares with a full sort in memory afterwards (needs about 40 bytes a
+value; for ``--values`` up to about 1e7). Not run by the tests.
 """
 
 from __future__ import annotations
@@ -58,15 +58,13 @@ def main() -> None:
             began = time.perf_counter()
             medians.add(groups, values)
             adding += time.perf_counter() - began
-        runs = medians.runs
-        directory = medians.directory
+        runs, held, directory = medians.runs, medians.held_bytes, medians.directory
         began = time.perf_counter()
         result = medians.middles()
         asking = time.perf_counter() - began
-        runs_after = medians.runs
         disk = sum(f.stat().st_size for f in Path(directory).iterdir()) if directory else 0
     print(f"add:       {adding:7.2f} s  ({adding / total * 1e9:.0f} ns a value)")
-    print(f"middles(): {asking:7.3f} s  over {runs_after} runs ({runs} before the held values)")
+    print(f"middles(): {asking:7.3f} s  over {runs} runs and {held / 2**20:.0f} MiB held")
     print(f"disk:      {disk / 2**20:7.0f} MiB")
     print(f"peak RSS:  {peak_rss_mib():7.0f} MiB")
     print(f"groups:    {result.codes.size}, counts {result.counts.min()}..{result.counts.max()}")

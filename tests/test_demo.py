@@ -12,9 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from warmfit.samples import demo  # noqa: E402
 from warmfit.format.trace import read_trace  # noqa: E402
 from warmfit.recorder import Recorder  # noqa: E402
+from warmfit.samples import demo  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

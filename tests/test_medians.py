@@ -33,8 +33,9 @@ FLOAT_VALUES = st.floats(allow_nan=False, width=64) | st.sampled_from(
 )
 #: Spill thresholds: everything spilled at once, a few values a run, never.
 SPILLS = st.sampled_from([0, 16, 48, 160, 10**9])
-#: Groups above this are found by selection, below by reading them whole.
-SELECT_ABOVE = st.sampled_from([0, 1, 4, 10**9])
+#: Groups in several runs of at most this many values are read and partitioned, larger
+#: ones bisected: every one, a few, none.
+PARTITIONS = st.sampled_from([0, 1, 3, 10**9])
 
 
 def check(result: Middles, groups: np.ndarray, values: np.ndarray) -> None:
@@ -83,7 +84,7 @@ def feed(
         elif way == "run":
             into.add_run(write_run(sort_by_group(g, v, dtype), into.run_path()))
         elif way == "merged":
-            with ExactMedians(dtype, spill_bytes=32, select_above=2) as other:
+            with ExactMedians(dtype, spill_bytes=32) as other:
                 other.add(g[: g.size // 2], v[: v.size // 2])
                 half = sort_by_group(g[g.size // 2 :], v[v.size // 2 :], dtype)
                 other.add_run(write_run(half, other.run_path()))
@@ -104,69 +105,50 @@ WAYS = st.lists(st.sampled_from(["add", "sorted", "run", "merged"]), max_size=6)
 
 
 def middles_are_numpy_sorts(
-    dtype: Any,
-    data: list[tuple[list[int], list[Any]]],
-    spill: int,
-    select_above: int,
-    how: list[str],
-    fence: int,
+    dtype: Any, data: list[tuple[list[int], list[Any]]], spill: int, partition: int, how: list[str]
 ) -> None:
-    # fence posts closer than the real 256, so that a few values span many blocks;
-    # two run files open at once, so that the others are closed and opened again
     with (
-        mock.patch.object(medians_module, "_FENCE", fence),
-        mock.patch.object(medians_module, "_OPEN_FILES", 2),
-        ExactMedians(dtype, spill_bytes=spill, select_above=select_above) as m,
+        mock.patch.object(medians_module, "_PARTITION_MAX", partition),
+        ExactMedians(dtype, spill_bytes=spill) as m,
     ):
         groups, values = feed(m, data, how)
         check(m.middles(), groups, values)
 
 
-FENCES = st.sampled_from([1, 2, 3, 256])
-
-
 @settings(max_examples=150, deadline=None)
-@given(batches(INT_VALUES), SPILLS, SELECT_ABOVE, WAYS, FENCES)
+@given(batches(INT_VALUES), SPILLS, PARTITIONS, WAYS)
 def test_int64_middles_are_numpy_sorts(
-    data: list[tuple[list[int], list[int]]],
-    spill: int,
-    select_above: int,
-    how: list[str],
-    fence: int,
+    data: list[tuple[list[int], list[int]]], spill: int, partition: int, how: list[str]
 ) -> None:
-    middles_are_numpy_sorts(np.int64, data, spill, select_above, how, fence)
+    middles_are_numpy_sorts(np.int64, data, spill, partition, how)
 
 
 @settings(max_examples=150, deadline=None)
-@given(batches(FLOAT_VALUES), SPILLS, SELECT_ABOVE, WAYS, FENCES)
+@given(batches(FLOAT_VALUES), SPILLS, PARTITIONS, WAYS)
 def test_float64_middles_are_numpy_sorts(
-    data: list[tuple[list[int], list[float]]],
-    spill: int,
-    select_above: int,
-    how: list[str],
-    fence: int,
+    data: list[tuple[list[int], list[float]]], spill: int, partition: int, how: list[str]
 ) -> None:
-    middles_are_numpy_sorts("float64", data, spill, select_above, how, fence)
+    middles_are_numpy_sorts("float64", data, spill, partition, how)
 
 
 @pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
-@given(st.sampled_from([np.int64, np.float64]), st.data(), SPILLS, SELECT_ABOVE, WAYS, FENCES)
+@given(st.sampled_from([np.int64, np.float64]), st.data(), SPILLS, PARTITIONS, WAYS)
 def test_middles_are_numpy_sorts_at_length(
-    dtype: Any, draw: st.DataObject, spill: int, select_above: int, how: list[str], fence: int
+    dtype: Any, draw: st.DataObject, spill: int, partition: int, how: list[str]
 ) -> None:
     data = draw.draw(batches(INT_VALUES if dtype is np.int64 else FLOAT_VALUES))
-    middles_are_numpy_sorts(dtype, data, spill, select_above, how, fence)
+    middles_are_numpy_sorts(dtype, data, spill, partition, how)
 
 
 @settings(max_examples=100, deadline=None)
 @given(
     batches(st.integers(-(2**53), 2**53) | st.floats(-1e300, 1e300, allow_nan=False)),
     SPILLS,
-    SELECT_ABOVE,
+    PARTITIONS,
 )
 def test_middles_are_polars_lower_and_higher_quantiles(
-    data: list[tuple[list[int], list[Any]]], spill: int, select_above: int
+    data: list[tuple[list[int], list[Any]]], spill: int, partition: int
 ) -> None:
     """What summarize computes today: quantile(0.5) lower and higher per group."""
     floats = [(g, [float(x) for x in v]) for g, v in data]
@@ -174,7 +156,10 @@ def test_middles_are_polars_lower_and_higher_quantiles(
     for dtype, rows in ((np.float64, floats), (np.int64, data if every_int else None)):
         if rows is None:
             continue
-        with ExactMedians(dtype, spill_bytes=spill, select_above=select_above) as m:
+        with (
+            mock.patch.object(medians_module, "_PARTITION_MAX", partition),
+            ExactMedians(dtype, spill_bytes=spill) as m,
+        ):
             groups, values = feed(m, rows, [])
             result = m.middles()
         if not groups.size:
@@ -244,8 +229,8 @@ def larger_cases() -> list[tuple[str, np.ndarray, np.ndarray]]:
 def test_sort_by_group_of_long_arrays_is_numpys_lexsort(
     name: str, groups: np.ndarray, values: np.ndarray
 ) -> None:
-    """Long stretches are sorted by polars (a few groups) or argsorted by it (many): the
-    order is numpy's, key for key."""
+    """Long stretches of a group are sorted by polars, short ones by numpy: the order is
+    numpy's, key for key."""
     result = sort_by_group(groups, values, values.dtype)
     order = np.lexsort((values, groups))
     codes, counts = np.unique(groups, return_counts=True)
@@ -256,16 +241,27 @@ def test_sort_by_group_of_long_arrays_is_numpys_lexsort(
     assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
 
 
-@pytest.mark.parametrize("name, groups, values", larger_cases(), ids=lambda x: str(x)[:24])
-@pytest.mark.parametrize("select_above, fence", [(0, 256), (0, 7), (10**9, 256), (500, 256)])
+def larger_bisected() -> list[tuple[str, np.ndarray, np.ndarray, int]]:
+    """Each larger case with groups in several runs bisected past 0 or 100 values, or
+    read and partitioned (the default bound); of tens of thousands of groups, each
+    bisected is slow (a map of each run that holds each), so only partitioned."""
+    return [
+        (name, groups, values, partition)
+        for name, groups, values in larger_cases()
+        for partition in (0, 100, medians_module._PARTITION_MAX)
+        if partition == medians_module._PARTITION_MAX or np.unique(groups).size < 1000
+    ]
+
+
+@pytest.mark.parametrize(
+    "name, groups, values, partition", larger_bisected(), ids=lambda x: str(x)[:24]
+)
 def test_larger_arrays_through_every_path(
-    name: str, groups: np.ndarray, values: np.ndarray, select_above: int, fence: int
+    name: str, groups: np.ndarray, values: np.ndarray, partition: int
 ) -> None:
-    if select_above == 0 and np.unique(groups).size > 100:
-        select_above = 10  # selection is for large groups: thousands of tiny ones take long
     with (
-        mock.patch.object(medians_module, "_FENCE", fence),
-        ExactMedians(values.dtype, spill_bytes=16 * 1500, select_above=select_above) as m,
+        mock.patch.object(medians_module, "_PARTITION_MAX", partition),
+        ExactMedians(values.dtype, spill_bytes=16 * 1500) as m,
     ):
         for start in range(0, groups.size, 1000):
             m.add(groups[start : start + 1000], values[start : start + 1000])
@@ -282,6 +278,37 @@ def test_larger_arrays_through_every_path(
         )
 
 
+def test_a_large_group_is_bisected_never_read_whole(tmp_path: Path) -> None:
+    """Past the bound, a group in several runs is bisected over its runs' files mapped
+    (ties and all): no read of more keys than the bound; a smaller group is read whole,
+    one in a single run at its middle keys only."""
+    rng = np.random.default_rng(9)
+    big = medians_module._PARTITION_MAX + 5000
+    groups = np.repeat([0, 1, 2], [big, 3_000, 1])
+    values = np.concatenate([rng.integers(-3, 3, big) * 0.5, rng.standard_normal(3_000), [7.0]])
+    order = rng.permutation(groups.size)
+    groups, values = groups[order], values[order]
+    reads: list[int] = []
+    read = medians_module._read
+
+    def counted(run: Any, start: int, stop: int) -> np.ndarray:
+        reads.append(stop - start)
+        return read(run, start, stop)
+
+    with (
+        ExactMedians(np.float64, spill_bytes=16 * 4999, dir=tmp_path) as m,
+        mock.patch.object(medians_module, "_read", counted),
+        mock.patch.object(medians_module, "_mapped", wraps=medians_module._mapped) as mapped,
+    ):
+        for start in range(0, groups.size, 5000):
+            m.add(groups[start : start + 5000], values[start : start + 5000])
+        result, runs = m.middles(), m.runs
+    check(result, groups, values)
+    # the large group in 14 runs and the batch held, for each middle value
+    assert runs == 14 and mapped.call_count == 2 * 15
+    assert sum(reads) == 3_000 + 1  # the small group whole, the single one's middle
+
+
 def test_in_memory_sort_paths() -> None:
     rng = np.random.default_rng(3)
     for top in (3, 70_000, 2**40):
@@ -295,8 +322,8 @@ def test_in_memory_sort_paths() -> None:
 
 def test_the_directory_is_made_in_dir_and_removed_touching_nothing_else(tmp_path: Path) -> None:
     (tmp_path / "keep.txt").write_text("mine")
-    (tmp_path / "keys.bin").write_text("also mine")
-    (tmp_path / "fences.bin").write_text("mine too")
+    (tmp_path / "run-0.bin").write_text("also mine")
+    (tmp_path / "run-1.bin").write_text("mine too")
     before = sorted(p.name for p in tmp_path.iterdir())
     m = ExactMedians(np.int64, spill_bytes=64, dir=tmp_path)
     assert m.directory is None  # nothing spilled yet: nothing made
@@ -304,17 +331,13 @@ def test_the_directory_is_made_in_dir_and_removed_touching_nothing_else(tmp_path
     directory = m.directory
     assert directory is not None and Path(directory).parent == tmp_path
     assert Path(directory).name.startswith("warmfit-medians-")
-    assert sorted(p.name for p in Path(directory).iterdir()) == [
-        "fences.bin",
-        "index.bin",
-        "keys.bin",
-    ]
+    assert sorted(p.name for p in Path(directory).iterdir()) == ["run-0.bin"]
     assert m.middles().counts.tolist() == [34, 33, 33]
     m.close()
     assert not Path(directory).exists() and m.directory is None and m.closed
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert (tmp_path / "keep.txt").read_text() == "mine"
-    assert (tmp_path / "keys.bin").read_text() == "also mine"
+    assert (tmp_path / "run-0.bin").read_text() == "also mine"
     m.close()  # again: nothing to do
 
 
@@ -340,8 +363,9 @@ def test_another_process_never_removes_the_files(tmp_path: Path) -> None:
     with ExactMedians(np.int64, spill_bytes=0, dir=tmp_path) as m:
         m.add([0], [1])
         directory = str(m.directory)
-        files = [os.path.join(directory, "keys.bin"), os.path.join(directory, "index.bin")]
-        medians_module._remove(directory, files, os.getpid() + 1)  # as a forked child would
+        files = [os.path.join(directory, name) for name in os.listdir(directory)]
+        assert files
+        medians_module._remove(files, os.getpid() + 1)  # as a forked child would
         assert all(os.path.exists(f) for f in files)
         assert m.middles().lower.tolist() == [1]
 
@@ -374,8 +398,8 @@ def test_bad_arguments_are_named() -> None:
         ExactMedians(None)
     with pytest.raises(UsageError, match=r"^spill_bytes must be"):
         ExactMedians(np.int64, spill_bytes=-1)
-    with pytest.raises(UsageError, match=r"^select_above must be"):
-        ExactMedians(np.int64, select_above=1.5)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"^spill_bytes must be"):
+        ExactMedians(np.int64, spill_bytes=1.5)  # type: ignore[arg-type]
     with ExactMedians(np.int64) as m:
         with pytest.raises(UsageError, match=r"^group must be codes >= 0"):
             m.add([0, -1], [1, 2])
@@ -415,7 +439,7 @@ def test_sorted_values_travel_by_pickle_and_go_in_whole() -> None:
     assert np.array_equal(np.sort(batch.values()), np.sort(values))
     assert batch.codes.tolist() == list(range(9)) and batch.starts[-1] == 5000
     for spill in (16, 10**9):  # written as a run as it stands, or held
-        with ExactMedians(np.float64, spill_bytes=spill, select_above=100) as m:
+        with ExactMedians(np.float64, spill_bytes=spill) as m:
             m.add_sorted(batch)
             m.add_sorted(batch)
             assert m.runs == (2 if spill == 16 else 0)
@@ -427,8 +451,8 @@ def test_merge_leaves_the_other_as_it_was() -> None:
     g1, v1 = rng.integers(0, 4, 3000), rng.integers(-(2**62), 2**62, 3000)
     g2, v2 = rng.integers(2, 7, 2000), rng.integers(-5, 5, 2000)
     with (
-        ExactMedians(np.int64, spill_bytes=8000, select_above=50) as a,
-        ExactMedians(np.int64, spill_bytes=8000, select_above=50) as b,
+        ExactMedians(np.int64, spill_bytes=8000) as a,
+        ExactMedians(np.int64, spill_bytes=8000) as b,
     ):
         a.add(g1, v1)
         b.add(g2[:1990], v2[:1990])
@@ -468,10 +492,8 @@ def test_a_run_a_worker_wrote_is_taken_in_place_and_removed_at_close(tmp_path: P
     with pytest.raises(FileExistsError):  # never onto a file
         write_run(sort_by_group([0], [1.0], np.float64), taken)
     m.add_run(pickle.loads(pickle.dumps(run)))  # as it comes back from a worker
-    # the keys were not copied: the instance wrote no keys.bin
-    assert m.runs == 1 and sorted(os.listdir(m.directory)) == sorted(
-        ["fences.bin", "index.bin", "run-0.bin", "run-1.bin"]
-    )
+    # the keys were not copied: the instance wrote no file of its own
+    assert m.runs == 1 and sorted(os.listdir(m.directory)) == ["run-0.bin", "run-1.bin"]
     check(m.middles(), groups, values)
     (Path(str(m.directory)) / "someone-elses").write_text("x")
     m.close()
@@ -486,8 +508,8 @@ def test_a_run_is_checked_before_it_is_taken(tmp_path: Path) -> None:
         with pytest.raises(UsageError, match=r"^run must be a run written to a file run_path"):
             m.add_run(write_run(good, str(stray)))
         run = write_run(good, m.run_path())
-        with pytest.raises(UsageError, match=r"^run has 1 fence posts; its groups need 2"):
-            m.add_run(run._replace(posts=run.posts[:1]))
+        with pytest.raises(UsageError, match=r"^run must have one start per code, and one more"):
+            m.add_run(run._replace(starts=run.starts[1:]))
         run = write_run(good, m.run_path())
         with open(run.path, "ab") as out:
             out.write(b"\0" * 8)

@@ -465,11 +465,10 @@ def test_a_full_temporary_disk_for_the_medians_is_exit_2_and_leaves_nothing(
     spill = tmp_path / "tmp"
     spill.mkdir()
     (spill / "not-ours.txt").write_text("a user's file")
-    limit = 4000 if jobs == 1 else 64
+    limit = 64  # every run is a file of its own, the parent's as the workers'
     script = (
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-        # each worker's run is a file of its own: a smaller limit for theirs
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
         "from warmfit.errors import UsageError\n"
         "from warmfit.replay.stream import replay_stream\n"
