@@ -46,10 +46,10 @@ test: $(STAMP) ## Run the test suite (not slow, not gpu).
 # CLI's basics; no recordings, no worker processes, no long property runs (make test runs all).
 FAST_TESTS := tests/test_policies.py tests/test_rule.py tests/test_envelope.py \
 	tests/test_warm_affine.py tests/test_replay.py tests/test_seen_range.py tests/test_trace.py \
-	tests/test_pagecrc.py tests/test_perwave.py tests/test_medians.py \
+	tests/test_pagecrc.py tests/test_perwave.py \
 	tests/test_outputs.py tests/test_cli.py tests/test_progress.py tests/test_architecture.py
 
-test-fast: $(STAMP) ## Run the unit tests for editing (about 40 s; make test runs everything).
+test-fast: $(STAMP) ## Run the unit tests for editing (about 35 s; make test runs everything).
 	$(PY) -m pytest -q $(FAST_TESTS)
 
 test-slow: $(STAMP) ## Run the slow tests too (thousands of generated traces).
