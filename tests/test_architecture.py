@@ -50,6 +50,37 @@ def test_no_module_imports_itself_back_through_others() -> None:
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
+def test_only_the_face_the_command_line_and_the_error_root_lie_loose() -> None:
+    """Every other module lives in a folder that names its job (docs/reference/code-layout.md)."""
+    loose = {path.name for path in PACKAGE.glob("*.py")}
+    assert loose == {"__init__.py", "__main__.py", "cli.py", "errors.py"}
+
+
+def test_folders_import_one_way() -> None:
+    """No folder imports a folder that imports it back: the folders stand on floors."""
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+
+    def folder(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    edges: dict[str, set[str]] = {}
+    for path in paths:
+        source = folder(module_name(path))
+        for target in map(folder, imports(path, modules)):
+            if target not in (source, "warmfit"):
+                edges.setdefault(source, set()).add(target)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in edges.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    back = sorted(f"{a} <-> {b}" for a in edges for b in edges[a] if reaches(b, a, {b}))
+    assert not back, "folders that import each other: " + "; ".join(back)
+
+
 def test_library_errors_name_arguments_and_the_cli_names_flags() -> None:
     import pytest
     from typer.testing import CliRunner
