@@ -4,10 +4,23 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 # Typer's rich output must not carry colour codes when CI forces a terminal.
 os.environ["_TYPER_FORCE_DISABLE_TERMINAL"] = "1"
 os.environ.setdefault("NO_COLOR", "1")
+
+# Hypothesis profiles, chosen on purpose. Property tests do real work (they write
+# Parquet, start processes), so no example has a deadline, and "too slow" is no
+# health failure on a loaded machine; every other health check stays on.
+# ``dev`` (the default, ``make test-fast``) keeps each test's own budget;
+# ``ci`` (``make test``: ``--hypothesis-profile=ci``) draws three times as many
+# examples wherever a test sizes its budget with ``tests.strategies.examples``.
+settings.register_profile(
+    "dev", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.register_profile("ci", settings.get_profile("dev"), max_examples=300)
+settings.load_profile("dev")
 
 
 def torch_script(folder: Path, source: str) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 
 import polars as pl
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from warmfit.format.schema import KINDS
@@ -172,3 +173,9 @@ def trace_parts(draw: st.DrawFn, max_waves: int = 12) -> list[pl.DataFrame]:
     cuts = sorted(draw(st.lists(st.integers(0, frame.height), max_size=3)))
     bounds = [0, *cuts, frame.height]
     return [frame[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def examples(count: int) -> int:
+    """``count`` examples under the default profile, scaled by the profile loaded:
+    three times as many under ``ci`` (``make test``), see tests/conftest.py."""
+    return max(1, count * settings.default.max_examples // 100)
