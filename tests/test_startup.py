@@ -133,9 +133,9 @@ def test_the_program_ends_at_once_after_its_exit_handlers(
 
 
 def test_the_console_script_and_python_m_run_the_program() -> None:
-    """Both ways of starting warmfit run warmfit.cli.run, which ends at once."""
+    """Both ways of starting warmfit run warmfit.__main__.run, then warmfit.cli.run, which ends at once."""
     text = (REPO / "pyproject.toml").read_text()
-    assert 'warmfit = "warmfit.cli:run"' in text
+    assert 'warmfit = "warmfit.__main__:run"' in text
     done = subprocess.run(
         [sys.executable, "-m", "warmfit", "replay", "missing"],
         capture_output=True, text=True, cwd=REPO, timeout=120, check=False,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import sys
 import threading
 from typing import Annotated, Any, NoReturn
@@ -103,6 +104,12 @@ class _Group(TyperGroup):
     def get_params(self, ctx: Any) -> list[Any]:
         return [plain_help(p) for p in super().get_params(ctx)]
 
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt as stop:  # typer would exit 130 without a word
+            raise typer.Exit(stopped(stop)) from None
+
     def invoke(self, ctx: Any) -> Any:  # click.Context (typer vendors click)
         try:
             return super().invoke(ctx)
@@ -111,6 +118,8 @@ class _Group(TyperGroup):
                 exc = exc.for_flag(FLAGS[exc.argument])
             typer.echo(f"warmfit: error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt as stop:  # typer would exit 130 without a word
+            raise typer.Exit(stopped(stop)) from None
 
 
 app = typer.Typer(
@@ -178,12 +187,39 @@ app.command("check", cls=_Command)(check.check_command)
 app.command("policies", cls=_Command)(policies.policies_command)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, as Ctrl-C raises KeyboardInterrupt: the
+    command then ends the same way, its workers stopped and its temporary files and
+    unfinished outputs removed on the way out."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the clean-up is under way
+    raise Terminated
+
+
 def main() -> None:
-    """Run the command line (``sys.argv``); exits with ``SystemExit``, as click does."""
+    """Run the command line (``sys.argv``); exits with ``SystemExit``, as click does.
+
+    Ctrl-C ends a command with exit 130 and SIGTERM with 143, each with one
+    line on stderr (never a traceback). Both unwind the command, so that what
+    it started (worker processes, temporary files, an output being written) is
+    ended or removed on the way out.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         app(prog_name="warmfit")
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except KeyboardInterrupt as stop:  # outside a command: while the program starts
+        sys.exit(stopped(stop))
+
+
+def stopped(stop: KeyboardInterrupt) -> int:
+    """Say that the command was stopped, in one line (what it started has been ended
+    on the way here); its exit code: 130 for Ctrl-C, 143 for SIGTERM."""
+    ended = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+    print(f"\nwarmfit: {ended}; nothing more was written.", file=sys.stderr, flush=True)
+    return 143 if isinstance(stop, Terminated) else 130
 
 
 def run() -> NoReturn:

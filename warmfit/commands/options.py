@@ -186,6 +186,27 @@ def warn_without_whole(pairs: pl.DataFrame) -> None:
         typer.echo(text, err=True)
 
 
+def warn_without_checksums(paths: list[Path]) -> None:
+    """Warn once on stderr about the trace files whose pages carry no checksums
+    (written by other tools): a flipped bit in them cannot be detected."""
+    from warmfit.format.files import find_trace_files
+    from warmfit.format.pagecrc import has_checksums
+    from warmfit.show.names import counted, printable
+
+    files = find_trace_files(paths)
+    bare = [f for f in files if has_checksums(f) is False]
+    if not bare:
+        return
+    shown = ", ".join(printable(str(f)) for f in bare[:3]) + (", ..." if len(bare) > 3 else "")
+    typer.echo(
+        f"warning: no page checksums in {len(bare):,} of {counted(len(files), 'trace file')} "
+        f"({shown}): corruption in them cannot be detected. warmfit's recorder "
+        "writes them; re-export such files with page checksums (pyarrow: "
+        "write_page_checksum=True) to have them checked.",
+        err=True,
+    )
+
+
 @contextmanager
 def writing(path: Path) -> Iterator[None]:
     """Turn an error while writing ``path`` (a full disk, a file-size limit) into exit 2.

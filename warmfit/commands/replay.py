@@ -24,6 +24,7 @@ from warmfit.commands.options import (
     SafetyOpt,
     budget_bytes,
     check_new_file,
+    warn_without_checksums,
     warn_without_whole,
     writing,
 )
@@ -99,6 +100,13 @@ def replay_command(
     from warmfit.run.memory import before_polars
     from warmfit.run.workers import discard_early_pool, prestart
 
+    if cluster is not None and jobs is not None:
+        from warmfit.errors import UsageError
+
+        raise UsageError(
+            "--cluster runs the batches on the cluster's workers, --jobs on this machine's "
+            "cores: give one of them."
+        )
     before_polars()  # first: polars' allocator reads its settings at import
     prestart(paths, jobs, cluster)  # the workers' imports run beside this process's
     try:
@@ -106,8 +114,10 @@ def replay_command(
             paths, policy, safety, format, per_wave, engine, force, by, budget, jobs, cluster,
             permute, seed,
         )  # fmt: skip
-    finally:
-        discard_early_pool()  # a replay that stopped before it took them
+    except BaseException:  # failed or interrupted before the replay took them
+        discard_early_pool(now=True)
+        raise
+    discard_early_pool()  # a replay that ended before it took them (an error it reported)
 
 
 def _replay(
@@ -172,6 +182,7 @@ def _replay(
             f"wrote {printable(str(per_wave))} ({counted(result.per_wave_rows, 'row')})", err=True
         )
     warn_without_whole(result.without_whole)
+    warn_without_checksums(paths)
     if permute is not None:
         from dataclasses import replace
 

@@ -42,7 +42,7 @@ def validate_command(
 
     Example: warmfit validate traces/pr991
     """
-    from warmfit.commands.options import warn_without_whole
+    from warmfit.commands.options import warn_without_checksums, warn_without_whole
     from warmfit.format.trace import (
         TraceSummary,
         file_metadata,
@@ -63,6 +63,7 @@ def validate_command(
     if frame.height:
         typer.echo(_signature_table(frame), nl=False)
     warn_without_whole(without_whole(frame))
+    warn_without_checksums(files)
 
 
 def _metadata_lines(metadata: list[dict[str, str]]) -> list[str]:

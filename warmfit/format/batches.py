@@ -33,7 +33,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from warmfit.errors import TraceError
+from warmfit.errors import TraceError, UsageError
 from warmfit.format.pagecrc import RowGroup
 from warmfit.format.trace import (
     Canonical,
@@ -51,6 +51,24 @@ from warmfit.show.names import printable
 #: Readings per batch when none is given (whole streams: at least one): about
 #: 250 MB of engine memory per worker, and faster than larger batches (caches).
 DEFAULT_BATCH_READINGS = 250_000
+#: The environment variable that sets a replay's batch size (readings; the default
+#: is :data:`DEFAULT_BATCH_READINGS`): smaller batches, less memory a worker.
+BATCH_READINGS = "WARMFIT_BATCH_READINGS"
+
+
+def default_batch_readings() -> int:
+    """The batch size a replay uses when not given one: :data:`BATCH_READINGS` from
+    the environment, else :data:`DEFAULT_BATCH_READINGS`."""
+    text = os.environ.get(BATCH_READINGS, "").strip()
+    if not text:
+        return DEFAULT_BATCH_READINGS
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(
+            f"{BATCH_READINGS} must be a whole number of readings, such as 100000; got {text!r}."
+        )
+    return int(text)
+
+
 #: Parquet physical types (Thrift ``Type``): a string's, and each integer's width.
 _BYTE_ARRAY = 6
 _INTEGERS = {1: 4, 2: 8}

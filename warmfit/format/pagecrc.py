@@ -277,6 +277,25 @@ def row_groups(path: str | os.PathLike[str]) -> list[RowGroup] | str:
         return data if isinstance(data, str) else _row_groups(data, length)
 
 
+def has_checksums(path: str | os.PathLike[str]) -> bool | None:
+    """Whether ``path``'s pages carry checksums, judged by its first page (a writer
+    stores them for every page or for none); None when the file has no page, or is
+    not sound enough to tell (:func:`verify` says what is wrong with it)."""
+    with _mapped(path) as (data, length):
+        if isinstance(data, str):
+            return None
+        groups = _row_groups(data, length)
+        if isinstance(groups, str):
+            return None
+        for chunk in (chunk for group in groups for chunk in group.chunks):
+            try:
+                header, _ = _struct(data, chunk.start, chunk.start + chunk.size, _PAGE_HEADER)
+            except _Bad:
+                return None
+            return isinstance(header.get(4), int)
+    return None
+
+
 def _pages(data: mmap.mmap, view: memoryview, chunk: Chunk) -> str | None:
     """Walk one column chunk's pages: they must tile it, and hold its values."""
     pos, end = chunk.start, chunk.start + chunk.size

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
+import traceback
+from typing import Any
 
 import numpy.ma  # noqa: F401  (polars imports it at a worker's first Series from numpy)
 
@@ -29,12 +32,27 @@ from warmfit.run.workers import FORK_SERVER
 
 
 def _told_it_is_the_fork_server() -> bool:
-    """Whether the process that started this one named it its fork server (the
-    variable is removed either way)."""
-    return os.environ.pop(FORK_SERVER, None) == str(os.getppid())
+    """Whether the command that started this process named it its fork server (the
+    variable is removed either way). The command is its parent, unless the
+    command has ended already: interrupted while this server was importing."""
+    command = os.environ.pop(FORK_SERVER, None)
+    return command is not None and command.isdigit()
+
+
+def _quiet_when_the_command_left(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """The fork server's ``sys.excepthook``: silent for a worker that could not start
+    because the command ended as it was starting it (stopped, or failing): the
+    worker finds its start-up data gone (an ``OSError`` or ``EOFError`` raised
+    while :mod:`multiprocessing` reads it). Anything else is printed as Python would."""
+    frames = traceback.extract_tb(tb)
+    starting = any(f.name == "_main" and f.filename.endswith("spawn.py") for f in frames)
+    if starting and issubclass(kind, (OSError, EOFError)):
+        return
+    sys.__excepthook__(kind, value, tb)
 
 
 #: Whether this process is the fork server (and the workers it forked).
 SERVER = _told_it_is_the_fork_server()
 if SERVER:
     atexit.register(os._exit, 0)
+    sys.excepthook = _quiet_when_the_command_left

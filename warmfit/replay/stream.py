@@ -34,13 +34,16 @@ cluster they are in the results).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import os
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,9 +54,9 @@ import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.format.batches import (
-    DEFAULT_BATCH_READINGS,
     Batch,
     Tail,
+    default_batch_readings,
     index_file,
     plan,
     read_canonical,
@@ -72,12 +75,17 @@ from warmfit.replay.summary import (
     with_admitted,
 )
 from warmfit.run.workers import (
+    PATIENCE,
     EarlyPool,
     default_jobs,
+    end_workers,
     new_pool,
+    patience,
+    stopped_workers,
     take_early_pool,
     wants_workers,
 )
+from warmfit.show.names import printable
 from warmfit.show.progress import ProgressCallback, no_progress
 
 #: A batch's median values (sorted by its workers) larger than this go to disk as
@@ -88,6 +96,17 @@ SPILL_BYTES = 4 * 2**20
 #: first reads no row group twice; a task's results wait in the worker until its
 #: last batch is done.
 CHAIN = 4
+
+#: A task given to a worker may take this long, plus :data:`SECONDS_PER_READING`
+#: per reading it replays, before the command gives up on it (:func:`task_seconds`):
+#: 30 times what a reading takes here, so that only a worker that stopped making
+#: progress (deadlocked, swapped out, a cluster with no worker) runs past it.
+TASK_SECONDS = 60.0
+SECONDS_PER_READING = 20e-6
+#: A cluster with no worker is given this long for one to join.
+NO_WORKER_SECONDS = 10.0
+#: A worker process stopped (SIGSTOP, job control) this long is given up on.
+STOPPED_SECONDS = 5.0
 
 #: Receives the per-wave rows of each batch, in canonical order.
 PerWaveSink = Callable[[pl.DataFrame], None]
@@ -222,7 +241,7 @@ def replay_stream(
     *,
     jobs: int | None = 1,
     cluster: Any = None,
-    batch_readings: int = DEFAULT_BATCH_READINGS,
+    batch_readings: int | None = None,
     per_wave: PerWaveSink | PerWaveWriter | None = None,
     progress: ProgressCallback | None = None,
     spill_bytes: int | None = None,
@@ -247,12 +266,16 @@ def replay_stream(
     check_budget(budget_bytes)
     if jobs is not None and jobs < 1:
         raise UsageError(f"must be at least 1; got {jobs!r}.", argument="jobs")
+    if batch_readings is None:
+        batch_readings = default_batch_readings()
     if batch_readings < 1:
         raise UsageError(f"must be at least 1; got {batch_readings!r}.", argument="batch_readings")
     group_keys(by)
     classes = resolve_policies(policies)
     chosen = choose_engine(engine, classes)
     files = [str(f) for f in find_trace_files(paths)]
+    if cluster is not None:  # the workers run elsewhere, in another folder
+        files = [os.path.abspath(f) for f in files]
     progress = progress or no_progress
     names = [cls.name for cls in classes]
     writer = per_wave if isinstance(per_wave, PerWaveWriter) else None
@@ -270,6 +293,8 @@ def replay_stream(
         if early is not None:  # started by prestart: the files are being indexed
             indexes: Iterable[Any] = runner.adopt(early)
         else:
+            if cluster is not None:
+                runner.check_readable(files)
             index = runner.run if cluster is not None or large else _here
             indexes = index(index_file, [(f,) for f in files])
         batches = plan(indexes, batch_readings)
@@ -366,33 +391,111 @@ def _here(function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterato
 
 
 def _in_order(
-    submit: Callable[[tuple[Any, ...]], Any], calls: list[tuple[Any, ...]], window: int
+    submit: Callable[[tuple[Any, ...]], Any],
+    calls: list[tuple[Any, ...]],
+    window: int,
+    watch: Callable[[], list[int]] | None = None,
 ) -> Iterator[Any]:
     """Results of ``submit(args)`` futures in the order of ``calls``, at most ``window``
-    in flight: results that finish early wait, so memory is bounded by the window."""
-    pending: deque[Any] = deque()
+    in flight: results that finish early wait, so memory is bounded by the window.
+    Each wait has an end (:func:`_result`); ``watch`` names the worker processes that
+    are stopped."""
+    pending: deque[tuple[Any, float]] = deque()
     for args in calls:
-        pending.append(submit(args))
+        pending.append((submit(args), task_seconds(args)))
         if len(pending) >= window:
-            yield _result(pending.popleft())
+            yield _result(*pending.popleft(), watch)
     while pending:
-        yield _result(pending.popleft())
+        yield _result(*pending.popleft(), watch)
 
 
-def _result(future: Any) -> Any:
-    """A finished task's result (a Dask future is released once read)."""
-    try:
-        value = future.result()
-    except BrokenProcessPool:
-        raise UsageError(
-            "a worker process died while replaying (killed for memory, or by a signal); "
-            "nothing was written. A batch holds at least one whole (run, rank) stream: run "
-            "again with --jobs 1, or where there is more memory."
-        ) from None
+def task_seconds(args: tuple[Any, ...]) -> float:
+    """How long a task may take, its wait included, before the command gives up on
+    it: :data:`TASK_SECONDS` plus :data:`SECONDS_PER_READING` for each reading it
+    replays, times :func:`~warmfit.run.workers.patience`."""
+    pairs = args[0] if args and isinstance(args[0], list) else []
+    readings = sum(batch.readings for batch, _ in pairs)
+    return patience() * (TASK_SECONDS + SECONDS_PER_READING * readings)
+
+
+def _result(future: Any, seconds: float, watch: Callable[[], list[int]] | None) -> Any:
+    """A task's result once it has finished (a Dask future is released once read).
+
+    A task that has not finished after ``seconds``, or whose worker process has
+    been stopped for :data:`STOPPED_SECONDS` (``watch``), is given up on, as is a
+    task whose worker or cluster was lost: each an exit-2 error saying what
+    happened (the caller's clean-up then ends the workers).
+    """
+    began = time.monotonic()
+    stopped_since: float | None = None
+    while True:
+        try:
+            value = future.result(timeout=min(1.0, seconds))
+            break
+        except TimeoutError:
+            now = time.monotonic()
+            stopped = watch() if watch is not None else []
+            stopped_since = (stopped_since or now) if stopped else None
+            if stopped_since is not None and now - stopped_since >= STOPPED_SECONDS:
+                raise UsageError(
+                    f"worker process {stopped[0]} was stopped (SIGSTOP, a debugger, job "
+                    f"control) for {STOPPED_SECONDS:g} s while replaying; nothing was "
+                    "written. Let it continue (kill -CONT) next time, or run with --jobs 1."
+                ) from None
+            if now - began >= seconds:
+                raise UsageError(
+                    f"a task of the replay did not finish within {seconds:.0f} s (a worker "
+                    "deadlocked or swapped out, or a cluster with no worker to run it); "
+                    "nothing was written. Run again with --jobs 1, or on a cluster that has "
+                    f"workers; {PATIENCE} (now {patience():g}) multiplies the time allowed."
+                ) from None
+        except BrokenProcessPool:
+            raise UsageError(
+                "a worker process died while replaying (killed for memory, or by a signal); "
+                "nothing was written. A batch holds at least one whole (run, rank) stream: run "
+                "again with --jobs 1, or where there is more memory."
+            ) from None
+        except Exception as exc:
+            if type(exc).__name__ != "KilledWorker":  # distributed's, not imported here
+                raise
+            raise UsageError(
+                "the Dask cluster's workers died running a task of the replay, as many times "
+                f"as the cluster retries one ({_short(exc)}); nothing was written. Check the "
+                "workers' memory and logs, or run without --cluster."
+            ) from None
     release = getattr(future, "release", None)
     if release is not None:
         release()
     return value
+
+
+def _cluster_failures(results: Iterator[Any]) -> Iterator[Any]:
+    """``results`` of tasks on a Dask cluster; a cluster that failed under them (its
+    scheduler stopped, the connection broke, a task cancelled) as an exit-2 error."""
+    try:
+        yield from results
+    except (OSError, CancelledError) as exc:
+        raise UsageError(
+            f"the Dask cluster failed while replaying ({type(exc).__name__}: "
+            f"{_short(exc) or 'a task was cancelled'}); nothing was written. Check the "
+            "scheduler and its workers, and run again."
+        ) from None
+
+
+def _quiet_dask_logs() -> None:
+    """Silence Dask's own logs (a lost connection logged with its tracebacks): the
+    replay says what happened, in one line (:func:`_result`)."""
+    names = [n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]
+    for name in ["distributed", *names]:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.CRITICAL)
+        for handler in logger.handlers:
+            handler.setLevel(logging.CRITICAL)
+
+
+def _short(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Runner:
@@ -434,8 +537,10 @@ class _Runner:
 
     def adopt(self, early: EarlyPool) -> Iterator[Any]:
         """Take the pool :func:`warmfit.run.workers.prestart` started; its index results."""
-        self._pool = early.pool
-        return (_result(future) for future in early.index)
+        pool = self._pool = early.pool
+        assert pool is not None
+        watch = lambda: stopped_workers(pool)  # noqa: E731
+        return (_result(future, task_seconds(()), watch) for future in early.index)
 
     def release(self) -> None:
         """Let the worker processes exit now that every task is done, while this
@@ -448,7 +553,18 @@ class _Runner:
         if self._pool is None:
             self._pool = new_pool(self.jobs)
         pool = self._pool
-        return _in_order(lambda args: pool.submit(function, *args), calls, 2 * self.jobs)
+        watch = lambda: stopped_workers(pool)  # noqa: E731
+        return _in_order(lambda args: pool.submit(function, *args), calls, 2 * self.jobs, watch)
+
+    def check_readable(self, files: list[str]) -> None:
+        """An exit-2 error naming the first of ``files`` the cluster's workers cannot read."""
+        answers = self.run(os.access, [(f, os.R_OK) for f in files])
+        for path, readable in zip(files, answers, strict=True):
+            if not readable:
+                raise UsageError(
+                    f"the cluster's workers cannot read {printable(path)}: give a path on a "
+                    "file system they share with this machine."
+                )
 
     def _connect(self) -> Any:
         if self._client is not None:
@@ -462,6 +578,7 @@ class _Runner:
         if isinstance(self.cluster, Client):
             self._client = self.cluster
             return self._client
+        _quiet_dask_logs()
         try:
             self._client = Client(self.cluster, timeout="10s")
         except (OSError, TimeoutError, ValueError) as exc:  # ValueError: a malformed address
@@ -476,14 +593,41 @@ class _Runner:
     def _on_cluster(
         self, function: Callable[..., Any], calls: list[tuple[Any, ...]]
     ) -> Iterator[Any]:
-        client = self._connect()
-        window = 2 * self.workers()
-        return _in_order(lambda args: client.submit(function, *args, pure=False), calls, window)
+        return _cluster_failures(self._cluster_results(function, calls))
 
-    def __exit__(self, *exc: object) -> None:
+    def _cluster_results(
+        self, function: Callable[..., Any], calls: list[tuple[Any, ...]]
+    ) -> Iterator[Any]:
+        client = self._connect()
+        if not client.scheduler_info().get("workers"):
+            try:  # a cluster starting up: its workers may be on their way
+                client.wait_for_workers(1, timeout=patience() * NO_WORKER_SECONDS)
+            except TimeoutError:
+                raise UsageError(
+                    f"the Dask scheduler at {self.where} has no worker (waited "
+                    f"{patience() * NO_WORKER_SECONDS:g} s); nothing was written. Start one "
+                    "('dask worker ADDRESS'), or run without --cluster."
+                ) from None
+        window = 2 * self.workers()
+        submit = lambda args: client.submit(function, *args, pure=False)  # noqa: E731
+        yield from _in_order(submit, calls, window)
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        pool = self._pool
+        if pool is not None and kind is not None:  # stopped, or failed: nobody will
+            end_workers(pool)  # see the figures
         if self._release is not None:
-            self._release.join()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            stopped_since = None
+            while self._release.is_alive():  # the workers exit; a stopped one cannot
+                self._release.join(timeout=0.5)
+                stopped = stopped_workers(pool) if pool is not None else []
+                now = time.monotonic()
+                stopped_since = (stopped_since or now) if stopped else None
+                if stopped_since is not None and now - stopped_since >= STOPPED_SECONDS:
+                    assert pool is not None
+                    end_workers(pool)  # it has no task left: its work is done
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         if self._own_client:
-            self._client.close()
+            with contextlib.suppress(Exception):  # a lost scheduler: nothing to close
+                self._client.close()

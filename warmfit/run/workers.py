@@ -15,16 +15,17 @@ Nothing here imports polars, numpy or pyarrow.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from warmfit.errors import TraceError
+from warmfit.errors import TraceError, UsageError
 from warmfit.format.files import find_trace_files
 from warmfit.run.memory import environment, keep_freed_memory, polars_keeps_freed_memory
 
@@ -41,6 +42,9 @@ POLARS_THREADS = "POLARS_MAX_THREADS"
 #: sets it, to the command's process id, only while it starts the server, and the
 #: server's preload (:mod:`warmfit.replay.forkserver`) removes it.
 FORK_SERVER = "WARMFIT_FORK_SERVER"
+#: The environment variable that multiplies the time a replay's task may take
+#: (:func:`warmfit.replay.stream.task_seconds`): 2 waits twice as long.
+PATIENCE = "WARMFIT_WORKER_PATIENCE"
 
 
 def default_jobs() -> int:
@@ -76,11 +80,30 @@ def fork_context(jobs: int | None = None) -> Any:
         polars_keeps_freed_memory(),
         environment(POLARS_THREADS, threads),
         environment(FORK_SERVER, str(os.getpid())),
+        _without_ctrl_c(),
     ):
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
     return context
+
+
+@contextlib.contextmanager
+def _without_ctrl_c() -> Iterator[None]:
+    """Ctrl-C ignored by the processes started meanwhile (the fork server, and the
+    workers it forks): a terminal sends it to every process of the command, and
+    the command alone handles it, ending them. Python sets the fork server's own
+    handler only after it has imported its preload, and would print a
+    traceback for a Ctrl-C before. Outside the main thread, where no signal
+    handler can be set, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def new_pool(jobs: int, context: Any = None) -> ProcessPoolExecutor:
@@ -89,6 +112,48 @@ def new_pool(jobs: int, context: Any = None) -> ProcessPoolExecutor:
     environment for a moment, which another thread must not do)."""
     context = fork_context(jobs) if context is None else context
     return ProcessPoolExecutor(jobs, mp_context=context, initializer=start_worker)
+
+
+def end_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill ``pool``'s worker processes now, whatever they are doing (stopped by a
+    signal, say): for a command that is failing or was interrupted, whose batches
+    nobody will see. :meth:`~concurrent.futures.Executor.shutdown` then finds the
+    pool broken and returns at once."""
+    processes = getattr(pool, "_processes", None) or {}  # the executor's own record
+    for process in list(processes.values()):
+        with contextlib.suppress(OSError, ValueError):  # exited already, or closed
+            process.kill()
+
+
+def stopped_workers(pool: ProcessPoolExecutor) -> list[int]:
+    """The process ids of ``pool``'s workers that are stopped (state ``T``: SIGSTOP,
+    job control; ``t``: a debugger), read from ``/proc`` (none elsewhere)."""
+    processes = getattr(pool, "_processes", None) or {}
+    stopped = []
+    for pid in list(processes):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                state = stat.read().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state in (b"T", b"t"):
+            stopped.append(pid)
+    return stopped
+
+
+def patience() -> float:
+    """:data:`PATIENCE` from the environment: how many times the usual allowance a
+    replay's task may take (1 when unset)."""
+    text = os.environ.get(PATIENCE, "").strip()
+    if not text:
+        return 1.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 < value < float("inf")):
+        raise UsageError(f"{PATIENCE} must be a positive number, such as 2; got {text!r}.")
+    return value
 
 
 def start_worker() -> None:
@@ -191,14 +256,17 @@ def take_early_pool(files: Sequence[str], jobs: int) -> EarlyPool | None:
     return early if early.pool is not None else None
 
 
-def discard_early_pool() -> None:
-    """Stop the pool :func:`prestart` started, if no replay took it."""
+def discard_early_pool(now: bool = False) -> None:
+    """Stop the pool :func:`prestart` started, if no replay took it; ``now``: kill its
+    workers first (the command is failing or was interrupted)."""
     global _early
     early, _early = _early, None
     if early is not None:
         early.started.wait()
         if early.pool is not None:
-            early.pool.shutdown(wait=False, cancel_futures=True)
+            if now:
+                end_workers(early.pool)
+            early.pool.shutdown(wait=now, cancel_futures=True)
 
 
 def _stats(files: Sequence[str]) -> tuple[tuple[int, int], ...]:
