@@ -7,9 +7,10 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.strategies import examples
 from warmfit.errors import PolicyError
 from warmfit.format.trace import readings_frame
 from warmfit.policies import Envelope, PriceRequest, Reading
@@ -17,7 +18,7 @@ from warmfit.policies.rule import COMPUTE, PACKED, DeclaredPolicy, Max, Points, 
 from warmfit.replay import replay, replay_scalar
 from warmfit.replay.vectorized import PointQueries
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150))
 SIZES = st.integers(1, 5_000)
 
 
@@ -200,7 +201,7 @@ def same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200))
 @given(
     st.lists(
         st.lists(
@@ -267,7 +268,9 @@ def long_streams(draw: st.DrawFn) -> pl.DataFrame:
     return readings_frame(rows)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A fixed budget: an example draws up to 450 readings and replays them on both engines
+# (up to 0.2 s; the later, larger examples of a longer run cost more).
+@settings(max_examples=60)
 @given(long_streams())
 def test_engines_agree_on_long_profiles(readings: pl.DataFrame) -> None:
     scalar = replay_scalar(readings, [Envelope])

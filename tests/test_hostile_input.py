@@ -17,7 +17,6 @@ import re
 import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,8 +32,10 @@ PR991 = REPO / "traces/pr991"
 EP1 = PR991 / "EP1.parquet"
 
 # A child warmfit: optional file-size limit (SIGXFSZ ignored, so a write past it
-# fails with EFBIG as on a full disk) and optional drop to another user after
-# every module is imported (tests run as root, who may read anything).
+# fails with EFBIG as on a full disk) and an optional drop of the power to read past
+# permission bits (tests run as root, who may read anything). The child keeps its
+# user: it still reads its Python, the venv and the checkout wherever they lie (a
+# checkout in a folder of mode 700, say), where another user such as nobody could not.
 _CHILD = r"""
 import os, resource, signal, sys
 limit = int(os.environ.get("WF_FSIZE", "0"))
@@ -43,10 +44,21 @@ if limit:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 import warmfit.cli, warmfit.report.gate, warmfit.show.progress, warmfit.replay, warmfit.report.table, warmfit.format.trace
 import rich.console, rich.progress, rich.table, rich.text, secrets
-uid = int(os.environ.get("WF_UID", "-1"))
-if uid >= 0:
-    os.setgid(uid)
-    os.setuid(uid)
+if os.environ.get("WF_NO_DAC") == "1":
+    # capset(2) without CAP_DAC_OVERRIDE (1) and CAP_DAC_READ_SEARCH (2), held or not
+    import ctypes
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+    class Sets(ctypes.Structure):
+        _fields_ = [(f, ctypes.c_uint32) for f in ("effective", "permitted", "inheritable")]
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, sets = Header(0x20080522, 0), (Sets * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    if libc.capget(ctypes.byref(header), sets) != 0:
+        sys.exit(f"DAC: capget failed: {os.strerror(ctypes.get_errno())}")
+    for field in ("effective", "permitted", "inheritable"):
+        setattr(sets[0], field, getattr(sets[0], field) & ~0b110)
+    if libc.capset(ctypes.byref(header), sets) != 0:
+        sys.exit(f"DAC: capset failed: {os.strerror(ctypes.get_errno())}")
 sys.argv = ["warmfit", *sys.argv[1:]]
 warmfit.cli.main()
 """
@@ -55,12 +67,14 @@ warmfit.cli.main()
 def child(
     *args: str | Path,
     fsize: int = 0,
-    uid: int = -1,
+    bits_only: bool = False,
     cwd: Path | None = None,
     timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WF_FSIZE": str(fsize), "WF_UID": str(uid), "COLUMNS": "80"}
-    return subprocess.run(
+    """``warmfit *args`` in a child process; ``bits_only``: one that reads only what
+    permission bits let it (skips the test where it cannot drop the power to do more)."""
+    env = {**os.environ, "WF_FSIZE": str(fsize), "WF_NO_DAC": str(int(bits_only)), "COLUMNS": "80"}
+    done = subprocess.run(
         [sys.executable, "-c", _CHILD, *map(str, args)],
         capture_output=True,
         text=True,
@@ -68,6 +82,11 @@ def child(
         cwd=cwd,
         timeout=timeout,
     )
+    if bits_only and done.stderr.startswith("DAC: "):
+        pytest.skip(
+            f"the child cannot give up reading past permission bits ({done.stderr.strip()})"
+        )
+    return done
 
 
 def invoke(*args: str | Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -258,7 +277,7 @@ def test_validate_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.parquet"
     os.mkfifo(fifo)
     for args in (("validate", fifo), ("validate", tmp_path), ("replay", tmp_path)):
-        done = child(*args, timeout=30)
+        done = child(*args)  # child()'s 60 s bounds a hang on the FIFO
         no_traceback(done)
         assert done.returncode == 2 and str(fifo) in done.stderr and "FIFO" in done.stderr
 
@@ -266,7 +285,7 @@ def test_validate_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
 def test_an_expectations_fifo_is_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "expect.toml"
     os.mkfifo(fifo)
-    done = child("check", PR991, "--expect", fifo, timeout=30)
+    done = child("check", PR991, "--expect", fifo)  # child()'s 60 s bounds a hang on it
     no_traceback(done)
     assert done.returncode == 2 and str(fifo) in done.stderr
 
@@ -277,44 +296,35 @@ def test_a_device_is_refused() -> None:
 
 
 @pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A folder another user can reach (pytest's tmp_path is root's alone)."""
-    path = Path(tempfile.mkdtemp(prefix="warmfit-hostile-", dir="/tmp"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        for p in path.rglob("*"):
-            p.chmod(0o755 if p.is_dir() else 0o644)
-        subprocess.run(["rm", "-rf", str(path)], check=True)
+def locked_dir(tmp_path: Path) -> Iterator[Path]:
+    """A folder whose files a test makes unreadable; their modes are given back after,
+    so that the folder can be removed."""
+    yield tmp_path
+    for p in tmp_path.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
 
 
-def _as_nobody_possible() -> bool:
-    return hasattr(os, "setuid") and os.geteuid() == 0
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="capset(2) is Linux's")
 
 
-@pytest.mark.skipif(
-    not _as_nobody_possible(), reason="needs root to drop to another user (root reads anything)"
-)
-def test_an_unreadable_subfolder_is_an_error_not_a_skip(shared_dir: Path) -> None:
-    trace_named(shared_dir, "EP1", "a.parquet")
-    hidden = shared_dir / "sub"
+@linux_only
+def test_an_unreadable_subfolder_is_an_error_not_a_skip(locked_dir: Path) -> None:
+    trace_named(locked_dir, "EP1", "a.parquet")
+    hidden = locked_dir / "sub"
     trace_named(hidden, "EP2", "b.parquet")
     hidden.chmod(0o000)
-    done = child("replay", shared_dir, uid=65534)
+    done = child("replay", locked_dir, bits_only=True)
     no_traceback(done)
     assert done.returncode == 2, done.stdout
     assert str(hidden) in done.stderr and "cannot be listed" in done.stderr
 
 
-@pytest.mark.skipif(
-    not _as_nobody_possible(), reason="needs root to drop to another user (root reads anything)"
-)
-def test_an_unreadable_file_is_an_error(shared_dir: Path) -> None:
-    trace_named(shared_dir, "EP1", "a.parquet")
-    locked = trace_named(shared_dir, "EP2", "b.parquet")
+@linux_only
+def test_an_unreadable_file_is_an_error(locked_dir: Path) -> None:
+    trace_named(locked_dir, "EP1", "a.parquet")
+    locked = trace_named(locked_dir, "EP2", "b.parquet")
     locked.chmod(0o000)
-    done = child("validate", shared_dir, uid=65534)
+    done = child("validate", locked_dir, bits_only=True)
     no_traceback(done)
     assert done.returncode == 2 and str(locked) in done.stderr
 

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from tests.strategies import examples
 from warmfit.cli import app
 from warmfit.errors import TraceError
 from warmfit.format import batches as streams
@@ -193,7 +194,7 @@ def test_prestart_leaves_errors_to_the_replay() -> None:
     prestart(["/no/such/trace"], 2, None)  # no exception: replay names the path
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40))
 @given(
     lengths=st.lists(st.integers(1, 9), min_size=1, max_size=6),
     group=st.integers(1, 7),

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.strategies import examples
 from warmfit.errors import UsageError
 from warmfit.replay import medians as medians_module
 from warmfit.replay.medians import (
@@ -115,7 +116,7 @@ def middles_are_numpy_sorts(
         check(m.middles(), groups, values)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150))
 @given(batches(INT_VALUES), SPILLS, PARTITIONS, WAYS)
 def test_int64_middles_are_numpy_sorts(
     data: list[tuple[list[int], list[int]]], spill: int, partition: int, how: list[str]
@@ -123,7 +124,7 @@ def test_int64_middles_are_numpy_sorts(
     middles_are_numpy_sorts(np.int64, data, spill, partition, how)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150))
 @given(batches(FLOAT_VALUES), SPILLS, PARTITIONS, WAYS)
 def test_float64_middles_are_numpy_sorts(
     data: list[tuple[list[int], list[float]]], spill: int, partition: int, how: list[str]
@@ -132,7 +133,7 @@ def test_float64_middles_are_numpy_sorts(
 
 
 @pytest.mark.slow
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000))
 @given(st.sampled_from([np.int64, np.float64]), st.data(), SPILLS, PARTITIONS, WAYS)
 def test_middles_are_numpy_sorts_at_length(
     dtype: Any, draw: st.DataObject, spill: int, partition: int, how: list[str]
@@ -141,7 +142,7 @@ def test_middles_are_numpy_sorts_at_length(
     middles_are_numpy_sorts(dtype, data, spill, partition, how)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100))
 @given(
     batches(st.integers(-(2**53), 2**53) | st.floats(-1e300, 1e300, allow_nan=False)),
     SPILLS,
@@ -181,7 +182,7 @@ def test_middles_are_polars_lower_and_higher_quantiles(
         assert result.upper.tolist() == want["upper"].to_list()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(INT64, INT64)
 def test_midpoint_int_truncates_the_exact_mean_toward_zero(a: int, b: int) -> None:
     total = a + b
@@ -525,7 +526,7 @@ def test_a_run_is_checked_before_it_is_taken(tmp_path: Path) -> None:
         assert m.middles().lower.tolist() == [1, 5]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(
     cells=st.integers(1, 40),
     values=st.integers(0, 300),

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 import warmfit.replay
 import warmfit.replay.engines
 import warmfit.replay.vectorized
-from tests.strategies import traces
+from tests.strategies import examples, traces
 from warmfit.errors import UsageError
 from warmfit.format.trace import readings_frame
 from warmfit.policies import MaxMerge, Policy, WarmFit
@@ -263,8 +263,14 @@ def test_the_segmented_scan_equals_the_reference_on_many_profiles(segmented: lis
     assert segmented and min(segmented) > 100  # the scan ran, over many profiles
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-          HealthCheck.function_scoped_fixture])  # fmt: skip
+# function_scoped_fixture off on purpose: one patch for all examples, its count adds up.
+@settings(
+    max_examples=examples(60),
+    suppress_health_check=[
+        *settings.default.suppress_health_check,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 @given(frame=traces())
 def test_the_segmented_scan_equals_the_reference_on_generated_traces(
     frame: pl.DataFrame, segmented: list[int]

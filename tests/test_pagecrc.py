@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.strategies import examples
 from warmfit.format import pagecrc
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,7 +181,7 @@ DATA = EP1.read_bytes()
 REGIONS = regions(EP1)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400))
 @given(
     region=st.sampled_from(REGIONS),
     changes=st.lists(st.tuples(st.integers(0, 96), st.integers(0, 255)), max_size=3),

@@ -14,10 +14,10 @@ import statistics
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import traces
+from tests.strategies import examples, traces
 from warmfit.errors import UsageError
 from warmfit.format.trace import readings_frame
 from warmfit.replay import replay, resolve_policies, result_groups
@@ -35,7 +35,7 @@ from warmfit.replay.permute import (
 POLICIES = ["max-merge", "warm-fit"]
 STREAM = ["run", "rank"]
 CANONICAL = ["run", "rank", "seq"]
-PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=examples(60))
 seeds = st.integers(0, 2**64 - 1)
 indices = st.integers(0, 50)
 
@@ -227,7 +227,7 @@ def _expected(frame: pl.DataFrame, by: str, permutations: int, seed: int) -> pl.
     )  # fmt: skip
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40))
 @given(traces(), st.sampled_from(["run", "signature"]), st.integers(1, 4), seeds)
 def test_the_figures_are_those_of_n_plain_replays(
     trace: pl.DataFrame, by: str, permutations: int, seed: int
@@ -244,7 +244,9 @@ def test_the_figures_are_those_of_n_plain_replays(
     assert scalar.equals(result)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A fixed budget: an example replays the trace's orders three times, once spilled to
+# disk stream by stream (up to 0.3 s an example).
+@settings(max_examples=40)
 @given(traces(), st.sampled_from(["run", "signature"]), seeds, st.randoms(use_true_random=False))
 def test_batches_of_streams_give_the_figures_of_the_whole(
     trace: pl.DataFrame, by: str, seed: int, random: object
@@ -276,7 +278,7 @@ def _one_wave_per_signature(trace: pl.DataFrame) -> pl.DataFrame:
     ).sort(CANONICAL)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40))
 @given(traces(), st.sampled_from(["run", "signature"]), st.integers(1, 4), seeds)
 def test_with_one_wave_per_signature_every_order_gives_the_plain_figures(
     trace: pl.DataFrame, by: str, permutations: int, seed: int

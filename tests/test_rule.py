@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 
-from tests.strategies import traces
+from tests.strategies import examples, traces
 from warmfit.errors import PolicyError
 from warmfit.policies import PriceRequest, Reading
 from warmfit.policies.rule import (
@@ -80,7 +80,7 @@ def test_the_reference_fold_by_worked_numbers() -> None:
     assert p.above_first == 400.0  # 800 - 400, the one reading above the first rate
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150))
 @given(traces())
 def test_both_engines_run_the_one_declaration(frame: pl.DataFrame) -> None:
     readings = frame.sort("run", "rank", "seq", maintain_order=True)

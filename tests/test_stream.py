@@ -12,16 +12,15 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from tests.strategies import trace_parts
+from tests.strategies import examples, trace_parts
 from warmfit.cli import app
 from warmfit.errors import TraceError, UsageError
 from warmfit.format.batches import index_file, plan, read_batch
@@ -67,7 +66,9 @@ def _streamed(paths: list[str | Path], **options: object) -> tuple[object, pl.Da
     return result, rows  # type: ignore[return-value]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A fixed budget: each example writes a trace's files, replays it whole and streams it
+# (up to 0.3 s an example; the ci profile's three times would add half a minute).
+@settings(max_examples=80)
 @given(
     trace_parts(),
     st.integers(1, 40),
@@ -116,7 +117,7 @@ def _oracle(per_wave: pl.DataFrame, by: str) -> dict[tuple[object, ...], dict[st
     return figures
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60))
 @given(trace_parts(max_waves=20), st.sampled_from(GROUPINGS))
 def test_the_fold_agrees_with_figures_computed_the_plain_way(
     parts: list[pl.DataFrame], by: str
@@ -415,7 +416,7 @@ def test_an_unreachable_cluster_is_a_clear_error(runner: CliRunner) -> None:
     assert "cannot reach the Dask scheduler" in result.stderr
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60))
 @given(trace_parts(max_waves=20))
 def test_the_engines_reading_counts_are_the_traces(parts: list[pl.DataFrame]) -> None:
     """The vectorized batch counts readings per profile itself; summed per run and
@@ -518,40 +519,68 @@ def test_a_worker_that_dies_is_exit_2_not_a_traceback(
 def test_a_failed_batch_stops_the_workers_after_the_batch_they_are_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first batch breaks a rule; a worker is meanwhile on a task of three
-    batches that take 1.5 s each to price. The replay tells it to stop (a flag
-    file in the medians' folder): it ends after its current batch, and the
-    replay is exit 2 after about 1.5 s, not 4.5 s. The workers are not killed:
-    one killed while sending its results would leave the pool waiting forever."""
-    (tmp_path / "sleepy_policy.py").write_text(
-        "import os, time\n"
+    """The first batch breaks a rule while the other worker is on the first batch of a
+    task of several. The replay tells the workers to stop (a flag file in the medians'
+    folder): each ends after the batch it is on, so no batch but the first of a task is
+    priced, and the replay is exit 2. The workers are not killed: one killed while
+    sending its results would leave the pool waiting forever.
+
+    No clock: a worker prices a batch only once the flag is there (the first file in
+    the medians' folders, where workers write only after pricing), so the batches
+    priced are those the workers were on when the replay failed, whatever the load."""
+    log = tmp_path / "priced.txt"
+    flag = tmp_path / "tmp" / "warmfit-medians-*" / "*"
+    (tmp_path / "waiting_policy.py").write_text(
+        "import glob, os, time\n"
+        "import numpy as np\n"
         "from warmfit.policies.rule import RATE, DeclaredPolicy, Max\n"
-        f"PARENT = {os.getpid()}\n"
-        "class Sleepy(DeclaredPolicy):\n"
-        "    name = 'sleepy'\n"
-        "    summary = 'takes 1.5 s to price a batch in a worker process'\n"
+        f"PARENT, FLAG, LOG = {os.getpid()}, {str(flag)!r}, {str(log)!r}\n"
+        "GAVE_UP = []  # a bound on a hang only: the flag comes when the parent reads the failure\n"
+        "class Waiting(DeclaredPolicy):\n"
+        "    name = 'waiting'\n"
+        "    summary = 'in a worker, prices a batch once the replay told its workers to stop'\n"
         "    rate = Max(RATE)\n"
         "    @staticmethod\n"
         "    def rule(state, n, m):\n"
         "        if os.getpid() != PARENT:\n"
-        "            time.sleep(1.5)\n"
+        "            deadline = time.monotonic() + 60\n"
+        "            while not (GAVE_UP or glob.glob(FLAG)):\n"
+        "                if time.monotonic() > deadline:\n"
+        "                    GAVE_UP.append(True)\n"
+        "                time.sleep(0.01)\n"
+        "            with open(LOG, 'a') as out:  # the batch's rank, and whether it was told\n"
+        "                out.write(f'{int(np.max(n)) - 1000} {not GAVE_UP}\\n')\n"
         "        return state.rate * n\n"
     )
-    _negative_peak_at(tmp_path / "trace" / "t.parquet", 10, 8, (0, 2))
+    ranks, readings = 10, 8
+    rows = [
+        dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=1000 + rank,
+             logical_tokens=1000 + rank, peak_bytes=-5 if (rank, s) == (0, 2) else 100)
+        for rank in range(ranks) for s in range(readings)
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), tmp_path / "trace" / "t.parquet")
+    assert len(plan([index_file(tmp_path / "trace" / "t.parquet")], readings)) == ranks
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     tempfile.tempdir = None  # TMPDIR is read again
     try:
-        began = time.monotonic()
         with pytest.raises(TraceError, match="is negative") as caught:
-            replay_stream([tmp_path / "trace"], ["sleepy_policy:Sleepy"], jobs=2, batch_readings=8)
-        took = time.monotonic() - began
+            replay_stream(
+                [tmp_path / "trace"], ["waiting_policy:Waiting"], jobs=2, batch_readings=readings
+            )
     finally:
         tempfile.tempdir = None
     assert caught.value.row == 2
-    assert took < 3.5
+    # batch i holds rank i; tasks hold consecutive batches: the first of each task
+    sizes = chain_sizes(ranks, 2)
+    assert max(sizes) > 1  # some task holds batches that must not be priced
+    firsts = {sum(sizes[:i]) for i in range(len(sizes))}
+    priced = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    assert priced, "no worker was on a batch when the replay failed"
+    assert {told for _, told in priced} == {"True"}, "the workers were never told to stop"
+    assert {int(rank) for rank, _ in priced} <= firsts - {0}
     # the medians' folder, flag and all, is removed (multiprocessing's own stays)
     assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("warmfit")] == []
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -25,7 +25,14 @@ from hypothesis.stateful import (
     rule,
 )
 
-from tests.strategies import signature_names, trace_bytes, trace_parts, trace_tokens, traces
+from tests.strategies import (
+    examples,
+    signature_names,
+    trace_bytes,
+    trace_parts,
+    trace_tokens,
+    traces,
+)
 from warmfit.errors import PolicyError, UsageError
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.policies import (
@@ -54,11 +61,6 @@ BUILT_IN_NAMES = [cls.name for cls in BUILT_IN]
 #: The two policies of ART PR #991: the worked cases below spell out their rows.
 PR_POLICIES: list[type[Policy]] = [MaxMerge, WarmFit]
 SAFETY = st.sampled_from([1.1, 1.0, 1.25, 0.9, 3.7])
-
-
-def examples(count: int) -> settings:
-    """Settings for a property over ``count`` generated traces."""
-    return settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def both_engines(
@@ -93,7 +95,7 @@ def assert_same_summary(expected: pl.DataFrame, got: pl.DataFrame, names: list[s
 # --------------------------------------------------------------------------- properties
 
 
-@examples(250)
+@settings(max_examples=examples(250))
 @given(
     traces(),
     SAFETY,
@@ -119,7 +121,9 @@ def _replay_files(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame
     return both_engines(readings, BUILT_IN)
 
 
-@examples(60)
+# A fixed budget: each example writes a trace's files and replays them (up to 0.3 s);
+# the slow variant below draws 500.
+@settings(max_examples=60)
 @given(trace_parts())
 def test_identical_on_traces_read_from_files(parts: list[pl.DataFrame]) -> None:
     scalar, vectorized = _replay_files(parts)
@@ -128,7 +132,7 @@ def test_identical_on_traces_read_from_files(parts: list[pl.DataFrame]) -> None:
 
 
 @pytest.mark.slow
-@examples(3000)
+@settings(max_examples=examples(3000))
 @given(traces(max_waves=30), SAFETY)
 def test_every_wave_and_figure_is_identical_slow(frame: pl.DataFrame, safety: float) -> None:
     readings = frame.sort("run", "rank", "seq", maintain_order=True)
@@ -138,14 +142,14 @@ def test_every_wave_and_figure_is_identical_slow(frame: pl.DataFrame, safety: fl
 
 
 @pytest.mark.slow
-@examples(500)
+@settings(max_examples=examples(500))
 @given(trace_parts(max_waves=20))
 def test_identical_on_traces_read_from_files_slow(parts: list[pl.DataFrame]) -> None:
     scalar, vectorized = _replay_files(parts)
     assert_identical(scalar, vectorized)
 
 
-@examples(40)
+@settings(max_examples=examples(40))
 @given(traces())
 def test_replay_entry_point_gives_the_same_result_with_every_engine(frame: pl.DataFrame) -> None:
     readings = frame.sort("run", "rank", "seq", maintain_order=True)
@@ -265,7 +269,9 @@ class ReplayMachine(RuleBasedStateMachine):
             assert row["estimate_bytes"] == expected
 
 
-ReplayMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+# A fixed budget, runs and steps alike: the invariant replays the whole trace so far with
+# both engines after every step, so a run costs the square of its steps (up to 0.4 s).
+ReplayMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25)
 test_replay_machine = ReplayMachine.TestCase
 
 
@@ -461,7 +467,7 @@ class _Redeclared(WarmFit):
     sharing_max = Max(LOGICAL, initial=1.0)
 
 
-@examples(60)
+@settings(max_examples=examples(60))
 @given(traces(), st.permutations([MaxMerge, _Doubling, WarmFit, _NamedAlike, _Redeclared]))
 def test_policies_share_only_the_aggregates_they_share(
     frame: pl.DataFrame, policies: list[type[Policy]]
@@ -487,7 +493,7 @@ class _ReadsUnset(WarmFit):
         return WarmFit.rule(state, n, m) + state.tokens_seen + np.minimum(state.tokens_low, 1e3)
 
 
-@examples(60)
+@settings(max_examples=examples(60))
 @given(traces())
 def test_aggregates_with_an_initial_value_skip_unset_values(frame: pl.DataFrame) -> None:
     readings = frame.sort("run", "rank", "seq", maintain_order=True)
