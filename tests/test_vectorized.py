@@ -95,7 +95,9 @@ def assert_same_summary(expected: pl.DataFrame, got: pl.DataFrame, names: list[s
 # --------------------------------------------------------------------------- properties
 
 
-@settings(max_examples=examples(250))
+# Fixed under the ci profile too: later examples are the largest traces, so the cost
+# grows faster than the count; the slow variant below draws 3000.
+@settings(max_examples=250)
 @given(
     traces(),
     SAFETY,
