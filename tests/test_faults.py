@@ -374,3 +374,27 @@ def test_files_without_page_checksums_are_named(trace: Path, tmp_path: Path) -> 
             cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert alone.returncode == 0 and "checksums" not in alone.stderr, alone.stderr
+
+
+@pytest.mark.slow  # about 35 s: two workers, and the replay run twice
+def test_a_lost_worker_is_retried_on_another(trace: Path, tmp_path: Path) -> None:
+    """One of two Dask workers killed mid-replay (its nanny too): Dask reruns its tasks
+    on the other, and the figures are those of a replay without a cluster."""
+    scheduler, address = _scheduler(tmp_path)
+    workers = [_worker(address), _worker(address)]
+    env = {**os.environ, "WARMFIT_BATCH_READINGS": "1000"}
+    args = [sys.executable, "-m", "warmfit", "replay", str(trace), "-p",
+            "tests.slow_policy:Slow", "--format", "json"]  # fmt: skip
+    try:
+        started = subprocess.Popen(
+            [*args, "--cluster", address], cwd=REPO, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        time.sleep(4)  # both workers have tasks
+        _ended(workers[0])
+        out, err = started.communicate(timeout=180)
+    finally:
+        _ended(scheduler, *workers)
+    local = subprocess.run(args, cwd=REPO, env=env, capture_output=True, timeout=180)
+    assert started.returncode == 0, err.decode()
+    assert out == local.stdout
