@@ -1,5 +1,6 @@
 """``warmfit plot``: the data behind each figure by a worked example, and one real
-render of each format (the pixels themselves are looked at by a person)."""
+render of each format (the pixels themselves are looked at by a person); for a large
+trace, what is thinned and what never is (every wave under its peak, the extremes)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 from typer.testing import CliRunner
@@ -20,15 +22,24 @@ from warmfit.policies import Policy, PriceRequest, Reading
 from warmfit.replay import replay
 from warmfit.report.plot import (
     DPI,
+    LINE_COLUMNS,
+    SCATTER_CELLS,
+    STRIP_CELLS,
+    THIN_ABOVE,
+    Drawn,
+    PlotData,
     build_plot_data,
     draw_figure,
     figure_size,
+    line_keep,
     over_estimates,
     peak_series,
     plot_format,
     price_curves,
     rate_points,
     render_plot,
+    strip_keep,
+    thin,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -287,3 +298,277 @@ def test_a_signature_some_runs_lack_is_named_once(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "signature 't' is not in 1 run (other): the middle panel shows" in result.output
     assert result.output.count("middle panel") == 1
+
+
+# --------------------------------------------------------------------------- large traces (issue 28)
+
+BIG_WAVES = THIN_ABOVE + 1_000
+#: Every SPIKE-th wave's rate is 15 % above every rate before it: max-merge (and warm-fit)
+#: price it under its peak.
+SPIKE = 400
+
+
+def big_run(waves: int = BIG_WAVES, seed: int = 0) -> pl.DataFrame:
+    """One run, rank and signature of ``waves`` waves, one whole caller reading each, a
+    static floor on every wave: more than THIN_ABOVE points in every panel, the rates
+    along a curve as in a real trace."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1_000, 30_000, waves)
+    # bytes per token: a fixed cost spread over the tokens, plus 150 a token, give or take 3 %
+    rate = (2e6 / tokens + 150) * rng.uniform(0.97, 1.03, waves)
+    for i in range(SPIKE, waves, SPIKE):
+        rate[i] = rate[:i].max() * 1.15
+    rows = [
+        dict(seq=i, wave=i, signature="s", packed_tokens=int(n), logical_tokens=int(n),
+             peak_bytes=10_000 + 1_000 + int(r * n), baseline_bytes=10_000, output_bytes=1_000,
+             static_floor_bytes=int(n) * 50, whole=True)
+        for i, (n, r) in enumerate(zip(tokens, rate, strict=True))
+    ]  # fmt: skip
+    return readings_frame(rows)
+
+
+@pytest.fixture(scope="module")
+def big() -> PlotData:
+    return build_plot_data(replay(big_run(), engine="vectorized"), caption="my words")
+
+
+def column_of(values: np.ndarray, count: int) -> np.ndarray:
+    """The contract of the thinning's columns: floor((v - min) / (max - min) * count), the
+    largest in the last."""
+    lo, hi = values.min(), values.max()
+    return np.minimum(np.floor((values - lo) / (hi - lo) * count), count - 1).astype(int)
+
+
+def assert_extremes_kept(full: pl.DataFrame, drawn: pl.DataFrame, y: str) -> None:
+    """Each column's lowest and highest value of a line is among its drawn points."""
+    columns = column_of(full.get_column("position").to_numpy().astype(float), LINE_COLUMNS)
+    full = full.with_columns(column=columns).drop_nulls(y)
+    drawn = drawn.join(full.select("position", "column"), on="position")
+    want = full.group_by("column").agg(lo=pl.col(y).min(), hi=pl.col(y).max())
+    got = drawn.group_by("column").agg(pl.col(y))
+    for column, lo, hi, values in want.join(got, on="column", how="left").iter_rows():
+        assert values is not None and lo in values and hi in values, (y, column)
+
+
+def test_a_small_trace_is_drawn_whole() -> None:
+    """Below THIN_ABOVE waves a run, every point is drawn, as before (and the footnote is
+    the caption alone)."""
+    result = replay(read_trace([REPO / "traces" / "cpu-demo", REPO / "traces" / "pr991"]))
+    data = build_plot_data(result, caption="my words")
+    drawn = data.drawn
+    assert drawn.thinned == () and drawn.note is None and drawn.points == drawn.drawn
+    assert drawn.peaks.drop("draw_actual", "draw_estimate").equals(data.peaks)
+    assert drawn.peaks.get_column("draw_estimate").all()
+    firsts = data.peaks.with_row_index().group_by("run", "position").agg(pl.col("index").min())
+    assert (
+        drawn.peaks.with_row_index()
+        .filter("draw_actual")
+        .get_column("index")
+        .sort()
+        .equals(firsts.get_column("index").sort())
+    )
+    assert drawn.over.drop("offset").equals(data.over)
+    for run in data.runs:
+        rank, signature = data.main_profiles[run]
+        main = data.rates.filter(
+            (pl.col("run") == run) & (pl.col("rank") == rank) & (pl.col("signature") == signature)
+        )
+        mine = drawn.rates.filter(pl.col("run") == run)
+        assert mine.drop("draw_point", "draw_floor").equals(main)
+        assert mine.get_column("draw_point").all()
+        assert mine.get_column("draw_floor").equals(
+            main.get_column("floor_kb_per_token").is_not_null(), check_names=False
+        )
+
+
+def test_thinning_keeps_every_wave_under_its_peak_and_each_columns_extremes(
+    big: PlotData,
+) -> None:
+    drawn, peaks = big.drawn, big.peaks
+    assert drawn.thinned == ("run",) and drawn.waves == BIG_WAVES
+    under = peaks.filter(pl.col("under_peak"))
+    assert under.height >= 2 * (BIG_WAVES // SPIKE - 1)  # both policies, every spike
+    # every estimate under its peak is a point of its policy's line, with its wave's actual
+    kept = drawn.peaks.filter(pl.col("draw_estimate") & pl.col("under_peak"))
+    assert sorted(kept.select("position", "policy").rows()) == sorted(
+        under.select("position", "policy").rows()
+    )
+    actual = drawn.peaks.filter(pl.col("draw_actual")).get_column("position")
+    assert set(under.get_column("position")) <= set(actual)
+    # ... even where it is neither the lowest nor the highest of its column
+    line = peaks.filter(pl.col("policy") == "max-merge").with_columns(
+        column=column_of(np.arange(BIG_WAVES, dtype=float), LINE_COLUMNS)
+    )
+    bounds = line.group_by("column").agg(
+        lo=pl.col("estimate_gb").min(), hi=pl.col("estimate_gb").max()
+    )
+    inner = line.join(bounds, on="column").filter(
+        pl.col("under_peak")
+        & (pl.col("estimate_gb") > pl.col("lo"))
+        & (pl.col("estimate_gb") < pl.col("hi"))
+    )
+    assert inner.height, "the trace should have an estimate under its peak inside a column"
+    # each column's lowest and highest, of the actual peaks and of each policy's estimates
+    first = peaks.unique("position", keep="first", maintain_order=True)
+    assert_extremes_kept(first, drawn.peaks.filter(pl.col("draw_actual")), "actual_gb")
+    for policy in big.policies:
+        mine = pl.col("policy") == policy
+        assert_extremes_kept(
+            peaks.filter(mine), drawn.peaks.filter(mine & pl.col("draw_estimate")), "estimate_gb"
+        )
+    # and it thins: at most a few points a column
+    assert drawn.peaks.filter("draw_actual").height <= 2 * LINE_COLUMNS + under.height + 2
+    assert drawn.drawn < drawn.points / 2
+
+
+def near_every_point(full: np.ndarray, drawn: np.ndarray, cell: np.ndarray) -> bool:
+    """Every full point has a drawn one within one cell (``cell``: its size in x and y)."""
+    buckets: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for x, y in (drawn / cell).tolist():
+        buckets.setdefault((math.floor(x), math.floor(y)), []).append((x, y))
+    for x, y in (full / cell).tolist():
+        bx, by = math.floor(x), math.floor(y)
+        near = [
+            q for dx in (-1, 0, 1) for dy in (-1, 0, 1) for q in buckets.get((bx + dx, by + dy), [])
+        ]
+        if not any(abs(qx - x) <= 1 and abs(qy - y) <= 1 for qx, qy in near):
+            return False
+    return True
+
+
+def test_thinned_dots_cover_every_dot_within_a_pixel_cell(big: PlotData) -> None:
+    # panel (b): every wave's dot has a drawn one within a cell (about a pixel), the extremes
+    # and every wave under its peak drawn
+    rates = big.drawn.rates
+    warm = rates.filter(pl.col("role") == "warm")
+    full = np.column_stack([warm["packed_tokens"] / 1000, warm["rate_kb_per_token"]])
+    shown = warm.filter("draw_point")
+    dots = np.column_stack([shown["packed_tokens"] / 1000, shown["rate_kb_per_token"]])
+    assert len(dots) < len(full) / 2
+    cell = (full.max(axis=0) - full.min(axis=0)) / np.array(SCATTER_CELLS)
+    assert near_every_point(full, dots, cell)
+    for axis in (0, 1):
+        assert full[:, axis].min() in dots[:, axis] and full[:, axis].max() in dots[:, axis]
+    under = set(big.peaks.filter("under_peak").get_column("wave"))
+    assert under <= set(rates.filter("draw_point").get_column("wave"))
+    # the static floor, a line along packed tokens: its lowest and highest drawn
+    floor = rates.filter(pl.col("draw_floor")).get_column("floor_kb_per_token")
+    assert rates.height > floor.len() > 0
+    assert floor.min() == rates["floor_kb_per_token"].min()
+    assert floor.max() == rates["floor_kb_per_token"].max()
+    # panel (c): every over-estimate under 0 drawn, the extremes, a dot near every dot
+    for policy in big.policies:
+        values = big.over.filter(pl.col("policy") == policy).get_column("over_estimate_pct")
+        offsets = 0.18 * ((np.arange(values.len()) * 7919) % 11 - 5) / 5
+        shown = big.drawn.over.filter(pl.col("policy") == policy)
+        assert shown.height < values.len() / 2
+        drawn_values = set(shown.get_column("over_estimate_pct"))
+        assert set(values.filter(values < 0)) <= drawn_values
+        assert {values.min(), values.max()} <= drawn_values
+        full = np.column_stack([offsets, values.to_numpy()])
+        dots = np.column_stack([shown["offset"].to_numpy(), shown["over_estimate_pct"].to_numpy()])
+        cell = np.array([1e-9, (values.max() - values.min()) / STRIP_CELLS])
+        assert near_every_point(full, dots, cell)
+
+
+def test_the_thinned_figure_draws_what_the_data_says_and_says_so(big: PlotData) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    drawn = big.drawn
+    points = (
+        BIG_WAVES  # actual peaks
+        + big.peaks.filter(pl.col("estimate_gb").is_not_null()).height
+        + big.peaks.filter("under_peak").height  # the red crosses
+        + BIG_WAVES * 2  # panel (b): a dot and a floor point a wave (one profile)
+        + big.over.height
+    )
+    assert drawn.points == points
+    assert drawn.note is not None
+    assert f"{BIG_WAVES:,} waves: {drawn.drawn:,} of {points:,} points drawn" in drawn.note
+    assert "binned by pixel" in drawn.note
+    assert f"every wave under its peak drawn ({drawn.under:,} estimates)" in drawn.note
+    fig = draw_figure(big)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    (footnote,) = fig.findobj(lambda a: isinstance(a, Text) and "my words" in a.get_text())
+    assert footnote.get_text() == "my words\n" + drawn.note
+    # the lines hold the drawn rows, point for point
+    peaks_ax = fig.axes[0]
+    lines = {line.get_label(): line for line in peaks_ax.get_lines()}
+    assert len(lines["actual peak"].get_xydata()) == drawn.peaks.filter("draw_actual").height
+    for policy in big.policies:
+        mine = drawn.peaks.filter((pl.col("policy") == policy) & pl.col("draw_estimate"))
+        assert len(lines[f"{policy} estimate"].get_xydata()) == mine.height
+    # the footnote overprints nothing and lies on the sheet
+    box = footnote.get_window_extent(renderer)
+    assert fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)
+    for ax in fig.axes:
+        others = [ax.get_legend(), ax.xaxis.label, *ax.get_xticklabels()]
+        for other in others:
+            assert not box.overlaps(other.get_window_extent(renderer)), other
+        assert not box.overlaps(ax.get_window_extent(renderer))
+
+
+def test_a_strip_keeps_its_extremes_where_they_share_a_cell() -> None:
+    # the highest shares the top cell with the dot before it, the lowest the bottom one
+    y = np.array([0.9999, 1.0, 0.0001, 0.0, 0.5])
+    assert strip_keep(np.zeros(5, np.int64), y, count=10).tolist() == [
+        True, True, True, True, True,
+    ]  # fmt: skip
+    assert strip_keep(np.zeros(5, np.int64), y[[0, 2, 4]], count=10).tolist() == [True] * 3
+    crowded = np.array([0.5, 0.0, 1.0, 0.50001, 0.50002])
+    assert strip_keep(np.zeros(5, np.int64), crowded, count=10).tolist() == [
+        True, True, True, False, False,
+    ]  # fmt: skip
+
+
+def test_a_wave_under_its_peak_is_drawn_even_in_a_crowded_cell() -> None:
+    """Wave 3 is under its peak; its dot in panel (b) shares a pixel cell with wave 2's
+    (and wave 7's) and lies between the extremes: only the rule that draws every such
+    wave keeps it."""
+    xs = [1.0, 5.0, 3.0, 3.000001, 3.0, 2.0, 4.0, 3.000002]
+    ys = [1.0, 5.0, 3.0, 3.000001, 2.0, 4.0, 3.5, 3.000002]
+    common = {"run": "r", "rank": 0, "policy": "p"}
+    peaks = pl.DataFrame(
+        [{**common, "wave": i, "position": i, "actual_gb": y, "estimate_gb": y * 1.2,
+          "set_by": "profile", "under_peak": i == 3} for i, y in enumerate(ys)]
+    )  # fmt: skip
+    rates = pl.DataFrame(
+        [{"run": "r", "rank": 0, "signature": "s", "wave": i, "first_seq": i,
+          "packed_tokens": int(x * 1e6), "actual_bytes": 1, "rate_kb_per_token": y,
+          "floor_kb_per_token": None, "role": "warm"} for i, (x, y) in enumerate(zip(xs, ys, strict=True))]
+    )  # fmt: skip
+    over = pl.DataFrame({"run": "r", "policy": "p", "over_estimate_pct": ys})
+    drawn = thin(peaks, rates, over, ["r"], {"r": (0, "s")}, above=3)
+    assert drawn.thinned == ("r",)
+    dots = drawn.rates.filter("draw_point").get_column("wave").to_list()
+    assert 3 in dots and 2 in dots
+    assert 7 not in dots  # the cell's other dots go
+
+
+def test_the_note_says_what_was_thinned_or_nothing() -> None:
+    frames = {"peaks": pl.DataFrame(), "rates": pl.DataFrame(), "over": pl.DataFrame()}
+    counts = {"waves": 100_000, "points": 600_000, "drawn": 4_000}
+    assert Drawn(**frames, **counts, under=3, thinned=()).note is None
+    head = (
+        "100,000 waves: 4,000 of 600,000 points drawn, binned by pixel (a line keeps each "
+        "pixel column's lowest and highest, dots one per pixel cell, extremes kept);\n"
+    )
+    thinned = ("r",)
+    one = Drawn(**frames, **counts, under=1, thinned=thinned).note
+    assert one == head + "every wave under its peak drawn (1 estimate)"
+    many = Drawn(**frames, **counts, under=1_914, thinned=thinned).note
+    assert many == head + "every wave under its peak drawn (1,914 estimates)"
+    none = Drawn(**frames, **counts, under=0, thinned=thinned).note
+    assert none == head + "no estimate is under its peak"
+
+
+def test_a_thinned_line_keeps_its_gaps() -> None:
+    """An unpriced wave breaks its policy's line (NaN); thinning keeps both sides of the
+    break, so that the line does not bridge it."""
+    y = np.array([1.0, 1.0, np.nan, np.nan, 1.0, 1.0, 1.0, 1.0])
+    keep = line_keep(np.arange(8.0), y, columns=1)
+    assert keep.tolist() == [True, True, True, True, True, False, False, True]

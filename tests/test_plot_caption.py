@@ -65,3 +65,27 @@ def test_warmfit_plot_captions_the_reconstruction_unless_told_otherwise(
         assert result.exit_code == 0, result.output
     assert seen[0] is not None and "reconstruction" in seen[0]
     assert seen[1:] == ["my own words", None]
+
+
+def test_warmfit_plot_says_under_the_caption_what_it_thinned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of more than THIN_ABOVE waves is drawn thinned; the footnote says so, after the
+    caption (issue 28)."""
+    pytest.importorskip("matplotlib")
+    import warmfit.report.plot
+    from tests.test_plot import BIG_WAVES, big_run
+
+    seen: list[warmfit.report.plot.PlotData] = []
+    monkeypatch.setattr(warmfit.report.plot, "render_plot", lambda data, path: seen.append(data))
+    write_trace(big_run(), tmp_path / "trace" / "t.parquet")
+    args = ["plot", str(tmp_path / "trace"), "-o", str(tmp_path / "f.svg"), "--caption", "mine"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (data,) = seen
+    assert data.caption == "mine" and data.drawn.thinned == ("run",)
+    assert data.drawn.note is not None and data.drawn.note.startswith(f"{BIG_WAVES:,} waves: ")
+    # and a small trace, under the same command, is drawn whole: no note
+    again = CliRunner().invoke(app, ["plot", str(PR991), "-o", str(tmp_path / "g.svg")])
+    assert again.exit_code == 0, again.output
+    assert seen[1].drawn.note is None and seen[1].drawn.points == seen[1].drawn.drawn

@@ -20,17 +20,24 @@ One row of three panels per run:
     at the seed's rate, warm-fit at the warm waves' rate.
 (c) **over-estimates**: the distribution of ``estimate / actual - 1`` per
     policy (%), over the waves the report counts.
+
+A large trace is drawn as its pixels can show it (:func:`thin`): a series
+of more than :data:`THIN_ABOVE` points keeps, per pixel column, its lowest
+and highest point (lines), or one point per pixel cell (dots), with its
+extremes and every estimate under its peak always drawn, and the figure's
+footnote says so. Smaller ones are drawn point by point.
 """
 
 from __future__ import annotations
 
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import polars as pl
 
 from warmfit.errors import UsageError
@@ -55,6 +62,20 @@ ROW_HEIGHT_IN = 4.2
 TITLE_IN = 0.6
 DPI = 100
 CURVE_POINTS = 160
+#: A series of more points than this in one panel is thinned to what its pixels can show
+#: (:func:`thin`); one of at most this many is drawn point by point, as it always was.
+THIN_ABOVE = 5_000
+#: Columns across the x range of a thinned line; each keeps its lowest and highest point.
+#: A panel is about 400 pixels wide at :data:`DPI`, so a column is under half a pixel.
+LINE_COLUMNS = 1_000
+#: Cells (x by y) across the data range of a thinned scatter; each occupied one keeps one
+#: point. A cell is about a pixel, smaller than the smallest marker (about 5 pixels).
+SCATTER_CELLS = (320, 240)
+#: Cells across the y range of a thinned over-estimate strip, per jitter offset (11 of them).
+STRIP_CELLS = 400
+#: The jitter offsets of panel (c): the i-th value of a policy is drawn at its position plus
+#: ``0.18 * ((i * JITTER_STEP) % JITTER_OFFSETS - 5) / 5``.
+JITTER_STEP, JITTER_OFFSETS = 7919, 11
 
 
 # --------------------------------------------------------------------------- data
@@ -121,7 +142,11 @@ def rate_points(result: ReplayResult) -> pl.DataFrame:
     )
 
 
-def price_curves(result: ReplayResult, points: int = CURVE_POINTS) -> pl.DataFrame:
+def price_curves(
+    result: ReplayResult,
+    points: int = CURVE_POINTS,
+    profiles: Collection[tuple[str, int, str]] | None = None,
+) -> pl.DataFrame:
     """Panel (b) curves: each policy's final price per packed token.
 
     One row per (run, rank, signature, policy) and packed-token count on a
@@ -129,7 +154,8 @@ def price_curves(result: ReplayResult, points: int = CURVE_POINTS) -> pl.DataFra
     largest), priced by the profile as the replay left it
     (:attr:`warmfit.replay.ReplayResult.profiles`) with logical = packed
     tokens, no outputs and no floor: ``price_kb_per_token`` = ``p / packed /
-    1000`` (null while unpriced).
+    1000`` (null while unpriced). ``profiles``: only those (run, rank,
+    signature), the ones the figure shows (default: every one).
     """
     spans = result.per_wave.group_by(["run", "rank", "signature"], maintain_order=True).agg(
         pl.col("packed_tokens").min().alias("lo"), pl.col("packed_tokens").max().alias("hi")
@@ -139,6 +165,8 @@ def price_curves(result: ReplayResult, points: int = CURVE_POINTS) -> pl.DataFra
         k: [] for k in ("run", "rank", "signature", "policy", "packed_tokens", "price_kb_per_token")
     }
     for (run, rank, signature, name), profile in result.profiles.items():
+        if profiles is not None and (run, rank, signature) not in profiles:
+            continue
         lo, hi = span[(run, rank, signature)]
         start, stop = max(1, int(lo * 0.8)), max(2, int(hi * 1.1))
         grid = sorted({start + (stop - start) * i // (points - 1) for i in range(points)})
@@ -175,6 +203,50 @@ def over_estimates(result: ReplayResult) -> pl.DataFrame:
 
 
 @dataclass(frozen=True)
+class Drawn:
+    """The points the renderer draws (:func:`thin`): every one of a small run, and of a
+    large one what its pixels can show. Each frame holds rows of :class:`PlotData`'s.
+
+    - ``peaks``: rows of ``peaks``, with ``draw_actual`` (the wave's actual peak is a
+      point of the actual-peak line: one row per drawn wave) and ``draw_estimate`` (the
+      row's estimate is a point of its policy's line; every estimate under its peak is);
+    - ``rates``: rows of ``rates`` of each run's main profile, with ``draw_point`` (a dot)
+      and ``draw_floor`` (a point of the static-floor line);
+    - ``over``: rows of ``over``, with ``offset``, the dot's jitter from its policy's place.
+    """
+
+    peaks: pl.DataFrame
+    rates: pl.DataFrame
+    over: pl.DataFrame
+    #: Waves in the runs drawn, points the figure would draw unthinned and points it draws.
+    waves: int
+    points: int
+    drawn: int
+    #: Estimates under their peak, each drawn (a red cross) whatever the thinning.
+    under: int
+    #: The runs thinned: those of more than :data:`THIN_ABOVE` waves (a run of fewer has no
+    #: series that long, and is drawn whole).
+    thinned: tuple[str, ...]
+
+    @property
+    def note(self) -> str | None:
+        """The footnote's line about the thinning; ``None`` when every point is drawn."""
+        if not self.thinned:
+            return None
+        under = (
+            f"every wave under its peak drawn ({self.under:,} "
+            f"{'estimate' if self.under == 1 else 'estimates'})"
+            if self.under
+            else "no estimate is under its peak"
+        )
+        return (
+            f"{self.waves:,} waves: {self.drawn:,} of {self.points:,} points drawn, binned by "
+            "pixel (a line keeps each pixel column's lowest and highest, dots one per pixel "
+            f"cell, extremes kept);\n{under}"
+        )
+
+
+@dataclass(frozen=True)
 class PlotData:
     """Everything the figures show, as plain frames."""
 
@@ -187,6 +259,8 @@ class PlotData:
     over: pl.DataFrame
     main_profiles: dict[str, tuple[int, str]]
     profile_counts: dict[str, int]
+    #: What of the frames above is drawn (:func:`thin`).
+    drawn: Drawn
     #: A footnote under the figure: where the traces come from (see :func:`provenance_caption`).
     caption: str | None = None
 
@@ -223,6 +297,240 @@ def check_signature(result: ReplayResult, signature: str) -> None:
         )
 
 
+# --------------------------------------------------------------------------- thinning
+
+
+def cells(values: np.ndarray, count: int) -> np.ndarray:
+    """Each value's cell among ``count`` equal cells across the values' range:
+    ``floor((v - min) / (max - min) * count)``, the largest value in the last cell
+    (every value in cell 0 when they are all equal).
+
+    >>> cells(np.array([0.0, 0.5, 0.99, 1.0]), 4).tolist()
+    [0, 2, 3, 3]
+    """
+    if not len(values):
+        return np.zeros(0, np.int64)
+    lo, hi = values.min(), values.max()
+    if not hi > lo:
+        return np.zeros(len(values), np.int64)
+    return np.minimum(((values - lo) / (hi - lo) * count).astype(np.int64), count - 1)
+
+
+def line_keep(x: np.ndarray, y: np.ndarray, columns: int = LINE_COLUMNS) -> np.ndarray:
+    """Which points of a line (``x`` ascending) to draw, as a mask: in each of ``columns``
+    equal columns across its x range (:func:`cells`) the lowest and the highest (the
+    first of equals); the first and the last; and both sides of every gap (a NaN ``y``,
+    which breaks the line).
+
+    >>> line_keep(np.arange(6.0), np.array([3, 1, 2, 9, 8, 7.0]), columns=2).tolist()
+    [True, True, False, True, False, True]
+    """
+    keep = np.zeros(len(x), bool)
+    if not len(x):
+        return keep
+    keep[[0, -1]] = True
+    missing = np.isnan(y)
+    edge = missing[1:] != missing[:-1]
+    keep[:-1] |= edge
+    keep[1:] |= edge
+    at = np.flatnonzero(~missing)
+    if at.size:
+        values, column = y[at], cells(x, columns)[at]
+        starts = np.flatnonzero(np.r_[True, column[1:] != column[:-1]])  # x ascending
+        segment = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, at.size]))
+        for extreme in (np.minimum, np.maximum):
+            hits = np.flatnonzero(values == extreme.reduceat(values, starts)[segment])
+            firsts = hits[np.r_[True, segment[hits][1:] != segment[hits][:-1]]]
+            keep[at[firsts]] = True
+    return keep
+
+
+def _one_per_cell(key: np.ndarray) -> np.ndarray:
+    """The first point of each distinct ``key``, as indices."""
+    return np.unique(key, return_index=True)[1]
+
+
+def scatter_keep(x: np.ndarray, y: np.ndarray, grid: tuple[int, int] = SCATTER_CELLS) -> np.ndarray:
+    """Which dots of a scatter to draw, as a mask: in a ``grid`` of cells (x by y) across
+    the dots' ranges (:func:`cells`) the first dot of each occupied cell, and the dots
+    with the lowest and highest x and y. Dots with no finite place are kept (matplotlib
+    skips them).
+
+    >>> x = np.array([0, 0.1, 0.2, 5, 10.0])
+    >>> scatter_keep(x, x, (2, 2)).tolist()
+    [True, False, False, True, True]
+    """
+    keep = ~(np.isfinite(x) & np.isfinite(y))
+    at = np.flatnonzero(~keep)
+    if at.size:
+        fx, fy = x[at], y[at]
+        keep[at[_one_per_cell(cells(fx, grid[0]) * grid[1] + cells(fy, grid[1]))]] = True
+        keep[at[[fx.argmin(), fx.argmax(), fy.argmin(), fy.argmax()]]] = True
+    return keep
+
+
+def strip_keep(offset_index: np.ndarray, y: np.ndarray, count: int = STRIP_CELLS) -> np.ndarray:
+    """Which dots of a jittered strip (panel c) to draw, as a mask: per jitter offset
+    (``offset_index``), the first dot in each of ``count`` cells across the y range
+    (:func:`cells`); the lowest and the highest; every one below 0 (an estimate under
+    its peak); and any that is not finite."""
+    keep = ~np.isfinite(y) | (y < 0)
+    at = np.flatnonzero(np.isfinite(y))
+    if at.size:
+        fy = y[at]
+        keep[at[_one_per_cell(offset_index[at] * count + cells(fy, count))]] = True
+        keep[at[[fy.argmin(), fy.argmax()]]] = True
+    return keep
+
+
+def _thin_peaks(peaks: pl.DataFrame, runs: Sequence[str], large: Sequence[str]) -> pl.DataFrame:
+    """Panel (a) of :func:`thin`: the rows of ``peaks`` (of ``runs``) drawn, with their
+    flags; the ``large`` runs thinned."""
+    peaks = peaks.filter(pl.col("run").is_in(runs))
+    # the actual peak line takes each wave's first row, as it always did
+    first = peaks.select(pl.struct("run", "position").is_first_distinct()).to_series()
+    draw_actual = first.to_numpy().copy()
+    draw_estimate = np.ones(peaks.height, bool)
+    parts = peaks.with_row_index("_row").filter(pl.col("run").is_in(large)).partition_by("run")
+    for part in parts:
+        order = np.argsort(part.get_column("position").to_numpy(), kind="stable")
+        rows = part.get_column("_row").to_numpy()[order]
+        position = part.get_column("position").to_numpy()[order].astype(float)
+        under = part.get_column("under_peak").to_numpy()[order]
+        # a stable sort: the first row of each wave is the one is_first_distinct picked
+        starts = np.flatnonzero(np.r_[True, position[1:] != position[:-1]])
+        actual = part.get_column("actual_gb").to_numpy()[order][starts]
+        keep = line_keep(position[starts], actual) | np.logical_or.reduceat(under, starts)
+        draw_actual[rows] = False
+        draw_actual[rows[starts[keep]]] = True
+        estimate = part.get_column("estimate_gb").to_numpy()[order]
+        draw_estimate[rows] = False
+        for name in part.get_column("policy").unique(maintain_order=True):
+            line = np.flatnonzero((part.get_column("policy") == name).to_numpy()[order])
+            keep = line_keep(position[line], estimate[line]) | under[line]
+            draw_estimate[rows[line[keep]]] = True
+    return peaks.with_columns(draw_actual=draw_actual, draw_estimate=draw_estimate).filter(
+        pl.col("draw_actual") | pl.col("draw_estimate")
+    )
+
+
+def _thin_rates(
+    rates: pl.DataFrame,
+    peaks: pl.DataFrame,
+    runs: Sequence[str],
+    main_profiles: dict[str, tuple[int, str]],
+    above: int,
+) -> pl.DataFrame:
+    """Panel (b) of :func:`thin`: the rows of each run's main profile, with their flags."""
+    under_waves = (
+        peaks.filter(pl.col("under_peak")).select("run", "rank", "wave").unique()
+    ).with_columns(under_peak=pl.lit(True))
+    parts = []
+    for run in runs:
+        rank, signature = main_profiles[run]
+        points = rates.filter(
+            (pl.col("run") == run) & (pl.col("rank") == rank) & (pl.col("signature") == signature)
+        )
+        draw_point = np.ones(points.height, bool)
+        draw_floor = points.get_column("floor_kb_per_token").is_not_null().to_numpy()
+        if points.height > above:
+            under = (
+                points.join(under_waves, on=["run", "rank", "wave"], how="left",
+                            maintain_order="left")
+                .get_column("under_peak").fill_null(False).to_numpy()
+            )  # fmt: skip
+            x = points.get_column("packed_tokens").to_numpy() / 1000
+            y = points.get_column("rate_kb_per_token").to_numpy().astype(float)
+            role = points.get_column("role").to_numpy()
+            for name in ("other", "warm", "seed"):
+                at = np.flatnonzero(role == name)
+                if at.size > above:
+                    draw_point[at] = scatter_keep(x[at], y[at]) | under[at]
+            at = np.flatnonzero(draw_floor)
+            if at.size > above:  # drawn as a line along packed tokens
+                at = at[np.argsort(x[at], kind="stable")]
+                floor = points.get_column("floor_kb_per_token").to_numpy()
+                draw_floor[at] = line_keep(x[at], floor[at])
+        parts.append(points.with_columns(draw_point=draw_point, draw_floor=draw_floor))
+    if not parts:
+        return rates.clear().with_columns(draw_point=pl.lit(True), draw_floor=pl.lit(True))
+    return pl.concat(parts)
+
+
+def _thin_over(over: pl.DataFrame, runs: Sequence[str], above: int) -> pl.DataFrame:
+    """Panel (c) of :func:`thin`: the rows of ``over`` (of ``runs``) drawn, with their offsets."""
+    by = ("run", "policy")
+    over = (
+        over.filter(pl.col("run").is_in(runs))
+        .with_row_index("_row")
+        .with_columns(
+            _k=(pl.int_range(pl.len()).over(by) * JITTER_STEP) % JITTER_OFFSETS,
+            _whole=pl.len().over(by) <= above,
+        )
+    )
+    kept = pl.Series("_row", [], pl.UInt32)
+    for strip in over.filter(~pl.col("_whole")).partition_by(by):
+        keep = strip_keep(strip["_k"].to_numpy(), strip["over_estimate_pct"].to_numpy())
+        kept.append(strip.get_column("_row").filter(pl.Series(keep)))
+    return (
+        over.filter(pl.col("_whole") | pl.col("_row").is_in(kept.implode()))
+        .with_columns(offset=0.18 * (pl.col("_k") - 5) / 5)
+        .drop("_row", "_k", "_whole")
+    )
+
+
+def thin(
+    peaks: pl.DataFrame,
+    rates: pl.DataFrame,
+    over: pl.DataFrame,
+    runs: Sequence[str],
+    main_profiles: dict[str, tuple[int, str]],
+    above: int = THIN_ABOVE,
+) -> Drawn:
+    """What the figure draws of the panels' frames (:class:`Drawn`).
+
+    A series of at most ``above`` points in its panel is drawn whole, point by point.
+    A longer one is thinned to what its pixels can show: a line (a run's actual peaks,
+    each policy's estimates, the static floor) keeps what :func:`line_keep` keeps; a
+    scatter (each role's dots of panel b) one dot per pixel cell (:func:`scatter_keep`);
+    a strip of over-estimates (panel c) one dot per cell and jitter offset
+    (:func:`strip_keep`). Every estimate under its peak is drawn whatever the thinning:
+    its point on its policy's line, its wave's actual peak and dot in panel (b), and its
+    over-estimate.
+    """
+    shown_peaks = peaks.filter(pl.col("run").is_in(runs))
+    waves = shown_peaks.group_by("run", maintain_order=True).agg(pl.col("position").n_unique())
+    # every series of a run has at most one point per wave: a run of at most `above` waves
+    # is drawn whole, and one of more has at least its peak line thinned
+    large = waves.filter(pl.col("position") > above).get_column("run").to_list()
+    drawn_peaks = _thin_peaks(peaks, runs, large)
+    drawn_rates = _thin_rates(rates, peaks, runs, main_profiles, above)
+    drawn_over = _thin_over(over, runs, above)
+    under = shown_peaks.filter(pl.col("under_peak")).height
+    estimate = pl.col("estimate_gb").is_not_null()
+    floor = pl.col("floor_kb_per_token").is_not_null()
+    # what the figure would draw whole: every wave's actual peak, every estimate, the
+    # crosses under the peaks, panel (b)'s dots and floor, panel (c)'s dots
+    total = int(waves.get_column("position").sum())
+    points = total + shown_peaks.filter(estimate).height + under
+    points += drawn_rates.height + drawn_rates.filter(floor).height
+    points += over.filter(pl.col("run").is_in(runs)).height
+    drawn = drawn_peaks.filter(pl.col("draw_actual")).height
+    drawn += drawn_peaks.filter(pl.col("draw_estimate") & estimate).height + under
+    drawn += drawn_rates.filter(pl.col("draw_point")).height
+    drawn += drawn_rates.filter(pl.col("draw_floor")).height + drawn_over.height
+    return Drawn(
+        peaks=drawn_peaks,
+        rates=drawn_rates,
+        over=drawn_over,
+        waves=total,
+        points=points,
+        drawn=drawn,
+        under=under,
+        thinned=tuple(large),
+    )
+
+
 def build_plot_data(
     result: ReplayResult, caption: str | None = None, signature: str | None = None
 ) -> PlotData:
@@ -240,16 +548,19 @@ def build_plot_data(
     counts: dict[str, int] = {}
     for run in runs:
         mains[run], counts[run] = main_profile(rates, run, signature)
+    peaks, over = peak_series(result), over_estimates(result)
+    shown = {(run, *mains[run]) for run in runs}
     return PlotData(
         runs=runs,
         policies=result.policies,
         safety_factor=result.safety_factor,
-        peaks=peak_series(result),
+        peaks=peaks,
         rates=rates,
-        curves=price_curves(result),
-        over=over_estimates(result),
+        curves=price_curves(result, profiles=shown),
+        over=over,
         main_profiles=mains,
         profile_counts=counts,
+        drawn=thin(peaks, rates, over, runs, mains),
         caption=caption or None,
     )
 
@@ -363,8 +674,13 @@ def draw_figure(data: PlotData) -> Figure:
         fontsize=14,
     )
     axes = fig.subplots(max(1, len(data.runs)), 3, squeeze=False)
+    notes = []
     if data.caption:
-        fig.supxlabel(data.caption, fontsize=11, fontstyle="italic")
+        notes.append(data.caption)
+    if data.drawn.note:
+        notes.append(data.drawn.note)
+    if notes:
+        fig.supxlabel("\n".join(notes), fontsize=11, fontstyle="italic")
     for row, run in enumerate(data.runs):
         _draw_peaks(axes[row][0], data, run)
         _draw_rates(axes[row][1], data, run)
@@ -396,7 +712,8 @@ def _legend_below(ax: Any, **options: Any) -> Any:
 
 def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
     peaks = data.peaks.filter(pl.col("run") == run)
-    actual = peaks.unique(["position"], keep="first", maintain_order=True)
+    drawn = data.drawn.peaks.filter(pl.col("run") == run)
+    actual = drawn.filter(pl.col("draw_actual"))
     largest = peaks.select(
         pl.max_horizontal(pl.col("actual_gb").max(), pl.col("estimate_gb").max())
     ).item()
@@ -414,10 +731,11 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
     )
     under_labelled = False
     for name in data.policies:
-        mine = peaks.filter(pl.col("policy") == name)
+        mine = drawn.filter(pl.col("policy") == name)
+        line = mine.filter(pl.col("draw_estimate"))
         ax.plot(
-            mine.get_column("position").to_list(),
-            (mine.get_column("estimate_gb") * scale).to_list(),
+            line.get_column("position").to_list(),
+            (line.get_column("estimate_gb") * scale).to_list(),
             marker=".",
             label=f"{_label(name)} estimate",
             **_line(data.policies, name),
@@ -425,8 +743,8 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
         under = mine.filter(pl.col("under_peak"))
         if under.height:
             ax.scatter(
-                under.get_column("position").to_list(),
-                (under.get_column("estimate_gb") * scale).to_list(),
+                under.get_column("position").to_numpy(),
+                (under.get_column("estimate_gb") * scale).to_numpy(),
                 marker="x",
                 s=80,
                 color="red",
@@ -460,6 +778,7 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
     profiles = data.profile_counts[run]
     mine = (pl.col("run") == run) & (pl.col("rank") == rank) & (pl.col("signature") == signature)
     points = data.rates.filter(mine)
+    drawn = data.drawn.rates.filter(mine)
     curves = data.curves.filter(mine)
     for name in data.policies:
         curve = curves.filter(pl.col("policy") == name)
@@ -469,7 +788,7 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
             label=f"{_label(name)} price",
             **_line(data.policies, name),
         )
-    floors = points.filter(pl.col("floor_kb_per_token").is_not_null()).sort("packed_tokens")
+    floors = drawn.filter(pl.col("draw_floor")).sort("packed_tokens")
     if floors.height:
         ax.plot(
             (floors.get_column("packed_tokens") / 1000).to_list(),
@@ -481,11 +800,11 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
             zorder=2,
         )
     for role in ("other", "warm", "seed"):
-        chosen = points.filter(pl.col("role") == role)
+        chosen = drawn.filter(pl.col("draw_point") & (pl.col("role") == role))
         if chosen.height:
             ax.scatter(
-                (chosen.get_column("packed_tokens") / 1000).to_list(),
-                chosen.get_column("rate_kb_per_token").to_list(),
+                (chosen.get_column("packed_tokens") / 1000).to_numpy(),
+                chosen.get_column("rate_kb_per_token").to_numpy(),
                 **_ROLE_STYLE[role],
             )
     where = f" (rank {rank}, signature {_label(signature)})" if profiles > 1 else ""
@@ -495,13 +814,19 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
     ax.set_xlabel("packed tokens (thousands)")
     ax.set_ylabel("compute bytes per packed token (KB/token)")
     ax.grid(alpha=0.3)
+    # the range of every point, drawn or thinned out
     shown = [
-        *points.get_column("rate_kb_per_token").to_list(),
-        *curves.get_column("price_kb_per_token").drop_nulls().to_list(),
-        *floors.get_column("floor_kb_per_token").to_list(),
+        column
+        for column in (
+            points.get_column("rate_kb_per_token"),
+            curves.get_column("price_kb_per_token").drop_nulls(),
+            points.get_column("floor_kb_per_token").drop_nulls(),
+        )
+        if len(column)
     ]
     if shown:
-        low, high = min(shown), max(shown)
+        low = min(cast(float, column.min()) for column in shown)
+        high = max(cast(float, column.max()) for column in shown)
         span = max(high - low, 0.05 * high, 1.0)
         ax.set_ylim(low - 0.08 * span, high + 0.08 * span)
     _legend_below(
@@ -514,6 +839,7 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
 
 def _draw_over(ax: Any, data: PlotData, run: str) -> None:
     over = data.over.filter(pl.col("run") == run)
+    drawn = data.drawn.over.filter(pl.col("run") == run)
     values = [
         over.filter(pl.col("policy") == name).get_column("over_estimate_pct").to_list()
         for name in data.policies
@@ -533,8 +859,14 @@ def _draw_over(ax: Any, data: PlotData, run: str) -> None:
             patch.set_facecolor(_colour(data.policies, data.policies[p - 1]))
             patch.set_alpha(0.35)
     for p, v in present:
-        spread = [p + 0.18 * ((i * 7919) % 11 - 5) / 5 for i in range(len(v))]
-        ax.scatter(spread, v, s=14, color=_colour(data.policies, data.policies[p - 1]), zorder=3)
+        dots = drawn.filter(pl.col("policy") == data.policies[p - 1])
+        ax.scatter(
+            (p + dots.get_column("offset")).to_numpy(),
+            dots.get_column("over_estimate_pct").to_numpy(),
+            s=14,
+            color=_colour(data.policies, data.policies[p - 1]),
+            zorder=3,
+        )
         median = sorted(v)[(len(v) - 1) // 2 : len(v) // 2 + 1]
         ax.annotate(
             f"median {sum(median) / len(median):+.1f}%",
