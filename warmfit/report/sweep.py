@@ -78,8 +78,11 @@ def _median(values: np.ndarray) -> float | None:
 def _figures_at(
     unscaled: np.ndarray, actual: np.ndarray, factor: float
 ) -> tuple[int, float | None]:
-    estimate = (unscaled.astype(np.float64) * factor).astype(np.int64)
-    over = estimate.astype(np.float64) / actual.astype(np.float64) - 1
+    # int((o + compute) * f), kept a double: exact as the truncated double itself, where
+    # an int64 would wrap for estimates past 2**63 (a large safe factor); compared with
+    # and divided by the actual bytes exactly while those stay below 2**53 (8 PiB)
+    estimate = np.trunc(unscaled.astype(np.float64) * factor)
+    over = estimate / actual.astype(np.float64) - 1
     return int((estimate < actual).sum()), _median(over)
 
 
