@@ -177,5 +177,127 @@ def trace_parts(draw: st.DrawFn, max_waves: int = 12) -> list[pl.DataFrame]:
 
 def examples(count: int) -> int:
     """``count`` examples under the default profile, scaled by the profile loaded:
-    three times as many under ``ci`` (``make test``), see tests/conftest.py."""
+    twice as many under ``ci`` (``make test``), see tests/conftest.py."""
     return max(1, count * settings.default.max_examples // 100)
+
+
+# --------------------------------------------------------------------------- oracle traces
+#
+# Traces for the independent oracle (tests/oracle.py, tests/test_oracle.py), as
+# plain rows (dicts of the SPEC §2 columns), rows in any order. Memory is modelled
+# per signature as a fixed cost plus a per-token rate (now and then a quadratic
+# term), the first flat wave of a signature paying a cold extra, with noise, so
+# that every policy's fit moves: warm-fit's seed and warm waves, warm-affine's
+# anchor, slope and waves smaller than the anchor, envelope's points, chords and
+# growth beyond them. And every case the figures single out: priced and unpriced
+# out-of-memory waves, floors absent, zero, below and above the learned price,
+# waves whose peak stays at or below the baseline (actual 0), profiles that price
+# 0 bytes, split children with caller readings above their forward ones,
+# forward-only calls, interrupted caller phases, waves interleaved, several runs,
+# ranks and signatures.
+
+#: Packed tokens: a few sizes that recur (so warm sizes repeat and tie), and any.
+oracle_sizes = st.sampled_from([8, 16, 32, 50, 64, 100, 128, 200, 256, 400]) | st.integers(1, 5000)
+_fixed_costs = st.sampled_from([0, 4096, 1_000_000]) | st.integers(0, 10**8)
+_rates = st.sampled_from([0, 1, 100, 1000, 4096]) | st.integers(0, 100_000)
+_baselines = st.sampled_from([0, 2**20]) | st.integers(0, 2**36)
+
+
+@st.composite
+def _oracle_stream(draw: st.DrawFn, run: str, rank: int, max_waves: int) -> list[dict[str, object]]:
+    """One (run, rank) stream's readings, in seq order."""
+    names = draw(st.permutations(["s", "t", "moe/L8", "ü"]))
+    signatures = names[: draw(st.sampled_from([1, 1, 2, 3]))]
+    models = {
+        sig: (
+            draw(_fixed_costs),
+            draw(_rates),
+            draw(st.sampled_from([0, 0, 1, 64, 1024])),  # bytes per token squared
+            draw(st.sampled_from([0, 10**6]) | st.integers(0, 10**8)),  # a cold wave's extra
+            # the sizes its waves come in: a few, so that sizes recur and waves come
+            # smaller than the warm ones as often as larger
+            draw(st.lists(oracle_sizes, min_size=3, max_size=5, unique=True)),
+        )
+        for sig in signatures
+    }
+    cold = set(signatures)
+    count = draw(st.integers(0, max_waves) | st.integers(max_waves // 2, max_waves))
+    ids = draw(st.permutations(range(count)))
+    id_stride, id_start = draw(st.sampled_from([1, 3])), draw(st.integers(-3, 3))
+    timed = []
+    for w in range(count):
+        sig = draw(st.sampled_from(signatures))
+        fixed, rate, quad, extra, sizes = models[sig]
+        kind = draw(st.sampled_from(["flat"] * 4 + ["split_child", "dp_rank_forward"]))
+        n = draw(st.sampled_from(sizes))
+        m = draw(st.sampled_from([n, n, n, 2 * n]) | st.integers(n, 8 * n))
+        o = draw(st.sampled_from([0, 0, 4096]) | st.integers(0, 10**6))
+        compute = fixed + rate * n + quad * n * n
+        if kind == "flat" and sig in cold:
+            cold.discard(sig)
+            compute += extra
+        compute = max(0, compute + draw(st.integers(-(compute // 8), compute // 8)))
+        # no floor most often; else zero, below the compute, above it, or anywhere
+        floor = draw(
+            st.sampled_from([None, None, None, 0, compute // 2, 2 * compute + 1])
+            | st.integers(0, 2 * compute + 1)
+        )
+        if kind == "flat":
+            phases = draw(
+                st.sampled_from(
+                    [
+                        ["forward", "caller"],
+                        ["caller"],
+                        ["forward"],
+                        ["forward", "caller", "caller"],
+                    ]
+                )
+            )
+        elif kind == "split_child":
+            phases = draw(st.sampled_from([["forward", "caller"], ["forward"]]))
+        else:
+            phases = ["forward"]
+        zero = draw(st.integers(0, 7)) == 0  # every peak at or below its baseline
+        oom_at = draw(st.integers(0, 11))  # the reading that ran out of memory, if any
+        t = 2 * w + draw(st.sampled_from([0, 0, 0, 1, 3]))
+        constants = {"signature": sig, "kind": kind, "packed_tokens": n, "logical_tokens": m,
+                     "output_bytes": o, "static_floor_bytes": floor,
+                     "wave": id_start + id_stride * ids[w]}  # fmt: skip
+        for r, phase in enumerate(phases):
+            baseline = draw(_baselines)
+            if zero:
+                peak = baseline - draw(st.integers(0, min(baseline, 4096)))
+            elif phase == "forward":
+                peak = baseline + o + compute * draw(st.sampled_from([1, 2, 3, 4])) // 4
+            else:  # the caller's loss and backward on top of the forward
+                peak = baseline + o + compute + draw(st.sampled_from([0, 0, 512]))
+            reading = {
+                "phase": phase,
+                # an interrupted caller phase is not whole; only a flat wave's caller may be
+                "whole": phase == "caller" and kind == "flat" and draw(st.integers(0, 3)) > 0,
+                "baseline_bytes": baseline,
+                "peak_bytes": peak,
+                "oom": oom_at == r or (oom_at == 11 and r == len(phases) - 1),
+            }
+            t += draw(st.sampled_from([0, 1, 1, 2]))
+            timed.append((t, w, r, {**constants, **reading}))
+    timed.sort(key=lambda x: x[:3])  # waves now and then interleaved
+    start, stride = draw(st.integers(-5, 5)), draw(st.sampled_from([1, 1, 2, 7]))
+    return [
+        {**row, "run": run, "rank": rank, "seq": start + i * stride, "step": None}
+        for i, (_, _, _, row) in enumerate(timed)
+    ]
+
+
+@st.composite
+def oracle_traces(draw: st.DrawFn, max_waves: int = 12) -> list[dict[str, object]]:
+    """A valid v1 trace of modelled memory as plain rows (SPEC §2 columns), in any order."""
+    runs = draw(
+        st.lists(st.sampled_from(["A", "B", "ep2/cp2", ""]), min_size=1, max_size=3, unique=True)
+    )
+    rows: list[dict[str, object]] = []
+    for run in runs:
+        for rank in draw(st.lists(st.integers(0, 3), min_size=1, max_size=2, unique=True)):
+            rows += draw(_oracle_stream(run, rank, max_waves))
+    order = draw(st.permutations(range(len(rows))))
+    return [rows[i] for i in order]
