@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-stamp
 CORE_STAMP := $(VENV)/.core-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo demo-hf test test-fast test-slow lint format bench traces expectations notebook clean bench-record smoke-core mutants
+.PHONY: help venv demo demo-hf test test-fast test-slow lint format bench traces expectations notebook clean bench-record smoke-core mutants mutants-generated
 
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-12s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ demo-hf: $(STAMP) ## Re-record traces/hf-qwen3moe-cpu (HF Trainer, random Qwen3-
 	$(WARMFIT) replay traces/hf-qwen3moe-cpu --by signature -p max-merge -p warm-fit -p warm-affine
 
 test: $(STAMP) ## Run the test suite (not slow, not gpu).
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --hypothesis-profile=ci
 
 # The unit tests a contributor runs while editing: policies, rules, engines, the format, the
 # CLI's basics; no recordings, no worker processes, no long property runs (make test runs all).
@@ -103,5 +103,12 @@ bench-record: $(STAMP) ## Recorder cost per reading; 1M readings written (JSON: 
 mutants: $(STAMP) ## Plant each bug of mutants/mutants.toml in a copy; fail on a survivor.
 	$(PY) mutants/run.py
 
-bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too) beside a bare scan; JSON: benchmarks/results/.
+# The generated pass: every small mutant of the core modules' syntax trees (mutants/generate.py),
+# each run against the tests that ran its line; survivors must be in mutants/generated.toml.
+# WORKERS mutants run at once; REPORT names the JSON report (default: under the temp dir).
+mutants-generated: $(STAMP) ## Generate mutants of the core modules (AST); fail on an unaccepted survivor.
+	$(PY) mutants/run.py --generate --workers $(or $(WORKERS),2) $(if $(REPORT),--report $(REPORT))
+
+bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too) beside a bare scan, then plot 1e5 waves; JSON: benchmarks/results/.
 	$(PY) benchmarks/bench_replay.py $(if $(SIZES),--sizes $(SIZES))
+	$(PY) benchmarks/bench_plot.py

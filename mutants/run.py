@@ -15,20 +15,59 @@ once: update the list after editing the code), and 0 otherwise.
     python mutants/run.py                 # every mutant
     python mutants/run.py ID ...          # only these
     python mutants/run.py --list          # list them
+
+``--generate`` runs the *generated* pass instead (``make mutants-generated``):
+``mutants/generate.py`` walks each module's syntax tree and makes every small
+mutant of the kinds it lists (an operator, a comparison's boundary, a
+condition, a constant, ``max``/``min``, a returned value), each with an id
+``FILE:LINE:COL:KIND`` such as ``summary.py:123:18:Lt->LtE``. One unmutated
+run of each module's killer tests (:data:`KILLERS`, plus the module's own
+doctests) records which test runs which line; each mutant then runs, with
+``pytest -x``, the tests that ran its line (the whole file where a fixture
+did; for a line run at import time, such as a class attribute, a default or a
+constant, the tests that ran its class, function or module), fastest first,
+under a timeout of five times their unmutated time. It is *killed*, *survives*, times out (counted as caught) or
+does not compile. Survivors that are equivalent (no behaviour can tell them
+apart) are listed with their reason in ``mutants/generated.toml``, matched on
+the file, the mutated line's text and the kind, so an unrelated edit does not
+unmatch them; the run exits 1 on any other survivor, and writes a JSON report
+(``--report``).
+
+    python mutants/run.py --generate --module warmfit/report/sweep.py   # one module
+    python mutants/run.py --generate --module warmfit/report/sweep.py --list
+    python mutants/run.py --generate --sample 40 --seed 1 --workers 2  # a random 40
+    python mutants/run.py --generate 'sweep.py:51:18:floor->ceil' --show  # some, by id
+    python mutants/run.py --generate --confirm  # survivors re-run on all killer tests
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
 import os
+import queue
+import random
+import re
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from generate import Generated
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -135,7 +174,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-baseline", action="store_true", help="skip the unmutated run of every test named"
     )
+    generated = parser.add_argument_group("the generated pass (--generate)")
+    generated.add_argument(
+        "--generate",
+        action="store_true",
+        help="generate mutants from the modules' syntax trees instead of mutants.toml",
+    )
+    generated.add_argument(
+        "--module",
+        action="append",
+        metavar="PATH",
+        help="mutate this module (repeatable; default: the modules of DEFAULT_MODULES)",
+    )
+    generated.add_argument("--workers", type=int, default=2, help="mutants run at once (2)")
+    generated.add_argument("--sample", type=int, metavar="K", help="run K mutants drawn at random")
+    generated.add_argument("--seed", type=int, default=0, help="the draw's seed (0)")
+    generated.add_argument("--report", metavar="PATH", help="write the JSON report here")
+    generated.add_argument(
+        "--confirm",
+        action="store_true",
+        help="run each survivor again on every killer test of its module",
+    )
+    generated.add_argument(
+        "--timeout-factor",
+        type=float,
+        default=5.0,
+        help="a mutant's timeout: its tests' time x (5)",
+    )
+    generated.add_argument(
+        "--no-fork",
+        action="store_true",
+        help="start a new Python for each mutant instead of forking a warm one",
+    )
+    generated.add_argument(
+        "--skip-accepted",
+        action="store_true",
+        help=f"do not run the survivors accepted in {GENERATED_ACCEPTED_NAME} (quicker)",
+    )
+    generated.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="reuse the unmutated run saved beside an earlier report (REPORT.baseline.json) "
+        "while no module or test has changed since",
+    )
+    generated.add_argument(
+        "--stubs",
+        metavar="REPORT",
+        help=f"print {GENERATED_ACCEPTED_NAME} entries for the unaccepted survivors of a report "
+        "(the reason left to write) and exit",
+    )
     args = parser.parse_args(argv)
+    if args.generate:
+        return generated_main(args)
     mutants = load(HERE / "mutants.toml")
     accepted = load_accepted(HERE / "accepted.toml")
     unknown = sorted(set(accepted) - {m.id for m in mutants})
@@ -222,5 +312,772 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- generated pass
+
+#: The modules ``make mutants-generated`` mutates.
+DEFAULT_MODULES = (
+    "warmfit/replay/summary.py",
+    "warmfit/report/sweep.py",
+    "warmfit/report/gate.py",
+    "warmfit/policies/max_merge.py",
+    "warmfit/policies/warm_fit.py",
+    "warmfit/policies/warm_affine.py",
+    "warmfit/policies/envelope.py",
+    "warmfit/replay/semantics.py",
+)
+_POLICY_TESTS = (
+    "tests/test_policies.py",
+    "tests/test_warm_affine.py",
+    "tests/test_envelope.py",
+    "tests/test_rule.py",
+    "tests/test_conformance.py",
+    "tests/test_replay.py",
+    "tests/test_mutant_killers_2.py",
+    "tests/test_mutant_killers.py",
+    "tests/test_seen_range.py",
+    "tests/test_decisions.py",
+    "tests/test_vectorized.py",
+)
+#: Tests being written (issue 31): added to every module's killers when they exist.
+NEW_TESTS = ("tests/test_oracle.py", "tests/test_stranger_bugs.py")
+#: Per module, the test files that should kill its mutants (its own doctests are added).
+KILLERS: dict[str, tuple[str, ...]] = {
+    "warmfit/replay/summary.py": (
+        "tests/test_replay.py",
+        "tests/test_medians.py",
+        "tests/test_perwave.py",
+        "tests/test_seen_range.py",
+        "tests/test_check.py",
+        "tests/test_decisions.py",
+        "tests/test_mutant_killers.py",
+        "tests/test_mutant_killers_2.py",
+        "tests/test_conformance.py",
+        "tests/test_stream.py",
+        "tests/test_vectorized.py",
+    ),
+    "warmfit/report/sweep.py": (
+        "tests/test_decisions.py",
+        "tests/test_seen_range.py",
+        "tests/test_mutant_killers_2.py",
+        "tests/test_check.py",
+        "tests/test_cli.py",
+    ),
+    "warmfit/report/gate.py": (
+        "tests/test_check.py",
+        "tests/test_hostile_input.py",
+        "tests/test_mutant_killers.py",
+        "tests/test_cli.py",
+    ),
+    "warmfit/policies/max_merge.py": _POLICY_TESTS,
+    "warmfit/policies/warm_fit.py": _POLICY_TESTS,
+    "warmfit/policies/warm_affine.py": _POLICY_TESTS,
+    "warmfit/policies/envelope.py": _POLICY_TESTS,
+    "warmfit/replay/semantics.py": (
+        "tests/test_replay.py",
+        "tests/test_policies.py",
+        "tests/test_perwave.py",
+        "tests/test_seen_range.py",
+        "tests/test_decisions.py",
+        "tests/test_conformance.py",
+        "tests/test_mutant_killers.py",
+        "tests/test_mutant_killers_2.py",
+        "tests/test_check.py",
+        "tests/test_stream.py",
+        "tests/test_vectorized.py",
+    ),
+}
+GENERATED_ACCEPTED_NAME = "generated.toml"
+GENERATED_ACCEPTED = HERE / GENERATED_ACCEPTED_NAME
+#: The baseline runs every test (no -x): a test failing unmutated is deselected.
+BASELINE_PYTEST = tuple(a for a in PYTEST if a != "-x")
+#: A test slower than this (unmutated) that runs no line of a module is left out of
+#: the runs of the module's import-time and uncovered mutants (every killer file).
+SLOW_UNRELATED_S = 10.0
+#: A test's own limit in a mutant's run is at least this (test_timeouts).
+MIN_TEST_LIMIT_S = 30.0
+#: A mutant's timeout is at least this, whatever its tests took unmutated.
+MIN_TIMEOUT_S = 60.0
+#: Verdicts of the generated pass. A timeout counts as caught (the mutant hangs).
+CAUGHT = ("killed", "timeout")
+
+
+def killers(module: str, tests: Sequence[str] | None = None) -> list[str]:
+    """The module's doctests and its killer test files that exist (in the repository)."""
+    chosen = list(tests) if tests else [*KILLERS.get(module, ()), *NEW_TESTS]
+    return [module, *(t for t in dict.fromkeys(chosen) if (ROOT / t.split("::")[0]).exists())]
+
+
+def _base(nodeid: str) -> str:
+    """A test's node id without its parameters (``t[1-2]`` -> ``t``): every case runs."""
+    head, sep, last = nodeid.rpartition("::")
+    return head + sep + last.split("[", 1)[0]
+
+
+@dataclass
+class Baseline:
+    """The unmutated run: per test, its file, time and the lines it ran (by module)."""
+
+    tests: dict[str, dict] = field(default_factory=dict)
+    file_time: dict[str, float] = field(default_factory=dict)
+    broken_files: dict[str, str] = field(default_factory=dict)  # file -> why it is left out
+    failed: list[str] = field(default_factory=list)  # tests failing unmutated: deselected
+    overhead_s: float = 3.0  # a pytest process's start, collection and end
+
+    def file_of(self, nodeid: str) -> str:
+        return nodeid.split("::", 1)[0]
+
+
+def _pytest_env(copy: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(copy), str(HERE)]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **(extra or {}),
+    }
+
+
+def _forget_examples(copy: Path) -> None:
+    """Remove Hypothesis's example database, so that no run replays another's failure."""
+    for folder in (copy / ".hypothesis", copy / "tests" / ".hypothesis"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_baseline(
+    copies: queue.Queue[Path], files: list[str], modules: list[str], workers: int
+) -> Baseline:
+    """Run each test file unmutated (tracing the modules' lines), ``workers`` at once."""
+    baseline = Baseline()
+    overheads: list[float] = []
+    lock = threading.Lock()
+
+    def one(file: str) -> None:
+        copy = copies.get()
+        try:
+            out = copy / f".trace-{abs(hash(file))}.json"
+            env = _pytest_env(
+                copy,
+                {
+                    "WARMFIT_MUTANTS_TRACE": os.pathsep.join(modules),
+                    "WARMFIT_MUTANTS_TRACE_OUT": str(out),
+                },
+            )
+            start = time.perf_counter()
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-m", "pytest", *BASELINE_PYTEST, "-p", "trace_plugin", file],
+                    cwd=copy, env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                with lock:
+                    baseline.broken_files[file] = f"timed out after {TIMEOUT_S} s unmutated"
+                return
+            took = time.perf_counter() - start
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
+            if done.returncode not in (0, 1) or not out.exists():
+                with lock:
+                    baseline.broken_files[file] = f"pytest exit {done.returncode}:\n{tail}"
+                return
+            found = json.loads(out.read_text(encoding="utf-8"))
+            out.unlink()
+            with lock:
+                for nodeid, entry in found.items():
+                    entry["file"] = file
+                    baseline.tests[nodeid] = entry
+                    if entry.get("outcome") == "failed":
+                        baseline.failed.append(nodeid)
+                spent = sum(e.get("duration", 0.0) for e in found.values())
+                baseline.file_time[file] = spent
+                overheads.append(max(0.0, took - spent))
+            print(f"  baseline {file}: {len(found)} tests, {took:.0f} s", flush=True)
+        finally:
+            _forget_examples(copy)
+            copies.put(copy)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in as_completed([pool.submit(one, f) for f in files]):
+            future.result()
+    if overheads:
+        baseline.overhead_s = statistics.median(overheads)
+    return baseline
+
+
+def print_stubs(report: Path) -> int:
+    """``[[accepted]]`` entries for a report's unaccepted survivors, reasons to write."""
+    doc = json.loads(report.read_text(encoding="utf-8"))
+    for m in doc["mutants"]:
+        if m["verdict"] != "survived" or m["accepted"] is not None:
+            continue
+        line = " ".join(m["before"].split())  # the line(s) mutated, whitespace collapsed
+        print("[[accepted]]")
+        print(f"id = {json.dumps(m['id'])}")
+        print(f"file = {json.dumps(m['file'])}")
+        print(f"line = {_toml_literal(line)}")
+        print(f"kind = {json.dumps(m['kind'])}")
+        if m["occurrence"]:
+            print(f"occurrence = {m['occurrence']}")
+        print(f"# + {m['after'].strip()}")
+        print('reason = """\nTODO\n"""\n')
+    return 0
+
+
+def _toml_literal(text: str) -> str:
+    """``text`` as a TOML string: literal (single quotes) where it can be."""
+    return f"'{text}'" if "'" not in text else json.dumps(text)
+
+
+def tree_fingerprint(files: list[str]) -> str:
+    """A digest of the package, the tests' helpers and the test files ``files``: a
+    saved baseline holds while it is unchanged."""
+    paths = sorted((ROOT / "warmfit").rglob("*.py"))
+    paths += sorted(p for p in (ROOT / "tests").rglob("*.py") if not p.name.startswith("test_"))
+    paths += [ROOT / f for f in sorted(files) if f.startswith("tests/")] + [ROOT / "conftest.py"]
+    digest = hashlib.sha256()
+    for path in paths:
+        if path.exists():
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def save_baseline(baseline: Baseline, modules: list[str], files: list[str], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "modules": modules,
+        "files": files,
+        "fingerprint": tree_fingerprint(files),
+        **dataclasses.asdict(baseline),
+    }
+    path.write_text(json.dumps(doc), encoding="utf-8")
+
+
+def load_baseline(path: Path, modules: list[str], files: list[str]) -> Baseline | None:
+    """A saved baseline that traced these modules and ran these files (or more), or
+    None, said why, when it did not or the tree has changed since."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"--baseline {path}: cannot be read ({exc}); running the baseline")
+        return None
+    saved_modules, saved_files = doc.pop("modules", []), doc.pop("files", [])
+    if not (set(modules) <= set(saved_modules) and set(files) <= set(saved_files)):
+        print(f"--baseline {path}: made for other modules or tests; running the baseline")
+        return None
+    if doc.pop("fingerprint", None) != tree_fingerprint(saved_files):
+        print(f"--baseline {path}: the package or the tests changed since; running the baseline")
+        return None
+    return Baseline(**doc)
+
+
+@dataclass
+class Plan:
+    """What one mutant runs: pytest arguments, what they took unmutated, and why."""
+
+    args: list[str]
+    expected_s: float
+    how: str  # "covering", "import-time", "uncovered"
+    tests: int
+
+
+def plan(m: Generated, files: list[str], baseline: Baseline, every: bool = False) -> Plan:
+    """The tests to run against ``m``: those that ran its lines unmutated, fastest first.
+
+    A test whose *set-up* ran them (a fixture another test of its file may share)
+    brings its whole file. A line run at import time (a class attribute, a default
+    value, a module constant) is run against the tests that ran any line of its
+    class, its function or its module. A mutant no test ran (code run only in
+    worker processes, or by no test at all) is run against every killer file,
+    fastest file first, but a slow test that ran none of the module; so is any
+    mutant with ``every`` (to confirm a survivor)."""
+    usable = [f for f in files if f not in baseline.broken_files]
+    wanted = set(m.lines)
+    whole: set[str] = set()
+    single: dict[str, float] = {}
+    if m.import_time:
+        # run when the module is imported: the tests that ran its function, class or module
+        first, last = m.scope if m.scope != (0, 0) else (1, m.original.count("\n") + 1)
+        wanted = set(range(first, last + 1))
+    if not every:
+        for nodeid, entry in baseline.tests.items():
+            if entry["file"] not in usable or entry.get("outcome") == "skipped":
+                continue
+            if wanted & set(entry.get("setup_lines", {}).get(m.file, ())):
+                whole.add(entry["file"])
+            elif entry.get("outcome") == "failed":
+                continue  # deselected
+            elif wanted & set(entry.get("lines", {}).get(m.file, ())):
+                base = _base(nodeid)
+                single[base] = single.get(base, 0.0) + entry.get("duration", 0.0)
+    far: set[str] = set()
+    if every or not (whole or single):
+        whole, single = set(usable), {}
+        # a slow test that runs none of the module's code is left out of these runs
+        far = {
+            n for n, e in baseline.tests.items()
+            if e["file"] in whole and e.get("duration", 0.0) > SLOW_UNRELATED_S
+            and not (e.get("lines", {}).get(m.file) or e.get("setup_lines", {}).get(m.file))
+        }  # fmt: skip
+    timed = [(baseline.file_time.get(f, 0.0), f) for f in whole]
+    timed += [(t, n) for n, t in single.items() if baseline.file_of(n) not in whole]
+    timed.sort()
+    args = [name for _, name in timed]
+    chosen = [
+        n for n in baseline.tests
+        if (baseline.file_of(n) in whole or _base(n) in single) and n not in far
+    ]  # fmt: skip
+    deselect = [n for n in baseline.failed if n in chosen] + sorted(far)
+    for nodeid in deselect:
+        args += ["--deselect", nodeid]
+    count = len(chosen) - len(set(baseline.failed) & set(chosen))
+    left_out = {n for n in deselect if baseline.file_of(n) in whole}  # counted in file_time
+    saved = sum(baseline.tests[n].get("duration", 0.0) for n in left_out)
+    expected = sum(t for t, _ in timed) - saved + baseline.overhead_s
+    return Plan(args, expected, "every killer" if every else _how(m, whole, single, usable), count)
+
+
+def _how(m: Generated, whole: set[str], single: dict[str, float], usable: list[str]) -> str:
+    if not single and whole == set(usable):
+        return "uncovered"
+    return "import-time" if m.import_time else "covering"
+
+
+@dataclass
+class Outcome:
+    mutant: Generated
+    verdict: str  # killed, survived, timeout, not compiling, error
+    took: float
+    plan: Plan
+    detail: str = ""
+    accepted: str | None = None
+    confirmed: bool = False
+
+    def record(self) -> dict[str, object]:
+        m = self.mutant
+        return {
+            "id": m.id,
+            "file": m.file,
+            "line": m.line,
+            "col": m.col,
+            "kind": m.kind,
+            "occurrence": m.occurrence,
+            "before": m.before,
+            "after": m.after,
+            "import_time": m.import_time,
+            "verdict": self.verdict,
+            "accepted": self.accepted,
+            "seconds": round(self.took, 2),
+            "expected_s": round(self.plan.expected_s, 2),
+            "selection": self.plan.how,
+            "tests_run": self.plan.tests,
+            "test_args": [a for a in self.plan.args if not a.startswith("--")],
+            "confirmed_on_every_killer": self.confirmed,
+            "detail": self.detail,
+        }
+
+
+def _failure_line(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith(("FAILED", "ERROR")):
+            return line[:300]
+    lines = output.strip().splitlines()
+    return lines[-1][:300] if lines else ""
+
+
+class PytestServer:
+    """A ``mutants/pytest_server.py`` process in one copy of the tree: pytest runs forked
+    from a process that has imported the libraries already (see that module)."""
+
+    def __init__(self, copy: Path, env: dict[str, str]) -> None:
+        self.copy = copy
+        self.env = env
+        self.out = copy / ".mutant-run.txt"
+        self.process: subprocess.Popen[str] | None = None
+        self.running: int | None = None  # the pid of the run in progress
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen(
+                [sys.executable, str(HERE / "pytest_server.py")],
+                cwd=self.copy, env=self.env, text=True,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            )  # fmt: skip
+        return self.process
+
+    def run(self, args: list[str], timeout: float) -> tuple[int | None, str]:
+        """pytest's exit code (None: timed out, its tests killed) and its output."""
+        process = self._start()
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(json.dumps({"args": args, "out": str(self.out)}) + "\n")
+        process.stdin.flush()
+        pid = self.running = json.loads(process.stdout.readline())["pid"]
+        fired = threading.Event()
+
+        def expire() -> None:
+            fired.set()
+            _kill_group(pid)
+
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        try:
+            answer = process.stdout.readline()
+        finally:
+            timer.cancel()
+            self.running = None
+        if not answer:  # the server died: start another next time
+            self.close()
+            return -9, "the pytest server died"
+        rc = json.loads(answer)["rc"]
+        output = self.out.read_text(encoding="utf-8", errors="replace")
+        return (None if fired.is_set() and rc < 0 else rc), output
+
+    def close(self) -> None:
+        if self.running is not None:  # interrupted: end its tests too
+            _kill_group(self.running)
+        if self.process is not None and self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.process = None
+
+
+def test_limits(baseline: Baseline, factor: float) -> dict[str, float]:
+    """Each test's limit in a mutant's run: ``factor`` times its unmutated time, at least
+    :data:`MIN_TEST_LIMIT_S`; a parametrized test's base id gets its slowest case's."""
+    limits: dict[str, float] = {}
+    for nodeid, entry in baseline.tests.items():
+        limit = max(MIN_TEST_LIMIT_S, factor * entry.get("duration", 0.0))
+        limits[nodeid] = limit
+        base = nodeid.split("[", 1)[0]
+        limits[base] = max(limits.get(base, 0.0), limit)
+    return limits
+
+
+def _kill_group(pid: int) -> None:
+    """Kill a timed-out run's process group (its tests' worker processes too)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def run_mutant(
+    m: Generated,
+    copy: Path,
+    the_plan: Plan,
+    timeout_factor: float,
+    server: PytestServer | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[str, float, str]:
+    """Plant ``m`` in ``copy``, run its tests, restore the file: (verdict, seconds, detail).
+
+    The tests run forked from ``server``, or in a new process without one."""
+    source = m.source()
+    try:
+        compile(source, m.file, "exec")
+    except SyntaxError as exc:
+        return "not compiling", 0.0, str(exc)
+    path = copy / m.file
+    original = path.read_text(encoding="utf-8")
+    timeout = max(MIN_TIMEOUT_S, timeout_factor * the_plan.expected_s)
+    start = time.perf_counter()
+    try:
+        path.write_text(source, encoding="utf-8")
+        args = [*PYTEST, "-p", "test_timeouts", *the_plan.args]
+        if server is not None:
+            rc, output = server.run(args, timeout)
+        else:
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-m", "pytest", *args],
+                    cwd=copy, env=env or _pytest_env(copy), capture_output=True, text=True,
+                    timeout=timeout,
+                )  # fmt: skip
+                rc, output = done.returncode, done.stdout + done.stderr
+            except subprocess.TimeoutExpired:
+                rc, output = None, ""
+    finally:
+        path.write_text(original, encoding="utf-8")
+        _forget_examples(copy)
+    took = time.perf_counter() - start
+    if rc is None:
+        return "timeout", took, f"over {timeout:.0f} s"
+    hung = re.search(r"^Timeout \((\d+:\d\d:\d\d)(\.\d+)?\)!$", output, re.MULTILINE)
+    if hung:  # test_timeouts: one test ran past its own limit
+        return "timeout", took, f"a test ran over its limit ({hung.group(1)})"
+    if rc == 0:
+        return "survived", took, ""
+    if rc in (1, 2, 3):  # failed; collection or import broken; internal error
+        return "killed", took, _failure_line(output)
+    if rc < 0:  # the tests crashed (memory exhausted, say)
+        return "killed", took, f"pytest died of signal {-rc}"
+    tail = " | ".join(output.strip().splitlines()[-3:])
+    return "error", took, f"pytest exit {rc}: {tail}"[:500]
+
+
+def _module_table(outcomes: list[Outcome], pragma: dict[str, int]) -> list[str]:
+    rows = []
+    header = f"  {'module':<34} {'mutants':>7} {'killed':>6} {'timeout':>7} {'survived':>8} {'accepted':>8} {'rate':>6} {'skipped':>7}"
+    rows.append(header)
+    by_module: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_module.setdefault(o.mutant.file, []).append(o)
+    for module, mine in by_module.items():
+        count = {v: sum(o.verdict == v for o in mine) for v in ("killed", "timeout", "survived")}
+        accepted = sum(o.verdict == "survived" and o.accepted is not None for o in mine)
+        ran = count["killed"] + count["timeout"] + count["survived"]
+        rate = f"{100 * count['survived'] / ran:.1f}%" if ran else "-"
+        skipped = sum(o.verdict == "not compiling" for o in mine) + pragma.get(module, 0)
+        rows.append(
+            f"  {module:<34} {len(mine):>7} {count['killed']:>6} {count['timeout']:>7} "
+            f"{count['survived']:>8} {accepted:>8} {rate:>6} {skipped:>7}"
+        )
+    return rows
+
+
+def generated_main(args: argparse.Namespace) -> int:
+    from generate import generate, load_accepted, match_accepted  # mutants/ is on sys.path
+
+    if args.no_baseline:
+        print("--no-baseline: the generated pass picks each mutant's tests from the baseline run")
+        return 2
+    if args.stubs:
+        return print_stubs(Path(args.stubs))
+    modules = list(dict.fromkeys(args.module or DEFAULT_MODULES))
+    for module in modules:
+        if not (ROOT / module).is_file() or not module.endswith(".py"):
+            print(f"--module {module}: no such Python file (a path from the repository root)")
+            return 2
+        if module not in KILLERS and not args.tests:
+            print(f"--module {module}: no killer tests known (KILLERS in mutants/run.py); "
+                  "name them with --tests")  # fmt: skip
+            return 2
+    start_all = time.perf_counter()
+    mutants: list[Generated] = []
+    pragma: dict[str, int] = {}
+    for module in modules:
+        made = generate(ROOT, module)
+        mutants += made
+        pragma[module] = made.pragma_skipped + made.equivalent_skipped
+    generated_count = len(mutants)
+    accepted_entries = load_accepted(GENERATED_ACCEPTED)
+    matched, unmatched = match_accepted(mutants, accepted_entries)
+    if args.ids:
+        known = {m.id for m in mutants}
+        missing = sorted(set(args.ids) - known)
+        if missing:
+            print(f"no such generated mutant: {', '.join(missing)}")
+            return 2
+        mutants = [m for m in mutants if m.id in args.ids]
+    if args.sample is not None and args.sample < len(mutants):
+        chosen = set(random.Random(args.seed).sample(range(len(mutants)), args.sample))
+        mutants = [m for i, m in enumerate(mutants) if i in chosen]
+    if args.list:
+        for m in mutants:
+            where = " (accepted)" if m.id in matched else ""
+            print(f"{m.id:<44} {m.before.strip()}\n{'':<44} {m.after.strip()}{where}")
+        print(f"{len(mutants)} of {generated_count} generated mutants")
+        return 0
+    report_path = (
+        Path(args.report)
+        if args.report
+        else Path(tempfile.gettempdir())
+        / (f"warmfit-mutants-generated-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    )
+    print(f"{len(mutants)} of {generated_count} generated mutants in {len(modules)} modules; "
+          f"report: {report_path}", flush=True)  # fmt: skip
+    files_of = {module: killers(module, args.tests) for module in modules}
+    for module in files_of:
+        absent = [t for t in (*KILLERS.get(module, ()), *NEW_TESTS) if not (ROOT / t).exists()]
+        if absent and not args.tests:
+            print(f"  {module}: no {', '.join(absent)} (left out)")
+    all_files = list(dict.fromkeys(f for m in modules for f in files_of[m]))
+    workers = max(1, args.workers)
+    outcomes: list[Outcome] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="warmfit-mutants-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        copies: queue.Queue[Path] = queue.Queue()
+        servers: dict[Path, PytestServer] = {}
+        for i in range(workers):
+            copy = Path(tmp) / f"w{i}"
+            copy.mkdir()
+            copy_tree(copy)
+            check_copy_is_imported(copy)
+            copies.put(copy)
+        start = time.perf_counter()
+        baseline_path = report_path.with_suffix(".baseline.json")
+        reused = load_baseline(Path(args.baseline), modules, all_files) if args.baseline else None
+        if reused is not None:
+            baseline = reused
+            print(f"baseline: reused {args.baseline}", flush=True)
+        else:
+            print(f"baseline: {len(all_files)} test files unmutated, tracing the modules' "
+                  "lines", flush=True)  # fmt: skip
+            baseline = run_baseline(copies, all_files, modules, workers)
+            save_baseline(baseline, modules, all_files, baseline_path)
+        baseline_s = time.perf_counter() - start
+        print(f"baseline: {len(baseline.tests)} tests in {baseline_s:.0f} s (saved: "
+              f"{baseline_path})", flush=True)  # fmt: skip
+        for file, why in baseline.broken_files.items():
+            print(f"  left out: {file}: {why}")
+        for nodeid in baseline.failed:
+            print(f"  deselected, fails unmutated: {nodeid}")
+        if not baseline.tests:
+            print("no killer test ran unmutated: nothing can be tested")
+            return 2
+        limits = Path(tmp) / "limits.json"
+        limits.write_text(json.dumps(test_limits(baseline, args.timeout_factor)), "utf-8")
+        run_env = {
+            copy: _pytest_env(copy, {"WARMFIT_MUTANTS_LIMITS": str(limits)})
+            for copy in list(copies.queue)
+        }
+        for copy in run_env if not args.no_fork else ():
+            servers[copy] = PytestServer(copy, run_env[copy])
+            stack.callback(servers[copy].close)
+        if args.skip_accepted:
+            mutants = [m for m in mutants if m.id not in matched]
+        plans = {m.id: plan(m, files_of[m.file], baseline) for m in mutants}
+        lock = threading.Lock()
+        done_count = 0
+        # each outcome as it comes, for a long run to be read (or survive an interruption)
+        partial_path = report_path.with_suffix(".partial.jsonl")
+        partial_path.write_text("", encoding="utf-8")
+
+        def one(m: Generated) -> Outcome:
+            nonlocal done_count
+            copy = copies.get()
+            try:
+                verdict, took, detail = run_mutant(
+                    m, copy, plans[m.id], args.timeout_factor, servers.get(copy), run_env[copy]
+                )
+            finally:
+                copies.put(copy)
+            outcome = Outcome(m, verdict, took, plans[m.id], detail)
+            entry = matched.get(m.id)
+            if entry is not None:
+                outcome.accepted = entry.reason
+            with lock:
+                done_count += 1
+                label = verdict.upper() if verdict == "survived" and entry is None else verdict
+                if verdict == "survived" and entry is not None:
+                    label = "survived (accepted)"
+                print(f"[{done_count:>4}/{len(mutants)}] {label:<19} {m.id:<44} "
+                      f"{took:5.0f} s  {plans[m.id].tests} tests ({plans[m.id].how})",
+                      flush=True)  # fmt: skip
+                if args.show and verdict == "killed":
+                    print(f"      {detail[:150]}")
+                with partial_path.open("a", encoding="utf-8") as partial:
+                    partial.write(json.dumps(outcome.record()) + "\n")
+            return outcome
+
+        pool = ThreadPoolExecutor(max_workers=workers)
+        try:
+            futures = [pool.submit(one, m) for m in mutants]
+            outcomes = [f.result() for f in as_completed(futures)]
+        except BaseException:  # interrupted: run nothing more, end the runs in progress
+            pool.shutdown(wait=False, cancel_futures=True)
+            for server in servers.values():
+                server.close()
+            raise
+        pool.shutdown()
+        order = {m.id: i for i, m in enumerate(mutants)}
+        outcomes.sort(key=lambda o: order[o.mutant.id])
+        if args.confirm:
+            again = [o for o in outcomes if o.verdict == "survived" and o.plan.how == "covering"]
+            if again:
+                print(f"confirming {len(again)} survivors on every killer test of their module",
+                      flush=True)  # fmt: skip
+
+            def confirm(o: Outcome) -> None:
+                full = plan(o.mutant, files_of[o.mutant.file], baseline, every=True)
+                copy = copies.get()
+                try:
+                    verdict, took, detail = run_mutant(
+                        o.mutant, copy, full, args.timeout_factor, servers.get(copy),
+                        run_env[copy],
+                    )  # fmt: skip
+                finally:
+                    copies.put(copy)
+                o.confirmed = True
+                if verdict != "survived":
+                    o.verdict, o.detail, o.plan = verdict, f"on confirming: {detail}", full
+                o.took += took
+                print(f"  confirm {o.mutant.id}: {verdict} ({took:.0f} s)", flush=True)
+
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for future in as_completed([pool.submit(confirm, o) for o in again]):
+                    future.result()
+
+    elapsed = time.perf_counter() - start_all
+    survivors = [o for o in outcomes if o.verdict == "survived"]
+    unaccepted = [o for o in survivors if o.accepted is None]
+    if survivors:
+        print("\nsurvivors:")
+    for o in survivors:
+        m = o.mutant
+        state = "accepted" if o.accepted else "NOT ACCEPTED"
+        print(f"  {m.id}  [{state}; {o.plan.tests} tests, {o.plan.how}]")
+        print(f"      - {m.before.strip()}")
+        print(f"      + {m.after.strip()}")
+        shown = [a for a in o.plan.args if not a.startswith("--")]
+        print(f"      tests: {' '.join(shown[:6])}{' ...' if len(shown) > 6 else ''}")
+    errors = [o for o in outcomes if o.verdict == "error"]
+    for o in errors:
+        print(f"  ERROR {o.mutant.id}: {o.detail}")
+    count = {v: sum(o.verdict == v for o in outcomes) for v in ("killed", "timeout", "survived")}
+    skipped = sum(o.verdict == "not compiling" for o in outcomes) + sum(pragma.values())
+    ran = count["killed"] + count["timeout"] + count["survived"]
+    rate = 100 * count["survived"] / ran if ran else 0.0
+    print()
+    print(*_module_table(outcomes, pragma), sep="\n")
+    print(
+        f"\n{len(outcomes)} generated, {count['killed'] + count['timeout']} killed "
+        f"({count['timeout']} by a timeout), {count['survived']} survived ({rate:.1f}%; "
+        f"{count['survived'] - len(unaccepted)} accepted in {GENERATED_ACCEPTED.name}), "
+        f"{skipped} not compiling/equivalent-skipped, {len(errors)} errors; "
+        f"{elapsed / 60:.1f} min with {workers} workers"
+    )
+    stale = (
+        [e for e in unmatched if e.file in modules] if args.sample is None and not args.ids else []
+    )
+    for entry in stale:
+        print(
+            f"  {GENERATED_ACCEPTED.name}: {entry.id} matches no mutant now (update or remove it)"
+        )
+    report = {
+        "schema": "warmfit.mutants-generated/1",
+        "modules": modules,
+        "killers": files_of,
+        "workers": workers,
+        "sample": args.sample,
+        "seed": args.seed,
+        "generated": generated_count,
+        "run": len(outcomes),
+        "seconds": round(elapsed, 1),
+        "baseline": {
+            "seconds": round(baseline_s, 1),
+            "tests": len(baseline.tests),
+            "left_out": baseline.broken_files,
+            "deselected": baseline.failed,
+            "overhead_s": round(baseline.overhead_s, 2),
+        },
+        "counts": {**count, "not_compiling": skipped, "errors": len(errors)},
+        "stale_accepted": [e.id for e in stale],
+        "mutants": [o.record() for o in outcomes],
+    }
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    report_path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(f"report: {report_path}")
+    if unaccepted:
+        print(f"{len(unaccepted)} survivors outside mutants/{GENERATED_ACCEPTED.name}: write a "
+              "test that kills each, or accept it there with a reason.")  # fmt: skip
+        return 1
+    return 2 if errors else 0
+
+
 if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
     sys.exit(main())
