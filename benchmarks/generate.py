@@ -16,7 +16,10 @@ Readings come as a training loop takes them:
 
 Everything is drawn from a seeded numpy generator, so a given size and seed
 always give the same trace. Files: one Parquet file per run (trace format v1,
-written with :func:`warmfit.format.trace.write_trace`), rows in (rank, seq) order.
+written with :func:`warmfit.format.trace.write_trace`), rows in (rank, seq) order;
+or, with ``--layout interleaved``, one file whose rows alternate between the runs
+row by row (each run's rows still in (rank, seq) order: every row group then
+holds every run), as a collector that appends readings as they arrive writes.
 
     python benchmarks/generate.py bench-results/traces/1e6 --readings 1000000
 """
@@ -123,6 +126,24 @@ def write(frame: pl.DataFrame, directory: Path) -> list[Path]:
     ]
 
 
+def interleave(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``frame`` alternating between its runs (in order of first
+    appearance), one row of each in turn; each run's own rows keep their order."""
+    runs = frame.get_column("run").unique(maintain_order=True)
+    turn = pl.col("run").replace_strict(runs, list(range(len(runs))), return_dtype=pl.Int64)
+    return (
+        frame.with_columns(_at=pl.int_range(pl.len()).over("run"), _turn=turn)
+        .sort("_at", "_turn", maintain_order=True)
+        .drop("_at", "_turn")
+    )
+
+
+def write_interleaved(frame: pl.DataFrame, directory: Path) -> list[Path]:
+    """Write one v1 trace file into ``directory``, its rows alternating between the runs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return [write_trace(interleave(frame), directory / "interleaved.parquet")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, help="where to write the trace (one file per run)")
@@ -137,7 +158,15 @@ def main(argv: list[str] | None = None) -> int:
         help="generate and write one run at a time (run i seeded seed + i), so a trace "
         "larger than memory (1e8 readings) can be made",
     )
+    parser.add_argument(
+        "--layout",
+        choices=["blocked", "interleaved"],
+        default="blocked",
+        help="blocked: one file per run; interleaved: one file, rows alternating between the runs",
+    )
     args = parser.parse_args(argv)
+    if args.run_by_run and args.layout != "blocked":
+        parser.error("--run-by-run writes one file per run: the blocked layout")
     if args.run_by_run:
         total = files = 0
         for i in range(args.runs):
@@ -150,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{total:,} readings in {files} files under {args.directory}")
         return 0
     frame = generate(int(args.readings), args.runs, args.ranks, args.signatures, args.seed)
-    files_written = write(frame, args.directory)
+    writer = write_interleaved if args.layout == "interleaved" else write
+    files_written = writer(frame, args.directory)
     print(f"{frame.height:,} readings in {len(files_written)} files under {args.directory}")
     return 0
 

@@ -33,10 +33,29 @@ from warmfit.run.workers import FORK_SERVER
 
 def _told_it_is_the_fork_server() -> bool:
     """Whether the command that started this process named it its fork server (the
-    variable is removed either way). The command is its parent, unless the
-    command has ended already: interrupted while this server was importing."""
+    variable is removed either way): the command is its parent, or has ended
+    already (interrupted while this server was importing its preload)."""
     command = os.environ.pop(FORK_SERVER, None)
-    return command is not None and command.isdigit()
+    if command is None or not command.isdigit():
+        return False
+    return command == str(os.getppid()) or not _running(int(command))
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not yet waited for, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True
 
 
 def _quiet_when_the_command_left(kind: type[BaseException], value: BaseException, tb: Any) -> None:

@@ -55,11 +55,13 @@ import polars as pl
 from warmfit.errors import UsageError
 from warmfit.format.batches import (
     Batch,
+    Spool,
     Tail,
     default_batch_readings,
     index_file,
     plan,
     read_canonical,
+    route,
 )
 from warmfit.format.trace import find_trace_files, pairs_without_whole, reading_counts
 from warmfit.policies import Policy
@@ -135,6 +137,9 @@ class StreamedReplay:
     #: (:meth:`~warmfit.replay.summary.SummaryFold.safe_factors`: None where no factor
     #: covers a wave, NaN where the reference engine priced a batch).
     safe_factors: dict[str, float | None] = field(default_factory=dict)
+    #: The rows of files whose streams interleave, decoded once and routed to their
+    #: batches before they replayed (:func:`~warmfit.format.batches.route`); 0: none.
+    routed_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -283,8 +288,13 @@ def replay_stream(
     readings = rows = 0
     counts: list[pl.DataFrame] = []
     spill = SPILL_BYTES if spill_bytes is None else spill_bytes
-    # The pool is shut down (its tasks finished) before the fold removes its files.
-    with SummaryFold(names, by, budget_bytes, spill) as fold, _Runner(jobs, cluster) as runner:
+    # The pool is shut down (its tasks finished) before the fold and the spool remove
+    # their files.
+    with (
+        SummaryFold(names, by, budget_bytes, spill) as fold,
+        Spool() as spool,
+        _Runner(jobs, cluster) as runner,
+    ):
         # The files of a large trace are indexed by the workers (or the cluster's),
         # in parallel; a small trace, or one of one batch, replays here: starting
         # workers would cost more than they save.
@@ -301,6 +311,9 @@ def replay_stream(
         elsewhere = cluster is not None or (large and len(batches) > 1)
         run = runner.run if elsewhere else _here
         where = runner.where if elsewhere else 1
+        if cluster is None:  # streams that interleave: their files decoded once, not by
+            # every batch (a cluster's workers do not see this machine's TMPDIR)
+            batches = spool.routed(batches, route(batches, batch_readings), run)
         # This machine's workers write a large batch's median values to the fold's
         # folder themselves, rather than send them here to be written.
         local = elsewhere and cluster is None
@@ -356,7 +369,7 @@ def replay_stream(
     ran = "scalar" if "scalar" in engines else chosen
     return StreamedReplay(
         summary, tuple(names), safety_factor, ran, by, budget_bytes, readings, rows,
-        len(batches), where, _without_whole(counts), safe,
+        len(batches), where, _without_whole(counts), safe, spool.rows,
     )  # fmt: skip
 
 
@@ -409,6 +422,11 @@ def _in_order(
         yield _result(*pending.popleft(), watch)
 
 
+class WorkersStuck(UsageError):
+    """A worker stopped, or a task past its deadline: its workers are killed, not
+    waited for."""
+
+
 def task_seconds(args: tuple[Any, ...]) -> float:
     """How long a task may take, its wait included, before the command gives up on
     it: :data:`TASK_SECONDS` plus :data:`SECONDS_PER_READING` for each reading it
@@ -437,13 +455,13 @@ def _result(future: Any, seconds: float, watch: Callable[[], list[int]] | None) 
             stopped = watch() if watch is not None else []
             stopped_since = (stopped_since or now) if stopped else None
             if stopped_since is not None and now - stopped_since >= STOPPED_SECONDS:
-                raise UsageError(
+                raise WorkersStuck(
                     f"worker process {stopped[0]} was stopped (SIGSTOP, a debugger, job "
                     f"control) for {STOPPED_SECONDS:g} s while replaying; nothing was "
                     "written. Let it continue (kill -CONT) next time, or run with --jobs 1."
                 ) from None
             if now - began >= seconds:
-                raise UsageError(
+                raise WorkersStuck(
                     f"a task of the replay did not finish within {seconds:.0f} s (a worker "
                     "deadlocked or swapped out, or a cluster with no worker to run it); "
                     "nothing was written. Run again with --jobs 1, or on a cluster that has "
@@ -542,11 +560,15 @@ class _Runner:
         watch = lambda: stopped_workers(pool)  # noqa: E731
         return (_result(future, task_seconds(()), watch) for future in early.index)
 
-    def release(self) -> None:
-        """Let the worker processes exit now that every task is done, while this
-        process goes on; :meth:`__exit__` waits for them."""
+    def release(self, cancel: bool = False) -> None:
+        """Let the worker processes exit now that every task is done (``cancel``: once
+        the batch each is on is, its other tasks cancelled), while this process goes
+        on; :meth:`__exit__` waits for them."""
         if self._pool is not None and self._release is None:
-            self._release = threading.Thread(target=self._pool.shutdown, name="warmfit-release")
+            self._release = threading.Thread(
+                target=self._pool.shutdown, kwargs={"cancel_futures": cancel},
+                name="warmfit-release",
+            )  # fmt: skip
             self._release.start()
 
     def _in_pool(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Iterator[Any]:
@@ -612,10 +634,14 @@ class _Runner:
         submit = lambda args: client.submit(function, *args, pure=False)  # noqa: E731
         yield from _in_order(submit, calls, window)
 
-    def __exit__(self, kind: object, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         pool = self._pool
-        if pool is not None and kind is not None:  # stopped, or failed: nobody will
-            end_workers(pool)  # see the figures
+        if pool is not None and kind is not None:  # nobody will see the figures
+            if issubclass(kind, (KeyboardInterrupt, WorkersStuck)):
+                end_workers(pool)  # stopped by a person, or stuck: at once
+            # any other failure: each worker ends after the batch it is on (told by
+            # the replay's stop flag), rather than be killed while sending its results
+            self.release(cancel=True)
         if self._release is not None:
             stopped_since = None
             while self._release.is_alive():  # the workers exit; a stopped one cannot
