@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from generate import Generated
+    from generate import Accepted, Generated
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -218,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         "while no module or test has changed since",
     )
     generated.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with an interrupted run of the same --report: the mutants its "
+        "REPORT.partial.jsonl holds are not run again (its baseline is reused while valid)",
+    )
+    generated.add_argument(
         "--stubs",
         metavar="REPORT",
         help=f"print {GENERATED_ACCEPTED_NAME} entries for the unaccepted survivors of a report "
@@ -226,6 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.generate:
         return generated_main(args)
+    only_generated = ("module", "sample", "report", "confirm", "no_fork", "skip_accepted",
+                      "baseline", "stubs", "resume")  # fmt: skip
+    given = [f"--{o.replace('_', '-')}" for o in only_generated if getattr(args, o)]
+    if given:
+        parser.error(f"{', '.join(given)}: only with --generate")
     mutants = load(HERE / "mutants.toml")
     accepted = load_accepted(HERE / "accepted.toml")
     unknown = sorted(set(accepted) - {m.id for m in mutants})
@@ -354,6 +365,7 @@ KILLERS: dict[str, tuple[str, ...]] = {
         "tests/test_conformance.py",
         "tests/test_stream.py",
         "tests/test_vectorized.py",
+        "tests/test_plot.py",  # wave_roles: the plot's colours
     ),
     "warmfit/report/sweep.py": (
         "tests/test_decisions.py",
@@ -673,6 +685,28 @@ class Outcome:
         }
 
 
+def resumed(
+    partial: Path, mutants: list[Generated], matched: dict[str, Accepted]
+) -> dict[str, Outcome]:
+    """The outcomes an interrupted run wrote, of the mutants that are still the same."""
+    by_id = {m.id: m for m in mutants}
+    found: dict[str, Outcome] = {}
+    for line in partial.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by the interruption
+        m = by_id.get(record.get("id"))
+        if m is None or record.get("after") != m.after or record.get("before") != m.before:
+            continue
+        done = Plan(record["test_args"], record["expected_s"], record["selection"],
+                    record["tests_run"])  # fmt: skip
+        outcome = Outcome(m, record["verdict"], record["seconds"], done, record["detail"])
+        outcome.accepted = matched[m.id].reason if m.id in matched else None
+        found[m.id] = outcome
+    return found
+
+
 def _failure_line(output: str) -> str:
     for line in output.splitlines():
         if line.startswith(("FAILED", "ERROR")):
@@ -806,8 +840,8 @@ def run_mutant(
     hung = re.search(r"^Timeout \((\d+:\d\d:\d\d)(\.\d+)?\)!$", output, re.MULTILINE)
     if hung:  # test_timeouts: one test ran past its own limit
         return "timeout", took, f"a test ran over its limit ({hung.group(1)})"
-    if rc == 0:
-        return "survived", took, ""
+    if rc == 0:  # the detail: pytest's last line ("N passed in S s")
+        return "survived", took, (output.strip().splitlines() or [""])[-1][:300]
     if rc in (1, 2, 3):  # failed; collection or import broken; internal error
         return "killed", took, _failure_line(output)
     if rc < 0:  # the tests crashed (memory exhausted, say)
@@ -909,18 +943,21 @@ def generated_main(args: argparse.Namespace) -> int:
             copies.put(copy)
         start = time.perf_counter()
         baseline_path = report_path.with_suffix(".baseline.json")
-        reused = load_baseline(Path(args.baseline), modules, all_files) if args.baseline else None
+        saved = args.baseline or (
+            str(baseline_path) if args.resume and baseline_path.exists() else None
+        )
+        reused = load_baseline(Path(saved), modules, all_files) if saved else None
         if reused is not None:
             baseline = reused
-            print(f"baseline: reused {args.baseline}", flush=True)
+            print(f"baseline: reused {saved}", flush=True)
         else:
             print(f"baseline: {len(all_files)} test files unmutated, tracing the modules' "
                   "lines", flush=True)  # fmt: skip
             baseline = run_baseline(copies, all_files, modules, workers)
             save_baseline(baseline, modules, all_files, baseline_path)
+            print(f"baseline: saved as {baseline_path} (--baseline)", flush=True)
         baseline_s = time.perf_counter() - start
-        print(f"baseline: {len(baseline.tests)} tests in {baseline_s:.0f} s (saved: "
-              f"{baseline_path})", flush=True)  # fmt: skip
+        print(f"baseline: {len(baseline.tests)} tests, {baseline_s:.0f} s", flush=True)
         for file, why in baseline.broken_files.items():
             print(f"  left out: {file}: {why}")
         for nodeid in baseline.failed:
@@ -928,6 +965,11 @@ def generated_main(args: argparse.Namespace) -> int:
         if not baseline.tests:
             print("no killer test ran unmutated: nothing can be tested")
             return 2
+        earlier: dict[str, Outcome] = {}
+        partial_path = report_path.with_suffix(".partial.jsonl")
+        if args.resume and partial_path.exists():
+            earlier = resumed(partial_path, mutants, matched)
+            print(f"resumed: {len(earlier)} mutants done before ({partial_path})")
         limits = Path(tmp) / "limits.json"
         limits.write_text(json.dumps(test_limits(baseline, args.timeout_factor)), "utf-8")
         run_env = {
@@ -941,10 +983,10 @@ def generated_main(args: argparse.Namespace) -> int:
             mutants = [m for m in mutants if m.id not in matched]
         plans = {m.id: plan(m, files_of[m.file], baseline) for m in mutants}
         lock = threading.Lock()
-        done_count = 0
-        # each outcome as it comes, for a long run to be read (or survive an interruption)
-        partial_path = report_path.with_suffix(".partial.jsonl")
-        partial_path.write_text("", encoding="utf-8")
+        done_count = len(earlier)
+        # each outcome as it comes, for a long run to be read (or be resumed)
+        if not earlier:
+            partial_path.write_text("", encoding="utf-8")
 
         def one(m: Generated) -> Outcome:
             nonlocal done_count
@@ -975,8 +1017,8 @@ def generated_main(args: argparse.Namespace) -> int:
 
         pool = ThreadPoolExecutor(max_workers=workers)
         try:
-            futures = [pool.submit(one, m) for m in mutants]
-            outcomes = [f.result() for f in as_completed(futures)]
+            futures = [pool.submit(one, m) for m in mutants if m.id not in earlier]
+            outcomes = [*earlier.values(), *(f.result() for f in as_completed(futures))]
         except BaseException:  # interrupted: run nothing more, end the runs in progress
             pool.shutdown(wait=False, cancel_futures=True)
             for server in servers.values():
