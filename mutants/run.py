@@ -366,9 +366,11 @@ KILLERS: dict[str, tuple[str, ...]] = {
         "tests/test_stream.py",
         "tests/test_vectorized.py",
         "tests/test_plot.py",  # wave_roles: the plot's colours
+        "tests/test_summary_fold.py",
     ),
     "warmfit/report/sweep.py": (
         "tests/test_decisions.py",
+        "tests/test_sweep_grid.py",
         "tests/test_seen_range.py",
         "tests/test_mutant_killers_2.py",
         "tests/test_check.py",
