@@ -434,7 +434,7 @@ def test_allow_under_writes_the_count_and_warns(tmp_path: Path) -> None:
     assert code == 0 and "16 of 16 expectations hold" in out
     # --allow-under only says what --write-expect may write; a check takes the file's limits.
     code, _, err = invoke("check", str(trace), "--expect", str(target), "--allow-under")
-    assert code == 2 and "--allow-under applies to --write-expect only" in err
+    assert code == 2 and "--allow-under applies to --write-expect and --update only" in err
 
 
 def test_no_wave_under_its_peak_writes_as_before_without_a_warning(tmp_path: Path) -> None:
@@ -470,3 +470,96 @@ def test_the_refusal_escapes_run_names_and_caps_its_lines(tmp_path: Path) -> Non
         in (lines[12])
     )
     assert "no factor covers mine)" in lines[12]
+
+
+# --------------------------------------------------------------------------- --update
+
+
+def _runs_trace(folder: Path, peaks: dict[str, int]) -> Path:
+    """One file per run: ROWS with the second wave's peak set per run."""
+    for run, peak in peaks.items():
+        rows = [{**ROWS[0], "run": run}, {**ROWS[1], "run": run, "peak_bytes": peak}]
+        write_trace(readings_frame(rows), folder / f"{run}.parquet")
+    return folder
+
+
+def test_update_adds_the_runs_the_file_does_not_list_and_keeps_every_byte(
+    tmp_path: Path,
+) -> None:
+    """Issue 29 item 6: the gate grows with the traces.
+
+    Run A (second wave actual 60_000 - 10_000 = 50_000, priced 64_900: +29.8%) has
+    expectations, edited by hand; run B (55_000 - 10_000 = 45_000, priced 64_900:
+    +44.2%) is new. A plain check names B and --update; --update appends B's tables
+    (as --write-expect writes them), keeps the file's bytes before them, and checks.
+    """
+    target = tmp_path / "expect.toml"
+    only_a = _runs_trace(tmp_path / "a", {"A": 60_000})
+    assert invoke("check", str(only_a), "--write-expect", str(target))[0] == 0
+    by_hand = target.read_text().replace(
+        "max_max_over_estimate = 0.2981", "max_max_over_estimate = 0.35  # loosened by hand"
+    )
+    assert by_hand != target.read_text()
+    target.write_text(by_hand)
+    both = _runs_trace(tmp_path / "ab", {"A": 60_000, "B": 55_000})
+
+    code, out, err = invoke("check", str(both), "--expect", str(target))
+    assert code == 2 and out == ""
+    assert "has no expectations for run 'B' of the trace" in err and "--update" in err
+    assert target.read_text() == by_hand
+
+    code, out, err = invoke("check", str(both), "--expect", str(target), "--update")
+    assert code == 0, err
+    assert err == (
+        f"added run 'B' to {target}: max-merge median +44%, 0 waves under their peak; "
+        "warm-fit median +44%, 0 waves under their peak\n"
+    )
+    assert "16 of 16 expectations hold" in out  # 2 runs x 2 policies x 4 limits
+    text = target.read_text()
+    assert text.startswith(by_hand)
+    assert "# Added by 'warmfit check --update': 1 run the file did not list" in text
+    fresh = tmp_path / "fresh.toml"
+    assert invoke("check", str(both), "--write-expect", str(fresh))[0] == 0
+    written, made = read_expectations(target), read_expectations(fresh)
+    for policy in ("max-merge", "warm-fit"):
+        assert written.limits[("B", policy)] == made.limits[("B", policy)]
+        assert written.limits[("B", policy)]["max_median_over_estimate"] == 0.4423
+        assert written.measured[("B", policy)] == made.measured[("B", policy)]
+    assert written.limits[("A", "max-merge")]["max_max_over_estimate"] == 0.35
+
+    # Nothing new: the file stays byte for byte.
+    code, out, err = invoke("check", str(both), "--expect", str(target), "--update")
+    assert code == 0 and err == f"{target}: no new run to add.\n"
+    assert target.read_text() == text
+
+
+def test_update_refuses_a_new_run_under_its_peak_unless_allowed(tmp_path: Path) -> None:
+    """EP1 and EP2 are both priced 64_900 for 70_000 and 65_000 at the file's 1.1."""
+    target = tmp_path / "expect.toml"
+    ep1 = _runs_trace(tmp_path / "one", {"EP1": 80_000})
+    assert invoke("check", str(ep1), "--write-expect", str(target), "--allow-under")[0] == 0
+    before = target.read_bytes()
+    code, out, err = invoke(
+        "check", str(under_trace(tmp_path)), "--expect", str(target), "--update"
+    )
+    assert code == 2 and out == ""
+    assert (
+        "not written: at safety factor 1.1" in err and "EP2 max-merge: 1 wave under its peak" in err
+    )
+    assert "EP1" not in err.split("pair")[1].split("An expectation")[0]  # only the new run
+    assert target.read_bytes() == before
+    code, _, err = invoke(
+        "check", str(under_trace(tmp_path)), "--expect", str(target), "--update", "--allow-under"
+    )
+    assert "added run 'EP2'" in err and "1 wave under its peak" in err
+    assert read_expectations(target).limits[("EP2", "warm-fit")]["max_under_peak"] == 1
+    assert code == 0  # EP1 is the run the file was written from
+
+
+def test_update_goes_with_expect_only(tmp_path: Path) -> None:
+    trace = small_trace(tmp_path)
+    code, out, err = invoke(
+        "check", str(trace), "--write-expect", str(tmp_path / "e.toml"), "--update"
+    )
+    assert code == 2 and out == "" and "--update adds new runs" in err
+    assert not (tmp_path / "e.toml").exists()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,6 +18,9 @@ from warmfit.commands.options import (
 )
 from warmfit.errors import PolicyError, RegressionFound, UsageError
 from warmfit.show.names import counted, printable, waves_under
+
+if TYPE_CHECKING:
+    from warmfit.replay import ReplayResult
 
 PolicyOpt = Annotated[
     list[str] | None,
@@ -80,9 +83,17 @@ def check_command(
         bool,
         typer.Option(
             "--allow-under",
-            help="Let --write-expect write figures with waves under their peak (max_under_peak "
-            "above 0), with a warning; without it they are refused (exit 2), since such a file "
-            "passes a policy that would have run out of memory.",
+            help="Let --write-expect or --update write figures with waves under their peak "
+            "(max_under_peak above 0), with a warning; without it they are refused (exit 2), "
+            "since such a file passes a policy that would have run out of memory.",
+        ),
+    ] = False,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="With --expect: add the runs of the traces that the file does not list, at "
+            "their current figures (every table already there stays as it is), then check.",
         ),
     ] = False,
 ) -> None:
@@ -91,8 +102,9 @@ def check_command(
     Example: warmfit check traces --expect traces/expectations.toml
 
     Policies default to those the expectations name (with --write-expect:
-    max-merge and warm-fit). --write-expect refuses figures with waves under
-    their peak unless given --allow-under. See docs/how-to/ci-gate.md for the file's
+    max-merge and warm-fit). --update adds the traces' new runs to the file.
+    --write-expect and --update refuse figures with waves under their peak
+    unless given --allow-under. See docs/how-to/ci-gate.md for the file's
     format.
     """
     from warmfit.policies import policy_names
@@ -104,6 +116,11 @@ def check_command(
             "give exactly one of --expect FILE (check against it) or --write-expect FILE "
             "(write the current figures). Example: warmfit check traces --expect "
             "traces/expectations.toml"
+        )
+    if update and expect is None:
+        raise UsageError(
+            "--update adds new runs to the expectations file given with --expect FILE; "
+            "--write-expect writes a whole new file."
         )
     if write_expect is not None:
         check_new_file(write_expect, force, paths)
@@ -142,10 +159,10 @@ def check_command(
         return
 
     assert expect is not None
-    if allow_under:
+    if allow_under and not update:
         raise UsageError(
-            f"--allow-under applies to --write-expect only; a check against {expect} "
-            "applies its max_under_peak limits as they are."
+            f"--allow-under applies to --write-expect and --update only; a check against "
+            f"{expect} applies its max_under_peak limits as they are."
         )
     if safety is not None:
         raise UsageError(
@@ -191,7 +208,35 @@ def check_command(
         expectations.safety_factor,
         engine.value,
     )
+    if update:
+        with writing(expect):
+            added = gate.update_expectations(
+                result, expectations, allow_under=allow_under, policies=policy
+            )
+        _report_added(result, added, expect)
+        if added:
+            updated = gate.read_expectations(expect)
+            expectations = updated.restricted_to(expectations.policies) if policy else updated
     report = gate.evaluate(result, expectations)
     typer.echo(gate.render(report, format.value), nl=False)
     if not report.passed:
         raise RegressionFound(report.regression_message())
+
+
+def _report_added(result: ReplayResult, added: list[str], expect: Path) -> None:
+    """One line per run ``--update`` added, with its figures per policy (stderr)."""
+    import polars as pl
+
+    from warmfit.report.table import percent
+
+    if not added:
+        typer.echo(f"{printable(str(expect))}: no new run to add.", err=True)
+        return
+    for run in added:
+        rows = result.summary.filter(pl.col("run") == run).iter_rows(named=True)
+        figures = "; ".join(
+            f"{printable(r['policy'])} median {percent(r['median_over_estimate'])}, "
+            f"{waves_under(r['under_peak'] or 0)}"
+            for r in rows
+        )
+        typer.echo(f"added run {printable(run)!r} to {printable(str(expect))}: {figures}", err=True)

@@ -440,13 +440,15 @@ def evaluate(result: ReplayResult, expectations: Expectations) -> CheckReport:
                 f"{', '.join(trace_runs)}).",
                 "Pass the trace that holds it, or remove its tables from the file.",
             )
-    missing = [run for run in trace_runs if run not in expectations.runs]
+    missing = new_runs(result, expectations)
     if missing:
         raise ExpectationsError(
             path,
-            f"has no expectations for {'run' if len(missing) == 1 else 'runs'} {', '.join(map(repr, missing))} of the trace.",
-            "Add them with 'warmfit check PATH... --write-expect NEW.toml' and copy its tables "
-            "in, or leave those traces out of the paths.",
+            f"has no expectations for {'run' if len(missing) == 1 else 'runs'} "
+            f"{', '.join(repr(printable(run)) for run in missing)} of the trace.",
+            "Add them with 'warmfit check PATH... --expect FILE --update' (their current "
+            "figures become their limits; the other runs' tables stay as they are), or leave "
+            "those traces out of the paths.",
         )
     results = []
     for (run, policy), limits in expectations.limits.items():
@@ -530,8 +532,17 @@ def expectations_toml(result: ReplayResult, sources: Sequence[str] = ()) -> str:
         f"version = {EXPECT_VERSION}",
         f"safety_factor = {result.safety_factor!r}",
     ]
+    return "\n".join(lines + run_tables(result)) + "\n"
+
+
+def run_tables(result: ReplayResult, runs: Sequence[str] | None = None) -> list[str]:
+    """The lines of the ``[runs.RUN.POLICY]`` tables of ``result``'s current figures
+    (of ``runs`` only, when given), each table after a blank line."""
+    lines: list[str] = []
     summary = {(r["run"], r["policy"]): r for r in result.summary.iter_rows(named=True)}
     for (run, policy), table in expectations_from(result).items():
+        if runs is not None and run not in runs:
+            continue
         row = summary[(run, policy)]
         lines += ["", f"[runs.{_toml_key(run)}.{_toml_key(policy)}]"]
         if row["median_over_estimate"] is None:
@@ -544,7 +555,51 @@ def expectations_toml(result: ReplayResult, sources: Sequence[str] = ()) -> str:
         ]
         if figures:
             lines.append(f"{MEASURED_KEY} = {{ {', '.join(figures)} }}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def new_runs(result: ReplayResult, expectations: Expectations) -> list[str]:
+    """The runs of ``result`` that ``expectations`` do not list, in summary order."""
+    listed = set(expectations.runs)
+    return [run for run in dict.fromkeys(result.summary.get_column("run")) if run not in listed]
+
+
+def update_expectations(
+    result: ReplayResult,
+    expectations: Expectations,
+    *,
+    allow_under: bool = False,
+    policies: Sequence[str] | None = None,
+) -> list[str]:
+    """Add to the expectations file the tables of the runs of ``result`` it does not
+    list (their current figures, as :func:`write_expectations` writes them) and
+    return those runs; every byte already in the file stays (hand-set limits,
+    comments). ``result`` must be replayed at the file's safety factor. Figures with
+    waves under their peak are refused as :func:`write_expectations` refuses them,
+    unless ``allow_under``. The file is replaced atomically; nothing is written
+    when no run is new."""
+    added = new_runs(result, expectations)
+    if not added:
+        return []
+    if result.safety_factor != expectations.safety_factor:
+        raise ValueError("replay at the expectations' safety factor to update them")
+    if not allow_under:
+        offenders = [o for o in under_peak(result) if o.run in added]
+        if offenders:
+            chosen = list(result.policies) if policies is None else policies
+            safe = safe_factors(result.readings, chosen, result.engine)
+            raise UnderPeakError(expectations.path, result.safety_factor, offenders, safe)
+    text = Path(expectations.path).read_text(encoding="utf-8")
+    if text and not text.endswith("\n"):
+        text += "\n"
+    lines = [
+        "",
+        f"# Added by 'warmfit check --update': {counted(len(added), 'run')} the file did not "
+        "list, at their current figures.",
+        *run_tables(result, added)[1:],  # the comment takes the first table's blank line
+    ]
+    write_bytes_atomically(expectations.path, (text + "\n".join(lines) + "\n").encode("utf-8"))
+    return added
 
 
 def write_expectations(
