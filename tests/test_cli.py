@@ -110,7 +110,7 @@ def test_a_user_policy_replays_by_module_and_class() -> None:
         (["replay", PR991, "-p", "nope"], "unknown policy 'nope'"),
         (["replay", PR991, "--safety", "-1"], "--safety must be a positive number"),
         (["replay", PR991, "--format", "html"], "html"),
-        (["replay"], "Missing argument"),
+        (["replay"], "missing argument"),
     ],
 )
 def test_bad_usage_exits_2_with_a_message(args: list[str], words: str) -> None:
@@ -118,6 +118,51 @@ def test_bad_usage_exits_2_with_a_message(args: list[str], words: str) -> None:
     assert result.exit_code == 2
     assert words in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["replay", PR991, "--format", "html"],
+            "warmfit: error: replay: invalid value for '--format' / '-f': 'html' is not one of "
+            "'table', 'markdown', 'csv', 'json'. See 'warmfit replay -h'.",
+        ),
+        (
+            ["record", "true"],
+            "warmfit: error: record: missing option '--output' / '-o'. See 'warmfit record -h'.",
+        ),
+        (
+            ["plot", PR991],
+            "warmfit: error: plot: missing option '--output' / '-o'. See 'warmfit plot -h'.",
+        ),
+        (
+            ["replay", PR991, "--by"],
+            "warmfit: error: replay: option '--by' requires an argument. See 'warmfit replay -h'.",
+        ),
+        (
+            ["sweep", PR991, "--zzz"],
+            "warmfit: error: sweep: no such option: --zzz. See 'warmfit sweep -h'.",
+        ),
+        (["nosuch"], "warmfit: error: no such command 'nosuch'. See 'warmfit -h'."),
+        (
+            ["check", PR991, "--format"],
+            "warmfit: error: check: option '--format' requires an argument. "
+            "See 'warmfit check -h'.",
+        ),
+    ],
+)
+def test_usage_errors_click_finds_are_one_line_like_warmfit_s_own(
+    args: list[str], line: str
+) -> None:
+    """Issue 29 item 9: no box, no usage block; one line naming the command, exit 2."""
+    result = CliRunner().invoke(app, args)
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", line + "\n")
+
+
+def test_no_arguments_still_show_the_help() -> None:
+    result = CliRunner().invoke(app, [])
+    assert result.exit_code == 2 and "Usage: warmfit [OPTIONS] COMMAND" in result.output
 
 
 def test_validate_prints_a_summary() -> None:

@@ -17,6 +17,8 @@ import threading
 from typing import Annotated, Any, NoReturn
 
 import typer
+from typer._click.exceptions import NoArgsIsHelpError
+from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from warmfit.commands import check, plot, policies, record, recover, replay, sweep, validate
@@ -97,6 +99,34 @@ class _Command(TyperCommand):
         self.help = literal(self.help)
         return [plain_help(p) for p in super().get_params(ctx)]
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except ClickUsageError as exc:  # some (an option without its value) name no command
+            if exc.ctx is None:
+                exc.ctx = ctx
+            raise
+
+
+def usage_message(exc: ClickUsageError) -> str:
+    """click's usage error as warmfit's one line: ``warmfit: error: COMMAND: what. See
+    'COMMAND -h'.`` (typer would draw a box around it under a usage line)."""
+    message = exc.format_message().replace(": Value error, ", ": ")
+    message = message[:1].lower() + message[1:]
+    path = exc.ctx.command_path if exc.ctx is not None else "warmfit"
+    command = path.partition(" ")[2]
+    where = f"{command}: " if command else ""
+    return f"warmfit: error: {where}{message.rstrip('.')}. See '{path} -h'."
+
+
+def _usage_error(exc: ClickUsageError) -> int:
+    """Print a usage error (help, when no arguments asked for it) and give its exit code."""
+    if isinstance(exc, NoArgsIsHelpError):  # no arguments: the help, as click shows it
+        exc.show()
+    else:
+        typer.echo(usage_message(exc), err=True)
+    return exc.exit_code
+
 
 class _Group(TyperGroup):
     """Turns every :class:`WarmfitError` into a message and an exit code."""
@@ -109,10 +139,14 @@ class _Group(TyperGroup):
             return super().make_context(*args, **kwargs)
         except KeyboardInterrupt as stop:  # typer would exit 130 without a word
             raise typer.Exit(stopped(stop)) from None
+        except ClickUsageError as exc:
+            raise typer.Exit(_usage_error(exc)) from None
 
     def invoke(self, ctx: Any) -> Any:  # click.Context (typer vendors click)
         try:
             return super().invoke(ctx)
+        except ClickUsageError as exc:  # a command's arguments, as click parsed them
+            raise typer.Exit(_usage_error(exc)) from None
         except WarmfitError as exc:
             if isinstance(exc, UsageError) and exc.argument in FLAGS:
                 exc = exc.for_flag(FLAGS[exc.argument])
