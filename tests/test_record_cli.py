@@ -127,9 +127,37 @@ def test_sigterm_is_passed_on_and_what_the_command_left_is_compacted(tmp_path, s
     record.send_signal(signal.SIGTERM)
     _, stderr = record.communicate(timeout=60)
     assert record.returncode == 128 + signal.SIGTERM, stderr
-    assert "killed by SIGTERM" in stderr  # named, not only 143
-    assert "recovered" in stderr
+    # one line (issue 29 item 7): what stopped it and what was kept: the 15 flushed waves
+    # (30 readings); SIGTERM ends Python without its exit hooks, so the last is lost
+    assert stderr.splitlines()[-1] == (
+        f"warmfit record: terminated (SIGTERM): 15 waves kept in {out / 'run=rec'}"
+    )
     assert read_trace([out]).height == 30
+
+
+def test_ctrl_c_ends_the_recording_with_one_line_and_exit_130(tmp_path, script):
+    """Issue 29 item 7: Ctrl-C passed on to the trainer (here sent to warmfit, which
+    passes it on; a terminal sends it to both). The trainer's own KeyboardInterrupt
+    traceback names its line; warmfit's last line says what was kept (15 waves of two
+    readings and the last of one: 16 waves); exit 130."""
+    out = tmp_path / "rec"
+    env = {**os.environ, "WARMFIT_RECORD_FLUSH_S": "3600"}
+    record = subprocess.Popen(
+        [sys.executable, "-m", "warmfit", "record", "-o", str(out), "--", sys.executable,
+         str(script), "wait"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert record.stdout is not None and record.stdout.readline().strip() == "flushed"
+    time.sleep(0.2)
+    record.send_signal(signal.SIGINT)
+    _, stderr = record.communicate(timeout=60)
+    assert record.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == (
+        f"warmfit record: interrupted (Ctrl-C): 16 waves kept in {out / 'run=rec'}"
+    )
+    assert "KeyboardInterrupt" in stderr and "warmfit/" not in stderr  # no frame of warmfit's
+    assert read_trace([out]).height == 31  # the recorder closed at exit: the last wave too
 
 
 def test_the_record_and_recover_commands_do_not_import_torch():

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from warmfit.errors import UsageError, WarmfitError
-from warmfit.show.names import printable
+from warmfit.show.names import counted, printable
 
 #: Files listed in the summary before "and N more" (it must fit on one screen).
 _MAX_FILES_SHOWN = 8
@@ -66,6 +67,8 @@ def record_command(
             ) from None
     recording = run_recorded(command or [], output, label, force=force)
     _print_summary(recording, output)
+    if recording.stopped_by is not None:  # as any warmfit command stopped so: 130 or 143
+        raise typer.Exit(143 if recording.stopped_by == "SIGTERM" else 130)
     if recording.incomplete or not recording.recorded:  # never report plain success then
         raise typer.Exit(recording.exit_code or 2)
     raise typer.Exit(recording.exit_code)
@@ -85,6 +88,9 @@ def _print_summary(recording: object, output: Path) -> None:
 
     assert isinstance(recording, Recording)
     say = lambda text: typer.echo(text, err=True)  # noqa: E731 (diagnostics go to stderr)
+    if recording.stopped_by is not None:
+        _print_stopped(recording, say)
+        return
     killed = f" (killed by {recording.killed_by})" if recording.killed_by else ""
     say(f"warmfit record: the command exited with code {recording.exit_code}{killed}")
     for c in recording.compactions:
@@ -129,9 +135,9 @@ def _print_summary(recording: object, output: Path) -> None:
     except WarmfitError as exc:
         say(f"  the recording is not a valid trace: {exc}")
         return
-    say(f"  run        {recording.run_dir.name.removeprefix('run=')}")
+    say(f"  run        {printable(recording.run_dir.name.removeprefix('run='))}")
     for label in ("ranks", "signatures", "waves", "readings"):
-        say(f"  {label:<10} {getattr(summary, label):>10,}")
+        say(f"  {label:<10} {getattr(summary, label):,}")
     shown = files[:_MAX_FILES_SHOWN]
     say(f"  files      {shown[0]}")
     for path in shown[1:]:
@@ -141,10 +147,37 @@ def _print_summary(recording: object, output: Path) -> None:
     skipped = metadata_total(file_metadata(files), "warmfit.skipped_waves")
     if skipped:
         say(
-            f"  skipped    {skipped:>10,}  waves not recorded: their arguments cannot be "
+            f"  skipped    {skipped:,} waves not recorded: their arguments cannot be "
             "recorded (the recorder's warning above says which)"
         )
     warning = no_whole_warning(without_whole(frame))
     if warning:
         say(warning)
     say(f"replay it:   warmfit replay {output}")
+
+
+def _print_stopped(recording: object, say: Callable[[str], None]) -> None:
+    """A recording stopped by Ctrl-C or SIGTERM: one line saying what was kept (and a
+    line for each rank whose readings could not all be kept)."""
+    from warmfit.format.trace import TraceSummary, find_trace_files, read_trace
+    from warmfit.recorder.launch import Recording
+
+    assert isinstance(recording, Recording)
+    how = "interrupted (Ctrl-C)" if recording.stopped_by == "SIGINT" else "terminated (SIGTERM)"
+    waves = 0
+    try:
+        if any(recording.run_dir.rglob("*.parquet")):
+            files = find_trace_files([recording.run_dir])
+            waves = TraceSummary.of(read_trace(files), files=len(files)).waves
+    except WarmfitError:
+        pass  # the lines below name what could not be kept
+    if waves:
+        say(
+            f"warmfit record: {how}: {counted(waves, 'wave')} kept in {printable(str(recording.run_dir))}"
+        )
+    else:
+        say(f"warmfit record: {how}: no wave was recorded")
+    for rank, lost in recording.lost_readings.items():
+        say(f"  LOST       {rank}: {lost:,} readings could not be written; the trace lacks them")
+    for problem in recording.problems:
+        say(f"  not recovered  {problem}")

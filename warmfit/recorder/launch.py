@@ -54,6 +54,9 @@ class Recording:
     recorded: bool = True  # False: no trace and no log; the folders warmfit made are gone
     removed: list[Path] = field(default_factory=list)  # the empty folders removed then
     killed_by: str | None = None  # the signal that ended the command (SIGKILL), if one did
+    #: SIGINT or SIGTERM when the recording was stopped by one (typed at the terminal,
+    #: sent to warmfit and passed on, or the command's own death by it), else None.
+    stopped_by: str | None = None
 
     @property
     def incomplete(self) -> bool:
@@ -104,7 +107,7 @@ def run_recorded(
         created.insert(0, run_dir)  # --force removes it and makes it anew
     run_dir = prepare_run_dir(output_dir, run, force)
     try:
-        returncode = _run_forwarding_signals(list(command), env)
+        returncode, stop = _run_forwarding_signals(list(command), env)
     except UsageError:  # the command could not be started: leave nothing behind
         _remove_empty(run_dir, created)
         raise
@@ -123,9 +126,12 @@ def run_recorded(
     recorded = bool(existing_recording(run_dir) or find_logs(run_dir) or lost)
     removed = [] if recorded else _remove_empty(run_dir, created)
     killed_by = _signal_name(-returncode) if returncode < 0 else None
+    if stop is None and -returncode in _FORWARDED:
+        stop = -returncode
     return Recording(
-        code, run_dir, recovery.compactions, problems, lost, recorded, removed, killed_by
-    )
+        code, run_dir, recovery.compactions, problems, lost, recorded, removed, killed_by,
+        None if stop is None else _signal_name(stop),
+    )  # fmt: skip
 
 
 def _signal_name(number: int) -> str:
@@ -181,11 +187,14 @@ def _start(command: list[str], env: dict[str, str], **kwargs: Any) -> subprocess
         raise UsageError(f"cannot start {command[0]}: {exc.strerror or exc}.") from None
 
 
-def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
+def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> tuple[int, int | None]:
+    """Run the command, passing SIGINT and SIGTERM on; its return code, and the first
+    of those signals warmfit received (None if none)."""
     if not hasattr(signal, "sigtimedwait"):  # macOS: plain handlers, no sender to tell apart
         return _run_with_handlers(command, env)
     waited = {*_FORWARDED, signal.SIGCHLD}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    stop: int | None = None
     try:
         child = _start(
             command, env, preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, previous)
@@ -194,23 +203,27 @@ def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
             info = signal.sigtimedwait(waited, 0.5)
             if info is None or info.si_signo == signal.SIGCHLD:
                 continue
+            if info.si_pid != child.pid and stop is None:
+                stop = info.si_signo
             typed_at_terminal = info.si_signo == signal.SIGINT and info.si_code == _SI_KERNEL
             if not typed_at_terminal and info.si_pid != child.pid:
                 child.send_signal(info.si_signo)
-        return code
+        return code, stop
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _run_with_handlers(command: list[str], env: dict[str, str]) -> int:
+def _run_with_handlers(command: list[str], env: dict[str, str]) -> tuple[int, int | None]:
     child = _start(command, env)
+    seen: list[int] = []
 
     def forward(signum: int, frame: object) -> None:
+        seen.append(signum)
         child.send_signal(signum)
 
     saved = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
     try:
-        return child.wait()
+        return child.wait(), (seen[0] if seen else None)
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
