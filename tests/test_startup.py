@@ -69,7 +69,9 @@ def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], ["replay", "--help"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["--version"], ["replay", "--help"], ["recommend", "--help"]]
+)
 def test_help_imports_no_heavy_module(args: list[str]) -> None:
     result = _run(args)
     assert result == {"code": 0, "heavy": [], "workers": False}
@@ -84,6 +86,12 @@ def test_replay_imports_no_heavy_module(small_trace: Path) -> None:
 def test_replay_with_every_format_and_engine_imports_no_heavy_module(small_trace: Path) -> None:
     result = _run(["replay", str(small_trace), "--format", "json", "--engine", "vectorized"])
     assert result == {"code": 0, "heavy": [], "workers": False}
+
+
+def test_recommend_imports_no_heavy_module(small_trace: Path) -> None:
+    result = _run(["recommend", str(small_trace), "--budget", "1GB", "--format", "json"])
+    assert result == {"code": 0, "heavy": [], "workers": False}
+    assert _run(["recommend", str(small_trace), "--budget", "1GB"])["heavy"] == []
 
 
 def test_the_recorder_imports_neither_polars_nor_torch() -> None:

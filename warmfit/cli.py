@@ -21,7 +21,17 @@ from typer._click.exceptions import NoArgsIsHelpError
 from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from warmfit.commands import check, plot, policies, record, recover, replay, sweep, validate
+from warmfit.commands import (
+    check,
+    plot,
+    policies,
+    recommend,
+    record,
+    recover,
+    replay,
+    sweep,
+    validate,
+)
 from warmfit.errors import UsageError, WarmfitError
 
 #: The flag of each library argument a command passes on (UsageError.argument).
@@ -216,6 +226,7 @@ app.command("recover", cls=_Command)(recover.recover_command)
 app.command("validate", cls=_Command)(validate.validate_command)
 app.command("replay", cls=_Command)(replay.replay_command)
 app.command("sweep", cls=_Command)(sweep.sweep_command)
+app.command("recommend", cls=_Command)(recommend.recommend_command)
 app.command("plot", cls=_Command)(plot.plot_command)
 app.command("check", cls=_Command)(check.check_command)
 app.command("policies", cls=_Command)(policies.policies_command)

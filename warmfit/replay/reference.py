@@ -53,6 +53,15 @@ def _checked_price(cls: type[Policy], value: float | None) -> float | None:
     return value
 
 
+def checked_price(
+    cls: type[Policy], profile: Policy, request: PriceRequest, run: str, rank: int, wave: int
+) -> float | None:
+    """``profile.price(request)`` as replay asks it: what the policy raises becomes a
+    PolicyError naming the policy, run, rank and wave, and a price that is not a finite
+    number of bytes >= 0 (nor None) is refused. :func:`estimate_bytes` makes it bytes."""
+    return _checked_price(cls, _call(cls, profile.price, request, run, rank, wave))
+
+
 @dataclass(slots=True)
 class _Wave:
     """A wave as the scalar engine sees it: what it was priced and what it used."""
@@ -113,7 +122,7 @@ def replay_scalar(
                     profile = by_signature[sig] = cls()
                     if profiles_out is not None:
                         profiles_out[(run, rank, sig, cls.name)] = profile
-                p = _checked_price(cls, _call(cls, profile.price, request, run, rank, wave))
+                p = checked_price(cls, profile, request, run, rank, wave)
                 try:
                     estimates.append(estimate_bytes(p, o, s, safety_factor))
                 except OverflowError:

@@ -1,0 +1,397 @@
+"""``warmfit recommend``: the tokens each policy admits under a budget, beside the measured limit."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from tests.strategies import examples, traces
+from warmfit.cli import app
+from warmfit.format.trace import read_trace, readings_frame, write_trace
+from warmfit.report.recommend import (
+    ABOVE_EVERY_PEAK,
+    BELOW_EVERY_PEAK,
+    FIELDS,
+    INTERPOLATED,
+    JSON_SCHEMA,
+    NO_MEASURED_WAVE,
+    SEARCH_CAP_TOKENS,
+    Recommendation,
+    largest_admitted,
+    measured_limit,
+    recommend,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+ART = REPO / "traces" / "art-h200" / "recompute_memory_final.parquet"
+EAGER = "qwen3.8-27b-tp4-eager-core_attn"
+ENV = {"_TYPER_FORCE_DISABLE_TERMINAL": "1", "COLUMNS": "200"}
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["recommend", *args], env=ENV)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def row_of(rec: Recommendation, run: str, policy: str) -> dict[str, object]:
+    (row,) = [r for r in rec.results if r["run"] == run and r["policy"] == policy]
+    return row
+
+
+# --------------------------------------------------------------------------- by hand
+
+
+def test_one_row_by_hand_qwen3_8_27b_tp4_eager_max_merge() -> None:
+    """Run qwen3.8-27b-tp4-eager-core_attn of traces/art-h200 (rank 0, one signature,
+    outputs 0, no floor, baseline 0), policy max-merge, safety factor 1.1.
+
+    Admitted. max-merge keeps the largest rate of any reading: the cold 128-token
+    wave's caller peak, 938,049,536 bytes / 128 tokens = 7,328,512 bytes per token
+    (every other reading's rate is lower: 22,261,475,840 / 4,096 = 5,434,930, ...),
+    and the deepest sharing 24,576 / 20,892 = 1.17634. The trace's own sharing,
+    summed logical over summed packed tokens, is 2 × (128 + 4,096 + 8,192 + 16,384
+    + 24,576) / 2 × (128 + 4,096 + 6,964 + 13,928 + 20,892) = 106,752 / 92,016 =
+    1.16015, below the deepest, so ``max(n, m / sharing) = n`` and the estimate is
+    ``int(int(7,328,512 × n) × 1.1)``. Within 100 GB: n <= 100e9 / 1.1 / 7,328,512
+    = 12,404.85, so 12,404 (priced 99,993,149,132 bytes; 12,405 is priced
+    100,001,210,496). Within 128.8 GB: 128.8e9 / 1.1 / 7,328,512 = 15,977.45, so
+    15,977.
+
+    Measured limit at 100 GB: the largest actual bytes at each size are 938,049,536
+    (128), 22,261,475,840 (4,096), 38,078,323,200 (6,964), 75,923,593,216 (13,928)
+    and 113,769,913,344 (20,892). 100 GB lies between the last two: 13,928 +
+    (100,000,000,000 − 75,923,593,216) × 6,964 / (113,769,913,344 − 75,923,593,216)
+    = 13,928 + 4,430.24 = 18,358.24, so 18,358; the gap is 18,358 − 12,404 = 5,954
+    tokens, 32.4% of the limit. At 128.8 GB every measured wave fits (the largest
+    peaks 113.8 GB): not measured, and at least 20,892 − 15,977 = 4,915 tokens unused.
+    """
+    frame = read_trace([ART])
+    # the numbers above, as the trace holds them
+    mine = frame.filter(pl.col("run") == EAGER)
+    assert mine.get_column("peak_bytes").max() == 113_769_913_344
+    rates = (mine.get_column("peak_bytes") / mine.get_column("packed_tokens")).to_list()
+    assert max(rates) == 938_049_536 / 128 == 7_328_512
+    assert mine.get_column("logical_tokens").sum() == 2 * 106_752  # two readings a wave
+    assert mine.get_column("packed_tokens").sum() == 2 * 92_016
+
+    rate, f = 7_328_512, 1.1
+    admitted = int(100_000_000_000 / f / rate)
+    assert admitted == 12_404
+    assert int(int(rate * admitted) * f) <= 100_000_000_000 < int(int(rate * (admitted + 1)) * f)
+    limit = 13_928 + (100_000_000_000 - 75_923_593_216) * 6_964 // (
+        113_769_913_344 - 75_923_593_216
+    )
+    assert limit == 18_358
+
+    row = row_of(recommend(frame, 100_000_000_000, ["max-merge"]), EAGER, "max-merge")
+    assert row["admitted_tokens"] == admitted
+    assert row["estimate_bytes"] == 99_993_149_132 and row["set_by"] == "profile"
+    assert row["measured_limit_tokens"] == limit and row["measured"] == INTERPOLATED
+    assert row["largest_fitted_tokens"] == 13_928 and row["smallest_unfitted_tokens"] == 20_892
+    assert row["gap_tokens"] == limit - admitted == 5_954
+    assert row["gap_fraction"] == pytest.approx(5_954 / 18_358)
+    assert row["sharing"] == 106_752 / 92_016
+
+    row = row_of(recommend(frame, 128_800_000_000, ["max-merge"]), EAGER, "max-merge")
+    assert row["admitted_tokens"] == int(128_800_000_000 / f / rate) == 15_977
+    assert row["measured"] == ABOVE_EVERY_PEAK and row["measured_limit_tokens"] is None
+    assert row["gap_tokens"] is None and row["gap_at_least_tokens"] == 20_892 - 15_977
+
+
+def test_the_issue_command_shows_the_tp4_runs() -> None:
+    code, out, _ = cli(
+        str(ART.parent), "--budget", "128.8GB",
+        "-p", "max-merge", "-p", "warm-fit", "-p", "warm-affine", "-p", "envelope",
+    )  # fmt: skip
+    assert code == 0
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(EAGER))
+    assert "max-merge" in lines[start] and "15,977" in lines[start]
+    assert "not measured (all fit, up to 20,892)" in lines[start]
+    assert "at least +4,915" in lines[start]
+    assert [line.split()[0] for line in lines[start + 1 : start + 4]] == [
+        "warm-fit", "warm-affine", "envelope",
+    ]  # fmt: skip
+    # warm-affine admits 21,479 tokens: more than the 20,892 measured, which all fitted
+    assert "21,479" in lines[start + 2] and "beyond every size measured" in lines[start + 2]
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def test_every_format_end_to_end() -> None:
+    args = (str(ART), "--budget", "100GB", "-p", "max-merge", "-p", "warm-fit")
+    code, table, _ = cli(*args)
+    assert code == 0
+    (line,) = [x for x in table.splitlines() if x.startswith(EAGER)]
+    assert line.split()[2:6] == ["max-merge", "12,404", "18,358", "+5,954"]
+    assert "budget of 100,000,000,000 bytes" in " ".join(table.split())
+
+    code, markdown, _ = cli(*args, "--format", "markdown")
+    assert code == 0
+    assert markdown.startswith(
+        "| run | signature | policy | admitted | measured limit | gap | note |\n|---|"
+    )
+    assert f"| {EAGER} | Qwen/Qwen3.8-27B | max-merge | 12,404 | 18,358 | +5,954 (+32.4%) |" in (
+        markdown
+    )
+
+    code, text, _ = cli(*args, "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert tuple(rows[0]) == FIELDS
+    (mine,) = [r for r in rows if r["run"] == EAGER and r["policy"] == "max-merge"]
+    assert (mine["admitted_tokens"], mine["measured_limit_tokens"], mine["gap_tokens"]) == (
+        "12404", "18358", "5954",
+    )  # fmt: skip
+    assert mine["static_floor_bytes"] == "" and mine["measured"] == INTERPOLATED
+
+    code, text, _ = cli(*args, "--format", "json", "--safety", "1.2")
+    assert code == 0
+    doc = json.loads(text)
+    assert doc["schema"] == JSON_SCHEMA == "warmfit.recommend/1"
+    assert doc["budget_bytes"] == 100_000_000_000 and doc["safety_factor"] == 1.2
+    (mine_json,) = [r for r in doc["results"] if r["run"] == EAGER and r["policy"] == "max-merge"]
+    assert mine_json["admitted_tokens"] == int(100_000_000_000 / 1.2 / 7_328_512)
+
+
+def test_the_json_fields() -> None:
+    code, text, _ = cli(str(ART), "--budget", "100GB", "--format", "json")
+    assert code == 0
+    doc = json.loads(text)
+    assert list(doc) == ["schema", "budget_bytes", "safety_factor", "search_cap_tokens", "results"]
+    assert doc["search_cap_tokens"] == SEARCH_CAP_TOKENS == 2**40
+    assert {r["policy"] for r in doc["results"]} == {"max-merge", "warm-fit"}  # the defaults
+    assert len(doc["results"]) == 2 * 11  # one per run, signature and policy
+    for result in doc["results"]:
+        assert tuple(result) == FIELDS
+    assert FIELDS == (
+        "run", "signature", "policy", "budget_bytes", "ranks", "sharing", "admitted_tokens",
+        "admitted_logical_tokens", "estimate_bytes", "set_by", "rank", "output_bytes",
+        "static_floor_bytes", "measured_limit_tokens", "measured", "largest_fitted_tokens",
+        "smallest_unfitted_tokens", "gap_tokens", "gap_fraction", "gap_at_least_tokens",
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("budget", ["12parsecs", "lots", "-5", ""])
+def test_a_bad_budget_is_one_line_and_exit_2(budget: str) -> None:
+    code, out, err = cli(str(ART), "--budget", budget)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("warmfit: error: ")
+    assert "--budget" in err and "is not a size" in err and "Traceback" not in err
+
+
+def test_a_missing_budget_and_a_bad_trace_are_exit_2(tmp_path: Path) -> None:
+    code, _, err = cli(str(ART))
+    assert code == 2 and "--budget" in err
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    code, out, err = cli(str(bad), "--budget", "1GB")
+    assert code == 2 and out == "" and "bad.parquet" in err and "Traceback" not in err
+    frame = readings_frame(
+        [dict(seq=0, wave=0, signature="s", packed_tokens=10, logical_tokens=5, peak_bytes=1)]
+    )
+    write_trace(frame, tmp_path / "rule.parquet")  # logical below packed: a broken rule
+    code, out, err = cli(str(tmp_path / "rule.parquet"), "--budget", "1GB")
+    assert code == 2 and "logical_tokens" in err and "row 0" in err
+
+
+def test_a_bad_safety_factor_names_the_flag() -> None:
+    code, _, err = cli(str(ART), "--budget", "1GB", "--safety", "0")
+    assert code == 2 and "--safety must be a positive number" in err
+
+
+# --------------------------------------------------------------------------- synthetic traces
+
+
+def _trace(waves: list[tuple[int, int]], **extra: object) -> pl.DataFrame:
+    """One whole caller reading per ``(packed_tokens, peak_bytes)`` wave, in order."""
+    return readings_frame(
+        [
+            dict(
+                seq=i,
+                wave=i,
+                signature="s",
+                packed_tokens=n,
+                logical_tokens=n,
+                peak_bytes=peak,
+                whole=True,
+                **extra,
+            )
+            for i, (n, peak) in enumerate(waves)
+        ]
+    )
+
+
+def test_not_measured_when_no_wave_comes_near_the_budget() -> None:
+    frame = _trace([(100, 100_000), (200, 200_000)])  # 1,000 bytes a token
+    (above,) = recommend(frame, 10**9, ["max-merge"]).results
+    assert above["measured"] == ABOVE_EVERY_PEAK and above["measured_limit_tokens"] is None
+    assert above["largest_fitted_tokens"] == 200 and above["gap_tokens"] is None
+    assert above["admitted_tokens"] == int(10**9 / 1.1 / 1000)  # 909,090
+    assert above["gap_at_least_tokens"] is None  # it admits more than every size measured
+    (below,) = recommend(frame, 50_000, ["max-merge"]).results
+    assert below["measured"] == BELOW_EVERY_PEAK and below["measured_limit_tokens"] is None
+    assert below["largest_fitted_tokens"] is None and below["gap_tokens"] is None
+    assert below["admitted_tokens"] == 45  # int(int(1000 n) * 1.1) <= 50,000
+    out = _table(frame, "50000")
+    assert "not measured (none fit)" in out and "45" in out
+
+
+def _table(frame: pl.DataFrame, budget: str, *args: str) -> str:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_trace(frame, Path(folder) / "t.parquet")
+        code, out, err = cli(str(path), "--budget", budget, *args)
+    assert code == 0, err
+    return out
+
+
+def test_a_trace_with_no_profile() -> None:
+    """Every reading ran out of memory: no policy learned anything, there is no floor, and
+    no wave measured what fits."""
+    frame = _trace([(100, 100_000), (200, 200_000)], oom=True)
+    for row in recommend(frame, 10**9, ["max-merge", "warm-fit", "envelope"]).results:
+        assert row["admitted_tokens"] is None and row["estimate_bytes"] is None
+        assert row["rank"] is None and row["gap_tokens"] is None
+        assert row["measured"] == NO_MEASURED_WAVE
+    out = _table(frame, "1GB")
+    assert "no profile" in out and "not measured (no wave)" in out
+
+
+def test_a_floor_alone_admits_any_size_or_none() -> None:
+    frame = _trace([(100, 100_000)], oom=True, static_floor_bytes=5_000)
+    (row,) = recommend(frame, 5_500, ["max-merge"]).results  # int(5,000 * 1.1) = 5,500
+    assert row["admitted_tokens"] == SEARCH_CAP_TOKENS and row["set_by"] == "floor"
+    assert "no limit" in _table(frame, "5500", "-p", "max-merge")
+    (row,) = recommend(frame, 5_499, ["max-merge"]).results
+    assert row["admitted_tokens"] == 0 and row["estimate_bytes"] is None
+
+
+def test_a_policy_that_admits_more_than_fitted_is_an_oom_risk() -> None:
+    """200,000 bytes at 100 tokens, 2,000,000 at 1,000: 2,000 bytes a token. Within
+    1,000,000 bytes the waves show 100 + 800,000 × 900 / 1,800,000 = 500 tokens fit;
+    max-merge at safety factor 0.5 prices int(2,000 n × 0.5) = 1,000 n and admits 1,000."""
+    frame = _trace([(100, 200_000), (1_000, 2_000_000)])
+    (row,) = recommend(frame, 1_000_000, ["max-merge"], safety_factor=0.5).results
+    assert (row["admitted_tokens"], row["measured_limit_tokens"]) == (1_000, 500)
+    assert row["gap_tokens"] == -500 and row["gap_fraction"] == -1.0
+    out = _table(frame, "1000000", "-p", "max-merge", "--safety", "0.5")
+    assert "-500 (-100.0%)" in out and "OOM risk: admits a size measured not to fit" in out
+    (row,) = recommend(frame, 1_000_000, ["max-merge"], safety_factor=0.9).results
+    assert (row["admitted_tokens"], row["gap_tokens"]) == (555, -55)  # int(1,800 n) <= 1e6
+    out = _table(frame, "1000000", "-p", "max-merge", "--safety", "0.9")
+    assert "-55 (-11.0%)" in out and "OOM risk: admits more than fitted" in out
+
+
+def test_ranks_combine_to_the_smallest_admitted() -> None:
+    """Rank 1 pays 2,000 bytes a token, rank 0 1,000: a wave must fit on both."""
+    rows = [
+        dict(seq=0, wave=0, rank=rank, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=rate * 100, whole=True)
+        for rank, rate in ((0, 1_000), (1, 2_000))
+    ]  # fmt: skip
+    (row,) = recommend(readings_frame(rows), 1_100_000, ["max-merge"]).results
+    assert row["ranks"] == 2 and row["rank"] == 1
+    assert row["admitted_tokens"] == 500  # int(int(2,000 n) * 1.1) <= 1,100,000
+    # the measured waves of both ranks are pooled: 100 tokens peaked at 200,000 bytes
+    assert row["measured"] == ABOVE_EVERY_PEAK and row["largest_fitted_tokens"] == 100
+
+
+def test_names_from_traces_are_shown_escaped() -> None:
+    rows = [
+        dict(seq=0, wave=0, run="evil\x1b[31m|[bold]", signature="a|b\n", packed_tokens=10,
+             logical_tokens=10, peak_bytes=1_000, whole=True)
+    ]  # fmt: skip
+    frame = readings_frame(rows)
+    table = _table(frame, "1MB")
+    assert "evil\\x1b[31m|[bold]" in table and "a|b\\n" in table and "\x1b" not in table
+    markdown = _table(frame, "1MB", "--format", "markdown")
+    assert "evil\\x1b[31m\\|[bold]" in markdown and "a\\|b\\n" in markdown
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@given(threshold=st.integers(-5, 3 * 2**20), cap=st.integers(1, 2**20))
+def test_the_search_finds_the_threshold_exactly(threshold: int, cap: int) -> None:
+    calls: list[int] = []
+
+    def admits(n: int) -> bool:
+        calls.append(n)
+        assert 1 <= n <= cap
+        return n <= threshold
+
+    assert largest_admitted(admits, cap) == max(0, min(threshold, cap))
+    assert len(calls) <= 2 * cap.bit_length() + 2
+
+
+@settings(max_examples=examples(40))
+@given(
+    frame=traces(max_waves=8),
+    budget=st.integers(0, 2**44)  # any, or of any magnitude (most waves are priced there)
+    | st.integers(0, 44).flatmap(lambda e: st.integers(2**e, 2 ** (e + 1))),
+    safety=st.sampled_from([0.5, 1.0, 1.1, 1.7]),
+)
+def test_the_admitted_size_is_priced_within_the_budget_and_the_next_above(
+    frame: pl.DataFrame, budget: int, safety: float
+) -> None:
+    readings = frame.sort("run", "rank", "seq", maintain_order=True)
+    policies = ["max-merge", "warm-fit", "warm-affine", "envelope"]
+    rec = recommend(readings, budget, policies, safety)
+    for row in rec.results:
+        n = row["admitted_tokens"]
+        profile = rec.profiles[(str(row["run"]), str(row["signature"]), str(row["policy"]))]
+        if n is None:
+            assert profile is None
+            continue
+        assert isinstance(n, int) and profile is not None
+        if n > 0:
+            estimate, _ = profile.estimate(n, safety)
+            assert estimate is not None and estimate <= budget
+            assert estimate == row["estimate_bytes"]
+        if n < SEARCH_CAP_TOKENS:
+            above, _ = profile.estimate(n + 1, safety)
+            assert above is None or above > budget
+        limit = row["measured_limit_tokens"]
+        if limit is not None:
+            assert row["gap_tokens"] == limit - n
+
+
+@given(
+    points=st.lists(st.tuples(st.integers(1, 10_000), st.integers(0, 10**9)), max_size=8),
+    budget=st.integers(0, 10**9),
+)
+def test_the_measured_limit_lies_between_the_sizes_around_the_budget(
+    points: list[tuple[int, int]], budget: int
+) -> None:
+    limit = measured_limit(points, budget)
+    peaks = {n: max(a for m, a in points if m == n) for n, _ in points}
+    if limit.tokens is None:
+        assert limit.measured in (ABOVE_EVERY_PEAK, BELOW_EVERY_PEAK, NO_MEASURED_WAVE)
+        return
+    fitted = [n for n in sorted(peaks) if n <= limit.tokens]
+    assert fitted and all(peaks[n] <= budget for n in fitted)  # every size up to it fitted
+    larger = [n for n in sorted(peaks) if n > limit.tokens]
+    assert larger and peaks[larger[0]] > budget  # the next size measured did not
+    assert limit.largest_fitted == fitted[-1]
+
+
+def test_both_engines_recommend_the_same() -> None:
+    frame = read_trace([ART])
+    policies = ["max-merge", "warm-fit", "warm-affine", "envelope"]
+    scalar = recommend(frame, 90_000_000_000, policies, engine="scalar")
+    vectorized = recommend(frame, 90_000_000_000, policies, engine="vectorized")
+    assert scalar.results == vectorized.results

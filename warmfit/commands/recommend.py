@@ -1,0 +1,52 @@
+"""``warmfit recommend``: how many tokens each policy would pack under a memory budget."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from warmfit.commands.options import (
+    Engine,
+    EngineOpt,
+    Format,
+    PathsArg,
+    PolicyOpt,
+    SafetyOpt,
+    budget_bytes,
+    read_traces,
+)
+
+
+def recommend_command(
+    paths: PathsArg,
+    budget: Annotated[
+        str,
+        typer.Option(
+            "--budget",
+            help="Memory free above the baseline when a wave is admitted, e.g. 128.8GB or 80GiB.",
+            show_default=False,
+            metavar="SIZE",
+        ),
+    ],
+    policy: PolicyOpt = None,
+    safety: SafetyOpt = 1.1,
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    engine: EngineOpt = Engine.auto,
+) -> None:
+    """Show the most tokens each policy admits under a budget, beside the measured limit.
+
+    Example: warmfit recommend traces/art-h200 --budget 128.8GB -p warm-fit -p envelope
+
+    Per run and signature, after learning the whole trace: the largest packed-token
+    count each policy prices within the budget (the smallest over the ranks), the
+    largest the measured waves show would have fitted (interpolated between the
+    two measured waves around the budget, never extrapolated), and the gap: the
+    tokens a policy leaves unused, or, negative, admits beyond what fitted.
+    """
+    from warmfit.report.recommend import recommend, render_recommendation
+
+    limit = budget_bytes(budget)
+    assert limit is not None
+    result = recommend(read_traces(paths), limit, policy, safety, engine.value)
+    typer.echo(render_recommendation(result, format.value), nl=False)

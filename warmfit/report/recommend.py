@@ -1,0 +1,415 @@
+"""How many tokens to pack under a memory budget: each policy's answer beside the measured one.
+
+Per run and signature, after learning the whole trace (every reading of each
+``(run, rank, signature)`` observed in trace order: the profiles exactly as a
+replay leaves them after the last wave):
+
+- ``admitted_tokens``: the largest packed-token count ``n`` a policy prices
+  within the budget (``estimate <= budget``, SPEC §7's admission rule), found
+  by an exponential then a binary search (exact to the token; every built-in
+  policy's price is monotone non-decreasing in ``n``). A wave must fit on
+  every rank, so it is the smallest over the ranks that can price it. The
+  price at ``n`` is replay's own (:func:`warmfit.replay.reference.checked_price`
+  and :func:`warmfit.replay.semantics.estimate_bytes`) for a ``flat`` wave of
+  ``n`` packed and ``n * L // P`` logical tokens (``L`` and ``P``: the run and
+  signature's summed logical and packed tokens over its waves), with the
+  output bytes and static floor of the rank's last wave of the signature;
+- ``measured_limit_tokens``: the largest packed-token count the measured
+  waves show would have fitted (:func:`measured_limit`), interpolated between
+  the two measured sizes around the budget, never extrapolated;
+- ``gap_tokens``: the measured limit minus the admitted tokens (the throughput
+  a policy leaves unused; negative: it admits more than fitted, an OOM risk),
+  and ``gap_fraction``, that over the measured limit; where the budget lies
+  above every measured peak (no limit measured), ``gap_at_least_tokens``: the
+  largest measured size minus the admitted tokens, when positive (every
+  measured wave fitted, so at least that many tokens are left unused).
+
+The choices the contract leaves open are spec-notes 23
+(docs/explanation/spec-notes.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from warmfit.errors import UsageError
+from warmfit.policies import Policy, PriceRequest
+from warmfit.replay import DEFAULT_SAFETY_FACTOR, replay, resolve_policies
+from warmfit.replay.reference import checked_price
+from warmfit.replay.semantics import check_budget, estimate_bytes
+from warmfit.report.table import cell, plain_table, table_text
+from warmfit.show.names import markdown_cell
+from warmfit.show.units import format_bytes
+
+JSON_SCHEMA = "warmfit.recommend/1"
+#: The most packed tokens the search tries (2**40, about 1.1e12): a policy that prices
+#: every size up to it within the budget admits "no limit".
+SEARCH_CAP_TOKENS = 2**40
+
+#: How the measured limit was found (``measured`` in every result).
+INTERPOLATED = "interpolated"
+ABOVE_EVERY_PEAK = "budget above every peak"
+BELOW_EVERY_PEAK = "budget below every peak"
+NO_MEASURED_WAVE = "no measured wave"
+
+#: The fields of a result, in order (JSON objects and CSV columns).
+FIELDS = (
+    "run", "signature", "policy", "budget_bytes", "ranks", "sharing", "admitted_tokens",
+    "admitted_logical_tokens", "estimate_bytes", "set_by", "rank", "output_bytes",
+    "static_floor_bytes", "measured_limit_tokens", "measured", "largest_fitted_tokens",
+    "smallest_unfitted_tokens", "gap_tokens", "gap_fraction", "gap_at_least_tokens",
+)  # fmt: skip
+
+
+def largest_admitted(admits: Callable[[int], bool], cap: int = SEARCH_CAP_TOKENS) -> int:
+    """The largest ``n`` in ``1..cap`` with ``admits(n)``, for a predicate that holds up
+    to some size and not beyond (0 when it fails at 1; ``cap`` when it holds there):
+    doubling until it fails, then halving the interval, so ``admits(n)`` and not
+    ``admits(n + 1)`` (or ``n == cap``).
+
+    >>> largest_admitted(lambda n: 7 * n <= 1000), largest_admitted(lambda n: False)
+    (142, 0)
+    >>> largest_admitted(lambda n: True, cap=1000)
+    1000
+    """
+    if cap < 1 or not admits(1):
+        return 0
+    low = 1  # admitted
+    while True:
+        high = min(2 * low, cap)
+        if high == low:
+            return cap
+        if not admits(high):
+            break
+        low = high
+    while high - low > 1:  # admits(low), not admits(high)
+        middle = (low + high) // 2
+        if admits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def logical_tokens(packed_tokens: int, logical_sum: int, packed_sum: int) -> int:
+    """The logical tokens ``m`` priced with ``n`` packed ones at a trace's own sharing:
+    ``n * L // P`` (exact integers; never below ``n``, as ``L >= P``; non-decreasing in ``n``).
+
+    >>> logical_tokens(6964, 106_752, 92_016)
+    8079
+    """
+    return packed_tokens * logical_sum // packed_sum
+
+
+@dataclass(frozen=True)
+class MeasuredLimit:
+    """The packed tokens measured waves show would fit a budget, and how that was found."""
+
+    #: The interpolated limit; None unless ``measured`` is :data:`INTERPOLATED`.
+    tokens: int | None
+    #: :data:`INTERPOLATED`, :data:`ABOVE_EVERY_PEAK`, :data:`BELOW_EVERY_PEAK` or
+    #: :data:`NO_MEASURED_WAVE`.
+    measured: str
+    #: The largest measured size below the first one that did not fit (None: none).
+    largest_fitted: int | None
+    #: The smallest measured size whose bytes exceed the budget (None: every size fits).
+    smallest_unfitted: int | None
+
+
+def measured_limit(points: Sequence[tuple[int, int]], budget_bytes: int) -> MeasuredLimit:
+    """The largest packed-token count the measured ``(packed_tokens, actual_bytes)``
+    points show would fit ``budget_bytes``.
+
+    Each size's bytes are the largest measured at it; sizes are taken smallest
+    first. The first size whose bytes exceed the budget did not fit, and no
+    larger size is claimed to. When the size before it fitted (so the budget
+    lies between the two measured peaks), the limit is the straight line
+    between the two, rounded down to a whole token (exact integers). Never
+    extrapolated: a budget above every peak or below the smallest size's gives
+    no limit (``largest_fitted`` says how far the waves fitted).
+
+    >>> measured_limit([(100, 1_000), (300, 3_000), (100, 1_200)], 2_000)  # 100 + 800 * 200 // 1800
+    MeasuredLimit(tokens=188, measured='interpolated', largest_fitted=100, smallest_unfitted=300)
+    >>> measured_limit([(100, 1_000)], 2_000).measured, measured_limit([], 1).measured
+    ('budget above every peak', 'no measured wave')
+    """
+    peaks: dict[int, int] = {}
+    for n, actual in points:
+        peaks[n] = max(actual, peaks.get(n, actual))
+    sizes = sorted(peaks)
+    if not sizes:
+        return MeasuredLimit(None, NO_MEASURED_WAVE, None, None)
+    for i, n in enumerate(sizes):
+        if peaks[n] > budget_bytes:
+            if i == 0:
+                return MeasuredLimit(None, BELOW_EVERY_PEAK, None, n)
+            n0, a0, a1 = sizes[i - 1], peaks[sizes[i - 1]], peaks[n]
+            limit = n0 + (budget_bytes - a0) * (n - n0) // (a1 - a0)
+            return MeasuredLimit(limit, INTERPOLATED, n0, n)
+    return MeasuredLimit(None, ABOVE_EVERY_PEAK, sizes[-1], None)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One rank's profile of a signature after the trace, and its last wave's constants."""
+
+    cls: type[Policy]
+    policy: Policy
+    run: str
+    rank: int
+    wave: int
+    output_bytes: int
+    static_floor_bytes: int | None
+    logical_sum: int
+    packed_sum: int
+
+    def estimate(self, n: int, safety_factor: float) -> tuple[int | None, str | None]:
+        """A flat wave of ``n`` packed tokens priced as replay prices it (SPEC §3); an
+        estimate past int64 (which replay refuses) is never admitted."""
+        m = logical_tokens(n, self.logical_sum, self.packed_sum)
+        request = PriceRequest(n, m, self.output_bytes, "flat", self.static_floor_bytes)
+        p = checked_price(self.cls, self.policy, request, self.run, self.rank, self.wave)
+        try:
+            return estimate_bytes(p, self.output_bytes, self.static_floor_bytes, safety_factor)
+        except OverflowError:
+            return None, "overflow"
+
+    def admitted(self, budget_bytes: int, safety_factor: float) -> int | None:
+        """The largest admitted ``n`` (:func:`largest_admitted`); None when the profile
+        cannot price a wave (no profile, no floor)."""
+        if self.estimate(1, safety_factor) == (None, None):
+            return None
+
+        def admits(n: int) -> bool:
+            estimate, _ = self.estimate(n, safety_factor)
+            return estimate is not None and estimate <= budget_bytes
+
+        return largest_admitted(admits)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One result per run, signature and policy (:data:`FIELDS`), and what they assume."""
+
+    results: list[dict[str, object]]
+    budget_bytes: int
+    safety_factor: float
+    policies: tuple[str, ...]
+    #: Per (run, signature, policy), the profile that set ``admitted_tokens`` (the rank
+    #: that admits least), None where no rank's profile can price.
+    profiles: dict[tuple[str, str, str], Profile | None]
+
+
+def recommend(
+    readings: pl.DataFrame,
+    budget_bytes: int,
+    policies: Sequence[str | type[Policy]] | None = None,
+    safety_factor: float = DEFAULT_SAFETY_FACTOR,
+    engine: str = "auto",
+) -> Recommendation:
+    """Per run, signature and policy: the admitted tokens under ``budget_bytes`` after
+    the whole trace, the measured limit and the gap (module docstring) of validated
+    readings (sorted by run, rank, seq)."""
+    if check_budget(budget_bytes) is None:
+        raise UsageError("must be a number of bytes >= 0; got None.", argument="budget_bytes")
+    classes = resolve_policies(policies)
+    result = replay(readings, classes, safety_factor, engine, "signature")
+    waves = result.per_wave.filter(pl.col("policy") == classes[0].name)
+    keys = ["run", "signature"]
+    totals = {
+        (run, sig): (int(logical), int(packed))
+        for run, sig, logical, packed in waves.group_by(keys)
+        .agg(pl.col("logical_tokens").sum(), pl.col("packed_tokens").sum())
+        .iter_rows()
+    }
+    points: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for run, sig, n, actual in (
+        waves.filter(~pl.col("oom")).select(*keys, "packed_tokens", "actual_bytes").iter_rows()
+    ):
+        points.setdefault((run, sig), []).append((n, actual))
+    last_waves: dict[tuple[str, str], list[tuple[int, int, int, int | None]]] = {}
+    for run, sig, rank, wave, o, s in (
+        waves.group_by([*keys, "rank"], maintain_order=True)
+        .last()
+        .select(*keys, "rank", "wave", "output_bytes", "static_floor_bytes")
+        .sort("rank", maintain_order=True)
+        .iter_rows()
+    ):
+        last_waves.setdefault((run, sig), []).append((rank, wave, o, s))
+    rows: list[dict[str, object]] = []
+    chosen: dict[tuple[str, str, str], Profile | None] = {}
+    by_name = {cls.name: cls for cls in classes}
+    for run, sig, name in result.summary.select(*keys, "policy").iter_rows():
+        cls = by_name.get(name)
+        if cls is None:  # SPEC §8's ``recorded`` prices: no profile to ask about a size
+            continue
+        logical_sum, packed_sum = totals[(run, sig)]
+        limit = measured_limit(points.get((run, sig), []), budget_bytes)
+        best: tuple[int, Profile] | None = None  # the smallest over the ranks, lowest rank
+        for rank, wave, o, s in last_waves[(run, sig)]:
+            profile = Profile(
+                cls, result.profiles[(run, rank, sig, name)], run, rank, wave, o, s,
+                logical_sum, packed_sum,
+            )  # fmt: skip
+            admitted = profile.admitted(budget_bytes, safety_factor)
+            if admitted is not None and (best is None or admitted < best[0]):
+                best = (admitted, profile)
+        row: dict[str, object] = dict.fromkeys(FIELDS)
+        row |= {
+            "run": run,
+            "signature": sig,
+            "policy": name,
+            "budget_bytes": budget_bytes,
+            "ranks": len(last_waves[(run, sig)]),
+            "sharing": logical_sum / packed_sum,
+            "measured_limit_tokens": limit.tokens,
+            "measured": limit.measured,
+            "largest_fitted_tokens": limit.largest_fitted,
+            "smallest_unfitted_tokens": limit.smallest_unfitted,
+        }
+        if best is not None:
+            admitted, profile = best
+            estimate, set_by = (
+                profile.estimate(admitted, safety_factor) if admitted else (None, None)
+            )
+            row |= {
+                "admitted_tokens": admitted,
+                "admitted_logical_tokens": logical_tokens(admitted, logical_sum, packed_sum),
+                "estimate_bytes": estimate,
+                "set_by": set_by,
+                "rank": profile.rank,
+                "output_bytes": profile.output_bytes,
+                "static_floor_bytes": profile.static_floor_bytes,
+            }
+            if limit.tokens is not None:
+                gap = limit.tokens - admitted
+                row |= {"gap_tokens": gap, "gap_fraction": gap / limit.tokens}
+            elif limit.measured == ABOVE_EVERY_PEAK:
+                assert limit.largest_fitted is not None
+                unused = limit.largest_fitted - admitted
+                row["gap_at_least_tokens"] = unused if unused > 0 else None
+        rows.append(row)
+        chosen[(run, sig, name)] = None if best is None else best[1]
+    names = tuple(by_name)
+    return Recommendation(rows, budget_bytes, result.safety_factor, names, chosen)
+
+
+# --------------------------------------------------------------------------- rendering
+
+FORMATS = ("table", "markdown", "csv", "json")
+
+
+def _admitted_cell(row: dict[str, object]) -> str:
+    admitted = row["admitted_tokens"]
+    if admitted is None:
+        return "no profile"
+    if admitted == SEARCH_CAP_TOKENS:
+        return "no limit"
+    return f"{admitted:,}"
+
+
+def _measured_cell(row: dict[str, object]) -> str:
+    measured, fitted = row["measured"], row["largest_fitted_tokens"]
+    if measured == INTERPOLATED:
+        return f"{row['measured_limit_tokens']:,}"
+    if measured == ABOVE_EVERY_PEAK:
+        return f"not measured (all fit, up to {fitted:,})"
+    if measured == BELOW_EVERY_PEAK:
+        return "not measured (none fit)"
+    return "not measured (no wave)"
+
+
+def _gap_cell(row: dict[str, object]) -> str:
+    gap, fraction = row["gap_tokens"], row["gap_fraction"]
+    if isinstance(row["gap_at_least_tokens"], int):
+        return f"at least {row['gap_at_least_tokens']:+,}"
+    if gap is None or not isinstance(fraction, float):
+        return "—"
+    return f"{gap:+,} ({fraction * 100:+.1f}%)"
+
+
+def _note(row: dict[str, object]) -> str:
+    admitted, gap = row["admitted_tokens"], row["gap_tokens"]
+    unfitted, fitted = row["smallest_unfitted_tokens"], row["largest_fitted_tokens"]
+    if not isinstance(admitted, int):
+        return ""
+    if isinstance(unfitted, int) and admitted >= unfitted:
+        return "OOM risk: admits a size measured not to fit"
+    if isinstance(gap, int) and gap < 0:
+        return "OOM risk: admits more than fitted"
+    if row["measured"] == ABOVE_EVERY_PEAK and isinstance(fitted, int) and admitted > fitted:
+        return "beyond every size measured"
+    return ""
+
+
+def _cells(row: dict[str, object]) -> list[str]:
+    return [_admitted_cell(row), _measured_cell(row), _gap_cell(row), _note(row)]
+
+
+HEADER = ("admitted", "measured limit", "gap", "note")
+
+
+def _caption(rec: Recommendation) -> str:
+    return (
+        f"admitted = the most packed tokens each policy prices within the budget of "
+        f"{rec.budget_bytes:,} bytes ({format_bytes(rec.budget_bytes)}; estimate <= budget, "
+        f"safety factor {rec.safety_factor:g}) after learning the whole trace, the smallest "
+        "over the ranks, logical tokens at the trace's own sharing; measured limit = the "
+        "packed tokens the measured waves show would fit, interpolated between the two "
+        "measured sizes around the budget (never extrapolated); gap = measured limit - "
+        "admitted, tokens (% of the limit) a policy leaves unused, negative: it admits more "
+        "than fitted (an OOM risk); at least = every measured wave fitted, up to the largest "
+        "size, and the policy admits fewer"
+    )
+
+
+def render_recommendation(rec: Recommendation, fmt: str) -> str:
+    """Render a recommendation: json (:data:`JSON_SCHEMA`), csv, markdown or table."""
+    if fmt == "json":
+        doc = {
+            "schema": JSON_SCHEMA,
+            "budget_bytes": rec.budget_bytes,
+            "safety_factor": rec.safety_factor,
+            "search_cap_tokens": SEARCH_CAP_TOKENS,
+            "results": rec.results,
+        }
+        return json.dumps(doc, indent=2) + "\n"
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(FIELDS)
+        for row in rec.results:
+            writer.writerow(
+                ["" if v is None else repr(v) if isinstance(v, float) else v for v in row.values()]
+            )
+        return buffer.getvalue()
+    if fmt == "markdown":
+        header = ["run", "signature", "policy", *HEADER]
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for row in rec.results:
+            labels = [markdown_cell(str(row[k])) for k in ("run", "signature", "policy")]
+            lines.append("| " + " | ".join([*labels, *_cells(row)]) + " |")
+        return "\n".join([*lines, "", _caption(rec).capitalize() + "."]) + "\n"
+    if fmt != "table":
+        raise UsageError(f"must be one of {', '.join(FORMATS)}; got {fmt!r}.", argument="fmt")
+    table = plain_table(_caption(rec))
+    for name in ("run", "signature", "policy"):
+        table.add_column(name, no_wrap=True, min_width=3)
+    for name in HEADER:
+        table.add_column(name, no_wrap=True, justify="left" if name == "note" else "right")
+    previous: tuple[object, object] | None = None
+    for row in rec.results:
+        group = (row["run"], row["signature"])
+        cells = _cells(row)
+        if group == previous:  # the run, signature and measured limit are the group's
+            table.add_row("", "", cell(row["policy"]), cells[0], "", *cells[2:])
+        else:
+            table.add_row(*[cell(name) for name in group], cell(row["policy"]), *cells)
+        previous = group
+    return table_text(table)
