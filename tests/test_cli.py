@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -247,3 +248,43 @@ def test_a_policy_module_in_the_current_directory_is_found(tmp_path: Path) -> No
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "EP1,last-whole,25," in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["sweep", PR991, "--force"],
+            "warmfit: error: --force overwrites the --plot file; give --plot FILE, or drop "
+            "--force.",
+        ),
+        (
+            ["check", PR991, "--expect", "traces/expectations.toml", "--force"],
+            "warmfit: error: --force overwrites the --write-expect file; give --write-expect "
+            "FILE, or drop --force.",
+        ),
+    ],
+)
+def test_force_without_an_output_is_refused(args: list[str], line: str) -> None:
+    """Issue 29 item 10: --force that would overwrite nothing is not silently ignored."""
+    result = CliRunner().invoke(app, args)
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", line + "\n")
+
+
+def test_a_per_wave_parquet_beside_an_input_file_is_refused(tmp_path: Path) -> None:
+    """Issue 29 item 10: traces/x/EP1.parquet given alone; --per-wave traces/x/pw.parquet
+    would be read as a trace by the next replay of traces/x, as inside a directory."""
+    folder = tmp_path / "x"
+    folder.mkdir()
+    shutil.copy(Path(PR991) / "EP1.parquet", folder / "EP1.parquet")
+    target = folder / "pw.parquet"
+    result = CliRunner().invoke(
+        app, ["replay", str(folder / "EP1.parquet"), "--per-wave", str(target)]
+    )
+    assert result.exit_code == 2 and not target.exists()
+    assert f"it lies inside the trace directory {folder}" in result.stderr
+    beside = tmp_path / "pw.parquet"  # outside the folder: written
+    result = CliRunner().invoke(
+        app, ["replay", str(folder / "EP1.parquet"), "--per-wave", str(beside)]
+    )
+    assert result.exit_code == 0 and beside.exists()

@@ -14,6 +14,7 @@ from warmfit.commands.options import (
     PathsArg,
     check_new_file,
     read_traces,
+    refuse_force_without,
     writing,
 )
 from warmfit.errors import PolicyError, RegressionFound, UsageError
@@ -122,6 +123,8 @@ def check_command(
             "--update adds new runs to the expectations file given with --expect FILE; "
             "--write-expect writes a whole new file."
         )
+    if force:
+        refuse_force_without(write_expect, "--write-expect")
     if write_expect is not None:
         check_new_file(write_expect, force, paths)
         result = replay(

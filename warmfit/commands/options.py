@@ -148,7 +148,8 @@ def inside_trace_directory(path: Path, inputs: list[Path]) -> Path | None:
     """The input directory that would read ``path`` as a trace file, if any.
 
     A directory given as a trace path is read recursively for ``*.parquet``,
-    so a Parquet output written below it would break the next replay.
+    so a Parquet output written below it would break the next replay; so is
+    the folder of a trace file given alone, so a Parquet output beside it too.
     """
     from warmfit.format.files import TRACE_SUFFIX
 
@@ -158,7 +159,18 @@ def inside_trace_directory(path: Path, inputs: list[Path]) -> Path | None:
     for given in inputs:
         if given.is_dir() and target.is_relative_to(given.resolve()):
             return given
+        if given.is_file() and target.parent == given.resolve().parent:
+            return given.parent  # beside an input file: in the folder a replay would read
     return None
+
+
+def refuse_force_without(output: Path | None, option: str) -> None:
+    """``--force`` lets an output overwrite a file: without that output it means nothing,
+    and is refused rather than silently ignored."""
+    if output is None:
+        raise UsageError(
+            f"--force overwrites the {option} file; give {option} FILE, or drop --force."
+        )
 
 
 def read_traces(paths: list[Path]) -> pl.DataFrame:

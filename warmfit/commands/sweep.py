@@ -17,6 +17,7 @@ from warmfit.commands.options import (
     PolicyOpt,
     check_new_file,
     read_traces,
+    refuse_force_without,
     writing,
 )
 
@@ -55,6 +56,8 @@ def sweep_command(
     from warmfit.report.table import render_sweep
 
     factors = parse_grid(grid)
+    if force:
+        refuse_force_without(plot, "--plot")
     if plot is not None:
         check_new_file(plot, force, paths)
     result = sweep(read_traces(paths), policy, by.value, factors, engine.value)
