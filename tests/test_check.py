@@ -217,6 +217,8 @@ def test_table_fits_80_columns(tmp_path: Path) -> None:
     code, out, _ = invoke("check", str(trace), "--expect", str(target))
     *table, verdict = out.splitlines()
     assert code == 0 and max(len(line) for line in table) <= 80
+    # issue 29 item 10: no blank line first; the header starts the output as replay's does
+    assert table[0].startswith("run ") and table[1].startswith("─")
     assert verdict == f"8 of 8 expectations hold ({target}, safety factor 1.1)"
 
 

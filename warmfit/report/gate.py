@@ -49,7 +49,7 @@ from warmfit.errors import UsageError
 from warmfit.format.files import not_regular, write_bytes_atomically
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, ReplayResult, check_safety_factor
 from warmfit.report.sweep import safe_factors
-from warmfit.report.table import cell, percent, table_text
+from warmfit.report.table import cell, percent, plain_table, table_text
 from warmfit.show.names import counted, printable, toml_string, waves_under
 
 FORMATS = ("table", "csv", "json")
@@ -791,10 +791,8 @@ def _csv_cell(value: object) -> str:
 
 def to_table(report: CheckReport) -> str:
     """A table for a terminal, one line per limit; labels never break across lines."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = plain_table("")
+    table.caption = None  # the verdict line follows the table
     table.add_column("run", no_wrap=True)
     table.add_column("policy", no_wrap=True)
     table.add_column("figure", no_wrap=True)
