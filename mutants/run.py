@@ -348,6 +348,7 @@ _POLICY_TESTS = (
     "tests/test_seen_range.py",
     "tests/test_decisions.py",
     "tests/test_vectorized.py",
+    "tests/test_pricer.py",  # the rules' float form (plain_floats), exact and never falling back
 )
 #: Tests being written (issue 31): added to every module's killers when they exist.
 NEW_TESTS = ("tests/test_oracle.py", "tests/test_stranger_bugs.py")
@@ -375,12 +376,14 @@ KILLERS: dict[str, tuple[str, ...]] = {
         "tests/test_mutant_killers_2.py",
         "tests/test_check.py",
         "tests/test_cli.py",
+        "tests/test_gate_edges.py",  # safe_factors' runs with no priced wave or no factor
     ),
     "warmfit/report/gate.py": (
         "tests/test_check.py",
         "tests/test_hostile_input.py",
         "tests/test_mutant_killers.py",
         "tests/test_cli.py",
+        "tests/test_gate_edges.py",
     ),
     "warmfit/policies/max_merge.py": _POLICY_TESTS,
     "warmfit/policies/warm_fit.py": _POLICY_TESTS,

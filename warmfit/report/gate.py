@@ -494,11 +494,14 @@ def _toml_key(key: str) -> str:
 def _round_limit(value: float, upper: bool) -> float:
     """Round a fraction to :data:`DECIMALS` places, never on the failing side.
 
-    >>> _round_limit(0.158312, True), _round_limit(0.158312, False)
-    (0.1584, 0.1583)
+    >>> _round_limit(0.158312, True), _round_limit(0.158312, False), _round_limit(0.1584, True)
+    (0.1584, 0.1583, 0.1584)
     """
     scale = 10**DECIMALS
-    k = math.ceil(value * scale) if upper else math.floor(value * scale)
+    # From the side that holds (floor for an upper limit): where value * scale rounds
+    # away from a whole number in doubles (0.1584 * 10**4 = 1584.0000000000002), the
+    # other side would start, and stay, one step past the value's own 4 decimals.
+    k = math.floor(value * scale) if upper else math.ceil(value * scale)
     while (k / scale < value) if upper else (k / scale > value):
         k += 1 if upper else -1
     return k / scale
