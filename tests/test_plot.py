@@ -24,6 +24,7 @@ from warmfit.report.plot import (
     DPI,
     LINE_COLUMNS,
     SCATTER_CELLS,
+    SEED_NOTE,
     STRIP_CELLS,
     THIN_ABOVE,
     Drawn,
@@ -494,7 +495,7 @@ def test_the_thinned_figure_draws_what_the_data_says_and_says_so(big: PlotData) 
     canvas.draw()
     renderer = canvas.get_renderer()
     (footnote,) = fig.findobj(lambda a: isinstance(a, Text) and "my words" in a.get_text())
-    assert footnote.get_text() == "my words\n" + drawn.note
+    assert footnote.get_text() == f"my words\n{SEED_NOTE}\n{drawn.note}"
     # the lines hold the drawn rows, point for point
     peaks_ax = fig.axes[0]
     lines = {line.get_label(): line for line in peaks_ax.get_lines()}
@@ -572,3 +573,273 @@ def test_a_thinned_line_keeps_its_gaps() -> None:
     y = np.array([1.0, 1.0, np.nan, np.nan, 1.0, 1.0, 1.0, 1.0])
     keep = line_keep(np.arange(8.0), y, columns=1)
     assert keep.tolist() == [True, True, True, True, True, False, False, True]
+
+
+# --------------------------------------------------------------------------- what a newcomer tripped on (issue 29, item 5)
+
+
+def _drawn(fig: Any) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def _texts(fig: Any) -> list[Any]:
+    """Every visible text of a figure, once each (a legend's texts are found twice)."""
+    from matplotlib.text import Text
+
+    found = fig.findobj(lambda a: isinstance(a, Text) and a.get_visible() and a.get_text())
+    return list({id(text): text for text in found}.values())
+
+
+def _line_colours(ax: Any, suffix: str = "") -> dict[str, Any]:
+    from matplotlib.colors import to_hex
+
+    return {
+        str(line.get_label()).removesuffix(suffix): to_hex(line.get_color())
+        for line in ax.get_lines()
+        if str(line.get_label()).endswith(suffix)
+    }
+
+
+def test_a_policy_keeps_its_colour_wherever_it_is_drawn() -> None:
+    """`-p warm-fit` alone was drawn in max-merge's colour (the first one): a built-in's
+    colour is its own, in `plot` and in `sweep --plot`, and a policy of one's own takes
+    one no built-in has."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+
+    from warmfit.report.sweep import sweep
+
+    frame = worked()
+    colours: dict[tuple[str, ...], dict[str, Any]] = {}
+    lineups = [("warm-fit",), ("max-merge", "warm-fit"), ("envelope", "warm-affine", "warm-fit")]
+    for lineup in lineups:
+        fig = draw_figure(build_plot_data(replay(frame, list(lineup), engine="scalar")))
+        colours[lineup] = _line_colours(fig.axes[0], " estimate")
+        assert _line_colours(fig.axes[1], " price") == colours[lineup]
+        assert set(colours[lineup]) == set(lineup)
+    assert colours[("warm-fit",)]["warm-fit"] == colours[("max-merge", "warm-fit")]["warm-fit"]
+    from warmfit.report.plot import POLICY_COLOURS, draw_pareto, policy_colours
+
+    for lineup, seen in colours.items():
+        assert seen == {name: POLICY_COLOURS[name] for name in lineup}, lineup
+    # sweep --plot: the line of each policy in each panel
+    for lineup in lineups[:2]:
+        fig = draw_pareto(sweep(frame, list(lineup), grid=[1.0, 1.1]))
+        legend = fig.axes[0].get_legend()
+        names = [t.get_text().split(":")[0] for t in legend.get_texts()]
+        lines = [h[0] if isinstance(h, tuple) else h for h in legend.legend_handles]
+        assert names == list(lineup)
+        drawn = {to_hex(line.get_color()) for line in fig.axes[0].get_lines()}
+        assert drawn == {POLICY_COLOURS[name] for name in lineup}
+        assert [to_hex(line.get_color()) for line in lines] == [POLICY_COLOURS[n] for n in lineup]
+    # a policy of one's own: a colour of no built-in, the same wherever it is drawn
+    fig = draw_figure(build_plot_data(replay(frame, ["warm-fit", SkipSeed], engine="scalar")))
+    own = _line_colours(fig.axes[0], " estimate")
+    assert own["warm-fit"] == POLICY_COLOURS["warm-fit"]
+    assert own["skip-seed"] not in POLICY_COLOURS.values()
+    picked = policy_colours(["mine", "recorded", "max-merge", "yours", "warm-fit"])
+    assert picked["recorded"] == POLICY_COLOURS["recorded"]
+    assert len(set(picked.values())) == 5
+    assert picked["mine"] == policy_colours(["mine"])["mine"]
+
+
+def _safe_labels(fig: Any) -> list[Any]:
+    return [text for text in _texts(fig) if "safe ×" in text.get_text()]
+
+
+def assert_no_safe_label_overprints(fig: Any, results: int) -> None:
+    renderer = _drawn(fig)
+    labels = _safe_labels(fig)
+    assert len(labels) == results  # one a result and policy: every safe factor is written
+    boxes = [label.get_window_extent(renderer) for label in labels]
+    for i, box in enumerate(boxes):
+        for j in range(i):
+            assert not box.overlaps(boxes[j]), (labels[i].get_text(), labels[j].get_text())
+        assert fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)
+    # nor over the panels' titles, axis labels and ticks
+    others = []
+    for ax in fig.axes:
+        if ax.get_visible():
+            others += [ax.title, ax.xaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels()]
+            others.append(ax.patch)
+    for other in others:
+        extent = other.get_window_extent(renderer)
+        for label, box in zip(labels, boxes, strict=True):
+            assert not box.overlaps(extent), (label.get_text(), other)
+
+
+EVERY_BUILT_IN = ["max-merge", "warm-fit", "warm-affine", "envelope"]
+
+
+@pytest.mark.parametrize("trace", ["pr991", "art-h200", "liger-gpu"])
+def test_sweep_safe_labels_never_overprint(trace: str) -> None:
+    """The stars of several policies fall together (all at 0 waves under, close medians):
+    their "safe ×" labels, written beside them, overprinted one another."""
+    pytest.importorskip("matplotlib")
+    from warmfit.report.plot import draw_pareto
+    from warmfit.report.sweep import sweep
+
+    readings = read_trace([REPO / "traces" / trace])
+    if trace == "liger-gpu":  # its 144 runs take minutes to draw: the first 12 of them here
+        runs = sorted(readings.get_column("run").unique().to_list())[:12]
+        readings = readings.filter(pl.col("run").is_in(runs))
+    result = sweep(readings, EVERY_BUILT_IN, grid=[1.0, 1.1, 1.2])
+    safe = [r for r in result.results if r["safe_factor"] is not None]
+    assert_no_safe_label_overprints(draw_pareto(result), len(safe))
+
+
+@pytest.mark.slow
+def test_sweep_safe_labels_never_overprint_on_every_liger_run() -> None:
+    pytest.importorskip("matplotlib")
+    from warmfit.report.plot import draw_pareto
+    from warmfit.report.sweep import sweep
+
+    result = sweep(read_trace([REPO / "traces" / "liger-gpu"]), EVERY_BUILT_IN, grid=[1.0, 1.2])
+    safe = [r for r in result.results if r["safe_factor"] is not None]
+    assert_no_safe_label_overprints(draw_pareto(result), len(safe))
+
+
+def _legend_texts(ax: Any) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_the_seed_is_called_cold_only_where_its_rate_is_above_every_warm_waves() -> None:
+    """The seed was called "cold seed wave" always; cpu-demo's seed has the warm waves'
+    rate. The footnote says what the words mean."""
+    pytest.importorskip("matplotlib")
+    # the worked trace: seed 0.29 KB/token, its one warm wave 0.245
+    cold = build_plot_data(replay(worked(), engine="scalar"), caption="mine")
+    fig = draw_figure(cold)
+    assert "cold seed (first whole wave)" in _legend_texts(fig.axes[1])
+    from warmfit.report.plot import SEED_NOTE, seed_is_cold
+
+    assert seed_is_cold(cold.rates)
+    footnotes = [t.get_text() for t in _texts(fig) if SEED_NOTE in t.get_text()]
+    assert footnotes == [f"mine\n{SEED_NOTE}"]
+    # the warm wave as costly as the seed (0.29 KB/token): a seed, not a cold one
+    rows = [dict(row) for row in WORKED]
+    rows[2]["peak_bytes"] = 10_000 + 1_000 + 290 * 200
+    level = readings_frame([{**COMMON, **r} for r in rows]).sort("run", "rank", "seq")
+    warm = build_plot_data(replay(level, engine="scalar"))
+    assert warm.rates.get_column("rate_kb_per_token").to_list()[:2] == pytest.approx([0.29] * 2)
+    assert not seed_is_cold(warm.rates)
+    fig = draw_figure(warm)
+    texts = _legend_texts(fig.axes[1])
+    assert "seed (first whole wave)" in texts
+    assert not [t for t in texts if "cold" in t]
+    assert [t.get_text() for t in _texts(fig) if SEED_NOTE in t.get_text()] == [SEED_NOTE]
+    # no warm wave to compare with: not cold either
+    assert not seed_is_cold(warm.rates.filter(pl.col("role") != "warm"))
+    # a recording: cpu-demo's seed is as costly a token as its warm waves
+    demo = build_plot_data(replay(read_trace([REPO / "traces" / "cpu-demo"])))
+    (run,) = demo.runs
+    rank, signature = demo.main_profiles[run]
+    mine = demo.rates.filter((pl.col("rank") == rank) & (pl.col("signature") == signature))
+    assert not seed_is_cold(mine)
+    assert "seed (first whole wave)" in _legend_texts(draw_figure(demo).axes[1])
+
+
+def two_ranks() -> pl.DataFrame:
+    """The worked run on rank 0; on rank 1 the same waves at twice the bytes; and a run
+    "solo" on rank 0 alone."""
+    rows = [{**COMMON, **row, "run": "R"} for row in WORKED]
+    rows += [{**row, "rank": 1, "peak_bytes": 2 * row["peak_bytes"]} for row in rows]
+    rows += [{**COMMON, **row, "run": "solo"} for row in WORKED]
+    return readings_frame(rows).sort("run", "rank", "seq")
+
+
+def test_plot_rank_draws_that_ranks_waves_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("matplotlib")
+    import warmfit.report.plot
+
+    seen: list[PlotData] = []
+    monkeypatch.setattr(warmfit.report.plot, "render_plot", lambda data, path: seen.append(data))
+    write_trace(two_ranks(), tmp_path / "trace" / "t.parquet")
+    base = ["plot", str(tmp_path / "trace"), "--engine", "scalar"]
+    result = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "a.png"), "--rank", "1"])
+    assert result.exit_code == 0, result.output
+    (data,) = seen
+    assert data.rank == 1 and data.runs == ("R",)
+    assert "rank 1 is not in 1 run (solo): not drawn" in result.output
+    for frame in (data.peaks, data.rates, data.drawn.peaks, data.drawn.rates):
+        assert frame.get_column("rank").unique().to_list() == [1]
+    assert data.main_profiles == {"R": (1, "s")}
+    # rank 1's waves priced as the whole trace's replay prices them
+    whole = peak_series(replay(two_ranks(), engine="scalar"))
+    mine = whole.filter((pl.col("run") == "R") & (pl.col("rank") == 1))
+    assert data.peaks.drop("position").equals(mine.drop("position"))
+    assert data.peaks.get_column("position").unique().to_list() == [0, 1, 2, 3]
+    # every rank without --rank; rank 0 is in both runs
+    assert CliRunner().invoke(app, [*base, "-o", str(tmp_path / "b.png")]).exit_code == 0
+    assert seen[1].rank is None and sorted(seen[1].peaks.get_column("rank").unique()) == [0, 1]
+    assert seen[1].peaks.height == whole.height
+    fine = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "c.png"), "--rank", "0"])
+    assert fine.exit_code == 0 and "not drawn" not in fine.output
+    assert seen[2].runs == ("R", "solo")
+    # the title says which rank
+    fig = draw_figure(data)
+    assert fig.get_suptitle().endswith(", rank 1 alone")
+
+
+def test_plot_refuses_a_rank_the_trace_does_not_hold(tmp_path: Path) -> None:
+    write_trace(two_ranks(), tmp_path / "trace" / "t.parquet")
+    out = tmp_path / "x.png"
+    for rank in ("2", "-1"):
+        args = ["plot", str(tmp_path / "trace"), "-o", str(out), "--rank", rank]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert f"--rank {rank}: the trace holds no reading of rank {rank}" in result.output
+        assert "Its ranks: 0, 1." in result.output and "Traceback" not in result.output
+        assert not out.exists()
+
+
+def small_tokens() -> pl.DataFrame:
+    """Waves of 8 to 64 packed tokens, as a CPU demo records."""
+    rows = [
+        dict(seq=i, wave=i, signature="s", packed_tokens=n, logical_tokens=n,
+             peak_bytes=10_000 + 1_000 + (300 if i else 400) * n, baseline_bytes=10_000,
+             output_bytes=1_000, whole=True)
+        for i, n in enumerate([8, 12, 20, 32, 40, 64, 16, 24])
+    ]  # fmt: skip
+    return readings_frame(rows)
+
+
+def _ticks(ax: Any, renderer: Any) -> list[tuple[float, str]]:
+    """The x ticks inside the axes' view, each with its label as drawn."""
+    low, high = sorted(ax.get_xlim())
+    ticks = zip(ax.get_xticks(), ax.get_xticklabels(), strict=True)
+    return [(float(at), label.get_text()) for at, label in ticks if low <= at <= high]
+
+
+def test_token_ticks_are_whole_and_readable() -> None:
+    """Panel (b) drew packed tokens in thousands: 8-64 tokens had ticks at 0.01, 0.02...
+    Ticks are whole tokens, with thousands separators, k or M for large counts; the
+    waves' axis has whole ticks too."""
+    pytest.importorskip("matplotlib")
+    import re
+
+    fig = draw_figure(build_plot_data(replay(small_tokens(), engine="scalar")))
+    renderer = _drawn(fig)
+    ticks = _ticks(fig.axes[1], renderer)
+    assert len(ticks) >= 3
+    assert all(at == int(at) for at, _ in ticks)
+    assert [label for _, label in ticks] == [str(int(at)) for at, _ in ticks]
+    assert fig.axes[1].xaxis.label.get_text() == "packed tokens"
+    waves = _ticks(fig.axes[0], renderer)
+    assert waves and all(at == int(at) for at, _ in waves)
+    # a real GPU trace, tens of thousands of tokens: "12k", "16k", ...
+    fig = draw_figure(build_plot_data(replay(read_trace([REPO / "traces" / "pr991"]))))
+    renderer = _drawn(fig)
+    for ax in (fig.axes[1], fig.axes[4]):
+        labels = [label for _, label in _ticks(ax, renderer)]
+        assert labels and all(re.fullmatch(r"\d+k", label) for label in labels), labels
+    from warmfit.report.plot import token_tick
+
+    assert [token_tick(n, 9_000) for n in (0, 8, 2_500)] == ["0", "8", "2,500"]
+    assert token_tick(12_500, 40_000) == "12.5k" and token_tick(2.5e7, 3e7) == "25M"

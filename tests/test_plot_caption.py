@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from warmfit.cli import app
 from warmfit.format.trace import find_trace_files, read_trace, readings_frame, write_trace
 from warmfit.replay import replay
-from warmfit.report.plot import build_plot_data, provenance_caption
+from warmfit.report.plot import SEED_NOTE, build_plot_data, provenance_caption
 from warmfit.samples.synthetic import METADATA
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ def test_the_figure_draws_the_caption_under_the_panels() -> None:
     caption = provenance_caption(find_trace_files([PR991]))
     fig = draw_figure(build_plot_data(replay(readings), caption))
     texts = [t.get_text() for t in fig.findobj(match=lambda a: hasattr(a, "get_text"))]
-    assert caption in texts
+    assert f"{caption}\n{SEED_NOTE}" in texts  # the caption first, then what "seed" means
     bare = draw_figure(build_plot_data(replay(readings)))
     assert not [t for t in bare.findobj(lambda a: hasattr(a, "get_text")) if "reconstruction"
                 in t.get_text()]  # fmt: skip

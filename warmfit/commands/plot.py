@@ -46,6 +46,16 @@ def _say_which_profiles(data: PlotData, signature: str | None) -> None:
             )
 
 
+def _say_which_runs_lack(rank: int, runs: list[str], drawn: tuple[str, ...]) -> None:
+    """Name the runs of the trace that have no reading of ``rank`` (on stderr): not drawn."""
+    lacking = [run for run in runs if run not in drawn]
+    if lacking:
+        names = ", ".join(printable(run) for run in lacking)
+        typer.echo(
+            f"rank {rank} is not in {counted(len(lacking), 'run')} ({names}): not drawn", err=True
+        )
+
+
 def plot_command(
     paths: PathsArg,
     output: Annotated[
@@ -82,29 +92,51 @@ def plot_command(
             metavar="NAME",
         ),
     ] = None,
+    rank: Annotated[
+        int | None,
+        typer.Option(
+            "--rank",
+            help="Draw only this rank's waves (default: every rank's).",
+            show_default=False,
+            metavar="N",
+        ),
+    ] = None,
 ) -> None:
     """Draw peaks, rates per token and over-estimates of every run on one sheet.
 
     Example: warmfit plot traces/pr991 -o pr991.png
 
     One row per run: each wave's actual peak and every policy's estimate;
-    bytes per packed token against packed tokens, the cold seed apart from
-    the warm waves, under each policy's price curve; the over-estimates.
-    The middle panel shows one profile per run: with several, its title names
-    the rank and signature shown, and --signature NAME picks another.
+    bytes per packed token against packed tokens, the seed (a profile's first
+    whole wave) apart from the warm waves, under each policy's price curve; the
+    over-estimates. The middle panel shows one profile per run: with several,
+    its title names the rank and signature shown, and --signature NAME picks
+    another. --rank N draws rank N's waves alone.
     """
     from warmfit.format.trace import find_trace_files
     from warmfit.replay import replay
-    from warmfit.report.plot import build_plot_data, plot_format, provenance_caption, render_plot
+    from warmfit.report.plot import (
+        build_plot_data,
+        plot_format,
+        provenance_caption,
+        rank_readings,
+        render_plot,
+    )
 
     plot_format(output)
     check_new_file(output, force, paths)
     readings = read_traces(paths)
+    every_run: list[str] = []
+    if rank is not None:
+        every_run = readings.get_column("run").unique(maintain_order=True).to_list()
+        readings = rank_readings(readings, rank)
     result = replay(readings, policy, safety, engine.value)
     if caption is None:
         caption = provenance_caption(find_trace_files(paths))
-    data = build_plot_data(result, caption, signature)
+    data = build_plot_data(result, caption, signature, rank)
     with writing(output):
         render_plot(data, output)
+    if rank is not None:
+        _say_which_runs_lack(rank, every_run, data.runs)
     _say_which_profiles(data, signature)
     typer.echo(f"wrote {output} ({counted(len(data.runs), 'run')})")

@@ -17,9 +17,17 @@ One row of three panels per run:
     the warm waves, with each policy's final price per packed token drawn
     over them (no safety factor, logical = packed tokens). This is the PR
     #991 picture: the cold seed sits above the warm waves, max-merge prices
-    at the seed's rate, warm-fit at the warm waves' rate.
+    at the seed's rate, warm-fit at the warm waves' rate. The seed is called
+    cold only where its rate is above every warm wave's (:func:`seed_is_cold`;
+    the footnote says so): a recording's seed may cost no more than its warm
+    waves.
 (c) **over-estimates**: the distribution of ``estimate / actual - 1`` per
     policy (%), over the waves the report counts.
+
+Every figure gives a built-in policy its own colour (:data:`POLICY_COLOURS`),
+whatever its place among the policies drawn; other policies take theirs from
+:data:`OTHER_COLOURS`. A count's axis has whole ticks; the packed-token axis
+writes them as a person reads them (:func:`token_tick`).
 
 A large trace is drawn as its pixels can show it (:func:`thin`): a series
 of more than :data:`THIN_ABOVE` points keeps, per pixel column, its lowest
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import io
 import os
+import textwrap
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,6 +272,8 @@ class PlotData:
     drawn: Drawn
     #: A footnote under the figure: where the traces come from (see :func:`provenance_caption`).
     caption: str | None = None
+    #: The one rank drawn (``plot --rank``; :func:`rank_readings`), or ``None``: every rank.
+    rank: int | None = None
 
 
 def main_profile(
@@ -283,6 +294,54 @@ def main_profile(
     chosen = counts.filter(pl.col("signature") == signature) if signature is not None else counts
     top = (chosen if chosen.height else counts).row(0, named=True)
     return (top["rank"], top["signature"]), counts.height
+
+
+#: The footnote's line on the seed wave (panel b), on every figure that draws one.
+SEED_NOTE = (
+    "seed: a profile's first whole wave; called cold where its rate per packed token is "
+    "above every warm wave's"
+)
+
+
+def seed_is_cold(points: pl.DataFrame) -> bool:
+    """Whether the seed of one profile's panel (b) points (:func:`rate_points`) is *cold*:
+    its rate per packed token above every warm wave's (their largest). Not where no warm
+    wave has been seen to compare it with, nor where a warm wave's rate is as high: the
+    PR #991 picture (max-merge held at the seed's rate, above every warm wave) is then
+    not what the trace shows.
+
+    >>> rows = {"role": ["seed", "warm", "warm"], "rate_kb_per_token": [3.0, 2.0, 2.5]}
+    >>> seed_is_cold(pl.DataFrame(rows))
+    True
+    >>> seed_is_cold(pl.DataFrame({**rows, "rate_kb_per_token": [3.0, 2.0, 3.0]}))
+    False
+    """
+    rate = pl.col("rate_kb_per_token")
+    seed = points.filter(pl.col("role") == "seed").select(rate.min()).item()
+    warm = points.filter(pl.col("role") == "warm").select(rate.max()).item()
+    return seed is not None and warm is not None and seed > warm
+
+
+def seed_label(points: pl.DataFrame) -> str:
+    """The seed's name in the legend of panel (b), from its profile's points:
+    ``cold seed (first whole wave)`` where :func:`seed_is_cold`, else ``seed (first whole
+    wave)`` (:data:`SEED_NOTE` says so under the figure)."""
+    return ("cold " if seed_is_cold(points) else "") + "seed (first whole wave)"
+
+
+def rank_readings(readings: pl.DataFrame, rank: int) -> pl.DataFrame:
+    """Rank ``rank``'s readings alone (``plot --rank``): each rank's profiles are its own, so
+    replaying them alone prices its waves as the whole trace's replay does. Refused (exit 2)
+    where the trace holds no reading of that rank, naming the ranks it holds."""
+    mine = readings.filter(pl.col("rank") == rank)
+    if not mine.height:
+        held = readings.get_column("rank").unique().sort().to_list()
+        shown = ", ".join(map(str, held)) or "none"
+        raise UsageError(
+            f"--rank {rank}: the trace holds no reading of rank {rank}. Its ranks: {shown}. "
+            "Name one of them, or leave --rank out to draw every rank."
+        )
+    return mine
 
 
 def check_signature(result: ReplayResult, signature: str) -> None:
@@ -532,13 +591,17 @@ def thin(
 
 
 def build_plot_data(
-    result: ReplayResult, caption: str | None = None, signature: str | None = None
+    result: ReplayResult,
+    caption: str | None = None,
+    signature: str | None = None,
+    rank: int | None = None,
 ) -> PlotData:
     """The data behind every figure of one replay, drawn from its result alone.
 
     ``caption`` is a footnote; ``signature`` picks the profile panel (b)
     shows in each run that has it (default: each run's busiest one,
-    :func:`main_profile`).
+    :func:`main_profile`); ``rank``: the replay is of that rank's readings alone
+    (:func:`rank_readings`), which the title says.
     """
     if signature is not None:
         check_signature(result, signature)
@@ -562,6 +625,7 @@ def build_plot_data(
         profile_counts=counts,
         drawn=thin(peaks, rates, over, runs, mains),
         caption=caption or None,
+        rank=rank,
     )
 
 
@@ -618,12 +682,22 @@ def plot_format(path: str | os.PathLike[str]) -> str:
 
 # --------------------------------------------------------------------------- render
 
-#: Colours that tell policies apart (first ones: max-merge, warm-fit).
-_POLICY_COLOURS = ("#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#e6ab02")
+#: Each built-in policy's colour, whatever its place among the policies drawn (``-p``), in
+#: every figure (``plot`` and ``sweep --plot``); ``recorded`` is the trainer's own prices.
+POLICY_COLOURS = {
+    "max-merge": "#d95f02",
+    "warm-fit": "#1b9e77",
+    "warm-affine": "#7570b3",
+    "envelope": "#e7298a",
+    "recorded": "#a6761d",
+}
+#: The colours of the other policies (one's own), none a built-in's: the first of them
+#: drawn takes the first colour, the next the second, and so on, round again after the last.
+OTHER_COLOURS = ("#66a61e", "#e6ab02", "#17becf", "#bcbd22", "#525252")
 _LINESTYLES = ("-", "--", "-.", ":")
 _ACTUAL = "#222222"
 _ROLE_STYLE = {
-    "seed": {"color": "#c51b1b", "marker": "*", "s": 260, "label": "cold seed wave", "zorder": 5},
+    "seed": {"color": "#c51b1b", "marker": "*", "s": 260, "zorder": 5},
     "warm": {"color": "#2c7fb8", "marker": "o", "s": 36, "label": "warm waves", "zorder": 4},
     "other": {"color": "#999999", "marker": "s", "s": 24, "label": "other waves", "zorder": 3},
 }
@@ -634,8 +708,24 @@ def _label(name: str) -> str:
     return mathtext_literal(name)
 
 
+def policy_colours(policies: Sequence[str]) -> dict[str, str]:
+    """Each policy's colour: a built-in's own (:data:`POLICY_COLOURS`), whatever its
+    place; another's from :data:`OTHER_COLOURS`, by its order among the other names.
+
+    >>> policy_colours(["warm-fit"]), policy_colours(["max-merge", "warm-fit"])["warm-fit"]
+    ({'warm-fit': '#1b9e77'}, '#1b9e77')
+    >>> policy_colours(["mine", "warm-fit", "yours"])
+    {'mine': '#66a61e', 'warm-fit': '#1b9e77', 'yours': '#e6ab02'}
+    """
+    others = [name for name in dict.fromkeys(policies) if name not in POLICY_COLOURS]
+    return {
+        name: POLICY_COLOURS.get(name) or OTHER_COLOURS[others.index(name) % len(OTHER_COLOURS)]
+        for name in policies
+    }
+
+
 def _colour(policies: Sequence[str], name: str) -> str:
-    return _POLICY_COLOURS[list(policies).index(name) % len(_POLICY_COLOURS)]
+    return policy_colours(policies)[name]
 
 
 def _line(policies: Sequence[str], name: str) -> dict[str, Any]:
@@ -648,6 +738,41 @@ def _line(policies: Sequence[str], name: str) -> dict[str, Any]:
         "linewidth": max(1.2, 3.0 - 0.8 * i),
         "zorder": 3 + i,
     }
+
+
+def token_tick(tokens: float, largest: float) -> str:
+    """A tick of the packed-token axis, whose ticks go up to ``largest``: whole tokens with
+    thousands separators below 10,000, thousands (k) below ten million, millions (M) above.
+
+    >>> [token_tick(n, 64) for n in (0, 8, 64)], token_tick(2_500, 9_000)
+    (['0', '8', '64'], '2,500')
+    >>> token_tick(12_500, 30_000), token_tick(0, 30_000), token_tick(1_500_000, 2e7)
+    ('12.5k', '0', '1.5M')
+    """
+    if tokens == 0:
+        return "0"
+    if largest >= 10_000_000:
+        return f"{tokens / 1e6:,.6g}M"
+    if largest >= 10_000:
+        return f"{tokens / 1e3:,.6g}k"
+    return f"{tokens:,.0f}"
+
+
+def _integer_ticks(axis: Any) -> None:
+    """Ticks of a count at whole numbers only (a few waves or tokens had ticks at 0.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _token_ticks(axis: Any) -> None:
+    """Whole-token ticks, written by :func:`token_tick` for the axis's range."""
+    from matplotlib.ticker import FuncFormatter
+
+    _integer_ticks(axis)
+    axis.set_major_formatter(
+        FuncFormatter(lambda value, _: token_tick(value, max(map(abs, axis.get_view_interval()))))
+    )
 
 
 def _require_matplotlib() -> None:
@@ -670,13 +795,16 @@ def draw_figure(data: PlotData) -> Figure:
     fig.suptitle(
         "warmfit replay: "
         + ", ".join(map(_label, data.policies))
-        + f" (safety factor {data.safety_factor:g})",
+        + f" (safety factor {data.safety_factor:g})"
+        + ("" if data.rank is None else f", rank {data.rank} alone"),
         fontsize=14,
     )
     axes = fig.subplots(max(1, len(data.runs)), 3, squeeze=False)
     notes = []
     if data.caption:
         notes.append(data.caption)
+    if data.drawn.rates.filter(pl.col("draw_point") & (pl.col("role") == "seed")).height:
+        notes.append(SEED_NOTE)
     if data.drawn.note:
         notes.append(data.drawn.note)
     if notes:
@@ -767,6 +895,7 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
         )
     ax.set_title(f"{_label(run)}: peak memory per wave")
     ax.set_xlabel("wave (recording order)")
+    _integer_ticks(ax.xaxis)
     ax.set_ylabel(f"bytes above baseline ({unit})")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
@@ -783,7 +912,7 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
     for name in data.policies:
         curve = curves.filter(pl.col("policy") == name)
         ax.plot(
-            (curve.get_column("packed_tokens") / 1000).to_list(),
+            curve.get_column("packed_tokens").to_list(),
             curve.get_column("price_kb_per_token").to_list(),
             label=f"{_label(name)} price",
             **_line(data.policies, name),
@@ -791,7 +920,7 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
     floors = drawn.filter(pl.col("draw_floor")).sort("packed_tokens")
     if floors.height:
         ax.plot(
-            (floors.get_column("packed_tokens") / 1000).to_list(),
+            floors.get_column("packed_tokens").to_list(),
             floors.get_column("floor_kb_per_token").to_list(),
             color="#555555",
             linestyle=":",
@@ -802,16 +931,19 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
     for role in ("other", "warm", "seed"):
         chosen = drawn.filter(pl.col("draw_point") & (pl.col("role") == role))
         if chosen.height:
+            label = {"label": seed_label(points)} if role == "seed" else {}
             ax.scatter(
-                (chosen.get_column("packed_tokens") / 1000).to_numpy(),
+                chosen.get_column("packed_tokens").to_numpy(),
                 chosen.get_column("rate_kb_per_token").to_numpy(),
                 **_ROLE_STYLE[role],
+                **label,
             )
     where = f" (rank {rank}, signature {_label(signature)})" if profiles > 1 else ""
     ax.set_title(
         f"{_label(run)}: rate per packed token{where}", **({"fontsize": 10} if where else {})
     )
-    ax.set_xlabel("packed tokens (thousands)")
+    ax.set_xlabel("packed tokens")
+    _token_ticks(ax.xaxis)
     ax.set_ylabel("compute bytes per packed token (KB/token)")
     ax.grid(alpha=0.3)
     # the range of every point, drawn or thinned out
@@ -944,9 +1076,22 @@ def pareto_points(result: SweepResult) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
+def safe_text(policy: str, factor: float | None) -> str:
+    """A policy's entry in the legend of a sweep's panel: its name and its safe factor.
+
+    >>> safe_text("warm-fit", 1.2345), safe_text("mine", None)
+    ('warm-fit: safe ×1.234', 'mine: no safe factor')
+    """
+    return f"{policy}: " + ("no safe factor" if factor is None else f"safe ×{factor:.3f}")
+
+
 def draw_pareto(result: SweepResult) -> Figure:
     """One panel per result: median over-estimate against waves under their peak as the
-    safety factor varies, one line per policy, its safe factor starred."""
+    safety factor varies, one line per policy, its safe factor starred.
+
+    Each policy's safe factor is written in the panel's legend, below the panel (one
+    entry a policy, its line and star), not beside its star: the stars of several
+    policies often fall together, and their labels overprinted one another."""
     _require_matplotlib()
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -954,34 +1099,43 @@ def draw_pareto(result: SweepResult) -> Figure:
     data = pareto_points(result)
     labels = list(dict.fromkeys(data.get_column("result").to_list()))
     policies = list(dict.fromkeys(data.get_column("policy").to_list()))
+    colours = policy_colours(policies)
     columns = min(3, max(1, len(labels)))
     rows = max(1, -(-len(labels) // columns))
-    fig = Figure(figsize=(5.2 * columns, 0.6 + 3.8 * rows), dpi=DPI, layout="constrained")
+    # each row: a panel and, below it, its legend (a line a policy)
+    height = 3.8 + 0.16 * len(policies)
+    fig = Figure(figsize=(5.2 * columns, 0.6 + height * rows), dpi=DPI, layout="constrained")
     title = "warmfit sweep: median over-estimate against waves under their peak"
     # one panel is too narrow for the title on one line (it was clipped)
     fig.suptitle(title.replace(" against", "\nagainst") if columns == 1 else title, fontsize=13)
     axes = fig.subplots(rows, columns, squeeze=False)
     for i, label in enumerate(labels):
         ax = axes[i // columns][i % columns]
+        handles: list[Any] = []  # a policy's line, and its star where it has a safe factor
+        texts: list[str] = []
         for policy in policies:
             mine = data.filter((pl.col("result") == label) & (pl.col("policy") == policy))
             grid = mine.filter(~pl.col("safe")).sort("safety_factor")
-            ax.plot(grid.get_column("under_peak"), grid.get_column("median_over_estimate_pct"),
-                    label=policy, marker=".", **_line(policies, policy))  # fmt: skip
-            for f, u, m in (
-                mine.filter(pl.col("safe"))
-                .select("safety_factor", "under_peak", "median_over_estimate_pct")
-                .iter_rows()
-            ):
-                ax.scatter([u], [m], marker="*", s=180, color=_colour(policies, policy), zorder=9)
-                ax.annotate(f"safe ×{f:.3f}", (u, m), textcoords="offset points", xytext=(6, 4),
-                            fontsize=8, color=_colour(policies, policy))  # fmt: skip
-        ax.set_title(label, fontsize=9)
+            x, y = grid.get_column("under_peak"), grid.get_column("median_over_estimate_pct")
+            (line,) = ax.plot(x, y, marker=".", **_line(policies, policy))
+            safe = mine.filter(pl.col("safe"))
+            factor, handle = None, line
+            for f, u, m in safe.select(
+                "safety_factor", "under_peak", "median_over_estimate_pct"
+            ).iter_rows():
+                star = ax.scatter([u], [m], marker="*", s=180, color=colours[policy], zorder=9)
+                factor, handle = f, (line, star)
+            handles.append(handle)
+            texts.append(safe_text(_label(policy), factor))
+        # a long run name on several lines, not over the next panel's
+        ax.set_title(_label(textwrap.fill(label, 64)), fontsize=9)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        low, high = ax.get_xlim()  # whole counts: at least 0 and 1 (all at 0 had ticks at ±0.05)
+        ax.set_xlim(min(low, -0.5), max(high, 1.5))
         ax.set_xlabel("waves under their peak")
         ax.set_ylabel("median over-estimate (%)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend_below(ax, handles=handles, labels=texts, markerscale=0.7)
     for j in range(len(labels), rows * columns):
         axes[j // columns][j % columns].set_visible(False)
     return fig
