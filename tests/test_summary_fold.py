@@ -226,3 +226,27 @@ def test_wave_roles_come_in_the_readings_order() -> None:
     assert got == [(5, "other"), (3, "seed"), (9, "warm"), (1, "other")] + [
         (w, "other") for w in later
     ]
+
+
+def test_a_wave_is_warm_when_any_of_its_readings_teaches_and_no_seed_means_no_role() -> None:
+    """Kills summary.py:532:68:.any->.all (a warm wave needing every reading to teach),
+    summary.py:538:49:False->True and summary.py:540:47:False->True (a profile with no
+    reading that teaches giving its waves a role).
+
+    Profile s: wave 0 teaches first (seed); wave 1's forward reading is not whole,
+    its caller reading is (warm). Profile t has no whole reading at all: its waves
+    are other, neither seed nor warm.
+    """
+    readings = pl.DataFrame(
+        {
+            "run": ["r"] * 5,
+            "rank": [0] * 5,
+            "signature": ["s", "s", "s", "t", "t"],
+            "wave": [0, 1, 1, 2, 3],
+            "seq": [0, 1, 2, 3, 4],
+            "whole": [True, False, True, False, False],
+            "oom": [False] * 5,
+        }
+    )
+    got = wave_roles(readings).select("wave", "role").rows()
+    assert got == [(0, "seed"), (1, "warm"), (2, "other"), (3, "other")]
