@@ -1,5 +1,5 @@
-"""traces/art-h200: ART's real H200 measurements arranged into waves, checked
-number by number against the CSV it is built from."""
+"""traces/art-h200: ART's real H200 measurements arranged into waves by the mappings
+beside them (warmfit import table), checked number by number against the CSV."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from warmfit.cli import app
 from warmfit.format.trace import read_trace
+from warmfit.importers.table import import_table, load_mapping
 from warmfit.replay import replay
-from warmfit.samples.art_h200 import ARRANGEMENTS, art_h200_readings, run_label, write_art_h200
 
 REPO = Path(__file__).resolve().parent.parent
 TRACE = REPO / "traces" / "art-h200"
@@ -23,6 +23,11 @@ SOURCE = TRACE / "source" / "recompute_memory_final.csv"
 #: The file as first shipped (shapes smallest first); shuffled.parquet holds the other order.
 SHIPPED = TRACE / "recompute_memory_final.parquet"
 SHUFFLED = TRACE / "shuffled.parquet"
+#: The mapping of each file, committed beside the CSV.
+MAPS = {
+    SHIPPED.name: TRACE / "source" / "map.toml",
+    SHUFFLED.name: TRACE / "source" / "shuffled.toml",
+}
 
 
 def source_rows() -> list[dict[str, str]]:
@@ -30,20 +35,39 @@ def source_rows() -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
-def test_the_stored_trace_is_what_the_converter_writes(arrangement: str, tmp_path: Path) -> None:
-    written = write_art_h200(SOURCE, tmp_path, arrangement)
-    assert written.name == {"ascending": SHIPPED.name, "shuffled": SHUFFLED.name}[arrangement]
-    assert written.read_bytes() == (TRACE / written.name).read_bytes()
+def run_label(row: dict[str, str]) -> str:
+    """A configuration's label as the converter that first wrote the trace made it, in
+    Python: model, parallelism, compile, recompute (the mapping must agree)."""
+    parts = [row["model"].rpartition("/")[2].lower(), f"tp{row['tp']}"]
+    parts += [f"{key}{row[key]}" for key in ("ep", "etp") if row[key] != "1"]
+    parts.append("compiled" if row["compiled"] == "True" else "eager")
+    if row["mode"] != "selective":
+        parts.append(row["mode"])
+    parts.append(row["modules"])
+    if row["concentrated_routing"] == "True":
+        parts.append("concentrated")
+    if row["memory_minimal"] == "True":
+        parts.append("minimal")
+    return "-".join(parts)
 
 
-def test_the_default_arrangement_is_the_file_as_first_shipped() -> None:
-    assert art_h200_readings(SOURCE).equals(art_h200_readings(SOURCE, "ascending"))
+def art_h200_readings(name: str = SHIPPED.name) -> pl.DataFrame:
+    return import_table(SOURCE, load_mapping(MAPS[name])).readings
+
+
+@pytest.mark.parametrize("name", sorted(MAPS))
+def test_the_stored_trace_is_what_the_import_writes(name: str, tmp_path: Path) -> None:
+    written = tmp_path / name
+    args = ["import", "table", str(SOURCE), "--map", str(MAPS[name]), "-o", str(written)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert written.read_bytes() == (TRACE / name).read_bytes()
+
+
+def test_the_shipped_file_labels_every_configuration_that_ran() -> None:
     assert read_trace([SHIPPED]).get_column("run").unique().sort().to_list() == sorted(
         {run_label(r) for r in source_rows() if r["refused_rank_samples"] == "0"}
     )
-    with pytest.raises(ValueError, match="unknown arrangement"):
-        art_h200_readings(SOURCE, "descending")
 
 
 def test_the_source_and_its_notice_travel_with_the_trace() -> None:
@@ -58,7 +82,7 @@ def test_one_run_per_configuration_that_ran() -> None:
     rows = source_rows()
     ran = {run_label(r) for r in rows if r["refused_rank_samples"] == "0"}
     refused = {run_label(r) for r in rows} - ran
-    readings = art_h200_readings(SOURCE)
+    readings = art_h200_readings()
     assert set(readings.get_column("run").unique()) == ran
     assert len(ran) == 11
     # the 27B TP4 memory-minimal configuration's only shape was refused by admission
@@ -73,7 +97,7 @@ def test_readings_carry_the_csv_numbers() -> None:
     # 4096+4096: 6964 packed / 8192 logical; first forward 9,483,472,896, repeat
     # forward 9,414,886,400, forward peak (max of the two) 9,483,472,896,
     # forward+backward 9,604,248,576 (rise over the forward peak: 120,775,680).
-    run = art_h200_readings(SOURCE).filter(pl.col("run") == "qwen3-1.7b-tp2-compiled-core_attn")
+    run = art_h200_readings().filter(pl.col("run") == "qwen3-1.7b-tp2-compiled-core_attn")
     assert run.get_column("packed_tokens").to_list() == [6964] * 4 + [13928] * 4
     first_shape = run.head(4).select("wave", "phase", "whole", "peak_bytes").rows()
     assert first_shape == [
@@ -88,7 +112,7 @@ def test_readings_carry_the_csv_numbers() -> None:
 
 
 def test_the_warm_caller_peak_lies_between_measured_bounds() -> None:
-    readings = art_h200_readings(SOURCE)
+    readings = art_h200_readings()
     warm = readings.filter((pl.col("wave") % 2 == 1) & (pl.col("phase") == "caller"))
     for row in source_rows():
         if row["refused_rank_samples"] != "0":

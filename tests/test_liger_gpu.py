@@ -1,5 +1,6 @@
 """traces/liger-gpu: Liger-Kernel's published GPU memory curves as runs, in two
-orders, checked number by number against the CSV they are built from."""
+orders, imported by the mappings beside them (warmfit import table) and checked
+number by number against the CSV they are built from."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import csv
 import json
 import subprocess
 import sys
+import tomllib
 from collections import Counter
 from pathlib import Path
 
@@ -16,14 +18,20 @@ from typer.testing import CliRunner
 
 from warmfit.cli import app
 from warmfit.format.trace import read_trace
+from warmfit.importers.table import MAPPING_KEY, import_table, load_mapping
 from warmfit.replay import replay
 from warmfit.report.gate import expectations_toml, parse_expectations
-from warmfit.samples.liger_gpu import liger_gpu_readings, liger_series, write_liger_gpu
 
 REPO = Path(__file__).resolve().parent.parent
 TRACE = REPO / "traces" / "liger-gpu"
 SOURCE = TRACE / "source" / "all_benchmark_data.csv"
 ORDERS = ("ascending", "shuffled")
+#: The mapping of each order, committed beside the CSV.
+MAPS = {"ascending": TRACE / "source" / "map.toml", "shuffled": TRACE / "source" / "shuffled.toml"}
+
+
+def liger_gpu_readings(order: str, source: Path = SOURCE) -> pl.DataFrame:
+    return import_table(source, load_mapping(MAPS[order])).readings
 
 
 def stored(order: str) -> pl.DataFrame:
@@ -41,10 +49,28 @@ def series(frame: pl.DataFrame) -> dict[str, list[tuple[int, int]]]:
 
 
 @pytest.mark.parametrize("order", ORDERS)
-def test_the_stored_trace_is_what_the_converter_writes(order: str, tmp_path: Path) -> None:
-    written = write_liger_gpu(SOURCE, tmp_path, order)
-    assert written.name == f"{order}.parquet"
+def test_the_stored_trace_is_what_the_import_writes(order: str, tmp_path: Path) -> None:
+    written = tmp_path / f"{order}.parquet"
+    args = ["import", "table", str(SOURCE), "--map", str(MAPS[order]), "-o", str(written)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
     assert written.read_bytes() == (TRACE / written.name).read_bytes()
+
+
+def test_the_trace_carries_its_mapping_and_the_csv_checksum() -> None:
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    metadata = pq.read_schema(TRACE / "shuffled.parquet").metadata
+    assert metadata[b"warmfit.import.source"] == b"all_benchmark_data.csv"
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+    assert metadata[b"warmfit.import.source_sha256"] == digest.encode()
+    mapping = json.loads(metadata[MAPPING_KEY.encode()])
+    # the mapping as resolved: shuffled.toml's own keys over map.toml's
+    base = tomllib.loads(MAPS["ascending"].read_text())
+    assert mapping["order"] == base["order"] | {"shuffle": True}
+    assert mapping["filter"] == base["filter"] and "extends" not in mapping
 
 
 def test_the_source_and_its_licence_travel_with_the_trace() -> None:
@@ -149,8 +175,8 @@ def test_each_shuffled_run_holds_its_ascending_twin_in_another_order() -> None:
 
 def test_the_shuffle_is_fixed_by_the_label() -> None:
     # two builds in one process give the same order (the seed is the label's CRC-32)
-    again = liger_gpu_readings(SOURCE, "shuffled")
-    assert again.equals(liger_gpu_readings(SOURCE, "shuffled"))
+    again = liger_gpu_readings("shuffled")
+    assert again.equals(liger_gpu_readings("shuffled"))
     assert (
         series(again)["rope-liger-full-a100"] == series(stored("shuffled"))["rope-liger-full-a100"]
     )
@@ -170,8 +196,13 @@ def test_a_size_measured_twice_in_one_series_is_refused(tmp_path: Path) -> None:
     # line 386 again, as if a later run had measured rope at T = 1024 once more
     source = tmp_path / "twice.csv"
     source.write_text("".join([*lines, lines[385]]))
-    with pytest.raises(ValueError, match="two rows at one x_value"):
-        liger_series(source)
+    out = tmp_path / "out.parquet"
+    args = ["import", "table", str(source), "--map", str(MAPS["ascending"]), "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    # the repeated row is the file's last: row 2449 under the header, line 2450
+    assert f"{source}, column 'x_value', row 2449: repeats the x_value of row 385" in result.output
+    assert "(line 2450)" in result.output and not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -199,21 +230,20 @@ def test_replay_prices_every_wave_but_each_run_s_first(
     assert {p: t["under"] for p, t in totals.items()} == under_peak
 
 
-@pytest.mark.parametrize(
-    "module", ["warmfit.samples.synthetic", "warmfit.samples.art_h200", "warmfit.samples.liger_gpu"]
-)
-def test_the_trace_writers_answer_help_and_write_nothing(module: str, tmp_path: Path) -> None:
+def test_the_trace_writer_answers_help_and_writes_nothing(tmp_path: Path) -> None:
     """``python -m warmfit.samples.synthetic --help`` once wrote two traces into a folder named
-    ``--help``: every trace writer parses its command line (issue 29, item 4)."""
+    ``--help``: the trace writer parses its command line (issue 29, item 4)."""
+    module = "warmfit.samples.synthetic"
     done = subprocess.run(
         [sys.executable, "-m", module, "--help"], cwd=tmp_path, capture_output=True, text=True
     )
     assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m {module}")
     assert list(tmp_path.iterdir()) == []
-    if module != "warmfit.samples.synthetic":  # a source that is not there: exit 2, nothing written
-        done = subprocess.run(
-            [sys.executable, "-m", module, "nothere.csv", "out"],
-            cwd=tmp_path, capture_output=True, text=True,
-        )  # fmt: skip
-        assert done.returncode == 2 and "nothere.csv: no such file" in done.stderr
-        assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_an_import_of_a_table_that_is_not_there_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out.parquet"
+    args = ["import", "table", "nothere.csv", "--map", str(MAPS["ascending"]), "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "nothere.csv" in result.output
+    assert "Traceback" not in result.output and list(tmp_path.iterdir()) == []

@@ -23,6 +23,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from warmfit.commands import (
     check,
+    import_,
     plot,
     policies,
     recommend,
@@ -230,6 +231,11 @@ app.command("recommend", cls=_Command)(recommend.recommend_command)
 app.command("plot", cls=_Command)(plot.plot_command)
 app.command("check", cls=_Command)(check.check_command)
 app.command("policies", cls=_Command)(policies.policies_command)
+# warmfit import table | art-misses: measurements already held, as traces (issue 30).
+import_app = typer.Typer(cls=_Group, help=import_.HELP, no_args_is_help=True)
+import_app.command("table", cls=_Command)(import_.table_command)
+import_app.command("art-misses", cls=_Command)(import_.art_misses_command)
+app.add_typer(import_app, name="import")
 
 
 class Terminated(KeyboardInterrupt):

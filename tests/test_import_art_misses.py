@@ -1,0 +1,197 @@
+"""``warmfit import art-misses``: ART's planner-miss reports as a trace (issue 30).
+
+Reports are written here from the documented fields (docs/how-to/
+bring-your-own-measurements.md): a directory of good, malformed, truncated,
+oversized and waveless reports imports the good ones, names every other and
+prints the count of each.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+from warmfit.format.trace import read_trace
+from warmfit.importers.art_misses import MAX_REPORT_BYTES, import_misses
+
+
+def report(
+    number: int,
+    *,
+    occurred: str,
+    rank: int = 0,
+    packed: int = 4096,
+    logical: int = 8192,
+    predicted: int = 10_000_000,
+    observed: int | None = 13_000_000,
+    oom: bool = False,
+    partial: int | None = None,
+    event: str | None = None,
+    estimates: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """An ART planner-miss report with the documented fields."""
+    record: dict[str, Any] = {
+        "format": 1 if event is None else 2,
+        "kind": "art-planner-miss",
+        "id": f"{number:032x}",
+        "occurred_at": occurred,
+        "phase": "train_step",
+        "oom": oom,
+        "threshold_pct": 5.0,
+        "predicted_peak_bytes": predicted,
+        "admission_peak_bytes": predicted + 1000,
+        "observed_peak_bytes": None if oom else observed,
+        "partial_peak_bytes": partial if oom else None,
+        "error_pct": None,
+        "replay_complete": True,
+        "incomplete_reasons": [],
+        "replay_scope": "cpu-memory-estimator",
+        "replay": {
+            "rank": rank,
+            "model": "Qwen/Qwen3-1.7B",
+            "device": "NVIDIA H200",
+            "safety_factor": 1.1,
+            "memory_replay": {
+                "estimates": estimates
+                or [
+                    {
+                        "signature": {"topology": [1, 2, 1, 1], "grad_modes": ["lora"]},
+                        "profile": None,
+                        "arguments": {
+                            "packed_tokens": packed,
+                            "logical_tokens": logical,
+                            "output_bytes": 512,
+                        },
+                        "expected_required_bytes": predicted,
+                    }
+                ]
+            },
+        },
+    }
+    if event is not None:
+        record["event"] = event
+    return record
+
+
+def canonical(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def spool(tmp_path: Path) -> Path:
+    """A directory as ART leaves it, good reports mixed with bad ones."""
+    folder = tmp_path / "art-planner-misses-1000-42"
+    folder.mkdir()
+    good = [
+        # rank 0, named out of time order: imported in occurred_at order
+        report(1, occurred="2026-01-01T10:00:02+00:00", packed=2048, logical=2048),
+        report(2, occurred="2026-01-01T10:00:00+00:00", packed=1024, logical=1024),
+        report(3, occurred="2026-01-01T10:00:01+00:00", oom=True, partial=15_000_000),
+        # rank 1
+        report(4, occurred="2026-01-01T10:00:00+00:00", rank=1, predicted=9_000_000),
+        # format 2 names its event
+        report(5, occurred="2026-01-01T10:00:03+00:00", event="estimate_miss"),
+    ]
+    for i, record in enumerate(good):
+        (folder / f"good-{i}.json").write_bytes(canonical(record))
+    whole = canonical(report(9, occurred="2026-01-01T10:00:00+00:00"))
+    (folder / "truncated.json").write_bytes(whole[: len(whole) // 2])
+    (folder / "not-json.json").write_text("<html>502 Bad Gateway</html>\n")
+    wrong = report(10, occurred="2026-01-01T10:00:00+00:00", predicted=-1)
+    (folder / "negative.json").write_bytes(canonical(wrong))
+    with (folder / "huge.json").open("wb") as handle:  # sparse: no 16 MiB written
+        handle.truncate(MAX_REPORT_BYTES + 1)
+    refused = report(11, occurred="2026-01-01T10:00:00+00:00", event="admission_refused")
+    (folder / "refused.json").write_bytes(canonical(refused))
+    blind = report(12, occurred="2026-01-01T10:00:00+00:00") | {"replay": None}
+    (folder / "no-replay.json").write_bytes(canonical(blind))
+    (folder / "notes.txt").write_text("not a report: ignored\n")
+    return folder
+
+
+def test_good_reports_are_imported_and_every_other_one_named(tmp_path: Path) -> None:
+    folder = spool(tmp_path)
+    out = tmp_path / "misses.parquet"
+    result = CliRunner().invoke(app, ["import", "art-misses", str(folder), "-o", str(out)])
+    # like 'warmfit recover': the trace holds the good reports, and exit 2 says some were refused
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "5 reports imported, 3 malformed, 1 oversized, 2 not a wave" in result.stdout
+    for name, reason in [
+        ("truncated.json", "(malformed): is cut short"),
+        ("not-json.json", "(malformed): is not JSON"),
+        ("negative.json", "(malformed): predicted_peak_bytes must be a whole number"),
+        ("huge.json", "(oversized): is 16,777,217 bytes, over ART's cap"),
+        ("refused.json", "(not a wave): records the event 'admission_refused'"),
+        ("no-replay.json", "(not a wave): has no replay section"),
+    ]:
+        assert f"warmfit: refused {folder / name} {reason}" in result.output, name
+    assert "notes.txt" not in result.output
+    trace = read_trace([out]).sort("rank", "seq")
+    assert trace.height == 5
+    assert set(trace.get_column("run")) == {"Qwen/Qwen3-1.7B"}
+    rank0 = trace.filter(pl.col("rank") == 0)
+    # occurred_at order per rank: 10:00:00 (id 2), :01 (id 3, the OOM), :02 (id 1), :03 (id 5)
+    assert [int(i, 16) for i in rank0.get_column("art_report_id")] == [2, 3, 1, 5]
+    assert rank0.get_column("wave").to_list() == [0, 1, 2, 3] == rank0.get_column("seq").to_list()
+    assert rank0.get_column("packed_tokens").to_list() == [1024, 4096, 2048, 4096]
+    # the observed peak, or an OOM's partial peak; ART's prediction is the recorded price
+    assert rank0.get_column("peak_bytes").to_list() == [13_000_000, 15_000_000] + [13_000_000] * 2
+    assert rank0.get_column("oom").to_list() == [False, True, False, False]
+    assert set(trace.get_column("estimate_bytes")) == {10_000_000, 9_000_000}
+    # no whole reading: warm-fit learns nothing from misses
+    assert set(trace.select("kind", "phase", "whole").rows()) == {("flat", "caller", False)}
+    assert set(trace.get_column("output_bytes")) == {512}
+    assert trace.get_column("signature").str.starts_with("art:").all()
+    assert trace.get_column("signature").n_unique() == 1
+    assert set(trace.get_column("art_safety_factor")) == {1.1}
+    assert set(trace.get_column("art_device")) == {"NVIDIA H200"}
+    metadata = pq.read_schema(out).metadata
+    assert metadata[b"warmfit.import.source"] == folder.name.encode()
+    assert metadata[b"warmfit.import.reports"] == b"5"
+    assert len(metadata[b"warmfit.import.source_sha256"]) == 64
+
+
+def test_several_candidates_take_the_one_that_matches_the_prediction(tmp_path: Path) -> None:
+    folder = tmp_path / "spool"
+    folder.mkdir()
+
+    def candidate(packed: int, expected: int) -> dict[str, Any]:
+        arguments = {"packed_tokens": packed, "logical_tokens": packed, "output_bytes": 0}
+        return {"signature": "s", "arguments": arguments, "expected_required_bytes": expected}
+
+    one = report(
+        1, occurred="2026-01-01T00:00:00Z", estimates=[candidate(10, 5), candidate(20, 10_000_000)]
+    )
+    two = report(2, occurred="2026-01-01T00:00:01Z", estimates=[candidate(10, 5), candidate(20, 6)])
+    (folder / "one.json").write_bytes(canonical(one))
+    (folder / "two.json").write_bytes(canonical(two))
+    misses = import_misses(folder)
+    assert misses.imported == 1 and misses.readings.get_column("packed_tokens").to_list() == [20]
+    assert misses.readings.get_column("signature").to_list() == ["s"]
+    assert [(r.path.name, r.reason) for r in misses.refused] == [("two.json", "not a wave")]
+    assert "0 of them match" in misses.refused[0].problem
+
+
+def test_a_directory_with_no_good_report_writes_nothing(tmp_path: Path) -> None:
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    (folder / "a.json").write_text("{")
+    out = tmp_path / "m.parquet"
+    result = CliRunner().invoke(app, ["import", "art-misses", str(folder), "-o", str(out)])
+    assert result.exit_code == 2 and not out.exists()
+    assert "no report could be imported (0 reports imported, 1 malformed" in result.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(app, ["import", "art-misses", str(empty), "-o", str(out)])
+    assert result.exit_code == 2 and "holds no *.json report" in result.output
+    result = CliRunner().invoke(
+        app, ["import", "art-misses", str(tmp_path / "gone"), "-o", str(out)]
+    )
+    assert result.exit_code == 2 and "does not exist" in result.output
+    assert "Traceback" not in result.output and not out.exists()

@@ -1,0 +1,370 @@
+"""``warmfit import table``: a user's own CSV through a declarative mapping (issue 30).
+
+A table with its own column names imports with a ten-line mapping; a broken
+mapping is refused naming its key and column, a bad row naming the file,
+column and row; both exit 2 with one message and write nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+from warmfit.format.trace import read_trace
+from warmfit.importers.table import (
+    MAPPING_KEY,
+    SHA256_KEY,
+    SOURCE_KEY,
+    import_table,
+    load_mapping,
+    shuffled_order,
+)
+
+#: A user's own table: its own column names, GiB, a column to filter on.
+TABLE = """\
+job,card,seq_tokens,padded_tokens,peak_gib,status
+llama-8b,h100,2048,2048,10.5,done
+llama-8b,h100,1024,1024,7.25,done
+llama-8b,h100,4096,4096,16,done
+llama-8b,h100,8192,8192,0,crashed
+mistral-7b,a100,512,640,3.5,done
+mistral-7b,a100,1536,2048,5.75,done
+"""
+
+#: The ten-line mapping the how-to promises.
+MAPPING = """\
+order = { by = ["seq_tokens"] }
+[filter]
+status = "done"
+[run]
+label = "{job}-{card}"
+[fields]
+signature = "{job}"
+packed_tokens = "seq_tokens"
+logical_tokens = "padded_tokens"
+peak_bytes = { column = "peak_gib", unit = "GiB" }
+"""
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.csv"
+    path.write_text(TABLE)
+    return path
+
+
+def write_map(tmp_path: Path, text: str, name: str = "map.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_users_own_table_imports_with_a_ten_line_mapping(table: Path, tmp_path: Path) -> None:
+    mapping = write_map(tmp_path, MAPPING)
+    assert len(MAPPING.splitlines()) == 10
+    out = tmp_path / "out" / "runs.parquet"
+    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    assert "5 readings in 2 runs from 5 of 6 rows" in output
+    trace = read_trace([out])  # a valid v1 trace
+    llama = trace.filter(pl.col("run") == "llama-8b-h100").sort("seq")
+    # smallest first; one flat wave of one whole caller reading per row; GiB are 2**30 bytes
+    assert llama.get_column("packed_tokens").to_list() == [1024, 2048, 4096]
+    assert llama.get_column("peak_bytes").to_list() == [7.25 * 2**30, 10.5 * 2**30, 16 * 2**30]
+    assert llama.select("wave", "step", "seq").rows() == [(0, 0, 0), (1, 1, 1), (2, 2, 2)]
+    assert set(trace.select("kind", "phase", "whole", "oom", "rank").rows()) == {
+        ("flat", "caller", True, False, 0)
+    }
+    assert set(trace.get_column("baseline_bytes")) == {0}
+    assert trace.get_column("static_floor_bytes").null_count() == trace.height
+    mistral = trace.filter(pl.col("run") == "mistral-7b-a100").sort("seq")
+    assert mistral.select("packed_tokens", "logical_tokens").rows() == [(512, 640), (1536, 2048)]
+    # provenance: the mapping as read, the table's name and checksum
+    metadata = pq.read_schema(out).metadata
+    assert metadata[SOURCE_KEY.encode()] == b"runs.csv"
+    assert metadata[SHA256_KEY.encode()] == hashlib.sha256(table.read_bytes()).hexdigest().encode()
+    assert json.loads(metadata[MAPPING_KEY.encode()])["run"] == {"label": "{job}-{card}"}
+    # it replays
+    code, output = invoke("replay", str(out), "--format", "json")
+    assert code == 0 and len(json.loads(output)["results"]) == 4
+
+
+def test_the_output_is_never_the_input_and_needs_force_to_overwrite(
+    table: Path, tmp_path: Path
+) -> None:
+    mapping = write_map(tmp_path, MAPPING)
+    out = tmp_path / "runs.parquet"
+    args = ["import", "table", str(table), "--map", str(mapping), "-o", str(out)]
+    assert invoke(*args)[0] == 0
+    first = out.read_bytes()
+    code, output = invoke(*args)
+    assert code == 2 and "will not overwrite without --force" in output
+    assert invoke(*args, "--force")[0] == 0 and out.read_bytes() == first  # deterministic
+    # a table named like a trace is still an input: never written over, even with --force
+    disguised = tmp_path / "table.parquet"
+    disguised.write_text(TABLE)
+    code, output = invoke(
+        "import", "table", str(disguised), "--map", str(mapping), "-o", str(disguised), "--force"
+    )
+    assert code == 2 and "never writes onto its input" in output
+    assert disguised.read_text() == TABLE
+    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", "t.csv")
+    assert code == 2 and "name a .parquet file" in output
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        # a column the table lacks: the key and the column are named, with the table's columns
+        (('by = ["seq_tokens"]', 'by = ["seq_token"]'), "order.by: names the column 'seq_token'"),
+        (('"peak_gib"', '"peak_gb"'), "fields.peak_bytes: names the column 'peak_gb'"),
+        (('status = "done"', 'state = "done"'), "filter.state: names the column 'state'"),
+        (("{job}-{card}", "{job}-{gpu}"), "run.label: names 'gpu' in braces"),
+        # a key that is not a key, a value of the wrong kind
+        (("order = {", "sort = {"), "sort: is not a mapping key"),
+        (('unit = "GiB"', 'unit = "gigs"'), "fields.peak_bytes.unit: must be one of"),
+        (('status = "done"', "status = 1.5"), "filter.status: must be a string or an integer"),
+        (('status = "done"', 'status = { op = "!=" }'), "filter.status: must be a string"),
+        (
+            ('signature = "{job}"', 'signature = "{job"'),
+            "fields.signature: '{job' is not a template",
+        ),
+        (('signature = "{job}"', 'sig = "{job}"'), "fields.sig: is not a field here"),
+        (('signature = "{job}"', ""), "fields.signature: is missing"),
+        (('label = "{job}-{card}"', ""), "run.label: is missing"),
+        (("[filter]", "[filter]\n[metadata]\n'warmfit.schema' = '2'"), "metadata.warmfit.schema"),
+        (('"seq_tokens"] }', '"seq_tokens"], x = 1 }'), "order.x: is not a key of [order]"),
+        (("[fields]", "[fields]\nrun = 'r'"), "fields.run: is not a field here"),
+        (("[run]", "[run]\nidentity = 'job'"), "run.identity: must be a list of column names"),
+    ],
+)
+def test_a_broken_mapping_is_refused_naming_its_key_and_column(
+    table: Path, tmp_path: Path, change: tuple[str, str], named: str
+) -> None:
+    text = MAPPING.replace(*change)
+    assert text != MAPPING
+    mapping = write_map(tmp_path, text)
+    out = tmp_path / "out.parquet"
+    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    assert code == 2, output
+    assert output.startswith(f"warmfit: error: {mapping}: ") and named in output
+    assert "Traceback" not in output and len(output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_mapping_that_is_not_toml_is_refused(table: Path, tmp_path: Path) -> None:
+    mapping = write_map(tmp_path, "[filter\nstatus = 'done'\n")
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2 and f"{mapping}: the mapping is not valid TOML" in output
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        (
+            ("10.5,done", "ten,done"),
+            "column 'peak_gib', row 1: holds 'ten', where fields.peak_bytes",
+        ),
+        (("10.5,done", ",done"), "column 'peak_gib', row 1: is empty"),
+        (("2048,2048,10.5", "2048,1024,10.5"), "row 1: gives logical_tokens = 1024, below"),
+        (("a100,512,640", "a100,0,640"), "row 5: gives packed_tokens = 0"),
+        (("7.25,done", "-7.25,done"), "column 'peak_gib', row 2: gives fields.peak_bytes ="),
+        (("1024,1024,7.25,done", "1024,1024,7.25"), "row 2: has 5 cells where the header names 6"),
+    ],
+)
+def test_a_bad_row_is_refused_naming_file_column_and_row(
+    tmp_path: Path, change: tuple[str, str], where: str
+) -> None:
+    table = tmp_path / "runs.csv"
+    table.write_text(TABLE.replace(*change, 1))
+    mapping = write_map(tmp_path, MAPPING)
+    out = tmp_path / "out.parquet"
+    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    assert code == 2, output
+    assert output.startswith(f"warmfit: error: {table}, ") and where in output
+    assert "(line " in output and "Traceback" not in output and not out.exists()
+
+
+def test_rows_outside_the_filter_are_not_checked(table: Path, tmp_path: Path) -> None:
+    # the crashed row's peak is not a number, but the filter leaves it out
+    table.write_text(TABLE.replace("8192,0,crashed", "8192,n/a,crashed"))
+    imported = import_table(table, load_mapping(write_map(tmp_path, MAPPING)))
+    assert imported.readings.height == 5 and (imported.rows, imported.kept) == (6, 5)
+
+
+MULTI = """\
+[filter]
+status = ["done", "crashed"]
+[require]
+card = ["h100", "a100"]
+[derive.size]
+cases = [
+  { when = { job = "llama-8b" }, value = "8b" },
+  { when = { job = ["mistral-7b", "other"] }, value = "7b" },
+]
+[derive.tail]
+cases = [{ when = { status = "crashed" }, value = "-x{{1}}" }, { value = "" }]
+[run]
+label = "{size}/{card}"
+identity = ["job", "card"]
+[order]
+by = ["seq_tokens"]
+[fields]
+signature = "{job}"
+packed_tokens = "seq_tokens"
+rank = 3
+static_floor_bytes = 100
+oom = "crashed_flag"
+[[waves]]
+readings = [
+  { phase = "forward", peak_bytes = { column = "peak_gib", scale = 1000 } },
+  { phase = "caller", peak_bytes = { add = ["peak_gib", "peak_gib"], scale = 1000 } },
+]
+[[waves]]
+kind = "flat"
+readings = [{ peak_bytes = 7, baseline_bytes = 2, whole = false }]
+[extra]
+note = "{job}{tail}"
+estimate_bytes = { column = "padded_tokens", scale = 10 }
+[metadata]
+"mine.source" = "my lab"
+"""
+
+
+def test_derived_values_several_waves_per_row_and_extra_columns(tmp_path: Path) -> None:
+    table = tmp_path / "runs.csv"
+    table.write_text(
+        TABLE.replace(",status\n", ",status,crashed_flag\n")
+        .replace("done\n", "done,no\n")
+        .replace("crashed\n", "crashed,yes\n")
+    )
+    imported = import_table(table, load_mapping(write_map(tmp_path, MULTI)))
+    frame = imported.readings
+    assert imported.runs == 2 and frame.height == 6 * 3
+    llama = frame.filter(pl.col("run") == "8b/h100").sort("seq")
+    # each row: wave 2i (forward, then a whole caller reading), wave 2i+1 (one reading)
+    assert llama.get_column("wave").to_list()[:6] == [0, 0, 1, 2, 2, 3]
+    assert llama.get_column("step").to_list()[:6] == [0, 0, 0, 1, 1, 1]
+    first = llama.head(3).select("phase", "whole", "peak_bytes", "baseline_bytes").rows()
+    assert first == [
+        ("forward", False, 7250, 0),
+        ("caller", True, 14500, 0),
+        ("caller", False, 7, 2),
+    ]
+    assert set(frame.get_column("rank")) == {3} and set(frame.get_column("static_floor_bytes")) == {
+        100
+    }
+    crashed = frame.filter(pl.col("packed_tokens") == 8192)
+    assert set(crashed.get_column("oom")) == {True} and set(crashed.get_column("note")) == {
+        "llama-8b-x{1}"
+    }
+    assert set(frame.filter(pl.col("packed_tokens") == 512).get_column("estimate_bytes")) == {6400}
+    assert imported.metadata["mine.source"] == "my lab"
+
+
+def test_a_row_no_derive_case_matches_is_refused(tmp_path: Path) -> None:
+    table = tmp_path / "runs.csv"
+    table.write_text(TABLE.replace("mistral-7b,a100,512", "phi-3,a100,512"))
+    mapping = write_map(
+        tmp_path,
+        MAPPING.replace("{job}-{card}", "{size}").replace(
+            "[run]", '[derive.size]\ncases = [{ when = { job = "llama-8b" }, value = "8b" }]\n[run]'
+        ),
+    )
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert (
+        code == 2 and "column 'job', row 5: matches no case of derive.size (job='phi-3')" in output
+    )
+
+
+def test_one_label_for_two_identities_and_a_repeated_size_are_refused(
+    table: Path, tmp_path: Path
+) -> None:
+    mapping = write_map(tmp_path, MAPPING.replace('"{job}-{card}"', '"all"\nidentity = ["job"]'))
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2 and "column 'job', row 5: gives the run label 'all' of row 1" in output
+    table.write_text(TABLE + "llama-8b,h100,1024,1024,7.5,done\n")
+    mapping = write_map(
+        tmp_path, MAPPING.replace('by = ["seq_tokens"]', 'by = ["seq_tokens"], distinct = true')
+    )
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2 and "column 'seq_tokens', row 7: repeats the seq_tokens of row 2" in output
+
+
+def test_a_shuffle_is_fixed_by_the_run_label_and_the_seed(table: Path, tmp_path: Path) -> None:
+    rows = "".join(f"big,h100,{n},{n},{n / 1000},done\n" for n in range(100, 1100, 100))
+    table.write_text(TABLE + rows)
+    base = write_map(tmp_path, MAPPING)
+    shuffled = write_map(tmp_path, 'extends = "map.toml"\n[order]\nshuffle = true\n', "s.toml")
+    seeded = write_map(
+        tmp_path, 'extends = "map.toml"\n[order]\nshuffle = true\nseed = 7\n', "t.toml"
+    )
+
+    def tokens(mapping: Path) -> list[int]:
+        frame = import_table(table, load_mapping(mapping)).readings
+        return (
+            frame.filter(pl.col("run") == "big-h100")
+            .sort("seq")
+            .get_column("packed_tokens")
+            .to_list()
+        )
+
+    ascending = tokens(base)
+    assert ascending == list(range(100, 1100, 100))
+    order = shuffled_order("big-h100", 10)
+    assert tokens(shuffled) == [ascending[i] for i in order] != ascending
+    assert tokens(seeded) == [ascending[i] for i in shuffled_order("big-h100", 10, 7)]
+    assert tokens(seeded) != tokens(shuffled)
+    # the extended mapping travels resolved, without its extends key
+    resolved = import_table(table, load_mapping(shuffled)).metadata[MAPPING_KEY]
+    assert json.loads(resolved)["order"] == {"by": ["seq_tokens"], "shuffle": True}
+
+
+def test_a_filter_that_keeps_nothing_writes_nothing(table: Path, tmp_path: Path) -> None:
+    mapping = write_map(tmp_path, MAPPING.replace('status = "done"', 'status = "queued"'))
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    assert code == 2 and "no row of" in output and not out.exists()
+
+
+def test_import_starts_without_torch_or_matplotlib(table: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    mapping = write_map(tmp_path, MAPPING)
+    probe = (
+        "import sys\n"
+        "from warmfit.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "heavy = sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'matplotlib'})\n"
+        "print('PROBE', code, heavy)\n"
+    )
+    args = ["import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")]
+    done = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.argv = ['warmfit', *{args!r}]\n" + probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "PROBE 0 []" in done.stdout, done.stdout + done.stderr
