@@ -64,10 +64,16 @@ format: $(STAMP) ## Apply ruff's formatting and safe fixes.
 	$(VENV)/bin/ruff format warmfit tests
 	$(VENV)/bin/ruff check --fix warmfit tests
 
-traces: $(STAMP) ## Regenerate traces/pr991, art-h200 and liger-gpu (byte-identical).
+traces: $(STAMP) ## Regenerate traces/pr991, and art-h200 and liger-gpu by warmfit import (byte-identical).
 	$(PY) -m warmfit.samples.synthetic traces/pr991
-	$(PY) -m warmfit.samples.art_h200 traces/art-h200/source/recompute_memory_final.csv traces/art-h200
-	$(PY) -m warmfit.samples.liger_gpu traces/liger-gpu/source/all_benchmark_data.csv traces/liger-gpu
+	$(WARMFIT) import table traces/art-h200/source/recompute_memory_final.csv --force \
+		--map traces/art-h200/source/map.toml -o traces/art-h200/recompute_memory_final.parquet
+	$(WARMFIT) import table traces/art-h200/source/recompute_memory_final.csv --force \
+		--map traces/art-h200/source/shuffled.toml -o traces/art-h200/shuffled.parquet
+	$(WARMFIT) import table traces/liger-gpu/source/all_benchmark_data.csv --force \
+		--map traces/liger-gpu/source/map.toml -o traces/liger-gpu/ascending.parquet
+	$(WARMFIT) import table traces/liger-gpu/source/all_benchmark_data.csv --force \
+		--map traces/liger-gpu/source/shuffled.toml -o traces/liger-gpu/shuffled.parquet
 
 # --allow-under: the gate records every policy's figures as they are, waves under their
 # peak included (max-merge and warm-fit on the shuffled ART rows, every policy on
@@ -87,6 +93,8 @@ smoke-core: ## Install without extras (no torch/matplotlib); use the CLI.
 	.venv-core/bin/python -c "import sys, warmfit.integrations, warmfit.integrations.tokens; \
 		assert not {'torch', 'lightning', 'transformers'} & set(sys.modules)"
 	.venv-core/bin/python -c "import warmfit.integrations.lightning" 2>&1 | grep -q "warmfit\[lightning\]"
+	.venv-core/bin/python -c "import warmfit.integrations.sampler" 2>&1 | grep -q "warmfit\[torch\]"
+	.venv-core/bin/python -c "import sys, warmfit; warmfit.Pricer('warm-fit'); assert 'torch' not in sys.modules"
 	.venv-core/bin/python -m warmfit.integrations.hf_demo 2>&1 | grep -q "needs torch and transformers"
 	.venv-core/bin/python -m warmfit.samples.demo 2>&1 | grep -q "needs torch"
 	@echo "core install works without torch, matplotlib, lightning and transformers"
@@ -109,6 +117,7 @@ mutants: $(STAMP) ## Plant each bug of mutants/mutants.toml in a copy; fail on a
 mutants-generated: $(STAMP) ## Generate mutants of the core modules (AST); fail on an unaccepted survivor.
 	$(PY) mutants/run.py --generate --workers $(or $(WORKERS),2) $(if $(REPORT),--report $(REPORT))
 
-bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too) beside a bare scan, then plot 1e5 waves; JSON: benchmarks/results/.
+bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too) beside a bare scan, plot 1e5 waves, Pricer.price per call; JSON: benchmarks/results/.
 	$(PY) benchmarks/bench_replay.py $(if $(SIZES),--sizes $(SIZES))
 	$(PY) benchmarks/bench_plot.py
+	$(PY) benchmarks/bench_price.py

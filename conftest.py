@@ -12,7 +12,7 @@ def _missing(module: str) -> bool:
 collect_ignore = []
 if _missing("torch"):
     collect_ignore += ["warmfit/samples/demo.py", "warmfit/recorder/meters.py"]
-    collect_ignore += ["warmfit/integrations/tokens.py"]
+    collect_ignore += ["warmfit/integrations/tokens.py", "warmfit/integrations/sampler.py"]
 if _missing("torch") or _missing("lightning"):
     collect_ignore += ["warmfit/integrations/lightning.py"]
 if _missing("torch") or _missing("transformers"):

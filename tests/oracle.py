@@ -20,6 +20,11 @@ What it models:
   SPEC's order; ``set_by`` profile or floor; unpriced waves;
 - every figure of SPEC §3, §7 and §8, by run or by run and signature, with
   and without a budget, and the per-wave rows;
+- the trainer's recorded prices (SPEC §8): a trace with an ``estimate_bytes``
+  column reports one more policy, ``recorded``, whose estimate of a wave is the
+  first non-null ``estimate_bytes`` of its readings in ``seq`` order, unscaled by
+  the safety factor and unraised by the floor (spec-notes 24: it comes last, its
+  ``set_by`` is ``recorded``, and the sweep leaves it out);
 - the safety sweep (SPEC §7), with the exact smallest safe factor found by a
   bisection over the doubles themselves (not warmfit's stepping);
 - a hand-written scalar model of each built-in policy: ``max-merge`` and
@@ -329,6 +334,26 @@ POLICIES: dict[str, type[MaxMerge]] = {
 }
 BUILT_IN = ("max-merge", "warm-fit", "warm-affine", "envelope")
 
+#: SPEC §8: the policy that reports the price the trainer itself used for each wave.
+RECORDED = "recorded"
+
+
+def with_recorded(rows: Sequence[Row], policies: Sequence[str]) -> list[str]:
+    """The policies a replay reports: ``policies``, then ``recorded`` when the trace
+    carries an ``estimate_bytes`` column (SPEC §8; spec-notes 24: always last)."""
+    named = [p for p in policies if p != RECORDED]
+    carries = any("estimate_bytes" in row for row in rows)
+    return [*named, RECORDED] if carries or RECORDED in policies else named
+
+
+def recorded_price(row: Row) -> tuple[int | None, str | None, int | None]:
+    """A reading's recorded price as an estimate (SPEC §8): the bytes themselves, set by
+    ``recorded`` (spec-notes 24), no safety factor; Nones where the reading has none."""
+    price = row.get("estimate_bytes")
+    if price is None:
+        return None, None, None
+    return int(price), RECORDED, int(price)
+
 
 # --------------------------------------------------------------------------- replay
 
@@ -418,13 +443,16 @@ def replay_waves(rows: Iterable[Row], policies: Sequence[str], f: float) -> list
             oom = bool(row["oom"])
             delta = max(0, int(row["peak_bytes"]) - int(row["baseline_bytes"]))
             if sig not in profiles:  # one profile per signature and policy, from its first reading
-                profiles[sig] = {name: POLICIES[name]() for name in policies}
+                profiles[sig] = {name: POLICIES[name]() for name in policies if name != RECORDED}
             mine = profiles[sig]
             wave = open_waves.get(int(row["wave"]))
             if wave is None:  # the first reading: priced now, before it is observed
                 wave = Wave(run, rank, int(row["wave"]), sig, kind, n, m, o,
                             None if s is None else int(s), int(row["seq"]), delta, oom)  # fmt: skip
                 for name in policies:
+                    if name == RECORDED:  # the trainer's price: on the first reading with one
+                        wave.priced[name] = recorded_price(row)
+                        continue
                     p = mine[name].price(n, m)
                     wave.priced[name] = estimate(p, o, wave.s, f)
                     wave.learned[name] = p
@@ -435,6 +463,8 @@ def replay_waves(rows: Iterable[Row], policies: Sequence[str], f: float) -> list
             else:
                 wave.actual = max(wave.actual, delta)
                 wave.oom = wave.oom or oom
+                if RECORDED in policies and wave.priced[RECORDED][0] is None:
+                    wave.priced[RECORDED] = recorded_price(row)
             if observed(kind, phase, oom):
                 reading = Reading(n, m, delta, o, bool(row["whole"]), phase, kind)
                 for profile in mine.values():
@@ -590,8 +620,10 @@ def replay(
     by: str = "run",
     budget_bytes: int | None = None,
 ) -> Result:
-    """The replay of SPEC §3 with the figures of §3, §7 and §8."""
+    """The replay of SPEC §3 with the figures of §3, §7 and §8 (``recorded`` added
+    where the trace carries the trainer's prices)."""
     rows = list(rows)
+    policies = with_recorded(rows, policies)
     waves = replay_waves(rows, policies, safety_factor)
     return Result(
         summary_rows(rows, waves, policies, by, budget_bytes),

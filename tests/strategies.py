@@ -299,5 +299,16 @@ def oracle_traces(draw: st.DrawFn, max_waves: int = 12) -> list[dict[str, object
     for run in runs:
         for rank in draw(st.lists(st.integers(0, 3), min_size=1, max_size=2, unique=True)):
             rows += draw(_oracle_stream(run, rank, max_waves))
+    if draw(st.integers(0, 2)) == 0:  # SPEC §8: the prices the trainer used, now and then
+        rows = [{**row, "estimate_bytes": draw(_recorded_prices(row))} for row in rows]
     order = draw(st.permutations(range(len(rows))))
     return [rows[i] for i in order]
+
+
+def _recorded_prices(row: dict[str, object]) -> st.SearchStrategy[int | None]:
+    """A reading's ``estimate_bytes``: none most often (a wave's readings may disagree;
+    the first non-null one counts), else near its delta (at it, a byte under, above),
+    0, or any."""
+    delta = max(0, int(row["peak_bytes"]) - int(row["baseline_bytes"]))  # type: ignore[call-overload]
+    near = [delta, max(0, delta - 1), delta + 1, delta + delta // 10, delta - delta // 10]
+    return st.sampled_from([None, None, None, 0]) | st.sampled_from(near) | st.integers(0, 2**40)

@@ -621,6 +621,9 @@ def test_byte_counts_beyond_doubles_give_the_oracles_figures_and_rows(
          "output_bytes": int(r["output_bytes"]) * 2**scale,
          "static_floor_bytes": None if r["static_floor_bytes"] is None
          else int(r["static_floor_bytes"]) * 2**scale}
+        | ({"estimate_bytes": None if r["estimate_bytes"] is None
+            else min(int(r["estimate_bytes"]) * 2**scale, 2**63 - 1)}
+           if "estimate_bytes" in r else {})
         for r in rows
     ]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
@@ -709,17 +712,24 @@ def test_the_sweep_compares_actual_bytes_past_doubles_exactly(tmp_path: Path) ->
     assert_same(sweep(read_rows(rows, tmp_path), [MM], "run", [1.0]).results, want, "sweep")
 
 
-def test_an_estimate_bytes_column_is_carried_along_not_replayed(tmp_path: Path) -> None:
-    """SPEC §8's recorded prices are not implemented (spec-notes 20): a trace with an
-    ``estimate_bytes`` column replays as without it, and no ``recorded`` policy appears.
-    The oracle follows that reading: it reads only the SPEC §2 columns."""
-    frame = readings_frame(WORKED).with_columns(
-        estimate_bytes=pl.Series([1_000 * i for i in range(len(WORKED))], dtype=pl.Int64)
-    )
-    write_trace(frame, tmp_path / "t.parquet")
-    got = replay(read_trace([tmp_path]), BUILT_IN, WORKED_SAFETY, by="signature",
-                 budget_bytes=WORKED_BUDGET)  # fmt: skip
-    assert_same(rows_of(got.summary), WORKED_BY_SIGNATURE, "with estimate_bytes")
+def test_recorded_prices_give_the_oracles_row_on_the_worked_trace(tmp_path: Path) -> None:
+    """SPEC §8's recorded prices: with an ``estimate_bytes`` column the worked trace
+    reports ``recorded`` after the policies (spec-notes 24), every other row unchanged;
+    the oracle models it from the SPEC's text. Wave A/0 21 carries its price on its
+    second reading only (the first non-null one counts); A/0 13 and B/0 4 carry none."""
+    prices = [1_000 * i if i not in (3, 6, 17) else None for i in range(len(WORKED))]
+    rows = [{**row, "estimate_bytes": price} for row, price in zip(WORKED, prices, strict=True)]
+    frame = read_rows(rows, tmp_path)
+    want = oracle.replay(rows, BUILT_IN, WORKED_SAFETY, "signature", WORKED_BUDGET)
+    assert [r["policy"] for r in want.summary[:5]] == [*BUILT_IN, "recorded"]
+    assert [r for r in want.summary if r["policy"] != "recorded"] == WORKED_BY_SIGNATURE
+    a21 = next(w for w in want.waves if (w.run, w.rank, w.wave) == ("A", 0, 21))
+    assert a21.priced["recorded"] == (7_000, "recorded", 7_000)  # seq 7, not seq 6's null
+    for engine in ("scalar", "vectorized"):
+        got = replay(frame, BUILT_IN, WORKED_SAFETY, engine=engine, by="signature",
+                     budget_bytes=WORKED_BUDGET)  # fmt: skip
+        assert_same(rows_of(got.summary), want.summary, f"{engine} summary")
+        assert_same(rows_of(got.per_wave), want.per_wave, f"{engine} per-wave")
 
 
 grids = st.sampled_from([[1.0, 1.05, 1.1, 1.25, 1.5, 2.0], []]) | st.lists(
@@ -805,6 +815,23 @@ def cases_of(rows: list[Row]) -> set[str]:
         if figure and w.beyond:
             cases.add("a wave beyond the seen range")
         cases |= {f"warm-affine: {w.case[WA]}", f"envelope: {w.case[EN]}"}
+    if any("estimate_bytes" in r for r in rows):  # SPEC §8: the trainer's prices
+        prices: dict[tuple[object, ...], set[object]] = {}
+        for row in rows:
+            if row["estimate_bytes"] is not None:
+                prices.setdefault((row["run"], row["rank"], row["wave"]), set()).add(
+                    row["estimate_bytes"]
+                )
+        if any(len(found) > 1 for found in prices.values()):
+            cases.add("a wave's readings with different recorded prices")
+        for w in oracle.replay_waves(rows, [oracle.RECORDED], 1.1):
+            if w.priced[oracle.RECORDED][0] is None:
+                cases.add("a wave without a recorded price")
+            elif oracle.is_figure(w, oracle.RECORDED):
+                if oracle.estimate_of(w, oracle.RECORDED) < w.actual:
+                    cases.add("a recorded price under its peak")
+                if w.beyond:
+                    cases.add("a recorded price beyond the seen range")
     return cases
 
 
@@ -829,5 +856,7 @@ def test_the_generated_traces_reach_every_case_the_oracle_singles_out() -> None:
         "warm-affine: line", "warm-affine: warm-fit",
         "envelope: below", "envelope: chord", "envelope: on a point",
         "envelope: beyond, k = 1", "envelope: beyond, k = 2", "envelope: max-merge",
+        "a wave's readings with different recorded prices", "a wave without a recorded price",
+        "a recorded price under its peak", "a recorded price beyond the seen range",
     }  # fmt: skip
     assert wanted <= reached, f"never reached: {sorted(wanted - reached)}"

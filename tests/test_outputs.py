@@ -107,8 +107,11 @@ def test_a_per_wave_file_in_a_trace_directory_is_named_as_one(
 def test_a_trace_with_extra_per_wave_like_columns_is_still_a_trace(tmp_path: Path) -> None:
     src = next(PR991.rglob("*.parquet"))
     table = pq.read_table(src)
-    for name in ("policy", "estimate_bytes", "over_estimate"):
-        table = table.append_column(name, pa.array([None] * table.num_rows, pa.string()))
+    # a trace may carry estimate_bytes (SPEC §8, an integer column), policy and
+    # over_estimate too (extra columns): with its reading columns it is no per-wave file
+    for name, dtype in (("policy", pa.string()), ("estimate_bytes", pa.int64()),
+                        ("over_estimate", pa.string())):  # fmt: skip
+        table = table.append_column(name, pa.array([None] * table.num_rows, dtype))
     out = tmp_path / "t.parquet"
     pq.write_table(table, out)
     frame = read_trace([out], columns=None)

@@ -12,7 +12,28 @@ The library behind the ``warmfit`` command, one folder per job:
   holds the traces to start from and the demo; :mod:`warmfit.show` escapes
   names and reads byte counts;
 - :mod:`warmfit.commands` and :mod:`warmfit.cli` are the command line;
-  :mod:`warmfit.errors` the error every part raises for bad input.
+  :mod:`warmfit.errors` the error every part raises for bad input;
+- :mod:`warmfit.trainer` runs a policy inside the trainer: ``warmfit.Pricer``.
+
+``warmfit.Pricer`` is loaded when first asked for, so that ``import warmfit``
+(and ``warmfit replay``) load nothing they do not need.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+__all__ = ["Pricer", "__version__"]
+
+if TYPE_CHECKING:
+    from warmfit.trainer.pricer import Pricer
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Pricer":
+        from warmfit.trainer.pricer import Pricer
+
+        return Pricer
+    raise AttributeError(f"module 'warmfit' has no attribute {name!r}")

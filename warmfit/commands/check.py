@@ -109,7 +109,8 @@ def check_command(
     format.
     """
     from warmfit.policies import policy_names
-    from warmfit.replay import DEFAULT_SAFETY_FACTOR, replay, resolve_policies
+    from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, replay
+    from warmfit.replay.engines import lineup_names, resolve_lineup
     from warmfit.report import gate
 
     if (expect is None) == (write_expect is None):
@@ -174,7 +175,7 @@ def check_command(
         )
     expectations = gate.read_expectations(expect)
     if policy:
-        names = [cls.name for cls in resolve_policies(policy)]
+        names = lineup_names(*resolve_lineup(policy, RECORDED in policy))
         left_out = [name for name in expectations.policies if name not in names]
         expectations = expectations.restricted_to(names)
         if left_out:  # -p narrows the check: say so, a gate must not shrink silently
@@ -194,7 +195,7 @@ def check_command(
                 expect, f"names a policy that cannot be used: {exc}"
             ) from None
         for name in expectations.policies:
-            if ":" in name or name not in registered:
+            if ":" in name or name not in [*registered, RECORDED]:
                 raise gate.ExpectationsError(
                     expect,
                     f"names unknown policy {printable(name)!r}: it is not registered (registered: "

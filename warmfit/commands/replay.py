@@ -186,7 +186,10 @@ def _replay(
     if permute is not None:
         from dataclasses import replace
 
-        summary = _with_orders(result.summary, paths, policy, safety, engine, by, permute, seed)
+        summary = _with_orders(
+            result.summary, paths, policy, safety, engine, by, permute, seed,
+            recorded="recorded" in result.policies,
+        )  # fmt: skip
         result = replace(result, summary=summary)
     typer.echo(render(result, format.value), nl=False)
     _warn_under_peak(result, paths, policy, engine.value)
@@ -201,10 +204,12 @@ def _with_orders(
     by: By,
     permute: int,
     seed: int,
+    recorded: bool = False,
 ) -> pl.DataFrame:
     """The summary with SPEC §8's figures across ``permute`` random orders: the orders
     are replayed here, batch by batch of whole streams (bounded memory, one process;
-    the bytes depend on the seed alone, never on --jobs)."""
+    the bytes depend on the seed alone, never on --jobs). ``recorded``: the trace
+    carries the trainer's prices (the replay reported ``recorded``)."""
     from warmfit.format.batches import plan_trace, read_canonical
     from warmfit.replay.permute import order_robustness
     from warmfit.replay.summary import group_keys
@@ -213,7 +218,7 @@ def _with_orders(
     orders = order_robustness(
         (read_canonical(batch).frame for batch in plan_trace(paths)),
         policy, safety, engine.value, by.value, permute, seed,
-        groups=summary.select(keys).unique(maintain_order=True),
+        groups=summary.select(keys).unique(maintain_order=True), recorded=recorded,
     )  # fmt: skip
     return summary.join(orders, on=[*keys, "policy"], how="left", maintain_order="left")
 
@@ -236,7 +241,8 @@ def _warn_under_peak(
         from warmfit.policies import get_policy
         from warmfit.report.sweep import safe_factors
 
-        specs = [p for p in (policy or []) if get_policy(p).name in unknown] or unknown
+        named = [p for p in (policy or []) if p != "recorded"]  # (never scaled: no factor)
+        specs = [p for p in named if get_policy(p).name in unknown] or unknown
         safe |= safe_factors(read_traces(paths), specs, engine)
     for line in under_peak_warnings(result.summary, safe):
         typer.echo(line, err=True)

@@ -53,6 +53,7 @@ from warmfit.format.trace import (
     check_file_schema,
     conform,
     find_trace_files,
+    optional_columns,
     read_rows,
     row_groups,
     verify_pages,
@@ -134,6 +135,9 @@ class FileIndex:
     #: streams interleave (:data:`MIXED_STRETCHES`): its readings among rows
     #: ``[start, stop)`` (consecutive such groups), which hold other streams' too.
     mixed: tuple[tuple[str | None, int | None, int, int, int], ...] = ()
+    #: The optional columns with a meaning the file has (``estimate_bytes``:
+    #: :func:`warmfit.format.trace.optional_columns`), read beside replay's.
+    columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,8 @@ class Batch:
     #: those files' rows are read from there.
     routes: tuple[tuple[str, int], ...] = ()
     spool: str | None = None
+    #: Per file of the segments that has any, its optional columns (:attr:`FileIndex.columns`).
+    columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def index_file(path: str | os.PathLike[str]) -> FileIndex:
@@ -208,8 +214,9 @@ def index_file(path: str | os.PathLike[str]) -> FileIndex:
                 stretches.append((run, rank, start, start + length))
             start += length
     return FileIndex(
-        str(path), start, tuple(stretches), tuple(zip(starts, groups, strict=True)), tuple(mixed)
-    )
+        str(path), start, tuple(stretches), tuple(zip(starts, groups, strict=True)), tuple(mixed),
+        optional_columns(schema),
+    )  # fmt: skip
 
 
 def _one_stream(group: RowGroup, schema: pa.Schema) -> StreamKey | None:
@@ -285,8 +292,11 @@ def plan(indexes: Iterable[FileIndex], batch_readings: int = DEFAULT_BATCH_READI
         raise ValueError("batch_readings must be at least 1")
     segments: dict[StreamKey, list[Segment]] = {}
     groups: dict[str, tuple[tuple[int, RowGroup], ...]] = {}
+    columns: dict[str, tuple[str, ...]] = {}
     for index in indexes:
         groups[index.path] = index.groups
+        if index.columns:
+            columns[index.path] = index.columns
         for run, rank, start, stop in index.stretches:
             key = (run, rank)
             segments.setdefault(key, []).append(Segment(index.path, start, stop, None, key))
@@ -302,10 +312,10 @@ def plan(indexes: Iterable[FileIndex], batch_readings: int = DEFAULT_BATCH_READI
         held += segments[key]
         readings += sum(s.readings for s in segments[key])
         if readings >= batch_readings:
-            batches.append(_batch(len(batches), streams, held, readings, groups))
+            batches.append(_batch(len(batches), streams, held, readings, groups, columns))
             streams, held, readings = [], [], 0
     if streams:
-        batches.append(_batch(len(batches), streams, held, readings, groups))
+        batches.append(_batch(len(batches), streams, held, readings, groups, columns))
     return batches
 
 
@@ -315,13 +325,15 @@ def _batch(
     held: list[Segment],
     readings: int,
     groups: dict[str, tuple[tuple[int, RowGroup], ...]],
+    columns: dict[str, tuple[str, ...]],
 ) -> Batch:
     rows: dict[str, tuple[int, int]] = {}  # per file, the rows from the first to the last held
     for s in held:
         low, high = rows.get(s.path, (s.start, s.stop))
         rows[s.path] = (min(low, s.start), max(high, s.stop))
     touched = {path: _groups_within(groups[path], *span) for path, span in rows.items()}
-    return Batch(number, tuple(streams), tuple(held), readings, touched)
+    optional = {path: columns[path] for path in rows if path in columns}
+    return Batch(number, tuple(streams), tuple(held), readings, touched, columns=optional)
 
 
 def plan_trace(
@@ -351,6 +363,8 @@ class Route:
     groups: tuple[tuple[int, RowGroup], ...]
     #: Each stream with rows among them, and the number of its batch.
     streams: tuple[tuple[StreamKey, int], ...]
+    #: The file's optional columns, decoded with replay's (:attr:`FileIndex.columns`).
+    columns: tuple[str, ...] = ()
 
 
 def route(batches: Sequence[Batch], batch_readings: int = DEFAULT_BATCH_READINGS) -> list[Route]:
@@ -365,7 +379,9 @@ def route(batches: Sequence[Batch], batch_readings: int = DEFAULT_BATCH_READINGS
     """
     spanned: dict[str, int] = {}
     hull: dict[str, tuple[int, int]] = {}
+    optional: dict[str, tuple[str, ...]] = {}
     for batch in batches:
+        optional |= batch.columns
         for name, (low, high) in _spans(batch.segments).items():
             spanned[name] = spanned.get(name, 0) + high - low
             first, last = hull.get(name, (low, high))
@@ -408,8 +424,11 @@ def route(batches: Sequence[Batch], batch_readings: int = DEFAULT_BATCH_READINGS
         for chunk, found in zip(chunks, streams, strict=True):
             end = chunk[-1][0] + chunk[-1][1].rows
             routes.append(
-                Route(len(routes), name, chunk[0][0], end, tuple(chunk), tuple(found.items()))
-            )
+                Route(
+                    len(routes), name, chunk[0][0], end, tuple(chunk), tuple(found.items()),
+                    optional.get(name, ()),
+                )
+            )  # fmt: skip
     return routes
 
 
@@ -429,7 +448,7 @@ def route_rows(route: Route, folder: str) -> int:
     before it replays the batches (:meth:`Spool.routed`). Returns the rows decoded."""
     path = Path(route.path)
     verify_pages(path, [g for _, g in route.groups])
-    frame = read_rows(path, _ROUTED_COLUMNS, route.start, route.stop - route.start)
+    frame = read_rows(path, _ROUTED_COLUMNS + route.columns, route.start, route.stop - route.start)
     if frame.height < route.stop - route.start:
         raise _changed(path, route.start + frame.height, route.stop)
     batches = pl.DataFrame(
@@ -593,8 +612,8 @@ def read_canonical(
 
     ``tail``: shared by the reads of consecutive batches, in order (:class:`Tail`).
     The rows of a file that :func:`route` routed come from the batch's
-    :attr:`~Batch.spool` instead (with replay's columns alone: other columns are
-    read from the file).
+    :attr:`~Batch.spool` instead (with replay's columns and the file's optional
+    ones alone: other columns are read from the file).
     """
     by_file: dict[str, list[Segment]] = {}
     for segment in batch.segments:
@@ -616,7 +635,8 @@ def read_canonical(
         mixed = [s for s in parts if s.count is not None]
         parts.sort(key=lambda s: s.start)
         low, high = parts[0].start, max(s.stop for s in parts)
-        frame = _read_span(path, wanted, low, high, batch.groups.get(name), tail)
+        columns_here = wanted + batch.columns.get(name, ())
+        frame = _read_span(path, columns_here, low, high, batch.groups.get(name), tail)
         rows = np.arange(low, high)
         covered = sum(s.stop - s.start for s in plain)
         if covered != high - low:  # other streams' rows lie between: keep this batch's
@@ -629,7 +649,11 @@ def read_canonical(
         if mixed:
             _check_counts(frame, parts, path)
         frames.append(conform(frame, path, rows))
-    frame = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
+    if len(frames) > 1:  # files without an optional column: null there
+        same = all(f.columns == frames[0].columns for f in frames)
+        frame = pl.concat(frames, how="vertical_relaxed" if same else "diagonal_relaxed")
+    else:
+        frame = frames[0]
     found = canonical(frame, [Path(f) for f in by_file])
     _check_streams(found.frame, found.stream, batch)
     return found

@@ -19,9 +19,13 @@ SCHEMA_VERSION: Final = "1"
 #: --per-wave``): ``warmfit.per_wave = "1"``. Such a file is an output, not a
 #: trace; the trace reader names it as one.
 PER_WAVE_KEY: Final = "warmfit.per_wave"
-#: Columns that tell a per-wave file apart when it lacks that metadata
-#: (one written before it existed); a trace has none of them.
+#: Columns that tell a per-wave file apart when it lacks that metadata (one
+#: written before it existed): it has all three and no reading column
+#: (:data:`READING_MARKERS`). A trace may carry ``estimate_bytes`` too
+#: (:data:`ESTIMATE_COLUMN`, SPEC §8), never without its reading columns.
 PER_WAVE_MARKERS: Final = ("policy", "estimate_bytes", "over_estimate")
+#: Columns every trace has and a per-wave file has not.
+READING_MARKERS: Final = ("seq", "phase", "peak_bytes")
 
 KINDS: Final = ("flat", "split_child", "dp_rank_forward")
 PHASES: Final = ("forward", "caller")
@@ -62,6 +66,15 @@ WAVE_CONSTANT: Final = (
 #: An optional extra column: the peak of the allocator's reserved pool during the
 #: reading, recorded where the device has one (docs/reference/recorder.md). Replay ignores it.
 RESERVED_COLUMN: Final = "reserved_peak_bytes"
+
+#: An optional column with a meaning (SPEC §8): the price the trainer itself used
+#: for the wave (nullable; on any reading of the wave, the first non-null one in
+#: ``seq`` order counts). Replay reports it as the policy ``recorded``.
+ESTIMATE_COLUMN: Final = "estimate_bytes"
+
+#: The optional columns warmfit checks and reads when a file has them, with their types
+#: (nullable, ``>= 0`` when present).
+OPTIONAL_COLUMNS: Final[dict[str, pa.DataType]] = {ESTIMATE_COLUMN: pa.int64()}
 
 #: The columns replay needs (everything but ``step``).
 REPLAY_COLUMNS: Final = tuple(c for c in COLUMNS if c != "step")

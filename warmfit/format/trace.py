@@ -28,11 +28,14 @@ from warmfit.format import pagecrc
 from warmfit.format.files import find_trace_files
 from warmfit.format.schema import (
     COLUMNS,
+    ESTIMATE_COLUMN,
     KINDS,
     NULLABLE,
+    OPTIONAL_COLUMNS,
     PER_WAVE_KEY,
     PER_WAVE_MARKERS,
     PHASES,
+    READING_MARKERS,
     REPLAY_COLUMNS,
     RESERVED_COLUMN,
     SCHEMA_KEY,
@@ -62,6 +65,8 @@ POLARS_DTYPES: dict[str, pl.DataType] = {
     "static_floor_bytes": pl.Int64(),
     "oom": pl.Boolean(),
 }
+#: Canonical polars dtypes of the optional columns (:data:`~warmfit.format.schema.OPTIONAL_COLUMNS`).
+OPTIONAL_DTYPES: dict[str, pl.DataType] = {ESTIMATE_COLUMN: pl.Int64()}
 
 _FIX_FORMAT = "See docs/reference/trace-format.md for the rules of trace format v1."
 
@@ -96,12 +101,14 @@ def is_per_wave_file(schema: pa.Schema) -> bool:
 
     By its ``warmfit.per_wave`` metadata, or else by its columns: every
     per-wave marker (``policy``, ``estimate_bytes``, ``over_estimate``) and
-    no reading column (``seq``, ``phase``, ``peak_bytes``).
+    no reading column (``seq``, ``phase``, ``peak_bytes``). A trace may carry
+    ``estimate_bytes`` (SPEC §8), ``policy`` and ``over_estimate`` too (extra
+    columns), but always with its reading columns.
     """
     if (schema.metadata or {}).get(PER_WAVE_KEY.encode()) == b"1":
         return True
     names = set(schema.names)
-    return set(PER_WAVE_MARKERS) <= names and not names & {"seq", "phase", "peak_bytes"}
+    return set(PER_WAVE_MARKERS) <= names and not names & set(READING_MARKERS)
 
 
 def check_file_schema(path: Path) -> pa.Schema:
@@ -163,7 +170,23 @@ def check_file_schema(path: Path) -> pa.Schema:
                 column=column,
                 fix="Cast the column when writing the trace. " + _FIX_FORMAT,
             )
+    for column, expected in OPTIONAL_COLUMNS.items():
+        found = schema.field(column).type if column in names else None
+        if found is not None and not (_type_ok(expected, found) or pa.types.is_null(found)):
+            raise TraceError(
+                f"has type {found}; this optional column must be "
+                f"{_type_word(expected)} (nullable) when a trace carries it.",
+                path=path,
+                column=column,
+                fix="Cast the column when writing the trace, or drop it. " + _FIX_FORMAT,
+            )
     return schema
+
+
+def optional_columns(schema: pa.Schema) -> tuple[str, ...]:
+    """The optional columns with a meaning (:data:`~warmfit.format.schema.OPTIONAL_COLUMNS`)
+    a file's schema has, which a replay reads beside the required ones."""
+    return tuple(c for c in OPTIONAL_COLUMNS if c in schema.names)
 
 
 # --------------------------------------------------------------------------- rules
@@ -177,7 +200,8 @@ class _RowRule:
     fix: str
 
 
-def _row_rules() -> list[_RowRule]:
+def _row_rules(optional: Sequence[str] = ()) -> list[_RowRule]:
+    """The rules one row must keep; those of the ``optional`` columns a frame has too."""
     rules = [
         _RowRule(
             c,
@@ -235,6 +259,16 @@ def _row_rules() -> list[_RowRule]:
         _RowRule(c, pl.col(c) < 0, "is negative.", nonneg)
         for c in ("output_bytes", "baseline_bytes", "peak_bytes", "static_floor_bytes")
     ]
+    if ESTIMATE_COLUMN in optional:
+        rules.append(
+            _RowRule(
+                ESTIMATE_COLUMN,
+                pl.col(ESTIMATE_COLUMN) < 0,
+                "is negative; the price a trainer used for a wave is a number of bytes >= 0 "
+                "(null where it recorded none).",
+                "Write null for a wave the trainer did not price. " + _FIX_FORMAT,
+            )
+        )
     return rules
 
 
@@ -251,7 +285,7 @@ def _none_of(column: str, values: Sequence[str]) -> pl.Expr:
 def _check_rows(frame: pl.DataFrame, path: Path, rows: np.ndarray | None = None) -> None:
     """Raise on the first broken row rule; ``rows`` numbers the frame's rows in the
     file when the frame is a part of it (else row i is the file's row i)."""
-    rules = _row_rules()
+    rules = _row_rules([c for c in OPTIONAL_DTYPES if c in frame.columns])
     broken = frame.select(
         [r.broken.fill_null(False).any().alias(str(i)) for i, r in enumerate(rules)]
     ).row(0)
@@ -278,11 +312,13 @@ def _read_file(path: Path, columns: Sequence[str] | None) -> pl.DataFrame:
 
 def wanted_columns(schema: pa.Schema | None, columns: Sequence[str] | None) -> list[str]:
     """The columns to load of a file: all (``columns`` None: the file's ``schema``
-    says which), or replay's and ``columns``."""
+    says which), or replay's and ``columns``, and the optional columns with a meaning
+    the file has (:func:`optional_columns`; none without a ``schema``)."""
     if columns is None:
         assert schema is not None, "all columns: give the file's schema"
         return list(COLUMNS) + [n for n in schema.names if n not in COLUMNS]
-    return list(dict.fromkeys([*REPLAY_COLUMNS, *columns]))
+    optional = optional_columns(schema) if schema is not None else ()
+    return list(dict.fromkeys([*REPLAY_COLUMNS, *columns, *optional]))
 
 
 def conform(frame: pl.DataFrame, path: Path, rows: np.ndarray | None = None) -> pl.DataFrame:
@@ -293,7 +329,7 @@ def conform(frame: pl.DataFrame, path: Path, rows: np.ndarray | None = None) -> 
     :class:`TraceError` naming the file, column and row.
     """
     for name in frame.columns:
-        target = POLARS_DTYPES.get(name)
+        target = POLARS_DTYPES.get(name) or OPTIONAL_DTYPES.get(name)
         if target is None or frame.schema[name] == target:
             continue
         try:
@@ -865,14 +901,16 @@ def readings_frame(rows: Sequence[dict[str, object]]) -> pl.DataFrame:
     Each dict needs ``seq``, ``wave``, ``signature``, ``packed_tokens``,
     ``logical_tokens`` and ``peak_bytes``; the rest default to run ``"run"``,
     rank 0, a flat caller reading that is not whole, no outputs, a zero
-    baseline, no floor, no step and no OOM. Nothing is validated here.
+    baseline, no floor, no step and no OOM. A dict may give ``estimate_bytes``
+    (SPEC §8, the price the trainer used): the frame then has that column, null
+    where a dict lacks it. Nothing is validated here.
 
     >>> readings_frame([dict(seq=0, wave=0, signature="s", packed_tokens=4,
     ...                      logical_tokens=8, peak_bytes=100)]).row(0)[:4]
     ('run', 0, 0, None)
     """
     filled = [{**_DEFAULTS, **row} for row in rows]
-    return pl.DataFrame(
-        {name: [row.get(name) for row in filled] for name in POLARS_DTYPES},
-        schema=POLARS_DTYPES,
-    )
+    dtypes = dict(POLARS_DTYPES)
+    if any(ESTIMATE_COLUMN in row for row in rows):
+        dtypes[ESTIMATE_COLUMN] = OPTIONAL_DTYPES[ESTIMATE_COLUMN]
+    return pl.DataFrame({name: [row.get(name) for row in filled] for name in dtypes}, schema=dtypes)

@@ -16,14 +16,15 @@ import pyarrow.parquet as pq
 
 from warmfit.errors import TraceError
 from warmfit.format.files import write_atomically
-from warmfit.format.schema import COLUMNS, arrow_schema
+from warmfit.format.schema import COLUMNS, OPTIONAL_COLUMNS, arrow_schema
 
 _FIX_FORMAT = "See docs/reference/trace-format.md for the rules of trace format v1."
 
 
 def to_arrow(frame: Any, metadata: dict[str, str] | None = None) -> pa.Table:
     """Cast readings (an Arrow table, or a frame with ``to_arrow()``, such as a polars
-    DataFrame) to the v1 Arrow schema: required columns first, extras after."""
+    DataFrame) to the v1 Arrow schema: required columns first, extras after (an
+    optional column with a meaning, such as ``estimate_bytes``, cast to its type)."""
     table = frame if isinstance(frame, pa.Table) else frame.to_arrow()
     schema = arrow_schema(metadata)
     extras = [n for n in table.column_names if n not in COLUMNS]
@@ -36,8 +37,11 @@ def to_arrow(frame: Any, metadata: dict[str, str] | None = None) -> pa.Table:
     arrays = [table.column(n).cast(schema.field(n).type) for n in COLUMNS]
     fields = list(schema)
     for name in extras:
-        arrays.append(table.column(name))
-        fields.append(table.schema.field(name))
+        field = table.schema.field(name)
+        if name in OPTIONAL_COLUMNS:
+            field = pa.field(name, OPTIONAL_COLUMNS[name])
+        arrays.append(table.column(name).cast(field.type))
+        fields.append(field)
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
 
 

@@ -71,6 +71,8 @@ class Envelope(MaxMerge):
 
     name = "envelope"
     summary = "interpolate between measured sizes, never below a smaller size's cost"
+    #: its rule runs on plain floats too (DeclaredPolicy): a price costs a few µs
+    plain_floats = True
 
     points = Points(COMPUTE, at=PACKED, where=WHOLE)
     point_sharing = Max(SHARING, where=WHOLE, initial=1.0)
@@ -83,7 +85,10 @@ class Envelope(MaxMerge):
         points = state.points
         lo, hi = points.below(x), points.above(x)
         at_lo, at_hi = points.top(x), points.top(hi)
-        between = at_lo + (at_hi - at_lo) * ((x - lo) / (hi - lo))
+        # on a measured size (lo == hi) the chord is NaN, as 0 / 0 would make it, without
+        # dividing by zero: the float form of the rule (DeclaredPolicy) runs on through
+        span = np.where(lo == hi, np.nan, hi - lo)
+        between = at_lo + (at_hi - at_lo) * ((x - lo) / span)
         within = np.where(lo == hi, at_lo, between)
         ratio = x / state.max_tokens
         # superlinear: more bytes per token at the largest size than at the next smaller

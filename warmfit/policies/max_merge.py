@@ -28,6 +28,8 @@ class MaxMerge(DeclaredPolicy):
 
     name = "max-merge"
     summary = "highest rate and sharing ever seen (before ART PR #991)"
+    #: its rule runs on plain floats too (DeclaredPolicy): a price costs a few µs
+    plain_floats = True
 
     rate_max = Max(RATE)
     sharing_max = Max(SHARING, initial=1.0)

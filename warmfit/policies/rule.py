@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import types
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -566,6 +567,75 @@ class State:
         self.__dict__.update(values)
 
 
+def _pending(*args: Any) -> Any:  # pragma: no cover - never called: replaced when first needed
+    raise AssertionError
+
+
+#: A class's float rule before its first price builds it.
+_PENDING: Callable[..., Any] = _pending
+
+
+class _FloatNumpy:
+    """The numpy functions the built-in rules call, on plain Python floats.
+
+    Each gives the very double numpy gives on float64 scalars: ``maximum`` and
+    ``minimum`` propagate NaN and, on a tie, return their second argument, as
+    numpy's do (``maximum(-0.0, 0.0)`` is ``0.0``). Any other name is missing,
+    so a rule that calls another numpy function is priced by numpy itself.
+    """
+
+    nan = math.nan
+    inf = math.inf
+    isnan = staticmethod(math.isnan)
+    nextafter = staticmethod(math.nextafter)
+
+    @staticmethod
+    def maximum(a: float, b: float) -> float:
+        return a if (a > b or a != a) else b
+
+    @staticmethod
+    def minimum(a: float, b: float) -> float:
+        return a if (a < b or a != a) else b
+
+    @staticmethod
+    def where(condition: object, a: float, b: float) -> float:
+        return a if condition else b
+
+
+def _float_form(func: Callable[..., Any], done: dict[Any, Any]) -> Callable[..., Any]:
+    """``func`` with numpy (``np``) replaced by :class:`_FloatNumpy` in its globals, and
+    every declared policy it names by a stand-in whose ``rule`` and other static
+    functions are their float forms too (``WarmFit.rule`` calls ``MaxMerge.rule``)."""
+    if func in done:
+        return done[func]
+    names: dict[str, Any] = dict(func.__globals__)
+    fast = types.FunctionType(
+        func.__code__, names, func.__name__, func.__defaults__, func.__closure__
+    )
+    done[func] = fast
+    for key, value in func.__globals__.items():
+        if value is np:
+            names[key] = _FloatNumpy
+        elif isinstance(value, type) and issubclass(value, DeclaredPolicy):
+            stand_in = types.SimpleNamespace()
+            for attr in dir(value):
+                member = _static_function(value, attr)
+                if member is not None:
+                    setattr(stand_in, attr, _float_form(member, done))
+            names[key] = stand_in
+    return fast
+
+
+def _static_function(cls: type, attr: str) -> Callable[..., Any] | None:
+    """The plain function of a static method ``cls.attr`` (from the class that defines it);
+    None for anything else."""
+    for klass in cls.__mro__:
+        if attr in vars(klass):
+            member = vars(klass)[attr]
+            return member.__func__ if isinstance(member, staticmethod) else None
+    return None
+
+
 class DeclaredPolicy(Policy):
     """Base class of a policy declared as aggregates plus a ``rule``.
 
@@ -573,11 +643,21 @@ class DeclaredPolicy(Policy):
     attributes and a static ``rule(state, n, m)``. ``observe`` and ``price``
     are derived from the declaration; do not override them (a subclass that
     does is replayed by the reference engine only).
+
+    ``plain_floats = True``, set by the class that defines ``rule``, says that
+    the rule and the rules it calls give the same double on plain Python
+    floats as on numpy's (they use only arithmetic, comparisons and numpy's
+    ``maximum``, ``minimum``, ``where``, ``isnan``, ``nextafter``, never ``~``
+    nor arithmetic on a comparison). ``price`` then runs that float form of
+    the rule, several times cheaper than numpy on one wave, and numpy's where
+    the float form stops (a division by zero). The built-ins set it.
     """
 
     aggregates: ClassVar[tuple[Aggregate, ...]] = ()
     rule: ClassVar[Callable[..., Any]]
+    plain_floats: ClassVar[bool] = False
     _fold: ClassVar[Callable[..., None]]
+    _float_rule: ClassVar[Callable[..., Any] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -604,6 +684,11 @@ class DeclaredPolicy(Policy):
             seen.add(id(agg))
         cls.aggregates = tuple(declared.values())
         cls._fold = staticmethod(_compile_fold(cls.aggregates))
+        # the float form only where the class that defines the rule vouches for it
+        owner = next((k for k in cls.__mro__ if "rule" in vars(k)), None)
+        rule = None if owner is None else _static_function(owner, "rule")
+        floats = rule is not None and vars(owner).get("plain_floats", False) is True
+        cls._float_rule = staticmethod(_PENDING) if floats else None
 
     def __init__(self) -> None:
         self.state: dict[str, Value] = {agg.name: agg.start() for agg in self.aggregates}
@@ -626,13 +711,32 @@ class DeclaredPolicy(Policy):
             1.0 if reading.phase == "caller" else 0.0,
         )
 
+    @classmethod
+    def _build_float_rule(cls) -> Callable[..., Any]:
+        """The float form of the rule, made at the first price (once every class the
+        rule names exists)."""
+        fast = _float_form(_static_function(cls, "rule"), {})  # type: ignore[arg-type]
+        cls._float_rule = staticmethod(fast)
+        return fast
+
     def price(self, request: PriceRequest) -> float | None:
-        with np.errstate(all="ignore"):
-            p = type(self).rule(
-                State(self.state),
-                np.float64(request.packed_tokens),
-                np.float64(request.logical_tokens),
-            )
+        fast = self._float_rule
+        if fast is _PENDING:
+            fast = self._build_float_rule()
+        p: Any = None
+        if fast is not None:
+            try:
+                p = fast(State(self.state), float(request.packed_tokens),
+                         float(request.logical_tokens))  # fmt: skip
+            except (ArithmeticError, AttributeError, TypeError):  # numpy prices it below
+                p = None
+        if p is None:
+            with np.errstate(all="ignore"):
+                p = type(self).rule(
+                    State(self.state),
+                    np.float64(request.packed_tokens),
+                    np.float64(request.logical_tokens),
+                )
         p = float(p)
         return None if math.isnan(p) else p
 

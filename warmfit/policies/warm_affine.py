@@ -58,6 +58,8 @@ class WarmAffine(WarmFit):
 
     name = "warm-affine"
     summary = "warm-fit lowered by a fixed cost + per-token rate over the warm waves"
+    #: its rule runs on plain floats too (DeclaredPolicy): a price costs a few µs
+    plain_floats = True
 
     _warm_whole = WarmFit._warm & WHOLE
     anchor_tokens = First(PACKED, where=_warm_whole)

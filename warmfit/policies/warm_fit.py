@@ -32,6 +32,8 @@ class WarmFit(MaxMerge):
 
     name = "warm-fit"
     summary = "max-merge lowered by a fit over the warm waves (ART PR #991)"
+    #: its rule runs on plain floats too (DeclaredPolicy): a price costs a few µs
+    plain_floats = True
 
     wholes = Count(WHOLE)
     #: After the seed: a whole reading came before this one.

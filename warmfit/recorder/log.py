@@ -43,7 +43,7 @@ from typing import Any, Final
 import pyarrow as pa
 
 from warmfit.errors import TraceError, UsageError
-from warmfit.format.schema import COLUMNS, RESERVED_COLUMN, arrow_schema
+from warmfit.format.schema import COLUMNS, ESTIMATE_COLUMN, RESERVED_COLUMN, arrow_schema
 from warmfit.format.writer import write_trace
 from warmfit.show.names import counted
 from warmfit.show.progress import ProgressCallback, no_progress
@@ -67,9 +67,14 @@ _MAX_BODY_BYTES: Final = 1 << 36
 #: The columns of a reading tuple, in order (``run`` and ``rank`` are per log).
 ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("run", "rank"))
 #: Optional columns a log may carry after the v1 columns, in this order (each
-#: reading tuple then ends with their values): the reserved pool's peak, from a
+#: reading tuple then ends with their values): the price the trainer used for the
+#: wave (SPEC §8; the recorder writes it in every log, and compaction leaves it out
+#: of a trace where every reading's is null), and the reserved pool's peak, from a
 #: meter that has one (docs/reference/recorder.md).
-EXTRA_COLUMNS: Final[dict[str, pa.DataType]] = {RESERVED_COLUMN: pa.int64()}
+EXTRA_COLUMNS: Final[dict[str, pa.DataType]] = {
+    ESTIMATE_COLUMN: pa.int64(),
+    RESERVED_COLUMN: pa.int64(),
+}
 
 
 def log_schema(
@@ -594,6 +599,10 @@ def _compact_locked(path: Path, fd: int, extra_metadata: dict[str, str] | None) 
         )
     table, batches, problem = contents.table, contents.batches, contents.problem
     complete = contents.complete
+    if ESTIMATE_COLUMN in table.column_names and table.column(ESTIMATE_COLUMN).null_count == len(
+        table
+    ):  # no wave priced: no column, so that the trace replays without a `recorded` row
+        table = table.drop_columns([ESTIMATE_COLUMN])
     metadata = {k: v for k, v in _metadata(table.schema).items() if k not in (LOG_MARKER, PID_KEY)}
     if contents.dropped_bytes:
         metadata["warmfit.recovered_dropped_bytes"] = str(contents.dropped_bytes)

@@ -45,10 +45,10 @@ import weakref
 from collections import deque
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from warmfit.errors import RecordingError, UsageError
-from warmfit.format.schema import KINDS, RESERVED_COLUMN
+from warmfit.format.schema import ESTIMATE_COLUMN, KINDS, RESERVED_COLUMN
 from warmfit.recorder.log import (
     LOG_NAME,
     Compaction,
@@ -70,6 +70,25 @@ ENV_FLUSH: Final = "WARMFIT_RECORD_FLUSH_S"
 MAX_BUFFERED = 65_536
 
 
+class WavePricer(Protocol):
+    """What ``Recorder(pricer=...)`` asks of a pricer (such as
+    ``warmfit.trainer.Pricer``): the price of a wave about to run, and each reading
+    the recorder writes, to learn from."""
+
+    def price(
+        self,
+        signature: str,
+        packed_tokens: int,
+        logical_tokens: int,
+        *,
+        output_bytes: int,
+        static_floor_bytes: int | None,
+        kind: str,
+    ) -> int | None: ...
+
+    def observe_row(self, row: dict[str, Any]) -> None: ...
+
+
 class Wave:
     """One wave's context: ``with recorder.wave(...) as wave: ...``.
 
@@ -84,6 +103,7 @@ class Wave:
         "baseline_bytes",
         "carried_peak_bytes",
         "carried_reserved_bytes",
+        "estimate_bytes",
         "forward_peak_bytes",
         "interrupted",
         "kind",
@@ -104,6 +124,7 @@ class Wave:
         output_bytes: int,
         static_floor_bytes: int | None,
         kind: str,
+        estimate_bytes: int | None = None,
     ) -> None:
         self._recorder = recorder
         self.signature = signature
@@ -112,6 +133,9 @@ class Wave:
         self.output_bytes = output_bytes
         self.static_floor_bytes = static_floor_bytes
         self.kind = kind
+        #: The price the trainer used for this wave, recorded on its readings (SPEC §8):
+        #: ``wave(estimate_bytes=...)``, else the pricer's answer; None: none.
+        self.estimate_bytes = estimate_bytes
         self.wave = -1
         self.baseline_bytes = 0
         self.forward_peak_bytes = -1  # the raw counter at forward_done; -1 before
@@ -143,10 +167,12 @@ class _NullWave:
     trainer behaves the same whether it records or not.
     """
 
-    __slots__ = ("_forward",)
+    __slots__ = ("_forward", "estimate_bytes")
 
-    def __init__(self) -> None:
+    def __init__(self, estimate_bytes: int | None = None) -> None:
         self._forward = False
+        #: The price given to ``wave()`` (a recorder that records nothing asks no pricer).
+        self.estimate_bytes = estimate_bytes
 
     def __enter__(self) -> _NullWave:
         return self
@@ -224,6 +250,12 @@ class Recorder:
     into the rank's Parquet trace. A recorder is also a context manager that
     closes on exit. With ``enabled=False`` it records nothing and costs
     nothing.
+
+    ``pricer`` (see :class:`WavePricer`): a wave given no ``estimate_bytes`` is
+    priced by ``pricer.price(...)`` when it is recorded, and that price is recorded
+    (SPEC §8); after each reading the recorder writes, ``pricer.observe_row(row)``
+    receives it (a dict of trace v1 column names to values, as the trace holds it).
+    A recorder that records nothing asks and tells its pricer nothing.
     """
 
     def __init__(
@@ -237,8 +269,10 @@ class Recorder:
         flush_interval_s: float = 2.0,
         fsync: bool = True,
         enabled: bool = True,
+        pricer: WavePricer | None = None,
     ) -> None:
         self.enabled = enabled and output_dir is not None
+        self.pricer = pricer
         self._step = 0
         self._closed = False
         self._compaction: Compaction | None = None
@@ -276,12 +310,17 @@ class Recorder:
                 self.rank,
                 self._metadata(),
                 fsync,
-                extra_columns=(RESERVED_COLUMN,) if self._reserved is not None else (),
+                extra_columns=(ESTIMATE_COLUMN, RESERVED_COLUMN)
+                if self._reserved is not None
+                else (ESTIMATE_COLUMN,),
             )
         except BaseException:
             self.meter.close()
             raise
         self._pid = os.getpid()
+        #: A reading's columns as a pricer's observe_row receives them: the log's (run,
+        #: rank, v1's others, estimate_bytes, and reserved_peak_bytes where measured).
+        self._row_names = tuple(self._writer.schema.names)
         self._rows: deque[tuple[Any, ...]] = deque()
         self._active: list[Wave] = []
         self._seq = 0
@@ -302,17 +341,17 @@ class Recorder:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def from_env(cls, device: Any = None) -> Recorder:
+    def from_env(cls, device: Any = None, pricer: WavePricer | None = None) -> Recorder:
         """The recorder ``warmfit record`` asks for, or a disabled one.
 
         ``warmfit record`` sets ``WARMFIT_RECORD_DIR`` (and
         ``WARMFIT_RECORD_RUN``); without them the recorder is disabled and
         records nothing. A recorder from the environment closes itself when
-        the process exits.
+        the process exits. ``pricer``: as :class:`Recorder` takes it.
         """
         output_dir = os.environ.get(ENV_DIR)
         if not output_dir:
-            return cls(None, enabled=False)
+            return cls(None, enabled=False, pricer=pricer)
         flush = os.environ.get(ENV_FLUSH)
         try:
             interval = float(flush) if flush else 2.0
@@ -323,6 +362,7 @@ class Recorder:
             os.environ.get(ENV_RUN) or None,
             device=device,
             flush_interval_s=interval,
+            pricer=pricer,
         )
 
     def __enter__(self) -> Recorder:
@@ -341,17 +381,23 @@ class Recorder:
         output_bytes: int = 0,
         static_floor_bytes: int | None = None,
         kind: str = "flat",
+        estimate_bytes: int | None = None,
     ) -> Wave | _NullWave:
         """A context manager for one wave; see the module docstring.
+
+        ``estimate_bytes``: the price the trainer used for the wave, recorded on
+        its readings (SPEC §8; ``wave.estimate_bytes``); when None, a recorder
+        with a ``pricer`` records the pricer's price of the wave instead.
 
         The arguments are checked the same way whether the recorder records or
         not, so recording never changes what the trainer does. A wrong type (a
         float count, a signature that is not a non-empty str, an unknown kind)
         is a programming error: :class:`UsageError`. Values that cannot be
         recorded (``packed_tokens <= 0``, ``logical_tokens < packed_tokens``, a
-        negative byte size) are not: the wave runs unrecorded, the first such
+        negative byte size or price) are not: the wave runs unrecorded, the first such
         wave per argument gives a :class:`RecorderWarning`, and
-        :attr:`skipped_waves` counts them all.
+        :attr:`skipped_waves` counts them all. A pricer's price is checked in the
+        same way (a wrong type names the pricer).
         """
         if not isinstance(signature, str) or not signature:
             raise UsageError(
@@ -373,19 +419,59 @@ class Recorder:
             output_bytes = _count("output_bytes", output_bytes)
         if static_floor_bytes is not None and type(static_floor_bytes) is not int:
             static_floor_bytes = _count("static_floor_bytes", static_floor_bytes)
+        if estimate_bytes is not None and type(estimate_bytes) is not int:
+            estimate_bytes = _count("estimate_bytes", estimate_bytes)
         if (
             not (0 < packed_tokens <= logical_tokens)
             or output_bytes < 0
             or (static_floor_bytes is not None and static_floor_bytes < 0)
+            or (estimate_bytes is not None and estimate_bytes < 0)
         ):
             return self._skip(
-                signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes
-            )
+                signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes,
+                estimate_bytes,
+            )  # fmt: skip
         if not self.enabled:
-            return _NullWave()
+            return _NullWave(estimate_bytes)
+        if estimate_bytes is None and self.pricer is not None:
+            estimate_bytes = self._priced(
+                signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes, kind
+            )
+            if estimate_bytes is not None and estimate_bytes < 0:
+                return self._skip(
+                    signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes,
+                    estimate_bytes, "the pricer's price",
+                )  # fmt: skip
         return Wave(
-            self, signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes, kind
-        )
+            self, signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes, kind,
+            estimate_bytes,
+        )  # fmt: skip
+
+    def _priced(
+        self,
+        signature: str,
+        packed_tokens: int,
+        logical_tokens: int,
+        output_bytes: int,
+        static_floor_bytes: int | None,
+        kind: str,
+    ) -> int | None:
+        """The pricer's price of a wave (an int, or None: it has none)."""
+        assert self.pricer is not None
+        price = self.pricer.price(
+            signature, packed_tokens, logical_tokens, output_bytes=output_bytes,
+            static_floor_bytes=static_floor_bytes, kind=kind,
+        )  # fmt: skip
+        if price is None or type(price) is int:
+            return price
+        try:
+            return operator.index(price)
+        except TypeError:
+            raise UsageError(
+                f"wave({signature!r}): the pricer's price() must return an integer number of "
+                f"bytes or None; {type(self.pricer).__name__}.price() returned {price!r} of "
+                f"type {type(price).__name__}."
+            ) from None
 
     def _skip(
         self,
@@ -394,8 +480,11 @@ class Recorder:
         logical_tokens: int,
         output_bytes: int,
         static_floor_bytes: int | None,
+        estimate_bytes: int | None = None,
+        priced_by: str = "estimate_bytes",
     ) -> _NullWave:
-        """A wave whose values cannot be recorded: it runs unrecorded; warn once per argument."""
+        """A wave whose values cannot be recorded: it runs unrecorded; warn once per argument
+        (``priced_by``: where a negative price came from)."""
         if packed_tokens <= 0:
             argument, rule = "packed_tokens", f"packed_tokens={packed_tokens} is not positive"
         elif logical_tokens < packed_tokens:
@@ -403,9 +492,16 @@ class Recorder:
             rule = f"logical_tokens={logical_tokens} is below packed_tokens={packed_tokens}"
         elif output_bytes < 0:
             argument, rule = "output_bytes", f"output_bytes={output_bytes} is negative"
-        else:
+        elif static_floor_bytes is not None and static_floor_bytes < 0:
             argument = "static_floor_bytes"
             rule = f"static_floor_bytes={static_floor_bytes} is negative (None means no floor)"
+        else:
+            argument = "estimate_bytes"
+            rule = (
+                f"estimate_bytes={estimate_bytes} is negative (None means no price)"
+                if priced_by == "estimate_bytes"
+                else f"{priced_by} {estimate_bytes} is negative (None means no price)"
+            )
         count = self._skipped.get(argument, 0)
         self._skipped[argument] = count + 1
         if count == 0:
@@ -486,7 +582,7 @@ class Recorder:
     def _append(
         self, wave: Wave, phase: str, whole: bool, peak: int, oom: bool, reserved: int | None
     ) -> None:
-        row = (
+        row: tuple[Any, ...] = (
             self._seq,
             self._step,
             wave.wave,
@@ -501,9 +597,15 @@ class Recorder:
             peak,
             wave.static_floor_bytes,
             oom,
+            wave.estimate_bytes,
         )
-        self._rows.append(row if self._reserved is None else (*row, reserved))
+        if self._reserved is not None:
+            row = (*row, reserved)
+        self._rows.append(row)
         self._seq += 1
+        if self.pricer is not None:  # the reading as the trace holds it, to learn from
+            values = (self.run, self.rank, *row)  # (the flush thread may have taken it)
+            self.pricer.observe_row(dict(zip(self._row_names, values, strict=True)))
         if len(self._rows) >= self._flush_at:
             self._flush_or_warn()
 

@@ -24,13 +24,16 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from warmfit.format.schema import ESTIMATE_COLUMN
 from warmfit.policies import Policy
 from warmfit.replay.engines import (
     DEFAULT_POLICIES,
     ENGINES,
     choose_engine,
     fold_priced,
+    lineup_names,
     price,
+    resolve_lineup,
     resolve_policies,
 )
 from warmfit.replay.reference import replay_scalar
@@ -38,6 +41,7 @@ from warmfit.replay.semantics import (
     DEFAULT_SAFETY_FACTOR,
     MAX_ESTIMATE_BYTES,
     PER_WAVE_SCHEMA,
+    RECORDED,
     ProfileKey,
     check_budget,
     check_safety_factor,
@@ -67,6 +71,7 @@ __all__ = [
     "IN_FIGURES",
     "MAX_ESTIMATE_BYTES",
     "PER_WAVE_SCHEMA",
+    "RECORDED",
     "SUMMARY_COLUMNS",
     "ReplayResult",
     "check_safety_factor",
@@ -117,8 +122,10 @@ def replay(
     engine: str = "auto",
     by: str = "run",
     budget_bytes: int | None = None,
+    *,
+    recorded: bool = True,
 ) -> ReplayResult:
-    """Replay validated readings through policies and summarize, per SPEC §3 and §7.
+    """Replay validated readings through policies and summarize, per SPEC §3, §7 and §8.
 
     ``policies`` are registered names, ``module:Class`` specs or policy
     classes (default: max-merge and warm-fit). ``engine`` is ``auto``, ``scalar`` or
@@ -129,16 +136,21 @@ def replay(
     groups the summary by ``run`` or by ``signature`` within each run. With
     ``budget_bytes`` (the memory free above the baseline when a wave is
     admitted) the per-wave rows gain ``admitted`` and the summary the
-    admission counts.
+    admission counts. Readings with an ``estimate_bytes`` column (SPEC §8) also
+    report the policy ``recorded``, last: the prices the trainer itself used
+    (``recorded=False``: not reported); ``policies`` may name it.
     """
     safety_factor = check_safety_factor(safety_factor)
     check_budget(budget_bytes)
     groups = result_groups(readings, by)
-    classes = resolve_policies(policies)
+    carries = recorded and ESTIMATE_COLUMN in readings.columns
+    classes, with_recorded = resolve_lineup(policies, carries)
     chosen = choose_engine(engine, classes)
-    names = tuple(cls.name for cls in classes)
+    names = tuple(lineup_names(classes, with_recorded))
     profiles: dict[ProfileKey, Policy] = {}
-    priced = price(readings, classes, safety_factor, chosen, by, True, profiles)
+    priced = price(
+        readings, classes, safety_factor, chosen, by, True, profiles, recorded=with_recorded
+    )
     assert priced.per_wave is not None
     with SummaryFold(names, by, budget_bytes) as fold:
         fold_priced(fold, priced)

@@ -14,7 +14,7 @@ from warmfit.format.trace import Canonical
 from warmfit.policies import Policy, checked_class, get_policy
 from warmfit.policies.rule import is_declared
 from warmfit.replay.reference import replay_scalar
-from warmfit.replay.semantics import ProfileKey
+from warmfit.replay.semantics import RECORDED, ProfileKey
 from warmfit.replay.summary import SummaryFold, group_keys, per_wave_arrays
 from warmfit.replay.vectorized import per_wave_frame, price_waves
 
@@ -32,6 +32,41 @@ def resolve_policies(names: Sequence[str | type[Policy]] | None) -> list[type[Po
             raise UsageError(f"policy {cls.name!r} is named twice; name each policy once.")
         seen.add(cls.name)
     return classes
+
+
+def resolve_lineup(
+    names: Sequence[str | type[Policy]] | None, carries_prices: bool
+) -> tuple[list[type[Policy]], bool]:
+    """The policy classes a replay runs and whether it reports ``recorded`` (SPEC §8).
+
+    ``recorded`` is reported whenever the trace carries ``estimate_bytes``
+    (``carries_prices``), always after the other policies; naming it (``-p
+    recorded``) asks for it, and alone, for it alone. Naming it for a trace without
+    the column is a :class:`UsageError`, as is a policy of one's own named so.
+    """
+    asked = sum(1 for name in names or () if name == RECORDED)
+    if asked > 1:
+        raise UsageError(f"policy {RECORDED!r} is named twice; name each policy once.")
+    if asked and not carries_prices:
+        raise UsageError(
+            f"policy {RECORDED!r} reports the prices the trainer itself used, from a trace's "
+            "optional estimate_bytes column (SPEC §8), and this trace has no such column. "
+            "Record them with Recorder.wave(..., estimate_bytes=...) or a pricer, or leave "
+            f"-p {RECORDED} out."
+        )
+    rest = [name for name in names or () if name != RECORDED]
+    classes = resolve_policies(rest) if rest or not asked else []
+    if any(cls.name == RECORDED for cls in classes):
+        raise UsageError(
+            f"a policy of one's own may not be named {RECORDED!r}: that name reports the "
+            "prices a trace recorded (SPEC §8). Rename the policy class."
+        )
+    return classes, carries_prices
+
+
+def lineup_names(classes: Sequence[type[Policy]], recorded: bool) -> list[str]:
+    """The names a replay reports: the classes', then ``recorded`` when it is reported."""
+    return [cls.name for cls in classes] + ([RECORDED] if recorded else [])
 
 
 def choose_engine(engine: str, classes: Sequence[type[Policy]]) -> str:
@@ -87,19 +122,23 @@ def price(
     profiles_out: dict[ProfileKey, Policy] | None = None,
     *,
     checked: Canonical | None = None,
+    recorded: bool = False,
 ) -> Priced:
     """Replay validated readings (sorted by run, rank, seq) on ``engine`` (``vectorized``
     or ``scalar``, from :func:`choose_engine`); the one step both a whole-trace replay
     and a batch take. ``checked``: how the rows lie, where the checks found it
-    (:class:`warmfit.format.trace.Canonical`)."""
+    (:class:`warmfit.format.trace.Canonical`). ``recorded``: the policy ``recorded``
+    after ``classes`` (:func:`resolve_lineup`; null prices where these readings have
+    no ``estimate_bytes`` column)."""
     keys = group_keys(by)
     priced = (
-        price_waves(readings, classes, safety_factor, profiles_out, checked)
+        price_waves(readings, classes, safety_factor, profiles_out, checked, recorded)
         if engine == "vectorized"
         else None
     )
     if priced is not None:
-        rows = per_wave_frame(readings, priced, [cls.name for cls in classes]) if per_wave else None
+        names = lineup_names(classes, recorded)
+        rows = per_wave_frame(readings, priced, names) if per_wave else None
         return Priced(
             "vectorized", rows, readings.select(keys).gather(priced.first), priced.actual,
             priced.oom, priced.estimate, priced.set_by, priced.beyond, priced.unscaled,
@@ -107,8 +146,9 @@ def price(
         )  # fmt: skip
     if profiles_out is not None:
         profiles_out.clear()
-    frame = replay_scalar(readings, classes, safety_factor, profiles_out)
-    waves, actual, oom, estimate, set_by, beyond = per_wave_arrays(frame, len(classes))
+    frame = replay_scalar(readings, classes, safety_factor, profiles_out, recorded)
+    count = len(classes) + recorded
+    waves, actual, oom, estimate, set_by, beyond = per_wave_arrays(frame, count)
     rows = frame if per_wave else None
     return Priced(
         "scalar", rows, waves.select(keys), actual, oom, estimate, set_by, beyond, None, None

@@ -52,9 +52,16 @@ import numpy as np
 import polars as pl
 
 from warmfit.errors import UsageError
+from warmfit.format.schema import ESTIMATE_COLUMN
 from warmfit.format.trace import in_canonical_order, signature_codes, stream_numbers, wave_order
 from warmfit.policies import Policy
-from warmfit.replay.engines import choose_engine, fold_priced, price, resolve_policies
+from warmfit.replay.engines import (
+    choose_engine,
+    fold_priced,
+    lineup_names,
+    price,
+    resolve_lineup,
+)
 from warmfit.replay.medians import DEFAULT_SPILL_BYTES
 from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_safety_factor
 from warmfit.replay.summary import SummaryFold, group_keys, result_groups
@@ -321,11 +328,14 @@ class OrderFold:
         classes: Sequence[type[Policy]],
         safety_factor: float = DEFAULT_SAFETY_FACTOR,
         engine: str = "auto",
+        recorded: bool = False,
     ) -> None:
         """Replay each order of ``readings`` (whole streams, validated) through
-        ``classes`` (the fold's policies, in its order) and fold its waves in.
+        ``classes`` (the fold's policies, in its order; with ``recorded``, the policy
+        ``recorded`` last: the trainer's prices travel with their waves)
+        and fold its waves in.
         ``engine``: ``auto``, ``scalar`` or ``vectorized`` (:func:`choose_engine`)."""
-        names = tuple(cls.name for cls in classes)
+        names = tuple(lineup_names(classes, recorded))
         if names != self.policies:
             raise ValueError(f"policies {names} are not the fold's {self.policies}")
         safety_factor = check_safety_factor(safety_factor)
@@ -335,7 +345,8 @@ class OrderFold:
         waves = Waves.of(readings)
         for index, fold in enumerate(self._folds):
             order = waves.permuted(self.seed, index)
-            fold_priced(fold, price(order, classes, safety_factor, chosen, self.by, False))
+            priced = price(order, classes, safety_factor, chosen, self.by, False, recorded=recorded)
+            fold_priced(fold, priced)
 
     def finish(self, groups: pl.DataFrame | None = None) -> pl.DataFrame:
         """Per group and policy, in :meth:`SummaryFold.finish`'s row order: the group
@@ -396,21 +407,26 @@ def order_robustness(
     *,
     groups: pl.DataFrame | None = None,
     spill_bytes: int | None = None,
+    recorded: bool | None = None,
 ) -> pl.DataFrame:
     """:class:`OrderFold`'s frame for a trace: validated readings in memory, or parts of
     whole ``(run, rank)`` streams one after another (``warmfit replay --permute`` reads
     them batch by batch). Per result and policy, the order figures of SPEC §8 over
     ``permutations`` orders for ``seed``; results as ``groups`` lists them (default: a
     frame's :func:`result_groups`, sorted; the parts' groups in the order met).
-    ``spill_bytes``: as :class:`OrderFold` takes it."""
+    ``spill_bytes``: as :class:`OrderFold` takes it. ``recorded``: whether the trace
+    carries ``estimate_bytes`` (SPEC §8), so that the policy ``recorded`` is reported;
+    None: a frame's columns say, parts say no."""
     safety_factor = check_safety_factor(safety_factor)
     if isinstance(readings, pl.DataFrame):
         groups = result_groups(readings, by) if groups is None else groups
+        if recorded is None:
+            recorded = ESTIMATE_COLUMN in readings.columns
         readings = [readings]
-    classes = resolve_policies(policies)
+    classes, with_recorded = resolve_lineup(policies, bool(recorded))
     chosen = choose_engine(engine, classes)
-    names = [cls.name for cls in classes]
+    names = lineup_names(classes, with_recorded)
     with OrderFold(names, by, permutations, seed, spill_bytes) as fold:
         for part in readings:
-            fold.add(part, classes, safety_factor, chosen)
+            fold.add(part, classes, safety_factor, chosen, with_recorded)
         return fold.finish(groups)

@@ -16,10 +16,12 @@ from typing import Any
 import polars as pl
 
 from warmfit.errors import PolicyError, UsageError
+from warmfit.format.schema import ESTIMATE_COLUMN
 from warmfit.policies import Policy, PriceRequest, Reading
 from warmfit.replay.semantics import (
     DEFAULT_SAFETY_FACTOR,
     PER_WAVE_SCHEMA,
+    RECORDED,
     ProfileKey,
     estimate_bytes,
     is_beyond,
@@ -86,26 +88,34 @@ def replay_scalar(
     policies: Sequence[type[Policy]],
     safety_factor: float = DEFAULT_SAFETY_FACTOR,
     profiles_out: dict[ProfileKey, Policy] | None = None,
+    recorded: bool = False,
 ) -> pl.DataFrame:
     """Replay readings one at a time; return one row per wave and policy.
 
     ``readings`` is a validated trace (see :func:`warmfit.format.trace.read_trace`)
     sorted by run, rank and seq. Rows come out by run, rank and the wave's
-    first reading, then policy in the order given. ``profiles_out``, when
+    first reading, then policy in the order given, then, with ``recorded``,
+    the policy ``recorded``: the wave's first non-null ``estimate_bytes`` (SPEC §8;
+    a frame without the column has none). ``profiles_out``, when
     given, receives every profile as it stands after the trace, by ``(run,
     rank, signature, policy)``.
     """
+    prices = (
+        pl.col(ESTIMATE_COLUMN)
+        if recorded and ESTIMATE_COLUMN in readings.columns
+        else pl.lit(None, pl.Int64)
+    )
     columns = readings.select(
         "run", "rank", "wave", "signature", "kind", "phase", "whole", "packed_tokens",
         "logical_tokens", "output_bytes", "baseline_bytes", "peak_bytes", "static_floor_bytes",
-        "oom",
+        "oom", prices.alias(ESTIMATE_COLUMN),
     ).iter_rows()  # fmt: skip
     stream: tuple[str, int] | None = None
     profiles: list[dict[str, Policy]] = []
     largest: dict[str, int] = {}  # per signature: the most packed tokens observed
     open_waves: dict[int, _Wave] = {}
     waves: list[_Wave] = []
-    for run, rank, wave, sig, kind, phase, whole, n, m, o, baseline, peak, s, oom in columns:
+    for run, rank, wave, sig, kind, phase, whole, n, m, o, baseline, peak, s, oom, paid in columns:
         if (run, rank) != stream:  # a new stream: fresh profiles, as on a fresh trainer rank
             stream = (run, rank)
             profiles = [{} for _ in policies]
@@ -131,6 +141,8 @@ def replay_scalar(
                         f"above 2**63 bytes (p={p!r}, outputs {o}, floor {s}, safety factor "
                         f"{safety_factor:g}); check the trace's byte counts and the safety factor."
                     ) from None
+            if recorded:  # the trainer's price, on this reading or a later one
+                estimates.append((paid, RECORDED) if paid is not None else (None, None))
             beyond = is_beyond(n, largest.get(sig))
             state = _Wave(run, rank, wave, sig, kind, n, m, o, s, delta, oom, estimates, beyond)
             open_waves[wave] = state
@@ -138,12 +150,14 @@ def replay_scalar(
         else:
             state.actual_bytes = max(state.actual_bytes, delta)
             state.oom = state.oom or oom
+            if recorded and paid is not None and state.estimates[-1][0] is None:
+                state.estimates[-1] = (paid, RECORDED)  # the first non-null one counts
         if is_observed(kind, phase, oom):
             largest[sig] = max(largest.get(sig, n), n)
             reading = Reading(n, m, delta, o, whole, phase, kind, s)
             for cls, by_signature in zip(policies, profiles, strict=True):
                 _call(cls, by_signature[sig].observe, reading, run, rank, wave)
-    return _per_wave_frame(waves, [cls.name for cls in policies])
+    return _per_wave_frame(waves, [cls.name for cls in policies] + ([RECORDED] if recorded else []))
 
 
 def _per_wave_frame(waves: list[_Wave], names: list[str]) -> pl.DataFrame:

@@ -22,6 +22,16 @@ ProfileKey = tuple[str, int, str, str]
 #: The safety factor ``f`` of SPEC §3 when none is given.
 DEFAULT_SAFETY_FACTOR = 1.1
 
+#: The policy that reports the prices the trainer itself used (SPEC §8 "Recorded
+#: prices"): a trace's ``estimate_bytes`` column, not a pricing rule. Its estimate is
+#: the wave's first non-null ``estimate_bytes`` in ``seq`` order, as recorded: no
+#: safety factor scales it and no floor raises it; ``set_by`` is ``recorded``.
+RECORDED = "recorded"
+
+#: What may set a wave's estimate (the per-wave ``set_by``), in the order of the
+#: codes the engines give them (1, 2, 3; 0: unpriced).
+SETTERS = ("profile", "floor", RECORDED)
+
 #: Columns and dtypes of the per-wave result (SPEC §5 ``--per-wave``).
 PER_WAVE_SCHEMA: dict[str, pl.DataType] = {
     "run": pl.String(),
@@ -74,6 +84,22 @@ def is_beyond(packed_tokens: int, largest_seen: int | None) -> bool:
     (True, False, False)
     """
     return largest_seen is not None and packed_tokens > largest_seen
+
+
+def first_recorded(prices: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per wave, the price the trainer recorded (SPEC §8): the first of its readings'
+    ``prices`` that is not null (-1 stands for null), readings side by side per wave
+    in ``seq`` order, each wave's opening at ``starts``; -1 where all are null.
+
+    >>> first_recorded(np.array([-1, 7, 9, -1, -1, 0]), np.array([0, 3, 5])).tolist()
+    [7, -1, 0]
+    """
+    if not len(starts):
+        return np.zeros(0, dtype=np.int64)
+    where = np.where(prices >= 0, np.arange(len(prices)), len(prices))
+    at = np.minimum.reduceat(where, starts)
+    found = at < len(prices)
+    return np.where(found, prices[np.minimum(at, len(prices) - 1)], -1).astype(np.int64)
 
 
 def estimate_bytes(

@@ -63,9 +63,10 @@ from warmfit.format.batches import (
     read_canonical,
     route,
 )
+from warmfit.format.schema import ESTIMATE_COLUMN
 from warmfit.format.trace import find_trace_files, pairs_without_whole, reading_counts
 from warmfit.policies import Policy
-from warmfit.replay.engines import choose_engine, price, resolve_policies
+from warmfit.replay.engines import choose_engine, lineup_names, price, resolve_lineup
 from warmfit.replay.perwave import PartEncoder, PerWaveWriter
 from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_budget, check_safety_factor
 from warmfit.replay.summary import (
@@ -166,10 +167,14 @@ def replay_batch(
     by: str,
     per_wave: bool | PartEncoder,
     budget_bytes: int | None = None,
+    recorded: bool = False,
     runs: tuple[str, str] | None = None,
     tail: Tail | None = None,
 ) -> BatchResult:
     """Read, validate and replay one batch.
+
+    ``recorded``: the policy ``recorded`` after ``policies`` (SPEC §8), as
+    :func:`warmfit.replay.engines.price` takes it.
 
     ``engine`` is ``vectorized`` or ``scalar``; the vectorized engine hands a
     batch it cannot price exactly to the reference engine, as
@@ -183,13 +188,13 @@ def replay_batch(
     readings = found.frame
     priced = price(
         readings, policies, safety_factor, engine, by, per_wave is not False,
-        checked=found,
+        checked=found, recorded=recorded,
     )  # fmt: skip
     code, distinct = number_groups(priced.groups)
     with _spilling():
         part = fold_part(
             code, distinct, priced.actual, priced.oom, priced.estimate, priced.set_by,
-            priced.beyond, len(policies), budget_bytes, runs, priced.unscaled,
+            priced.beyond, len(policies) + recorded, budget_bytes, runs, priced.unscaled,
         )  # fmt: skip
     rows = None if priced.per_wave is None else with_admitted(priced.per_wave, budget_bytes)
     height = 0 if rows is None else rows.height
@@ -200,9 +205,9 @@ def replay_batch(
     return BatchResult(batch.number, priced.engine, readings.height, part, encoded, height, counts)
 
 
-#: :func:`replay_batch`'s arguments from ``policies`` to ``budget_bytes``: the
+#: :func:`replay_batch`'s arguments from ``policies`` to ``recorded``: the
 #: same for every batch of a replay.
-BatchTask = tuple[Sequence[type[Policy]], float, str, str, bool | PartEncoder, int | None]
+BatchTask = tuple[Sequence[type[Policy]], float, str, str, bool | PartEncoder, int | None, bool]
 
 
 def replay_chain(
@@ -276,22 +281,20 @@ def replay_stream(
     if batch_readings < 1:
         raise UsageError(f"must be at least 1; got {batch_readings!r}.", argument="batch_readings")
     group_keys(by)
-    classes = resolve_policies(policies)
-    chosen = choose_engine(engine, classes)
+    choose_engine(engine, resolve_lineup(policies, True)[0])  # checked before any file is read
     files = [str(f) for f in find_trace_files(paths)]
     if cluster is not None:  # the workers run elsewhere, in another folder
         files = [os.path.abspath(f) for f in files]
     progress = progress or no_progress
-    names = [cls.name for cls in classes]
     writer = per_wave if isinstance(per_wave, PerWaveWriter) else None
     engines: set[str] = set()
     readings = rows = 0
     counts: list[pl.DataFrame] = []
     spill = SPILL_BYTES if spill_bytes is None else spill_bytes
-    # The pool is shut down (its tasks finished) before the fold and the spool remove
-    # their files.
+    # The pool is shut down (its tasks finished) before the fold (entered into `last`
+    # once the files say which policies it folds) and the spool remove their files.
     with (
-        SummaryFold(names, by, budget_bytes, spill) as fold,
+        contextlib.ExitStack() as last,
         Spool() as spool,
         _Runner(jobs, cluster) as runner,
     ):
@@ -307,6 +310,13 @@ def replay_stream(
                 runner.check_readable(files)
             index = runner.run if cluster is not None or large else _here
             indexes = index(index_file, [(f,) for f in files])
+        indexes = list(indexes)
+        # SPEC §8: the policy `recorded` where any file carries the trainer's prices
+        carries = any(ESTIMATE_COLUMN in found.columns for found in indexes)
+        classes, recorded = resolve_lineup(policies, carries)
+        chosen = choose_engine(engine, classes)
+        names = lineup_names(classes, recorded)
+        fold = last.enter_context(SummaryFold(names, by, budget_bytes, spill))
         batches = plan(indexes, batch_readings)
         elsewhere = cluster is not None or (large and len(batches) > 1)
         run = runner.run if elsewhere else _here
@@ -321,7 +331,7 @@ def replay_stream(
         rows_as: bool | PartEncoder = per_wave is not None
         if writer is not None:
             rows_as = writer.spooling() if local else writer.encoder
-        task: BatchTask = (classes, safety_factor, chosen, by, rows_as, budget_bytes)
+        task: BatchTask = (classes, safety_factor, chosen, by, rows_as, budget_bytes, recorded)
         with _spilling():
             runs = [_runs(fold, b, len(names), spill) if local else None for b in batches]
         progress(0, len(batches))

@@ -20,7 +20,7 @@ from warmfit.replay.medians import (
     sort_by_group,
     write_run,
 )
-from warmfit.replay.semantics import covering_factors
+from warmfit.replay.semantics import RECORDED, SETTERS, covering_factors
 
 #: Columns of the per-run, per-policy summary (SPEC §5 ``results``, §7's
 #: ``median_excess_bytes`` and §8's ``priced_beyond`` and ``under_peak_beyond``).
@@ -49,8 +49,10 @@ GROUPINGS = ("run", "signature")
 IN_FIGURES = pl.col("estimate_bytes").is_not_null() & ~pl.col("oom") & (pl.col("actual_bytes") > 0)
 
 
-#: What ``set_by`` codes stand for in :class:`SummaryFold` (0: unpriced).
-SET_BY_CODES = {"profile": 1, "floor": 2}
+#: What ``set_by`` codes stand for in :class:`SummaryFold` (0: unpriced; ``recorded``,
+#: the trainer's own price (SPEC §8), counts in neither ``set_by_profile`` nor
+#: ``set_by_floor``).
+SET_BY_CODES = {name: code for code, name in enumerate(SETTERS, 1)}
 
 # Per (group, policy) cell, the counts SummaryFold keeps, in this order.
 _COUNTS = (
@@ -194,13 +196,16 @@ class SummaryFold:
         wave under its peak needs more than the factor replayed, any other wave no more,
         so the waves under their peak decide it). None where no factor covers a wave
         (priced at 0 bytes); NaN where a part came from the reference engine, which
-        keeps no bytes before the factor (:func:`warmfit.report.sweep.safe_factors` then)."""
+        keeps no bytes before the factor (:func:`warmfit.report.sweep.safe_factors` then).
+        Never for ``recorded``: no safety factor scales the trainer's own prices."""
         count = len(self.policies)
         if not count or not len(self._safe):
             return {}
         per_policy = self._safe.reshape(-1, count)
         found: dict[str, float | None] = {}
         for i, policy in enumerate(self.policies):
+            if policy == RECORDED:
+                continue
             column = per_policy[:, i]
             if np.isnan(column).any():
                 found[policy] = math.nan

@@ -30,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from warmfit.errors import PolicyError
-from warmfit.format.schema import WAVE_CONSTANT
+from warmfit.format.schema import ESTIMATE_COLUMN, WAVE_CONSTANT
 from warmfit.format.trace import Canonical, signature_codes, stream_numbers, wave_order
 from warmfit.policies import Policy
 from warmfit.policies.rule import (
@@ -44,7 +44,15 @@ from warmfit.policies.rule import (
     evaluate,
     is_declared,
 )
-from warmfit.replay.semantics import PER_WAVE_SCHEMA, ProfileKey, estimates, observed
+from warmfit.replay.semantics import (
+    PER_WAVE_SCHEMA,
+    RECORDED,
+    SETTERS,
+    ProfileKey,
+    estimates,
+    first_recorded,
+    observed,
+)
 from warmfit.replay.summary import condition_counts, nullable
 
 #: Below this, every int64 column converts to a double exactly.
@@ -436,19 +444,11 @@ class _Level:
     run_tops: np.ndarray
 
 
-def _fits_exactly(readings: pl.DataFrame) -> bool:
-    limits = readings.select(
-        pl.max_horizontal(
-            pl.col(c).max()
-            for c in (
-                "packed_tokens",
-                "logical_tokens",
-                "output_bytes",
-                "peak_bytes",
-                "static_floor_bytes",
-            )
-        )
-    ).item()
+def _fits_exactly(readings: pl.DataFrame, recorded: bool = False) -> bool:
+    exact = ["packed_tokens", "logical_tokens", "output_bytes", "peak_bytes", "static_floor_bytes"]
+    if recorded and ESTIMATE_COLUMN in readings.columns:  # over-estimates divide them
+        exact.append(ESTIMATE_COLUMN)
+    limits = readings.select(pl.max_horizontal(pl.col(c).max() for c in exact)).item()
     return limits is None or limits < EXACT_LIMIT
 
 
@@ -457,6 +457,7 @@ def replay_vectorized(
     policies: Sequence[type[Policy]],
     safety_factor: float,
     profiles_out: dict[ProfileKey, Policy] | None = None,
+    recorded: bool = False,
 ) -> pl.DataFrame | None:
     """Replay readings with every policy's declaration at once; same result as the reference.
 
@@ -466,12 +467,14 @@ def replay_vectorized(
     byte (:data:`warmfit.replay.semantics.PER_WAVE_SCHEMA`) — or None where
     doubles could not give those bytes exactly (see the module's docstring).
     ``profiles_out``, when given, receives every profile as it stands after the
-    trace, as :func:`~warmfit.replay.replay_scalar` gives them.
+    trace, as :func:`~warmfit.replay.replay_scalar` gives them; ``recorded``: the
+    policy ``recorded`` last, as there.
     """
-    priced = price_waves(readings, policies, safety_factor, profiles_out)
+    priced = price_waves(readings, policies, safety_factor, profiles_out, recorded=recorded)
     if priced is None:
         return None
-    return per_wave_frame(readings, priced, [cls.name for cls in policies])
+    names = [cls.name for cls in policies] + ([RECORDED] if recorded else [])
+    return per_wave_frame(readings, priced, names)
 
 
 @dataclass(frozen=True)
@@ -490,7 +493,8 @@ class PricedWaves:
     oom: np.ndarray
     #: Per (wave, policy), the estimate in bytes; -1 where the wave is unpriced.
     estimate: np.ndarray
-    #: Per (wave, policy), what set the estimate: 0 nothing, 1 the profile, 2 the floor.
+    #: Per (wave, policy), what set the estimate: 0 nothing, 1 the profile, 2 the floor,
+    #: 3 the trainer's recorded price (:data:`~warmfit.replay.semantics.SETTERS`).
     set_by: np.ndarray
     #: Per wave, whether its packed tokens exceed every observed reading's of its
     #: profile before it (SPEC §8; False where nothing was observed).
@@ -508,6 +512,7 @@ def price_waves(
     safety_factor: float,
     profiles_out: dict[ProfileKey, Policy] | None = None,
     checked: Canonical | None = None,
+    recorded: bool = False,
 ) -> PricedWaves | None:
     """Every wave's actual bytes and every policy's estimate, without building rows.
 
@@ -515,14 +520,15 @@ def price_waves(
     summary needs no strings); None where doubles could not give the
     reference engine's bytes. ``checked``: what :func:`warmfit.format.trace.canonical`
     found of how the rows lie (stream numbers, order by wave, signature
-    codes), not computed again.
+    codes), not computed again. ``recorded``: the policy ``recorded`` last (SPEC §8:
+    each wave's first non-null ``estimate_bytes``, as :func:`replay_scalar` gives it).
     """
     declared = [_declared(cls) for cls in policies]
-    if readings.height == 0 or not policies:
+    if readings.height == 0 or not (policies or recorded):
         empty = np.zeros(0, dtype=np.int64)
         none = empty.astype(bool)
         return PricedWaves(empty, empty, none, empty, empty.astype(np.uint32), none, empty)
-    if not _fits_exactly(readings):
+    if not _fits_exactly(readings, recorded):
         return None
 
     # Per reading: delta, rate and sharing, with Python's arithmetic (SPEC §4).
@@ -572,6 +578,11 @@ def price_waves(
         oom[np.searchsorted(starts, ooms, side="right") - 1] = True
         if by_first is not None:
             oom = oom[by_first]
+    paid = None
+    if recorded:  # the trainer's price: the first non-null one of the wave's readings
+        paid = _recorded_prices(readings, order, starts)
+        if by_first is not None:
+            paid = paid[by_first]
     del order, starts, by_first
 
     # Readings sorted by profile, each profile's readings side by side in
@@ -646,13 +657,30 @@ def price_waves(
         set_by.append(arithmetic[1])
         unscaled_of.append(arithmetic[2])
 
+    if paid is not None:  # recorded, last: not scaled, its price its own bytes
+        estimates_of.append(paid)
+        set_by.append(np.where(paid >= 0, SETTERS.index(RECORDED) + 1, 0))
+        unscaled_of.append(paid)
+
     # One row per wave and policy, policies in the order given.
     estimate = np.stack(estimates_of, axis=1).ravel()
     del estimates_of
-    # set_by: index into ("profile", "floor"), null when unpriced
+    # set_by: index into SETTERS plus one, 0 when unpriced
     code = np.stack(set_by, axis=1).ravel().astype(np.uint32)
     unscaled = np.stack(unscaled_of, axis=1).ravel()
     return PricedWaves(first, actual, oom, estimate, code, beyond, unscaled, counts)
+
+
+def _recorded_prices(
+    readings: pl.DataFrame, order: np.ndarray | None, starts: np.ndarray
+) -> np.ndarray:
+    """Per wave in (stream, wave) order, the trainer's recorded price (-1: none):
+    :func:`~warmfit.replay.semantics.first_recorded` over the readings in that order
+    (``order``; None: they are), each wave's opening at ``starts``."""
+    if ESTIMATE_COLUMN not in readings.columns:
+        return np.full(len(starts), -1, dtype=np.int64)
+    prices = readings.get_column(ESTIMATE_COLUMN).cast(pl.Int64).fill_null(-1).to_numpy()
+    return first_recorded(prices if order is None else prices[order], starts)
 
 
 def _beyond(
@@ -718,7 +746,7 @@ def per_wave_frame(
         policy=policy.gather(np.tile(np.arange(count, dtype=np.uint32), len(priced.first))),
         actual_bytes=pl.Series(per_row_actual),
         estimate_bytes=nullable(estimate, valid),
-        set_by=pl.Series(["profile", "floor"]).gather(nullable(code - 1, code > 0)),
+        set_by=pl.Series(SETTERS).gather(nullable(code - 1, code > 0)),
         over_estimate=nullable(over, valid & (per_row_actual > 0)),
         under_peak=nullable(estimate < per_row_actual, valid),
         oom=pl.Series(np.repeat(priced.oom, count)),

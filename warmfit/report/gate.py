@@ -47,7 +47,7 @@ from typing import Any
 
 from warmfit.errors import UsageError
 from warmfit.format.files import not_regular, write_bytes_atomically
-from warmfit.replay import DEFAULT_SAFETY_FACTOR, ReplayResult, check_safety_factor
+from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, ReplayResult, check_safety_factor
 from warmfit.report.sweep import safe_factors
 from warmfit.report.table import cell, percent, plain_table, table_text
 from warmfit.show.names import counted, printable, toml_string, waves_under
@@ -717,7 +717,13 @@ def under_peak_message(
     for policy in order:
         factor = safe.get(policy)
         name = printable(policy)
-        factors.append(f"no factor covers {name}" if factor is None else f"{factor!r} for {name}")
+        factors.append(
+            f"none for {name}, the trainer's own prices, which no factor scales"
+            if policy == RECORDED
+            else f"no factor covers {name}"
+            if factor is None
+            else f"{factor!r} for {name}"
+        )
     lines.append(
         "An expectation that allows waves under their peak makes the gate pass a policy "
         "that would have run out of memory on those waves. Raise the safety factor with "

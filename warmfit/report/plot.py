@@ -52,7 +52,7 @@ import polars as pl
 from warmfit.errors import UsageError
 from warmfit.format.files import write_bytes_atomically
 from warmfit.policies import PriceRequest
-from warmfit.replay import IN_FIGURES, ReplayResult, group_keys
+from warmfit.replay import IN_FIGURES, RECORDED, ReplayResult, group_keys
 from warmfit.show.names import mathtext_literal, printable
 
 if TYPE_CHECKING:
@@ -910,6 +910,8 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
     drawn = data.drawn.rates.filter(mine)
     curves = data.curves.filter(mine)
     for name in data.policies:
+        if name == RECORDED:  # the trainer's prices: no profile to draw a curve of
+            continue
         curve = curves.filter(pl.col("policy") == name)
         ax.plot(
             curve.get_column("packed_tokens").to_list(),

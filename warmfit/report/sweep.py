@@ -13,6 +13,10 @@ and signature) and policy, over the same waves as the replay figures:
 - ``under_peak_at_1``: waves under their peak at ``f = 1.0``;
 - ``points``: waves under their peak and the median over-estimate at every
   factor of a grid, for the Pareto picture.
+
+The trainer's recorded prices (the policy ``recorded``, SPEC §8) are what the
+trainer used: no safety factor scales them, so a sweep leaves them out
+(``warmfit replay`` reports them), and naming them is an error.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.replay import IN_FIGURES, group_keys, replay
+from warmfit.replay import IN_FIGURES, RECORDED, group_keys, replay
 from warmfit.replay.semantics import covering_factors
 
 JSON_SCHEMA = "warmfit.sweep/1"
@@ -102,9 +106,16 @@ def sweep(
     grid: Sequence[float] | None = None,
     engine: str = "auto",
 ) -> SweepResult:
-    """Sweep the safety factor of every policy over validated readings."""
+    """Sweep the safety factor of every policy over validated readings (never
+    ``recorded``: see the module's docstring)."""
+    if policies is not None and RECORDED in policies:
+        raise UsageError(
+            f"policy {RECORDED!r} is the trainer's own prices (a trace's estimate_bytes, "
+            "SPEC §8), which no safety factor scales: there is nothing to sweep. Leave "
+            f"-p {RECORDED} out; 'warmfit replay' reports its figures."
+        )
     factors = list(grid) if grid is not None else parse_grid(DEFAULT_GRID)
-    result = replay(readings, policies, 1.0, engine, by)
+    result = replay(readings, policies, 1.0, engine, by, recorded=False)
     keys = group_keys(by)
     waves = result.per_wave.filter(IN_FIGURES).select(
         *keys, "policy", "estimate_bytes", "actual_bytes"
@@ -147,8 +158,13 @@ def safe_factors(
     not a grid value), as :func:`warmfit.report.sweep.sweep` finds it; ``None``
     where no factor covers a wave (one priced at 0 bytes before the factor).
     A run with no priced wave asks for no factor; a policy with none in any
-    run is left out.
+    run is left out, and so is ``recorded`` (no factor scales the trainer's prices).
     """
+    if policies is not None:
+        asked = len(policies)
+        policies = [p for p in policies if p != RECORDED]
+        if asked and not policies:
+            return {}
     needed: dict[str, list[float | None]] = {}
     for row in sweep(readings, policies, "run", [], engine).results:
         factor = row["safe_factor"]

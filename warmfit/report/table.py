@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.replay import ReplayResult, group_keys
+from warmfit.replay import RECORDED, ReplayResult, group_keys
 from warmfit.replay.stream import StreamedReplay
 from warmfit.report.sweep import JSON_SCHEMA as SWEEP_JSON_SCHEMA
 from warmfit.report.sweep import SweepResult
@@ -239,6 +239,11 @@ def to_table(summary: pl.DataFrame, safety_factor: float) -> str:
             "memory (not in the figures)"
         )
     orders = "permutations" in summary.columns
+    if RECORDED in summary.get_column("policy"):
+        caption += (
+            f"; {RECORDED} = the prices the trainer itself used (the trace's estimate_bytes), "
+            "which the safety factor does not scale"
+        )
     if summary.select(keys).n_unique() > 1:
         caption += (
             "; all = the results taken together: waves summed, the median of their medians, "
@@ -325,7 +330,9 @@ def render(result: ReplayResult | StreamedReplay, fmt: str) -> str:
 def under_peak_warnings(summary: pl.DataFrame, safe: dict[str, float | None]) -> list[str]:
     """One line per policy that put any wave under its peak: how many, how many of those
     were beyond every size their profile had seen (SPEC §8), and the smallest safety
-    factor that puts none under on these traces (``safe``, exact; None: no factor can)."""
+    factor that puts none under on these traces (``safe``, exact; None: no factor can).
+    For ``recorded``, the trainer's own prices, which no safety factor scales: what
+    those waves mean instead."""
     totals = (
         summary.group_by("policy", maintain_order=True)
         .agg(pl.col("under_peak").sum(), pl.col("under_peak_beyond").sum())
@@ -335,7 +342,10 @@ def under_peak_warnings(summary: pl.DataFrame, safe: dict[str, float | None]) ->
     for policy, under, beyond in totals.iter_rows():
         factor = safe.get(policy)
         fix = (
-            "no safety factor covers them (a wave was priced at 0 bytes)"
+            "the trainer's own prices (the trace's estimate_bytes, which no safety factor "
+            "scales) would have run out of memory there"
+            if policy == RECORDED
+            else "no safety factor covers them (a wave was priced at 0 bytes)"
             if factor is None
             else f"the smallest safety factor that puts none under on these traces is "
             f"{factor:.4f} (exactly {factor!r})"

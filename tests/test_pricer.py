@@ -1,0 +1,344 @@
+"""``warmfit.Pricer``: the policy replay runs, run inside the trainer (issue 26, item 2).
+
+The Pricer must price every wave to the very bytes replay prices it: the
+stored traces and generated ones are fed through it reading by reading,
+each wave priced at its first reading before that reading is observed (as a
+trainer asks before it runs the wave), and compared with replay's per-wave
+``estimate_bytes``.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import warmfit
+from warmfit.errors import PolicyError, UsageError
+from warmfit.format.trace import read_trace, readings_frame, write_trace
+from warmfit.policies import PriceRequest, Reading, WarmFit, get_policy, policy_names
+from warmfit.policies.rule import DeclaredPolicy, State
+from warmfit.replay import replay
+from warmfit.trainer.pricer import ROW_COLUMNS, Pricer
+
+from .example_policy import LastWhole, LastWholeLoop
+from .strategies import examples, traces
+
+REPO = Path(__file__).resolve().parent.parent
+TRACES = sorted(p for p in (REPO / "traces").iterdir() if p.is_dir() and any(p.rglob("*.parquet")))
+BUILT_IN = ["max-merge", "warm-fit", "warm-affine", "envelope"]
+
+
+def pricer_estimates(readings: pl.DataFrame, policy: Any, safety: float) -> dict[tuple, Any]:
+    """Each wave's price from a Pricer per (run, rank), asked at the wave's first reading
+    before that reading is observed; readings in trace order."""
+    prices: dict[tuple, Any] = {}
+    pricers: dict[tuple[str, int], Pricer] = {}
+    for row in readings.iter_rows(named=True):
+        stream = (row["run"], row["rank"])
+        pricer = pricers.get(stream)
+        if pricer is None:
+            pricer = pricers[stream] = Pricer(policy, safety_factor=safety)
+        key = (*stream, row["wave"])
+        if key not in prices:
+            prices[key] = pricer.price(
+                row["signature"], row["packed_tokens"], row["logical_tokens"],
+                output_bytes=row["output_bytes"], static_floor_bytes=row["static_floor_bytes"],
+                kind=row["kind"],
+            )  # fmt: skip
+        pricer.observe_row(row)
+    return prices
+
+
+def replay_estimates(readings: pl.DataFrame, policy: Any, safety: float, engine: str) -> dict:
+    rows = replay(readings, [policy], safety, engine).per_wave
+    return {
+        (r, k, w): e for r, k, w, e in rows.select("run", "rank", "wave", "estimate_bytes").rows()
+    }
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("policy", BUILT_IN)
+def test_every_stored_wave_is_priced_to_the_byte_replay_prices_it(trace: Path, policy: str) -> None:
+    readings = read_trace([trace])
+    ours = pricer_estimates(readings, policy, 1.1)
+    for engine in ("vectorized", "scalar"):
+        assert ours == replay_estimates(readings, policy, 1.1, engine)
+    assert any(v is not None for v in ours.values())
+
+
+@settings(max_examples=examples(40))
+@given(
+    frame=traces(max_waves=20),
+    policy=st.sampled_from([*BUILT_IN, LastWhole, LastWholeLoop]),
+    safety=st.sampled_from([1.0, 1.1, 1.37]),
+)
+def test_generated_traces_with_oom_split_and_floors_price_as_replay(
+    frame: pl.DataFrame, policy: Any, safety: float
+) -> None:
+    readings = frame.sort("run", "rank", "seq", maintain_order=True)
+    assert pricer_estimates(readings, policy, safety) == replay_estimates(
+        readings, policy, safety, "scalar"
+    )
+
+
+# --------------------------------------------------------------------------- worked examples
+
+
+def row(n: int, peak: int, **fields: Any) -> dict[str, Any]:
+    """One reading as the recorder writes it (baseline 0, flat caller, whole)."""
+    base = dict(run="r", rank=0, seq=0, wave=0, step=0, signature="train", kind="flat",
+                phase="caller", whole=True, packed_tokens=n, logical_tokens=n, output_bytes=0,
+                baseline_bytes=0, peak_bytes=peak, static_floor_bytes=None, oom=False)  # fmt: skip
+    return {**base, **fields}
+
+
+def test_warm_fit_worked_example() -> None:
+    pricer = Pricer("warm-fit", safety_factor=1.1)
+    assert pricer.price("train", 100) is None
+    pricer.observe_row(row(100, 30_000))  # the seed: 300 B/token, max-merge only
+    assert pricer.price("train", 200) == 66_000  # int(300 * 200 * 1.1)
+    pricer.observe_row(row(400, 80_000))  # warm: 200 B/token from 400 tokens up
+    assert pricer.price("train", 800) == 176_000  # min(300, 200) B/token * 800 * 1.1
+    assert pricer.price("train", 100) == 33_000  # min(300 * 100, 200 * 400) * 1.1
+    assert pricer.price("train", 800, output_bytes=1_000) == 177_100  # (1,000 + 160,000) * 1.1
+    assert pricer.price("train", 800, static_floor_bytes=200_000) == 220_000  # the floor is higher
+    assert pricer.price("other", 800) is None  # another signature has its own profile
+    assert pricer.price("other", 800, static_floor_bytes=10) == 11
+
+
+def test_outputs_and_sharing_in_the_rate() -> None:
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    # rate = (delta - outputs) / n = (11,000 - 1,000) / 100; sharing m / n = 2
+    pricer.observe_row(
+        row(100, 12_000, baseline_bytes=1_000, output_bytes=1_000, logical_tokens=200)
+    )
+    assert pricer.price("train", 100, 400) == 20_000  # 100 B/token * max(100, 400 / 2)
+    assert pricer.price("train", 300, 400) == 30_000
+    assert pricer.price("train", 300, 400, output_bytes=5) == 30_005
+
+
+def test_readings_replay_does_not_learn_from_teach_nothing() -> None:
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(row(100, 10_000))
+    assert pricer.price("train", 100) == 10_000
+    pricer.observe_row(row(100, 10**9, oom=True))  # out of memory: never learned from
+    pricer.observe_row(row(100, 10**9, kind="split_child", whole=False))  # a split child's caller
+    assert pricer.price("train", 100) == 10_000
+    pricer.observe_row(row(100, 20_000, kind="split_child", phase="forward", whole=False))
+    assert pricer.price("train", 100) == 20_000  # a split child's forward is learned from
+    pricer.observe_row(row(100, 50, baseline_bytes=100))  # a peak below baseline: delta 0
+    assert pricer.price("train", 100) == 20_000
+
+
+def test_admits_at_exactly_the_budget_and_refuses_an_unpriced_wave_unless_told() -> None:
+    pricer = Pricer("warm-fit", safety_factor=1.1)
+    assert not pricer.admits("train", 100, budget_bytes=10**12)  # no price: not admitted
+    assert pricer.admits("train", 100, budget_bytes=0, unpriced=True)
+    pricer.observe_row(row(100, 30_000))
+    assert pricer.price("train", 200) == 66_000
+    assert pricer.admits("train", 200, budget_bytes=66_000)
+    assert not pricer.admits("train", 200, budget_bytes=65_999)
+    assert pricer.admits("train", 200, budget_bytes=66_000.0)
+    assert pricer.admits("x", 1, static_floor_bytes=0, budget_bytes=0)  # a floor of 0 prices 0
+
+
+def test_a_policy_class_a_user_policy_and_the_profiles() -> None:
+    by_class, by_name = Pricer(WarmFit), Pricer("warm-fit")
+    assert by_class.policy is by_name.policy is WarmFit
+    loop = Pricer(LastWholeLoop, safety_factor=1.0)
+    loop.observe_row(row(100, 9_000))
+    assert loop.price("train", 200) == 18_000
+    assert set(loop.profiles) == {"train"} and isinstance(loop.profiles["train"], LastWholeLoop)
+    assert repr(loop) == "Pricer('last-whole-loop', safety_factor=1, 1 signatures)"
+    spec = Pricer("tests.example_policy:LastWhole")
+    assert spec.policy is LastWhole
+
+
+def test_warmfit_pricer_is_the_trainers_pricer_and_import_warmfit_stays_light() -> None:
+    assert warmfit.Pricer is Pricer
+    assert "Pricer" in dir(warmfit) or "Pricer" in warmfit.__all__
+    with pytest.raises(AttributeError, match="no attribute 'Pricers'"):
+        _ = warmfit.Pricers  # type: ignore[attr-defined]
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, warmfit; print(warmfit.__version__); "
+         "print(sorted({m.split('.')[0] for m in sys.modules} & {'polars', 'numpy', 'torch'}), "
+         "'warmfit.trainer' in sys.modules)"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert done.stdout.splitlines()[1] == "[] False"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_a_bad_policy_or_safety_factor_is_named() -> None:
+    with pytest.raises(PolicyError, match="unknown policy 'warm-fitt'; Did you mean 'warm-fit'"):
+        Pricer("warm-fitt")
+    with pytest.raises(UsageError, match=r"^policy must be a registered policy name .* got 3"):
+        Pricer(3)  # type: ignore[arg-type]
+    with pytest.raises(PolicyError, match=r"is not a subclass of warmfit\.policies\.Policy"):
+        Pricer(int)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"^safety_factor must be a positive number"):
+        Pricer(safety_factor=0)
+    with pytest.raises(UsageError, match=r"^safety_factor must be a positive number"):
+        Pricer(safety_factor=math.nan)
+    with pytest.raises(UsageError, match=r"^safety_factor must be a number"):
+        Pricer(safety_factor="1.1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda p: p.price("s", 0), r"^packed_tokens must be > 0; got 0"),
+        (lambda p: p.price("s", 1.5), r"^packed_tokens must be an integer; got 1.5"),
+        (lambda p: p.price("s", 10, 5), r"^logical_tokens must be >= packed_tokens \(10\); got 5"),
+        (lambda p: p.price("s", 10, output_bytes=-1), r"^output_bytes must be >= 0"),
+        (lambda p: p.price("s", 10, static_floor_bytes=-1), r"^static_floor_bytes must be >= 0"),
+        (lambda p: p.price("s", 10, static_floor_bytes=1.0), r"^static_floor_bytes must be an int"),
+        (lambda p: p.price("s", 10, kind="fused"), r"^kind must be one of flat, split_child"),
+        (lambda p: p.price(7, 10), r"^signature must be a str"),
+        (lambda p: p.admits("s", 10, budget_bytes=-1), r"^budget_bytes must be a number of bytes"),
+        (lambda p: p.admits("s", 10, budget_bytes="1GB"), r"^budget_bytes must be a number"),
+        (lambda p: p.observe_row({"kind": "flat", "phase": "caller", "oom": False}),
+         r"^observe_row\(\): the reading has no 'signature' column"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_are_usage_errors_naming_the_argument(call: Any, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        call(Pricer())
+
+
+def test_counts_may_be_integer_like() -> None:
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(row(100, 10_000))
+    assert pricer.price("train", np.int64(200), np.int32(200), output_bytes=np.int64(0)) == 20_000
+
+
+def test_a_policy_that_prices_nonsense_or_fails_is_named() -> None:
+    from .example_policy import Negative
+
+    with pytest.raises(PolicyError, match="'negative' priced a wave at -1"):
+        Pricer(Negative).price("s", 10)
+
+    class Broken(WarmFit):
+        name = "broken"
+
+        def price(self, request: PriceRequest) -> float | None:
+            raise ZeroDivisionError("oops")
+
+    with pytest.raises(PolicyError, match=r"'broken' failed in price\(\) .*ZeroDivisionError"):
+        Pricer(Broken).price("s", 10)
+
+    class Unteachable(WarmFit):
+        name = "unteachable"
+
+        def observe(self, reading: Reading) -> None:
+            raise KeyError("lost")
+
+    with pytest.raises(PolicyError, match=r"'unteachable' failed in observe\(\) .*KeyError"):
+        Pricer(Unteachable).observe_row(row(10, 100))
+
+
+# --------------------------------------------------------------------------- from_trace
+
+
+def test_from_trace_learns_one_stream_as_replay_leaves_it() -> None:
+    trace = REPO / "traces" / "pr991"
+    readings = read_trace([trace])
+    result = replay(readings, ["warm-fit"], 1.1)
+    for run in ("EP1", "EP2"):
+        pricer = Pricer.from_trace(trace, "warm-fit", 1.1, run=run)
+        profiles = {sig: p for (r, _, sig, _), p in result.profiles.items() if r == run}
+        assert set(pricer.profiles) == set(profiles)
+        for sig, profile in profiles.items():
+            assert pricer.profiles[sig].state == profile.state  # type: ignore[attr-defined]
+            for n in (1, 4_096, 65_536):
+                p = profile.price(PriceRequest(n, n))
+                expected = None if p is None else int(int(p) * 1.1)
+                assert pricer.price(sig, n) == expected
+
+
+def test_from_trace_asks_for_a_stream_when_there_are_several(tmp_path: Path) -> None:
+    trace = REPO / "traces" / "pr991"
+    with pytest.raises(UsageError, match=r"holds 2 streams .*run 'EP1' rank 0, run 'EP2' rank 0"):
+        Pricer.from_trace(trace)
+    with pytest.raises(UsageError, match=r"no readings of run 'EP3'; it holds run 'EP1' rank 0"):
+        Pricer.from_trace(trace, run="EP3")
+    with pytest.raises(UsageError, match=r"no readings of run 'EP1' rank 1"):
+        Pricer.from_trace([trace], run="EP1", rank=1)
+    with pytest.raises(PolicyError, match="unknown policy"):
+        Pricer.from_trace(trace, "nope", run="EP1")
+    one = tmp_path / "one.parquet"
+    write_trace(readings_frame([dict(seq=0, wave=0, signature="s", packed_tokens=10,
+                                     logical_tokens=10, peak_bytes=1_000, whole=True)]), one)  # fmt: skip
+    assert Pricer.from_trace(one, "max-merge", 1.0).price("s", 20) == 2_000  # one stream: no choice
+
+
+def test_row_columns_are_trace_columns() -> None:
+    from warmfit.format.schema import COLUMNS
+
+    assert set(ROW_COLUMNS) <= set(COLUMNS)
+
+
+# --------------------------------------------------------------------------- the float form
+
+
+@settings(max_examples=examples(150))
+@given(
+    history=st.lists(
+        st.tuples(
+            st.integers(1, 5_000), st.integers(0, 3), st.integers(0, 2**30),
+            st.integers(0, 2**12), st.booleans(), st.sampled_from(["caller", "forward"]),
+        ),
+        max_size=12,
+    ),
+    asks=st.lists(st.tuples(st.integers(1, 8_000), st.integers(0, 3)), min_size=1, max_size=6),
+)  # fmt: skip
+def test_the_float_form_of_each_built_in_rule_gives_numpys_double(
+    history: list[tuple[int, int, int, int, bool, str]], asks: list[tuple[int, int]]
+) -> None:
+    """Prices run the rule on plain floats (DeclaredPolicy.plain_floats): the same doubles
+    numpy gives, NaN for no profile included, on measured sizes, between them and beyond."""
+    sizes = [n for n, *_ in history]
+    for name in BUILT_IN:
+        cls = get_policy(name)
+        assert issubclass(cls, DeclaredPolicy) and cls.plain_floats
+        profile = cls()
+        for n, extra, delta, out, whole, phase in history:
+            profile.observe(
+                Reading(n, n + extra * n, delta, out, whole and phase == "caller", phase)
+            )
+        for n, extra in [*asks, *((s, 0) for s in sizes)]:
+            m = n + extra * n
+            got = profile.price(PriceRequest(n, m))  # (builds the float form the first time)
+            with np.errstate(all="ignore"):
+                expected = float(cls.rule(State(profile.state), np.float64(n), np.float64(m)))
+            fast = cls._float_rule(State(profile.state), float(n), float(m))  # type: ignore[misc]
+            assert (math.isnan(expected) and math.isnan(fast)) or fast == expected, (name, n, m)
+            assert got == (None if math.isnan(expected) else expected)
+
+
+def test_only_a_rule_that_vouches_for_floats_runs_on_them() -> None:
+    class Inverted(WarmFit):  # a rule of its own that uses ~: numpy prices it
+        name = "inverted"
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return np.where(~(n > 10), 1.0, 2.0)
+
+    class Inherits(WarmFit):  # the rule it inherits vouches for itself
+        name = "inherits"
+
+    assert Inverted._float_rule is None
+    assert Inverted().price(PriceRequest(100, 100)) == 2.0
+    assert Inherits().price(PriceRequest(1, 1)) is None and Inherits._float_rule is not None
+    assert policy_names()[:4] == BUILT_IN

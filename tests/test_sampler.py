@@ -1,0 +1,300 @@
+"""The sampler that packs waves under a memory budget (issue 26, item 3).
+
+Unit tests on a Pricer taught by hand, then the proof: a real transformers
+model trained by the Hugging Face Trainer on the sampler's waves, recorded
+with the same Pricer; the run completes, every wave's price fits the budget,
+and the recorded trace replays to the prices the sampler packed at.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import warnings
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from warmfit import Pricer  # noqa: E402
+from warmfit.errors import UsageError  # noqa: E402
+from warmfit.integrations.sampler import (  # noqa: E402
+    BudgetSampler,
+    SamplerWarning,
+    padded_tokens,
+    use_sampler,
+)
+
+pytestmark = pytest.mark.torch
+
+LENGTHS = [random.Random(7).randint(1, 40) for _ in range(60)]
+
+
+def taught(rate: int, policy: str = "max-merge") -> Pricer:
+    """A Pricer (safety factor 1) whose profile of ``train`` prices ``rate`` bytes per token."""
+    pricer = Pricer(policy, safety_factor=1.0)
+    pricer.observe_row(
+        dict(signature="train", kind="flat", phase="caller", whole=True, packed_tokens=10,
+             logical_tokens=10, output_bytes=0, baseline_bytes=0, peak_bytes=10 * rate,
+             static_floor_bytes=None, oom=False)
+    )  # fmt: skip
+    return pricer
+
+
+def test_each_epoch_yields_every_sample_once_in_waves_that_fit_and_cannot_grow() -> None:
+    sampler = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1, seed=3)
+    for epoch in range(2):
+        waves = list(sampler)
+        assert Counter(i for wave in waves for i in wave) == Counter(range(len(LENGTHS)))
+        flat = [i for wave in waves for i in wave]
+        assert flat == sampler.order(epoch)  # the seeded order, cut into waves
+        for k, wave in enumerate(waves):
+            tokens = sum(LENGTHS[i] for i in wave)
+            assert tokens * 100 <= 6_000
+            if k + 1 < len(waves):  # next fit: the sample that opens the next wave did not fit
+                assert (tokens + LENGTHS[waves[k + 1][0]]) * 100 > 6_000
+    assert sampler.epoch == 2
+    assert [w.samples for w in sampler.waves] == [len(w) for w in all_waves(sampler)]
+    assert all(w.estimate_bytes == w.packed_tokens * 100 for w in sampler.waves)
+
+
+def all_waves(sampler: BudgetSampler) -> list[list[int]]:
+    """The waves of epochs 0 and 1 again, from a sampler like ``sampler``."""
+    return [wave for epoch in (0, 1) for wave in waves_of(sampler, epoch)]
+
+
+def waves_of(sampler: BudgetSampler, epoch: int) -> list[list[int]]:
+    again = BudgetSampler(
+        sampler.lengths, sampler.pricer, sampler.budget_bytes, first_wave_samples=1,
+        seed=sampler.seed,
+    )  # fmt: skip
+    again.set_epoch(epoch)
+    return list(again)
+
+
+def test_the_same_seed_gives_the_same_waves_and_another_epoch_another_order() -> None:
+    one = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1, seed=5)
+    two = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1, seed=5)
+    assert list(one) == list(two)
+    assert one.order(1) != one.order(0) and one.order(1) == two.order(1)
+    assert BudgetSampler(LENGTHS, taught(1), 1, first_wave_samples=1, shuffle=False).order(
+        4
+    ) == list(range(len(LENGTHS)))
+    two.set_epoch(0)
+    assert list(two) == waves_of(one, 0)
+
+
+def test_without_a_price_the_first_wave_size_packs_and_a_lesson_takes_over() -> None:
+    pricer = Pricer("warm-fit", safety_factor=1.0)
+    lengths = [10, 20, 30, 40, 5, 5, 5, 5, 5, 5]
+    by_samples = BudgetSampler(lengths, pricer, 10**9, first_wave_samples=3, shuffle=False)
+    with pytest.warns(SamplerWarning, match="4 waves in a row .* learned nothing of 'train'"):
+        assert list(by_samples) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]  # nobody teaches it
+    assert all(w.estimate_bytes is None for w in by_samples.waves)
+    by_tokens = BudgetSampler(lengths, pricer, 10**9, first_wave_tokens=35, shuffle=False)
+    with pytest.warns(SamplerWarning, match="learned nothing"):
+        assert list(by_tokens) == [[0, 1], [2], [3], [4, 5, 6, 7, 8, 9]]  # 40 > 35 goes alone
+    assert [w.packed_tokens for w in by_tokens.waves] == [30, 30, 40, 30]
+
+    sampler = BudgetSampler(lengths, pricer, 2_000, first_wave_samples=2, shuffle=False)
+    waves = iter(sampler)
+    assert next(waves) == [0, 1]  # 30 tokens, unpriced
+    pricer.observe_row(
+        dict(
+            signature="train",
+            kind="flat",
+            phase="caller",
+            whole=True,
+            packed_tokens=30,
+            logical_tokens=30,
+            output_bytes=0,
+            baseline_bytes=0,
+            peak_bytes=1_500,
+            static_floor_bytes=None,
+            oom=False,
+        )
+    )  # fmt: skip  (the wave's reading: 50 B/token)
+    assert list(waves) == [[2], [3], [4, 5, 6, 7, 8, 9]]  # 30 + 40 tokens: 3,500 B; 45: 2,250 B
+    assert [w.estimate_bytes for w in sampler.waves] == [None, 1_500, 2_000, 1_500]
+
+
+def test_a_sample_over_the_budget_alone_is_yielded_alone_with_a_warning() -> None:
+    sampler = BudgetSampler([5, 50, 5], taught(100), 1_000, first_wave_samples=1, shuffle=False)
+    with pytest.warns(SamplerWarning, match=r"sample 1 \(50 tokens\) is priced 5,000 bytes alone"):
+        waves = list(sampler)
+    assert waves == [[0], [1], [2]] and sampler.oversized == 1
+    assert sampler.waves[1].estimate_bytes == 5_000
+
+
+def test_outputs_tokens_of_a_padding_collator_and_a_size_budget() -> None:
+    assert padded_tokens(8)([5, 17, 9]) == 72 and padded_tokens()([3, 4]) == 8
+    pricer = taught(100)
+    sampler = BudgetSampler(
+        [3, 4, 9], pricer, "2KB", first_wave_samples=1, shuffle=False, tokens=padded_tokens(4),
+        output_bytes=lambda n: 10 * n,
+    )  # fmt: skip
+    assert sampler.budget_bytes == 2_000
+    assert list(sampler) == [[0, 1], [2]]  # 2 * 4 tokens: 880 B; 3 * 12: 3,960 B
+    assert [w.estimate_bytes for w in sampler.waves] == [880, 1_320]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(first_wave_samples=1, first_wave_tokens=1), "give one of first_wave_tokens"),
+        (dict(), "give one of first_wave_tokens"),
+        (dict(first_wave_samples=0), r"^first_wave_samples must be an integer >= 1"),
+        (dict(first_wave_tokens=1.5), r"^first_wave_tokens must be an integer >= 1"),
+        (dict(first_wave_samples=1, budget_bytes=-1), r"^budget_bytes must be a number of bytes"),
+        (dict(first_wave_samples=1, budget_bytes="12 parsecs"), r"^budget_bytes '12 parsecs' is not"),
+        (dict(first_wave_samples=1, lengths=[3, 0]), r"^lengths\[1\] must be an integer >= 1"),
+        (dict(first_wave_samples=1, pricer="warm-fit"), r"^pricer must be a warmfit.Pricer"),
+        (dict(first_wave_samples=1, signature=""), r"^signature must be a non-empty str"),
+        (dict(first_wave_samples=1, seed="x"), r"^seed must be an integer"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_are_usage_errors(kwargs: dict[str, Any], message: str) -> None:
+    arguments: dict[str, Any] = dict(lengths=[3, 4], pricer=Pricer(), budget_bytes=100)
+    arguments.update(kwargs)
+    with pytest.raises(UsageError, match=message):
+        BudgetSampler(**arguments)
+    with pytest.raises(UsageError, match=r"^multiple must be an integer >= 1"):
+        padded_tokens(0)
+
+
+def test_lengths_may_be_numpy_or_tensor_integers() -> None:
+    import numpy as np
+
+    sampler = BudgetSampler(np.array([3, 4]), taught(1), 100, first_wave_samples=1)
+    assert sampler.lengths == [3, 4] and all(type(n) is int for n in sampler.lengths)
+    assert BudgetSampler(torch.tensor([5]), taught(1), 100, first_wave_samples=1).lengths == [5]
+    with pytest.raises(UsageError, match=r"^lengths\[0\] must be an integer >= 1; got True"):
+        BudgetSampler([True], taught(1), 100, first_wave_samples=1)
+
+
+def test_a_tokens_function_that_gives_no_tokens_is_named() -> None:
+    sampler = BudgetSampler([3], taught(1), 10, first_wave_samples=1, tokens=lambda lengths: 0)
+    with pytest.raises(UsageError, match=r"tokens\(\[3\]\) gave 0"):
+        list(sampler)
+
+
+def test_a_data_loader_takes_it_as_its_batch_sampler() -> None:
+    data = [torch.full((n,), i) for i, n in enumerate(LENGTHS)]
+    sampler = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1, seed=1)
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, collate_fn=torch.cat)
+    batches = list(loader)
+    assert sum(len(b) for b in batches) == sum(LENGTHS)
+    assert [len(b) for b in batches] == [w.packed_tokens for w in sampler.waves]
+    with pytest.raises(TypeError):
+        len(loader)  # how many waves an epoch holds is known only as it is packed
+
+
+def test_use_sampler_needs_max_steps_one_process_and_warns_of_accumulation() -> None:
+    sampler = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1)
+
+    def trainer(**args: Any) -> SimpleNamespace:
+        base = dict(max_steps=4, world_size=1, gradient_accumulation_steps=1)
+        return SimpleNamespace(args=SimpleNamespace(**{**base, **args}), train_dataset=[1],
+                               data_collator=list)  # fmt: skip
+
+    with pytest.raises(UsageError, match=r"set TrainingArguments\(max_steps=...\)"):
+        use_sampler(trainer(max_steps=-1), sampler)
+    with pytest.raises(UsageError, match="one process only"):
+        use_sampler(trainer(world_size=2), sampler)
+    with pytest.warns(SamplerWarning, match="gradient_accumulation_steps=2"):
+        use_sampler(trainer(gradient_accumulation_steps=2), sampler)
+    plain = trainer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        use_sampler(plain, sampler)
+    loader = plain.get_train_dataloader()
+    assert loader.batch_sampler is sampler and loader.num_workers == 0
+
+
+# --------------------------------------------------------------------------- the proof
+
+
+class Recorded(torch.utils.data.Dataset):
+    """Token sequences that note which index each fetch asked for."""
+
+    def __init__(self, lengths: list[int], vocab: int) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.items = [torch.randint(1, vocab, (n,), generator=generator) for n in lengths]
+        self.fetched: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> Any:
+        self.fetched.append(index)
+        return self.items[index]
+
+
+def flatten(items: list[Any]) -> dict[str, Any]:
+    """Padding-free packing: one row, positions restarting at each sample (as
+    DataCollatorWithFlattening does); the tokens the recorder counts are the sum."""
+    ids = torch.cat(items)[None]
+    positions = torch.cat([torch.arange(len(x)) for x in items])[None]
+    labels = ids.clone()
+    starts = torch.cumsum(torch.tensor([0] + [len(x) for x in items[:-1]]), 0)
+    labels[0, starts] = -100
+    return {"input_ids": ids, "position_ids": positions, "labels": labels}
+
+
+def test_hf_trainer_trains_on_the_waves_and_the_trace_replays_to_the_samplers_prices(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import polars as pl
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    from warmfit.format.trace import read_trace
+    from warmfit.integrations.huggingface import record_trainer
+    from warmfit.recorder import Recorder
+    from warmfit.replay import replay
+
+    lengths = [random.Random(0).randint(8, 96) for _ in range(30)]
+    budget = 2_000_000
+    data = Recorded(lengths, vocab=64)
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=64, n_positions=128, n_embd=32, n_layer=1, n_head=2,
+                        bos_token_id=1, eos_token_id=1)  # fmt: skip
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=1, max_steps=14,
+        learning_rate=1e-3, save_strategy="no", report_to="none", use_cpu=True,
+        dataloader_num_workers=0, disable_tqdm=True, logging_steps=7, seed=0,
+    )  # fmt: skip
+    trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=data,
+                      data_collator=flatten)  # fmt: skip
+    pricer = Pricer("warm-fit", safety_factor=1.1)
+    recorder = Recorder(tmp_path / "trace", run="hf", device="cpu", flush_interval_s=3600,
+                        pricer=pricer)  # fmt: skip
+    record_trainer(trainer, recorder, signature="train")
+    sampler = BudgetSampler(lengths, pricer, budget, signature="train", first_wave_tokens=128)
+    use_sampler(trainer, sampler)
+    trainer.train()
+    recorder.close()
+
+    # the run completed, past the end of the first epoch
+    assert trainer.state.global_step == 14 and len(sampler.waves) == 14
+    epochs = Counter(w.epoch for w in sampler.waves)
+    assert epochs[0] >= 2 and epochs[1] >= 1, epochs
+    first = sum(w.samples for w in sampler.waves if w.epoch == 0)
+    assert sorted(data.fetched[:first]) == list(range(len(lengths)))  # each sample once
+    # the first wave had no price; every other wave's price fits the budget
+    prices = [w.estimate_bytes for w in sampler.waves]
+    assert prices[0] is None and all(p is not None and p <= budget for p in prices[1:])
+    assert any(w.samples > 1 for w in sampler.waves[1:])  # it does pack
+    # the trace replays, through the Pricer's policy and safety factor, to those prices
+    readings = read_trace([tmp_path / "trace"])
+    per_wave = replay(readings, ["warm-fit"], 1.1).per_wave
+    warm_fit = per_wave.filter(policy="warm-fit").sort("wave")
+    assert warm_fit["packed_tokens"].to_list() == [w.packed_tokens for w in sampler.waves]
+    assert warm_fit["estimate_bytes"].to_list() == prices
+    recorded = readings.group_by("wave").agg(pl.col("estimate_bytes").first()).sort("wave")
+    assert recorded["estimate_bytes"].to_list() == prices  # what the recorder wrote down
