@@ -160,6 +160,29 @@ def test_ctrl_c_ends_the_recording_with_one_line_and_exit_130(tmp_path, script):
     assert read_trace([out]).height == 31  # the recorder closed at exit: the last wave too
 
 
+def test_ctrl_c_twice_keeps_the_readings_the_recorder_writes_at_exit(tmp_path, script):
+    """SIGINT to the whole process group (the trainer gets it twice: from the group and
+    passed on by warmfit). The second must not stop the recorder's last write at exit,
+    which would lose the wave not yet flushed: all 31 readings are kept."""
+    out = tmp_path / "rec"
+    env = {**os.environ, "WARMFIT_RECORD_FLUSH_S": "3600"}
+    record = subprocess.Popen(
+        [sys.executable, "-m", "warmfit", "record", "-o", str(out), "--", sys.executable,
+         str(script), "wait"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert record.stdout is not None and record.stdout.readline().strip() == "flushed"
+    time.sleep(0.2)
+    os.killpg(record.pid, signal.SIGINT)
+    _, stderr = record.communicate(timeout=60)
+    assert record.returncode == 130, stderr
+    assert stderr.splitlines()[-1].startswith("warmfit record: interrupted (Ctrl-C): 16 waves")
+    assert "Exception ignored" not in stderr and "recorder.py" not in stderr
+    assert read_trace([out]).height == 31
+
+
 def test_the_record_and_recover_commands_do_not_import_torch():
     code = (
         "import sys, warmfit.cli, warmfit.commands.record, warmfit.commands.recover, "

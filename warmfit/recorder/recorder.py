@@ -38,11 +38,13 @@ import atexit
 import contextlib
 import operator
 import os
+import signal
 import sys
 import threading
 import warnings
 import weakref
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Protocol
@@ -780,9 +782,25 @@ def _close_at_exit(recorder: weakref.ref[Recorder]) -> None:
     if alive is None:
         return
     try:
-        alive.close()
+        with _ctrl_c_waits():
+            alive.close()
     except Exception as exc:  # a traceback at exit helps no one; say what is left
         print(
             f"warmfit: warning: could not close the recorder of rank {alive.rank} at exit: {exc}",
             file=sys.stderr,
         )
+
+
+@contextlib.contextmanager
+def _ctrl_c_waits() -> Iterator[None]:
+    """Ctrl-C ignored for a moment: the program is ending already (a first Ctrl-C may be
+    why), and a second one, typed while the last readings are written at exit, would
+    stop that write and lose them. In the main thread only (where Python takes signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
