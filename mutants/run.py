@@ -384,6 +384,7 @@ KILLERS: dict[str, tuple[str, ...]] = {
         "tests/test_mutant_killers.py",
         "tests/test_cli.py",
         "tests/test_gate_edges.py",
+        "tests/test_gate_output.py",  # check's table, CSV and JSON; --write-expect's text
     ),
     "warmfit/policies/max_merge.py": _POLICY_TESTS,
     "warmfit/policies/warm_fit.py": _POLICY_TESTS,

@@ -59,6 +59,20 @@ def test_worked_example_superlinear_growth_extrapolates_quadratically() -> None:
     assert price(profile, 400) == 16_000.0  # 4,000 * (400 / 200) ** 2: the truth
 
 
+def test_worked_example_equal_rates_extrapolate_linearly() -> None:
+    """Kills envelope.py:98:58:Gt->GtE (bytes per token equal at the two largest sizes
+    taken for growth faster than linear: 80,000 at 400 tokens, not 40,000).
+
+    compute = 100 * n: 10,000 at 100, 20,000 at 200, 100 B/token at both (both
+    quotients exactly 100.0): a line through the origin, which ``k = 1`` prices exactly.
+    """
+    profile = fed([(100, 10_000), (200, 20_000)])
+    assert price(profile, 400) == 40_000.0  # 20,000 * 400 / 200: the truth
+    assert price(profile, 1_000) == 100_000.0
+    # one more byte at 200 tokens and the growth is superlinear: k = 2
+    assert price(fed([(100, 10_000), (200, 20_001)]), 400) == 80_004.0
+
+
 def test_worked_example_sharing_and_replay_bytes() -> None:
     # A whole reading at 1,000 packed / 2,000 logical tokens sets the sharing to 2; a
     # wave of 1,000 packed and 4,000 logical is priced at x = max(1,000, 4,000 / 2).
