@@ -288,3 +288,47 @@ def test_a_per_wave_parquet_beside_an_input_file_is_refused(tmp_path: Path) -> N
         app, ["replay", str(folder / "EP1.parquet"), "--per-wave", str(beside)]
     )
     assert result.exit_code == 0 and beside.exists()
+
+
+@pytest.mark.parametrize(
+    ("cores", "load", "jobs"),
+    [(2, 10.0, 1), (2, 0.3, 2), (2, 0.6, 1), (2, 1.4, 1), (16, 3.6, 12), (16, 0.0, 16)],
+)
+def test_the_default_jobs_are_the_free_cores(
+    monkeypatch: pytest.MonkeyPatch, cores: int, load: float, jobs: int
+) -> None:
+    """Issue 29 item 8: usable cores less the 1-minute load, rounded, at least 1 (2 cores
+    at a load of 10: one job, where two took 19-26 s against 11.5 s)."""
+    from warmfit.run.workers import default_jobs
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr("os.getloadavg", lambda: (load, load, load))
+    assert default_jobs() == jobs
+
+
+def test_without_a_load_average_every_core_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    from warmfit.run.workers import default_jobs
+
+    def no_load() -> tuple[float, float, float]:
+        raise OSError("no load average")
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr("os.getloadavg", no_load)
+    assert default_jobs() == 3
+
+
+def test_verbose_says_how_many_jobs_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr("os.getloadavg", lambda: (10.0, 9.0, 8.0))
+    result = CliRunner().invoke(app, ["replay", PR991, "-v", "-f", "csv"])
+    assert result.exit_code == 0
+    assert result.stderr == (
+        "jobs: 1 (the free cores: 2 usable, load 10.0): replayed in this process\n"
+    )
+    result = CliRunner().invoke(app, ["replay", PR991, "-v", "-j", "2", "-f", "csv"])
+    size = sum(p.stat().st_size for p in Path(PR991).glob("*.parquet"))
+    assert result.stderr == (
+        f"jobs: 2 (--jobs), but the trace's {size:,} bytes are under 32 MiB: replayed in "
+        "this process\n"
+    )
+    assert CliRunner().invoke(app, ["replay", PR991, "-f", "csv"]).stderr == ""  # quiet

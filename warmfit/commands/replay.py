@@ -53,7 +53,8 @@ def replay_command(
             "--jobs",
             "-j",
             help="Replay batches of streams in this many processes. Default: the cores "
-            "this process may use. The output is the same for any number.",
+            "free now (usable cores less the load average; --verbose says how many). The "
+            "output is the same for any number.",
             metavar="N",
             show_default=False,
         ),
@@ -83,6 +84,10 @@ def replay_command(
             show_default=False,
         ),
     ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Say on stderr how many processes replay, and why."),
+    ] = False,
 ) -> None:
     """Replay traces through pricing policies and print the over-estimate table.
 
@@ -98,7 +103,7 @@ def replay_command(
     core (--jobs) or a cluster.
     """
     from warmfit.run.memory import before_polars
-    from warmfit.run.workers import discard_early_pool, prestart
+    from warmfit.run.workers import default_jobs, discard_early_pool, prestart
 
     if cluster is not None and jobs is not None:
         from warmfit.errors import UsageError
@@ -107,6 +112,11 @@ def replay_command(
             "--cluster runs the batches on the cluster's workers, --jobs on this machine's "
             "cores: give one of them."
         )
+    given = jobs is not None
+    if cluster is None and jobs is None:
+        jobs = default_jobs()  # once: the load average it reads moves
+    if verbose:
+        _say_jobs(paths, jobs, given, cluster)
     before_polars()  # first: polars' allocator reads its settings at import
     prestart(paths, jobs, cluster)  # the workers' imports run beside this process's
     try:
@@ -118,6 +128,23 @@ def replay_command(
         discard_early_pool(now=True)
         raise
     discard_early_pool()  # a replay that ended before it took them (an error it reported)
+
+
+def _say_jobs(paths: list[Path], jobs: int | None, given: bool, cluster: str | None) -> None:
+    """``--verbose``: where the batches are replayed, and why (stderr)."""
+    from warmfit.errors import TraceError
+    from warmfit.format.files import find_trace_files
+    from warmfit.run.workers import jobs_line
+    from warmfit.show.names import printable
+
+    if cluster is not None:
+        typer.echo(f"jobs: on the Dask cluster at {printable(cluster)}", err=True)
+        return
+    try:
+        files = find_trace_files(paths)
+    except (TraceError, OSError):
+        return  # the replay names what is wrong with the paths
+    typer.echo(jobs_line(files, jobs, given), err=True)
 
 
 def _replay(
