@@ -143,6 +143,9 @@ def test_every_format_end_to_end() -> None:
     assert f"| {EAGER} | Qwen/Qwen3.8-27B | max-merge | 12,404 | 18,358 | +5,954 (+32.4%) |" in (
         markdown
     )
+    # the caption's first letter raised, the rest as written (not "100 gb", "oom")
+    assert "\nAdmitted = the most packed tokens" in markdown and "(100 GB;" in markdown
+    assert "(an OOM risk)" in markdown
 
     code, text, _ = cli(*args, "--format", "csv")
     assert code == 0

@@ -395,7 +395,8 @@ def render_recommendation(rec: Recommendation, fmt: str) -> str:
         for row in rec.results:
             labels = [markdown_cell(str(row[k])) for k in ("run", "signature", "policy")]
             lines.append("| " + " | ".join([*labels, *_cells(row)]) + " |")
-        return "\n".join([*lines, "", _caption(rec).capitalize() + "."]) + "\n"
+        caption = _caption(rec)  # capitalize() would lower the rest: "100 gb", "oom"
+        return "\n".join([*lines, "", caption[:1].upper() + caption[1:] + "."]) + "\n"
     if fmt != "table":
         raise UsageError(f"must be one of {', '.join(FORMATS)}; got {fmt!r}.", argument="fmt")
     table = plain_table(_caption(rec))
