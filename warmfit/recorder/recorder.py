@@ -38,13 +38,11 @@ import atexit
 import contextlib
 import operator
 import os
-import signal
 import sys
 import threading
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Protocol
@@ -62,6 +60,7 @@ from warmfit.recorder.log import (
     write_lost_readings,
 )
 from warmfit.recorder.meters import Meter, make_meter
+from warmfit.run.signals import ctrl_c_ignored
 
 #: Environment variables ``warmfit record`` sets for :meth:`Recorder.from_env`.
 ENV_DIR: Final = "WARMFIT_RECORD_DIR"
@@ -782,7 +781,9 @@ def _close_at_exit(recorder: weakref.ref[Recorder]) -> None:
     if alive is None:
         return
     try:
-        with _ctrl_c_waits():
+        # the program is ending already (a first Ctrl-C may be why): a second one, typed
+        # while the last readings are written, would stop the write and lose them
+        with ctrl_c_ignored():
             alive.close()
     except Exception as exc:  # a traceback at exit helps no one; say what is left
         print(
@@ -790,17 +791,3 @@ def _close_at_exit(recorder: weakref.ref[Recorder]) -> None:
             file=sys.stderr,
         )
 
-
-@contextlib.contextmanager
-def _ctrl_c_waits() -> Iterator[None]:
-    """Ctrl-C ignored for a moment: the program is ending already (a first Ctrl-C may be
-    why), and a second one, typed while the last readings are written at exit, would
-    stop that write and lose them. In the main thread only (where Python takes signals)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)

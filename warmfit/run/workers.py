@@ -21,7 +21,7 @@ import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 from warmfit.errors import TraceError, UsageError
 from warmfit.format.files import find_trace_files
 from warmfit.run.memory import environment, keep_freed_memory, polars_keeps_freed_memory
+from warmfit.run.signals import ctrl_c_ignored
 
 #: Trace files of at least this many bytes in all are replayed by worker
 #: processes (about 1.5M readings: below it, starting them costs more than
@@ -121,22 +122,13 @@ def fork_context(jobs: int | None = None) -> Any:
     return context
 
 
-@contextlib.contextmanager
-def _without_ctrl_c() -> Iterator[None]:
+def _without_ctrl_c() -> contextlib.AbstractContextManager[None]:
     """Ctrl-C ignored by the processes started meanwhile (the fork server, and the
     workers it forks): a terminal sends it to every process of the command, and
     the command alone handles it, ending them. Python sets the fork server's own
     handler only after it has imported its preload, and would print a
-    traceback for a Ctrl-C before. Outside the main thread, where no signal
-    handler can be set, nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    traceback for a Ctrl-C before."""
+    return ctrl_c_ignored()
 
 
 def new_pool(jobs: int, context: Any = None) -> ProcessPoolExecutor:
