@@ -14,8 +14,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from warmfit.replay.semantics import PER_WAVE_SCHEMA
+from warmfit.replay.semantics import PER_WAVE_SCHEMA, RECORDED
 from warmfit.replay.summary import (
+    SET_BY_CODES,
     SummaryFold,
     fold_part,
     per_wave_arrays,
@@ -250,3 +251,23 @@ def test_a_wave_is_warm_when_any_of_its_readings_teaches_and_no_seed_means_no_ro
     )
     got = wave_roles(readings).select("wave", "role").rows()
     assert got == [(0, "seed"), (1, "warm"), (2, "other"), (3, "other")]
+
+
+def test_the_recorded_prices_ask_for_no_safe_factor() -> None:
+    """Kills summary.py:207:16:If->False (a safe factor for the trainer's own prices).
+
+    Two policies: "p" and SPEC §8's "recorded", both pricing one wave 800 bytes
+    (unscaled 800) against its 1000: p needs x1.25; no factor scales the recorded
+    price, so it gets no entry.
+    """
+    with SummaryFold(["p", RECORDED]) as fold:
+        fold.add(
+            pl.DataFrame({"run": ["r"]}),
+            np.array([1000], dtype=np.int64),
+            np.zeros(1, dtype=bool),
+            np.array([800, 800], dtype=np.int64),
+            np.array([PROFILE, SET_BY_CODES[RECORDED]], dtype=np.uint8),
+            np.zeros(1, dtype=bool),
+            np.array([800, 800], dtype=np.int64),
+        )
+        assert fold.safe_factors() == {"p": 1.25}
