@@ -8,7 +8,12 @@ torch = pytest.importorskip("torch")
 
 from warmfit.errors import UsageError  # noqa: E402
 from warmfit.format.trace import read_trace  # noqa: E402
-from warmfit.integrations.tokens import BatchTokens, batch_tokens, default_token_counts  # noqa: E402
+from warmfit.integrations.tokens import (  # noqa: E402
+    BatchTokens,
+    batch_tokens,
+    default_token_counts,
+    padded_token_counts,
+)
 from warmfit.recorder import Recorder  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -20,7 +25,10 @@ pytestmark = pytest.mark.torch
 def test_padding_is_not_counted():
     ids = torch.arange(12).reshape(3, 4)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])
-    assert batch_tokens({"input_ids": ids, "attention_mask": mask}) == BatchTokens(6, 6, 2, 4)
+    # padded: all 3 x 4 tokens; sum of squared lengths 4^2 + 2^2 = 20
+    assert batch_tokens({"input_ids": ids, "attention_mask": mask}) == BatchTokens(
+        6, 6, 2, 4, padded_tokens=12, sum_sq_tokens=20
+    )
 
 
 def test_left_padding_is_not_counted_either():
@@ -33,19 +41,25 @@ def test_left_padding_is_not_counted_either():
 
 def test_without_a_mask_every_token_counts():
     assert batch_tokens({"input_ids": torch.ones(2, 5, dtype=torch.long)}) == BatchTokens(
-        10, 10, 2, 5
+        10, 10, 2, 5, padded_tokens=10, sum_sq_tokens=2 * 25
     )
-    assert batch_tokens(torch.ones(3, 7, dtype=torch.long)) == BatchTokens(21, 21, 3, 7)
-    assert batch_tokens((torch.ones(2, 4), torch.zeros(2))) == BatchTokens(8, 8, 2, 4)
+    assert batch_tokens(torch.ones(3, 7, dtype=torch.long)) == BatchTokens(
+        21, 21, 3, 7, padded_tokens=21, sum_sq_tokens=3 * 49
+    )
+    assert batch_tokens((torch.ones(2, 4), torch.zeros(2))) == BatchTokens(
+        8, 8, 2, 4, padded_tokens=8, sum_sq_tokens=2 * 16
+    )
     embeds = {"inputs_embeds": torch.zeros(2, 6, 16)}
-    assert batch_tokens(embeds) == BatchTokens(12, 12, 2, 6)
+    assert batch_tokens(embeds) == BatchTokens(12, 12, 2, 6, padded_tokens=12, sum_sq_tokens=72)
 
 
 def test_packed_sequences_are_read_from_position_id_resets():
     # one padding-free row holding sequences of 3, 2, 4 and 1 tokens
     positions = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3, 0]])
     batch = {"input_ids": torch.ones(1, 10, dtype=torch.long), "position_ids": positions}
-    assert batch_tokens(batch) == BatchTokens(10, 10, 4, 4)
+    assert batch_tokens(batch) == BatchTokens(
+        10, 10, 4, 4, padded_tokens=10, sum_sq_tokens=9 + 4 + 16 + 1
+    )
 
 
 def test_packed_rows_with_padding_and_a_row_that_starts_mid_sequence():
@@ -54,7 +68,33 @@ def test_packed_rows_with_padding_and_a_row_that_starts_mid_sequence():
     batch = {"input_ids": torch.ones(2, 7, dtype=torch.long), "attention_mask": mask,
              "position_ids": positions}  # fmt: skip
     # row 0: 2 + 3 tokens (padding at position 0 ignored); row 1: 2 (continued) + 2
-    assert batch_tokens(batch) == BatchTokens(9, 9, 4, 3)
+    assert batch_tokens(batch) == BatchTokens(
+        9, 9, 4, 3, padded_tokens=14, sum_sq_tokens=4 + 9 + 4 + 4
+    )
+
+
+def _padded(lengths: list[int]) -> dict[str, torch.Tensor]:
+    """What an ordinary padded collator gives: right padding to the longest, with a mask."""
+    width = max(lengths)
+    mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+    ids = (torch.arange(len(lengths) * width).reshape(len(lengths), width) % 16 + 1) * mask
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def test_a_padded_batch_counts_its_padding_and_squared_lengths_apart():
+    # lengths 3 and 5 padded to 5: packed 8, padded 10, sum of squares 9 + 25 = 34
+    batch = _padded([3, 5])
+    assert batch_tokens(batch) == BatchTokens(8, 8, 2, 5, padded_tokens=10, sum_sq_tokens=34)
+    assert default_token_counts(batch) == (8, 8)
+    assert padded_token_counts(batch) == (10, 10)
+
+
+def test_equal_tokens_in_sequences_of_other_lengths_differ_in_squared_lengths():
+    # 8 sequences of 32 and 4 of 64: 256 tokens each; 8 * 32^2 = 8,192 and 4 * 64^2 = 16,384
+    eight = batch_tokens(_padded([32] * 8))
+    four = batch_tokens(_padded([64] * 4))
+    assert (eight.packed_tokens, eight.padded_tokens, eight.sum_sq_tokens) == (256, 256, 8_192)
+    assert (four.packed_tokens, four.padded_tokens, four.sum_sq_tokens) == (256, 256, 16_384)
 
 
 def test_a_batch_the_default_cannot_read_is_a_usage_error_naming_the_fix():
@@ -128,7 +168,7 @@ def _tiny_module(pl, manual: bool = False):
     return Tiny()
 
 
-def _fit(pl, module, callback, max_steps: int, accumulate: int = 1) -> None:
+def _fit(pl, module, callback, max_steps: int, accumulate: int = 1, loader=None) -> None:
     trainer = pl.Trainer(
         max_steps=max_steps,
         accumulate_grad_batches=accumulate,
@@ -140,7 +180,8 @@ def _fit(pl, module, callback, max_steps: int, accumulate: int = 1) -> None:
         enable_model_summary=False,
         callbacks=[callback],
     )
-    loader = torch.utils.data.DataLoader(_lightning_batches(), batch_size=None)
+    if loader is None:
+        loader = torch.utils.data.DataLoader(_lightning_batches(), batch_size=None)
     trainer.fit(module, train_dataloaders=loader)
 
 
@@ -236,6 +277,15 @@ def test_hf_trainer_records_each_micro_batch_of_accumulation(hf_demo, tmp_path):
     assert all(r["logical_tokens"] == r["packed_tokens"] for r in rows)
     padded = sorted(b["attention_mask"].numel() for b in batches)
     assert expected != padded  # the batches do hold padding, and it was left out
+    # ... and recorded apart: tokens padding included, and the sum of squared lengths
+    shapes = sorted(
+        (int(b["attention_mask"].sum()), b["attention_mask"].numel(),
+         int((b["attention_mask"].sum(dim=1) ** 2).sum()))
+        for b in batches
+    )  # fmt: skip
+    got = sorted((r["packed_tokens"], r["padded_tokens"], r["sum_sq_tokens"]) for r in rows[::2])
+    assert got == shapes
+    assert all(padded > packed for packed, padded, _ in got)
     signatures = [r["signature"] for r in rows[::2]]
     assert set(signatures) == {"train/short", "train/long"}
     for row in rows[::2]:
@@ -260,6 +310,71 @@ def test_hf_record_trainer_refuses_a_second_call_and_leaves_an_unrecorded_traine
     plain, rec = hf_demo.build_trainer(cfg, str(tmp_path / "out2"))
     assert not rec.enabled
     assert "training_step" not in vars(plain) and "compute_loss" not in vars(plain)
+
+
+def _pad_to_longest(samples: list[list[int]]) -> dict[str, torch.Tensor]:
+    """An ordinary padded collator: token ids padded with 0 to the longest, and a mask."""
+    width = max(map(len, samples))
+    ids = torch.tensor([s + [0] * (width - len(s)) for s in samples])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in samples])
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+#: Samples of 3 and 5, 4 and 4, 2 and 6 tokens: two per batch, each batch 8 real tokens.
+_PADDED_SAMPLES = [list(range(1, n + 1)) for n in (3, 5, 4, 4, 2, 6)]
+
+
+def _record_padded(pl, trace, run: str, **options):
+    from warmfit.integrations.lightning import WarmfitCallback
+
+    recorder = Recorder(trace, run=run, device="cpu", flush_interval_s=3600)
+    loader = torch.utils.data.DataLoader(
+        _PADDED_SAMPLES, batch_size=2, shuffle=False, collate_fn=_pad_to_longest
+    )
+    _fit(pl, _tiny_module(pl), WarmfitCallback(recorder, **options), max_steps=3, loader=loader)
+    return _readings(recorder)
+
+
+def test_lightning_with_a_padded_collator_records_padding_and_record_and_validate_say_so(
+    pl, tmp_path, capsys
+):
+    from typer.testing import CliRunner
+
+    from warmfit.cli import app
+    from warmfit.commands.record import _print_summary
+    from warmfit.recorder.launch import Recording
+
+    rows = _record_padded(pl, tmp_path / "trace", "pl")
+    _check_waves(rows, waves=3, steps=[0, 1, 2])
+    # lengths 3 and 5 padded to 5: packed 8, padded 10, sum of squares 9 + 25 = 34;
+    # 4 and 4: 8, 8, 32; 2 and 6 padded to 6: 8, 12, 4 + 36 = 40
+    got = [(r["packed_tokens"], r["padded_tokens"], r["sum_sq_tokens"]) for r in rows[::2]]
+    assert got == [(8, 10, 34), (8, 8, 32), (8, 12, 40)]
+    # padding is 2/10 = 20% and 4/12 = 33% of two waves' tokens: over 10%, named with the fix
+    said = (
+        "padding is over 10% of a wave's tokens in 2 of 3 waves of run 'pl' signature "
+        "'train/Tiny' (up to 33%)"
+    )
+    _print_summary(Recording(0, tmp_path / "trace" / "run=pl", []), tmp_path / "trace")
+    summary = capsys.readouterr().err
+    assert said in summary and "tokens=padded_token_counts" in summary
+    validated = CliRunner().invoke(app, ["validate", str(tmp_path / "trace")])
+    assert validated.exit_code == 0, validated.output
+    assert said in validated.stderr and "tokens=padded_token_counts" in validated.stderr
+    assert "padding" not in validated.stdout  # the summary on stdout is unchanged
+
+    # counted as the warning says: packed = padded, and nothing more to say about padding
+    rows = _record_padded(pl, tmp_path / "counted", "pl", tokens=padded_token_counts)
+    got = [(r["packed_tokens"], r["padded_tokens"], r["sum_sq_tokens"]) for r in rows[::2]]
+    assert got == [(10, 10, 34), (8, 8, 32), (12, 12, 40)]
+    validated = CliRunner().invoke(app, ["validate", str(tmp_path / "counted")])
+    assert validated.exit_code == 0 and "padding" not in validated.stderr
+
+
+def test_a_token_function_of_your_own_records_neither_column(pl, tmp_path):
+    rows = _record_padded(pl, tmp_path / "trace", "own", tokens=lambda batch: (7, 7))
+    assert [r["packed_tokens"] for r in rows] == [7] * 6
+    assert "padded_tokens" not in rows[0] and "sum_sq_tokens" not in rows[0]
 
 
 def test_lightning_records_into_the_recorder_warmfit_record_asks_for(pl, tmp_path, monkeypatch):
@@ -289,4 +404,7 @@ def test_hf_trainer_counts_padding_free_packed_rows_by_their_tokens(hf_demo, tmp
     rows = _readings(recorder)
     _check_waves(rows, waves=2, steps=[0, 0])
     assert sorted(r["packed_tokens"] for r in rows[::2]) == [17, 19]
+    # no padding (padded = packed); squared lengths 25 + 81 + 9 = 115 and 144 + 49 = 193
+    got = sorted((r["packed_tokens"], r["padded_tokens"], r["sum_sq_tokens"]) for r in rows[::2])
+    assert got == [(17, 17, 115), (19, 19, 193)]
     assert {r["signature"] for r in rows} == {"train/short"}  # longest sequence 12

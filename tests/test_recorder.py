@@ -392,6 +392,8 @@ def test_recovery_reports_progress_once_before_and_after_each_log(tmp_path):
         (("sig", 10, 5), {}, "logical_tokens=5 is below packed_tokens=10"),
         (("sig", 10, 10), {"output_bytes": -1}, "output_bytes=-1 is negative"),
         (("sig", 10, 10), {"static_floor_bytes": -1}, "static_floor_bytes=-1 is negative"),
+        (("sig", 10, 10), {"padded_tokens": 9}, "padded_tokens=9 is below packed_tokens=10"),
+        (("sig", 10, 10), {"sum_sq_tokens": 0}, "sum_sq_tokens=0 is not positive"),
     ],
 )
 @pytest.mark.parametrize("enabled", [True, False])
@@ -530,3 +532,31 @@ def test_a_log_with_the_reserved_column_is_recovered_with_it(tmp_path):
     assert log_schema(("reserved_peak_bytes",)).names[-1] == "reserved_peak_bytes"
     (compaction,) = recover(tmp_path)
     assert read_trace([compaction.trace])["reserved_peak_bytes"].to_list() == [300]
+
+
+# --------------------------------------------------------------------------- issue 29
+
+
+def test_wave_records_padded_tokens_and_the_sum_of_squared_lengths_on_every_reading(rec):
+    # a batch of lengths 3 and 5 padded to 5: packed 8, padded 10, sum of squares 9 + 25 = 34
+    with rec.wave("sig", 8, 8, padded_tokens=10, sum_sq_tokens=34) as w:
+        w.forward_done()
+    with rec.wave("sig", 8, 8, padded_tokens=torch.tensor(8)) as w:  # a 0-d tensor: its int
+        w.forward_done()
+    rows = readings(rec)
+    assert [(r["padded_tokens"], r["sum_sq_tokens"]) for r in rows] == [
+        (10, 34), (10, 34), (8, None), (8, None),
+    ]  # fmt: skip
+    assert all(type(r["padded_tokens"]) is int for r in rows)
+
+
+def test_a_trace_recorded_without_them_has_neither_column(rec):
+    run_wave(rec)
+    rec.close()
+    names = pq.read_schema(rec.trace_path).names
+    assert "padded_tokens" not in names and "sum_sq_tokens" not in names
+
+
+def test_a_float_padded_count_is_refused_naming_it(rec):
+    with pytest.raises(UsageError, match="sum_sq_tokens"):
+        rec.wave("sig", 8, 8, sum_sq_tokens=34.0)

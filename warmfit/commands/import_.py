@@ -17,7 +17,11 @@ from warmfit.errors import UsageError
 from warmfit.show.names import counted
 
 #: The group's line in ``warmfit --help``.
-HELP = "Turn measurements you already have (a CSV table, ART's planner-miss reports) into a trace."
+HELP = (
+    "Turn measurements you already have (a CSV table, ART's planner-miss reports) into a "
+    "trace.\n\n"
+    "Example: warmfit import table calibration.csv --map map.toml -o traces/calib/t.parquet"
+)
 
 OutputOpt = Annotated[
     Path,

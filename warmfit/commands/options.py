@@ -198,6 +198,17 @@ def warn_without_whole(pairs: pl.DataFrame) -> None:
         typer.echo(text, err=True)
 
 
+def warn_about_shapes(frame: pl.DataFrame) -> None:
+    """Warn on stderr about padding left out of the token counts and about waves of equal
+    tokens whose peaks differ by more than the default safety factor allows
+    (:func:`warmfit.format.shape.shape_warnings`; not a failure)."""
+    from warmfit.format.shape import shape_warnings
+    from warmfit.replay import DEFAULT_SAFETY_FACTOR
+
+    for text in shape_warnings(frame, DEFAULT_SAFETY_FACTOR):
+        typer.echo(text, err=True)
+
+
 def warn_without_checksums(paths: list[Path]) -> None:
     """Warn once on stderr about the trace files whose pages carry no checksums
     (written by other tools): a flipped bit in them cannot be detected."""

@@ -75,6 +75,7 @@ def record_command(
 
 
 def _print_summary(recording: object, output: Path) -> None:
+    from warmfit.format.shape import shape_warnings
     from warmfit.format.trace import (
         TraceSummary,
         file_metadata,
@@ -85,6 +86,7 @@ def _print_summary(recording: object, output: Path) -> None:
         without_whole,
     )
     from warmfit.recorder.launch import Recording
+    from warmfit.replay import DEFAULT_SAFETY_FACTOR
 
     assert isinstance(recording, Recording)
     say = lambda text: typer.echo(text, err=True)  # noqa: E731 (diagnostics go to stderr)
@@ -152,6 +154,8 @@ def _print_summary(recording: object, output: Path) -> None:
         )
     warning = no_whole_warning(without_whole(frame))
     if warning:
+        say(warning)
+    for warning in shape_warnings(frame, DEFAULT_SAFETY_FACTOR):  # padding, equal tokens
         say(warning)
     say(f"replay it:   warmfit replay {output}")
 

@@ -38,11 +38,18 @@ def validate_command(
     The summary gives what the recorder stored (meter, device, torch version,
     whether the trace was recovered) and, per run and signature, the waves,
     whole readings and OOM readings. A run and signature without a whole
-    reading gets a warning on stderr (warm-fit cannot learn there).
+    reading gets a warning on stderr (warm-fit cannot learn there), and so do
+    waves whose padding is over 10% of their tokens (the padded_tokens column)
+    and waves of equal tokens whose peaks differ by more than the default
+    safety factor's 10% (naming the sum_sq_tokens column).
 
     Example: warmfit validate traces/pr991
     """
-    from warmfit.commands.options import warn_without_checksums, warn_without_whole
+    from warmfit.commands.options import (
+        warn_about_shapes,
+        warn_without_checksums,
+        warn_without_whole,
+    )
     from warmfit.format.trace import (
         TraceSummary,
         file_metadata,
@@ -63,6 +70,7 @@ def validate_command(
     if frame.height:
         typer.echo(_signature_table(frame), nl=False)
     warn_without_whole(without_whole(frame))
+    warn_about_shapes(frame)
     warn_without_checksums(files)
 
 

@@ -76,6 +76,22 @@ ESTIMATE_COLUMN: Final = "estimate_bytes"
 #: (nullable, ``>= 0`` when present).
 OPTIONAL_COLUMNS: Final[dict[str, pa.DataType]] = {ESTIMATE_COLUMN: pa.int64()}
 
+#: An optional column that describes a wave's batch: its tokens padding included (the
+#: batch's token tensor, rows times width), beside ``packed_tokens`` (real tokens).
+#: Nullable; ``>= packed_tokens`` when present. The integrations write it.
+PADDED_COLUMN: Final = "padded_tokens"
+#: An optional column that describes a wave's batch: the sum over its sequences of their
+#: length squared, in real tokens (attention without a fused kernel grows so).
+#: Nullable; positive when present. The integrations write it.
+SUM_SQ_COLUMN: Final = "sum_sq_tokens"
+#: The optional columns that describe a wave's batch, with their types. Their types are
+#: checked in every file that has them, their values where they are read (``warmfit
+#: validate``, ``read_trace`` of every column); replay never reads them.
+SHAPE_COLUMNS: Final[dict[str, pa.DataType]] = {
+    PADDED_COLUMN: pa.int64(),
+    SUM_SQ_COLUMN: pa.int64(),
+}
+
 #: The columns replay needs (everything but ``step``).
 REPLAY_COLUMNS: Final = tuple(c for c in COLUMNS if c != "step")
 

@@ -32,6 +32,7 @@ from warmfit.format.schema import (
     KINDS,
     NULLABLE,
     OPTIONAL_COLUMNS,
+    PADDED_COLUMN,
     PER_WAVE_KEY,
     PER_WAVE_MARKERS,
     PHASES,
@@ -40,6 +41,8 @@ from warmfit.format.schema import (
     RESERVED_COLUMN,
     SCHEMA_KEY,
     SCHEMA_VERSION,
+    SHAPE_COLUMNS,
+    SUM_SQ_COLUMN,
     WAVE_CONSTANT,
 )
 from warmfit.format.writer import to_arrow as to_arrow  # re-exported: the one writer
@@ -67,6 +70,9 @@ POLARS_DTYPES: dict[str, pl.DataType] = {
 }
 #: Canonical polars dtypes of the optional columns (:data:`~warmfit.format.schema.OPTIONAL_COLUMNS`).
 OPTIONAL_DTYPES: dict[str, pl.DataType] = {ESTIMATE_COLUMN: pl.Int64()}
+#: Canonical polars dtypes of the columns that describe a wave's batch
+#: (:data:`~warmfit.format.schema.SHAPE_COLUMNS`): checked where read, never read by replay.
+SHAPE_DTYPES: dict[str, pl.DataType] = {PADDED_COLUMN: pl.Int64(), SUM_SQ_COLUMN: pl.Int64()}
 
 _FIX_FORMAT = "See docs/reference/trace-format.md for the rules of trace format v1."
 
@@ -170,7 +176,7 @@ def check_file_schema(path: Path) -> pa.Schema:
                 column=column,
                 fix="Cast the column when writing the trace. " + _FIX_FORMAT,
             )
-    for column, expected in OPTIONAL_COLUMNS.items():
+    for column, expected in (*OPTIONAL_COLUMNS.items(), *SHAPE_COLUMNS.items()):
         found = schema.field(column).type if column in names else None
         if found is not None and not (_type_ok(expected, found) or pa.types.is_null(found)):
             raise TraceError(
@@ -269,6 +275,27 @@ def _row_rules(optional: Sequence[str] = ()) -> list[_RowRule]:
                 "Write null for a wave the trainer did not price. " + _FIX_FORMAT,
             )
         )
+    if PADDED_COLUMN in optional:
+        rules.append(
+            _RowRule(
+                PADDED_COLUMN,
+                pl.col(PADDED_COLUMN) < pl.col("packed_tokens"),
+                "is below packed_tokens; the tokens of a wave's batch, padding included, are "
+                "never fewer than its packed tokens (null where unknown).",
+                "Write the batch's rows times its width, or null. " + _FIX_FORMAT,
+            )
+        )
+    if SUM_SQ_COLUMN in optional:
+        rules.append(
+            _RowRule(
+                SUM_SQ_COLUMN,
+                pl.col(SUM_SQ_COLUMN) <= 0,
+                "is not positive; the sum of a wave's squared sequence lengths is at least 1 "
+                "(null where unknown).",
+                "Write the sum over the wave's sequences of their length squared, or null. "
+                + _FIX_FORMAT,
+            )
+        )
     return rules
 
 
@@ -285,7 +312,7 @@ def _none_of(column: str, values: Sequence[str]) -> pl.Expr:
 def _check_rows(frame: pl.DataFrame, path: Path, rows: np.ndarray | None = None) -> None:
     """Raise on the first broken row rule; ``rows`` numbers the frame's rows in the
     file when the frame is a part of it (else row i is the file's row i)."""
-    rules = _row_rules([c for c in OPTIONAL_DTYPES if c in frame.columns])
+    rules = _row_rules([c for c in (*OPTIONAL_DTYPES, *SHAPE_DTYPES) if c in frame.columns])
     broken = frame.select(
         [r.broken.fill_null(False).any().alias(str(i)) for i, r in enumerate(rules)]
     ).row(0)
@@ -329,7 +356,7 @@ def conform(frame: pl.DataFrame, path: Path, rows: np.ndarray | None = None) -> 
     :class:`TraceError` naming the file, column and row.
     """
     for name in frame.columns:
-        target = POLARS_DTYPES.get(name) or OPTIONAL_DTYPES.get(name)
+        target = POLARS_DTYPES.get(name) or OPTIONAL_DTYPES.get(name) or SHAPE_DTYPES.get(name)
         if target is None or frame.schema[name] == target:
             continue
         try:
@@ -902,8 +929,9 @@ def readings_frame(rows: Sequence[dict[str, object]]) -> pl.DataFrame:
     ``logical_tokens`` and ``peak_bytes``; the rest default to run ``"run"``,
     rank 0, a flat caller reading that is not whole, no outputs, a zero
     baseline, no floor, no step and no OOM. A dict may give ``estimate_bytes``
-    (SPEC §8, the price the trainer used): the frame then has that column, null
-    where a dict lacks it. Nothing is validated here.
+    (SPEC §8, the price the trainer used), ``padded_tokens`` or ``sum_sq_tokens``:
+    the frame then has that column, null where a dict lacks it. Nothing is
+    validated here.
 
     >>> readings_frame([dict(seq=0, wave=0, signature="s", packed_tokens=4,
     ...                      logical_tokens=8, peak_bytes=100)]).row(0)[:4]
@@ -911,6 +939,7 @@ def readings_frame(rows: Sequence[dict[str, object]]) -> pl.DataFrame:
     """
     filled = [{**_DEFAULTS, **row} for row in rows]
     dtypes = dict(POLARS_DTYPES)
-    if any(ESTIMATE_COLUMN in row for row in rows):
-        dtypes[ESTIMATE_COLUMN] = OPTIONAL_DTYPES[ESTIMATE_COLUMN]
+    for name, dtype in (*OPTIONAL_DTYPES.items(), *SHAPE_DTYPES.items()):
+        if any(name in row for row in rows):
+            dtypes[name] = dtype
     return pl.DataFrame({name: [row.get(name) for row in filled] for name in dtypes}, schema=dtypes)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from warmfit.errors import TraceError
 from warmfit.format.files import write_atomically
-from warmfit.format.schema import COLUMNS, OPTIONAL_COLUMNS, arrow_schema
+from warmfit.format.schema import COLUMNS, OPTIONAL_COLUMNS, SHAPE_COLUMNS, arrow_schema
 
 _FIX_FORMAT = "See docs/reference/trace-format.md for the rules of trace format v1."
 
@@ -24,7 +24,8 @@ _FIX_FORMAT = "See docs/reference/trace-format.md for the rules of trace format 
 def to_arrow(frame: Any, metadata: dict[str, str] | None = None) -> pa.Table:
     """Cast readings (an Arrow table, or a frame with ``to_arrow()``, such as a polars
     DataFrame) to the v1 Arrow schema: required columns first, extras after (an
-    optional column with a meaning, such as ``estimate_bytes``, cast to its type)."""
+    optional column with a meaning, such as ``estimate_bytes`` or ``padded_tokens``,
+    cast to its type)."""
     table = frame if isinstance(frame, pa.Table) else frame.to_arrow()
     schema = arrow_schema(metadata)
     extras = [n for n in table.column_names if n not in COLUMNS]
@@ -38,8 +39,9 @@ def to_arrow(frame: Any, metadata: dict[str, str] | None = None) -> pa.Table:
     fields = list(schema)
     for name in extras:
         field = table.schema.field(name)
-        if name in OPTIONAL_COLUMNS:
-            field = pa.field(name, OPTIONAL_COLUMNS[name])
+        typed = OPTIONAL_COLUMNS.get(name) or SHAPE_COLUMNS.get(name)
+        if typed is not None:
+            field = pa.field(name, typed)
         arrays.append(table.column(name).cast(field.type))
         fields.append(field)
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warmfit.errors import UsageError
-from warmfit.integrations.tokens import default_token_counts
+from warmfit.integrations.tokens import batch_tokens, default_token_counts, padded_token_counts
+
+if TYPE_CHECKING:
+    from warmfit.recorder import Recorder
+    from warmfit.recorder.recorder import Wave, _NullWave
 
 #: ``signature(module, batch) -> str``: the profile key of a batch's wave.
 SignatureFn = Callable[[Any, Any], str]
@@ -45,14 +49,35 @@ class WaveSpec:
         self.tokens: TokensFn = tokens if tokens is not None else default_token_counts
         self.output_bytes = output_bytes
 
-    def arguments(self, module: Any, batch: Any) -> tuple[str, int, int, int] | None:
-        """``(signature, packed_tokens, logical_tokens, output_bytes)`` of a batch.
+    def counts(self, batch: Any) -> tuple[int, int, int | None, int | None]:
+        """``(packed_tokens, logical_tokens, padded_tokens, sum_sq_tokens)`` of a batch.
 
-        ``None`` for a batch without a real token (all padding): it runs
+        The last two come from :func:`~warmfit.integrations.tokens.batch_tokens`,
+        counted once with the packed tokens, when ``tokens`` is one of warmfit's
+        own (:func:`~warmfit.integrations.tokens.default_token_counts`,
+        :func:`~warmfit.integrations.tokens.padded_token_counts`); a function of
+        your own gives None for both, since warmfit cannot know what it counts.
+        """
+        if self.tokens is default_token_counts or self.tokens is padded_token_counts:
+            counted = batch_tokens(batch)
+            padded, sum_sq = counted.padded_tokens, counted.sum_sq_tokens
+            if self.tokens is padded_token_counts:
+                return padded, padded, padded, sum_sq or None
+            return counted.packed_tokens, counted.logical_tokens, padded, sum_sq or None
+        packed, logical = self.tokens(batch)
+        return packed, logical, None, None
+
+    def wave(self, recorder: Recorder, module: Any, batch: Any) -> Wave | _NullWave | None:
+        """``recorder.wave(...)`` for a batch, not entered yet.
+
+        ``None`` for a batch whose count is 0 (all padding, by default): it runs
         unrecorded, since a wave needs ``packed_tokens > 0``.
         """
-        packed, logical = self.tokens(batch)
+        packed, logical, padded, sum_sq = self.counts(batch)
         if packed == 0:
             return None
         out = self.output_bytes(batch) if self.output_bytes is not None else 0
-        return self.signature(module, batch), packed, logical, out
+        return recorder.wave(
+            self.signature(module, batch), packed, logical, out,
+            padded_tokens=padded, sum_sq_tokens=sum_sq,
+        )  # fmt: skip

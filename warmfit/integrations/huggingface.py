@@ -11,8 +11,11 @@ included), and adds a callback for the steps:
   from ``signature(model, inputs)`` (default ``train/<model class>``), the
   counts from ``tokens(inputs)`` (default
   :func:`warmfit.integrations.tokens.default_token_counts`: non-padding
-  tokens; packed sequences in ``position_ids`` understood), counted on the
-  batch as the data loader gave it;
+  tokens; packed sequences in ``position_ids`` understood;
+  ``tokens=padded_token_counts`` counts padding too), counted on the batch as
+  the data loader gave it; with either of these two, each wave also records
+  the batch's tokens padding included and its sum of squared sequence lengths
+  (the trace columns ``padded_tokens`` and ``sum_sq_tokens``);
 - the first ``compute_loss`` to return inside it takes the ``forward``
   reading (the model's forward and its loss have run, backward has not);
 - leaving ``training_step`` (after ``accelerator.backward``) takes the
@@ -95,10 +98,10 @@ def record_trainer(
     def training_step(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         if recording.wave is not None:  # re-entered: record the outer call only
             return inner_step(model, inputs, *args, **kwargs)
-        arguments = recording.spec.arguments(trainer.model, inputs)
-        if arguments is None:  # no real token: nothing to price
+        opened = recording.spec.wave(rec, trainer.model, inputs)
+        if opened is None:  # no real token: nothing to price
             return inner_step(model, inputs, *args, **kwargs)
-        with rec.wave(*arguments) as wave:
+        with opened as wave:
             recording.wave, recording.forward_taken = wave, False
             try:
                 return inner_step(model, inputs, *args, **kwargs)

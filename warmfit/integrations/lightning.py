@@ -5,7 +5,10 @@ Each training batch is one wave (SPEC §1):
 - ``on_train_batch_start`` opens it: the signature from ``signature(module,
   batch)`` (default ``train/<LightningModule class>``), the token counts from
   ``tokens(batch)`` (default :func:`warmfit.integrations.tokens.default_token_counts`:
-  non-padding tokens, packed = logical);
+  non-padding tokens, packed = logical; ``tokens=padded_token_counts`` counts
+  padding too); with either of these two, the wave also records the batch's
+  tokens padding included and its sum of squared sequence lengths (the trace
+  columns ``padded_tokens`` and ``sum_sq_tokens``);
 - ``on_before_backward`` takes the ``forward`` reading (training_step and its
   loss have run, backward has not);
 - ``on_after_backward`` takes the ``caller`` reading with automatic
@@ -83,10 +86,9 @@ class WarmfitCallback(Callback):
         recorder = self.recorder
         if recorder is None or not recorder.enabled:
             return
-        arguments = self._spec.arguments(pl_module, batch)
-        if arguments is None:
+        wave = self._spec.wave(recorder, pl_module, batch)
+        if wave is None:
             return
-        wave = recorder.wave(*arguments)
         wave.__enter__()
         self._wave = wave
         self._forward_taken = False

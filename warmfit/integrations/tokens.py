@@ -13,14 +13,22 @@ tensor of token ids, or a tuple or list whose first item is one.
   ``position_ids`` (padding-free packing, as ``DataCollatorWithFlattening``
   gives), every real token whose position id is 0 starts a new sequence, and
   so does the first real token of each row.
+- **padded tokens** are every token of the batch's tensor, padding included
+  (rows times width), what a padded batch's memory follows;
+  :func:`padded_token_counts` counts them as the packed tokens.
+- **the sum of squared sequence lengths** (``sum_sq_tokens``), in real tokens:
+  attention without a fused kernel grows with it, so two batches of equal
+  tokens (8 sequences of 32, 4 of 64) can differ in memory.
 
 >>> import torch
 >>> batch_tokens({"input_ids": torch.ones(2, 4, dtype=torch.long),
 ...               "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])})
-BatchTokens(packed_tokens=6, logical_tokens=6, sequences=2, longest_sequence=4)
+BatchTokens(packed_tokens=6, logical_tokens=6, sequences=2, longest_sequence=4, \
+padded_tokens=8, sum_sq_tokens=20)
 >>> batch_tokens({"input_ids": torch.ones(1, 7, dtype=torch.long),
 ...               "position_ids": torch.tensor([[0, 1, 2, 0, 1, 0, 1]])})
-BatchTokens(packed_tokens=7, logical_tokens=7, sequences=3, longest_sequence=3)
+BatchTokens(packed_tokens=7, logical_tokens=7, sequences=3, longest_sequence=3, \
+padded_tokens=7, sum_sq_tokens=17)
 
 This module imports torch only when it counts.
 """
@@ -37,12 +45,16 @@ from warmfit.errors import UsageError
 
 @dataclass(frozen=True)
 class BatchTokens:
-    """What a batch holds, in tokens."""
+    """What a batch holds, in tokens (see the module docstring)."""
 
     packed_tokens: int
     logical_tokens: int
     sequences: int
     longest_sequence: int
+    #: Every token of the batch's tensor, padding included (rows times width).
+    padded_tokens: int = 0
+    #: The sum over its sequences of their length squared, in real tokens.
+    sum_sq_tokens: int = 0
 
 
 def _first_tensor(batch: Any) -> tuple[Any, Any, Any]:
@@ -101,10 +113,28 @@ def batch_tokens(batch: Any) -> BatchTokens:
     else:
         lengths = [n for n in real.sum(dim=-1).tolist() if n > 0]
     packed = int(sum(lengths))
-    return BatchTokens(packed, packed, len(lengths), max(lengths, default=0))
+    return BatchTokens(
+        packed, packed, len(lengths), max(lengths, default=0),
+        padded_tokens=int(ids.numel()), sum_sq_tokens=int(sum(n * n for n in lengths)),
+    )  # fmt: skip
 
 
 def default_token_counts(batch: Any) -> tuple[int, int]:
     """``(packed_tokens, logical_tokens)`` of a batch: padding excluded, no prefix sharing."""
     counted = batch_tokens(batch)
     return counted.packed_tokens, counted.logical_tokens
+
+
+def padded_token_counts(batch: Any) -> tuple[int, int]:
+    """``(packed_tokens, logical_tokens)`` of a batch, padding included: every token of
+    its tensor (rows times width), what a padded batch's memory follows. Pass it as the
+    integrations' ``tokens=`` when a collator pads (``WarmfitCallback(tokens=...)``,
+    ``record_trainer(trainer, tokens=...)``).
+
+    >>> import torch
+    >>> padded_token_counts({"input_ids": torch.ones(2, 5, dtype=torch.long),
+    ...                      "attention_mask": torch.tensor([[1, 1, 1, 0, 0], [1] * 5])})
+    (10, 10)
+    """
+    counted = batch_tokens(batch)
+    return counted.padded_tokens, counted.padded_tokens

@@ -43,7 +43,14 @@ from typing import Any, Final
 import pyarrow as pa
 
 from warmfit.errors import TraceError, UsageError
-from warmfit.format.schema import COLUMNS, ESTIMATE_COLUMN, RESERVED_COLUMN, arrow_schema
+from warmfit.format.schema import (
+    COLUMNS,
+    ESTIMATE_COLUMN,
+    PADDED_COLUMN,
+    RESERVED_COLUMN,
+    SUM_SQ_COLUMN,
+    arrow_schema,
+)
 from warmfit.format.writer import write_trace
 from warmfit.show.names import counted
 from warmfit.show.progress import ProgressCallback, no_progress
@@ -68,13 +75,18 @@ _MAX_BODY_BYTES: Final = 1 << 36
 ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("run", "rank"))
 #: Optional columns a log may carry after the v1 columns, in this order (each
 #: reading tuple then ends with their values): the price the trainer used for the
-#: wave (SPEC §8; the recorder writes it in every log, and compaction leaves it out
-#: of a trace where every reading's is null), and the reserved pool's peak, from a
-#: meter that has one (docs/reference/recorder.md).
+#: wave (SPEC §8), the wave's tokens padding included and the sum of its squared
+#: sequence lengths (the recorder writes these three in every log, and compaction
+#: leaves each out of a trace where every reading's is null: :data:`DROPPED_WHEN_NULL`),
+#: and the reserved pool's peak, from a meter that has one (docs/reference/recorder.md).
 EXTRA_COLUMNS: Final[dict[str, pa.DataType]] = {
     ESTIMATE_COLUMN: pa.int64(),
+    PADDED_COLUMN: pa.int64(),
+    SUM_SQ_COLUMN: pa.int64(),
     RESERVED_COLUMN: pa.int64(),
 }
+#: The log's columns that compaction leaves out of a trace where every reading's is null.
+DROPPED_WHEN_NULL: Final = (ESTIMATE_COLUMN, PADDED_COLUMN, SUM_SQ_COLUMN)
 
 
 def log_schema(
@@ -599,10 +611,15 @@ def _compact_locked(path: Path, fd: int, extra_metadata: dict[str, str] | None) 
         )
     table, batches, problem = contents.table, contents.batches, contents.problem
     complete = contents.complete
-    if ESTIMATE_COLUMN in table.column_names and table.column(ESTIMATE_COLUMN).null_count == len(
-        table
-    ):  # no wave priced: no column, so that the trace replays without a `recorded` row
-        table = table.drop_columns([ESTIMATE_COLUMN])
+    # No wave priced: no estimate_bytes, so that the trace replays without a `recorded`
+    # row; no wave described: no padded_tokens or sum_sq_tokens, a trace as before them.
+    empty = [
+        name
+        for name in DROPPED_WHEN_NULL
+        if name in table.column_names and table.column(name).null_count == len(table)
+    ]
+    if empty:
+        table = table.drop_columns(empty)
     metadata = {k: v for k, v in _metadata(table.schema).items() if k not in (LOG_MARKER, PID_KEY)}
     if contents.dropped_bytes:
         metadata["warmfit.recovered_dropped_bytes"] = str(contents.dropped_bytes)

@@ -48,7 +48,13 @@ from types import TracebackType
 from typing import Any, Final, Protocol
 
 from warmfit.errors import RecordingError, UsageError
-from warmfit.format.schema import ESTIMATE_COLUMN, KINDS, RESERVED_COLUMN
+from warmfit.format.schema import (
+    ESTIMATE_COLUMN,
+    KINDS,
+    PADDED_COLUMN,
+    RESERVED_COLUMN,
+    SUM_SQ_COLUMN,
+)
 from warmfit.recorder.log import (
     LOG_NAME,
     Compaction,
@@ -111,8 +117,10 @@ class Wave:
         "logical_tokens",
         "output_bytes",
         "packed_tokens",
+        "padded_tokens",
         "signature",
         "static_floor_bytes",
+        "sum_sq_tokens",
         "wave",
     )
 
@@ -126,6 +134,8 @@ class Wave:
         static_floor_bytes: int | None,
         kind: str,
         estimate_bytes: int | None = None,
+        padded_tokens: int | None = None,
+        sum_sq_tokens: int | None = None,
     ) -> None:
         self._recorder = recorder
         self.signature = signature
@@ -137,6 +147,9 @@ class Wave:
         #: The price the trainer used for this wave, recorded on its readings (SPEC §8):
         #: ``wave(estimate_bytes=...)``, else the pricer's answer; None: none.
         self.estimate_bytes = estimate_bytes
+        #: What the wave's batch holds, recorded on its readings when given (None: not).
+        self.padded_tokens = padded_tokens
+        self.sum_sq_tokens = sum_sq_tokens
         self.wave = -1
         self.baseline_bytes = 0
         self.forward_peak_bytes = -1  # the raw counter at forward_done; -1 before
@@ -255,7 +268,7 @@ class Recorder:
     ``pricer`` (see :class:`WavePricer`): a wave given no ``estimate_bytes`` is
     priced by ``pricer.price(...)`` when it is recorded, and that price is recorded
     (SPEC §8); after each reading the recorder writes, ``pricer.observe_row(row)``
-    receives it (a dict of trace v1 column names to values, as the trace holds it).
+    receives it (a dict of trace column names to values, as the log holds it).
     A recorder that records nothing asks and tells its pricer nothing.
     """
 
@@ -311,16 +324,17 @@ class Recorder:
                 self.rank,
                 self._metadata(),
                 fsync,
-                extra_columns=(ESTIMATE_COLUMN, RESERVED_COLUMN)
+                extra_columns=(ESTIMATE_COLUMN, PADDED_COLUMN, SUM_SQ_COLUMN, RESERVED_COLUMN)
                 if self._reserved is not None
-                else (ESTIMATE_COLUMN,),
+                else (ESTIMATE_COLUMN, PADDED_COLUMN, SUM_SQ_COLUMN),
             )
         except BaseException:
             self.meter.close()
             raise
         self._pid = os.getpid()
         #: A reading's columns as a pricer's observe_row receives them: the log's (run,
-        #: rank, v1's others, estimate_bytes, and reserved_peak_bytes where measured).
+        #: rank, v1's others, estimate_bytes, padded_tokens, sum_sq_tokens, and
+        #: reserved_peak_bytes where measured).
         self._row_names = tuple(self._writer.schema.names)
         self._rows: deque[tuple[Any, ...]] = deque()
         self._active: list[Wave] = []
@@ -383,12 +397,21 @@ class Recorder:
         static_floor_bytes: int | None = None,
         kind: str = "flat",
         estimate_bytes: int | None = None,
+        *,
+        padded_tokens: int | None = None,
+        sum_sq_tokens: int | None = None,
     ) -> Wave | _NullWave:
         """A context manager for one wave; see the module docstring.
 
         ``estimate_bytes``: the price the trainer used for the wave, recorded on
         its readings (SPEC §8; ``wave.estimate_bytes``); when None, a recorder
         with a ``pricer`` records the pricer's price of the wave instead.
+
+        ``padded_tokens`` and ``sum_sq_tokens`` describe the wave's batch, recorded
+        on its readings when given (columns of the same names; replay never reads
+        them, ``warmfit validate`` does): its tokens padding included (rows times
+        width of a padded batch; ``>= packed_tokens``), and the sum over its
+        sequences of their length squared (``> 0``). The integrations give both.
 
         The arguments are checked the same way whether the recorder records or
         not, so recording never changes what the trainer does. A wrong type (a
@@ -432,6 +455,11 @@ class Recorder:
                 signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes,
                 estimate_bytes,
             )  # fmt: skip
+        if padded_tokens is not None or sum_sq_tokens is not None:  # one test when not given
+            shape = self._shape(signature, packed_tokens, padded_tokens, sum_sq_tokens)
+            if shape is None:
+                return _NullWave()
+            padded_tokens, sum_sq_tokens = shape
         if not self.enabled:
             return _NullWave(estimate_bytes)
         if estimate_bytes is None and self.pricer is not None:
@@ -445,8 +473,31 @@ class Recorder:
                 )  # fmt: skip
         return Wave(
             self, signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes, kind,
-            estimate_bytes,
+            estimate_bytes, padded_tokens, sum_sq_tokens,
         )  # fmt: skip
+
+    def _shape(
+        self,
+        signature: str,
+        packed_tokens: int,
+        padded_tokens: int | None,
+        sum_sq_tokens: int | None,
+    ) -> tuple[int | None, int | None] | None:
+        """``(padded_tokens, sum_sq_tokens)`` as ints, or None: a value that cannot be
+        recorded (the wave runs unrecorded, as for the other arguments)."""
+        if padded_tokens is not None and type(padded_tokens) is not int:
+            padded_tokens = _count("padded_tokens", padded_tokens)
+        if sum_sq_tokens is not None and type(sum_sq_tokens) is not int:
+            sum_sq_tokens = _count("sum_sq_tokens", sum_sq_tokens)
+        if padded_tokens is not None and padded_tokens < packed_tokens:
+            argument = "padded_tokens"
+            rule = f"padded_tokens={padded_tokens} is below packed_tokens={packed_tokens}"
+        elif sum_sq_tokens is not None and sum_sq_tokens <= 0:
+            argument, rule = "sum_sq_tokens", f"sum_sq_tokens={sum_sq_tokens} is not positive"
+        else:
+            return padded_tokens, sum_sq_tokens
+        self._warn_skipped(signature, argument, rule)
+        return None
 
     def _priced(
         self,
@@ -503,6 +554,11 @@ class Recorder:
                 if priced_by == "estimate_bytes"
                 else f"{priced_by} {estimate_bytes} is negative (None means no price)"
             )
+        self._warn_skipped(signature, argument, rule)
+        return _NullWave()
+
+    def _warn_skipped(self, signature: str, argument: str, rule: str) -> None:
+        """Count a skipped wave; warn at the first per argument (from ``wave()``'s caller)."""
         count = self._skipped.get(argument, 0)
         self._skipped[argument] = count + 1
         if count == 0:
@@ -512,9 +568,8 @@ class Recorder:
                 "warning and counted (Recorder.skipped_waves, and the summary of 'warmfit "
                 "record').",
                 RecorderWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-        return _NullWave()
 
     @property
     def skipped_waves(self) -> int:
@@ -599,12 +654,14 @@ class Recorder:
             wave.static_floor_bytes,
             oom,
             wave.estimate_bytes,
+            wave.padded_tokens,
+            wave.sum_sq_tokens,
         )
         if self._reserved is not None:
             row = (*row, reserved)
         self._rows.append(row)
         self._seq += 1
-        if self.pricer is not None:  # the reading as the trace holds it, to learn from
+        if self.pricer is not None:  # the reading as the log holds it, to learn from
             values = (self.run, self.rank, *row)  # (the flush thread may have taken it)
             self.pricer.observe_row(dict(zip(self._row_names, values, strict=True)))
         if len(self._rows) >= self._flush_at:
@@ -790,4 +847,3 @@ def _close_at_exit(recorder: weakref.ref[Recorder]) -> None:
             f"warmfit: warning: could not close the recorder of rank {alive.rank} at exit: {exc}",
             file=sys.stderr,
         )
-
