@@ -565,3 +565,35 @@ def test_update_goes_with_expect_only(tmp_path: Path) -> None:
     )
     assert code == 2 and out == "" and "--update adds new runs" in err
     assert not (tmp_path / "e.toml").exists()
+
+
+def test_update_keeps_a_link_the_mode_and_the_line_endings(tmp_path: Path) -> None:
+    """--update appends to the file a link names (the link stays a link), keeps the
+    file's mode (0640 here) and its CRLF line endings, byte for byte before the new
+    tables; a read-only file is refused and left alone."""
+    real = tmp_path / "real" / "e.toml"
+    real.parent.mkdir()
+    only_a = _runs_trace(tmp_path / "a", {"A": 60_000})
+    assert invoke("check", str(only_a), "--write-expect", str(real))[0] == 0
+    crlf = real.read_bytes().replace(b"\n", b"\r\n")
+    real.write_bytes(crlf)
+    real.chmod(0o640)
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    both = _runs_trace(tmp_path / "ab", {"A": 60_000, "B": 55_000})
+    code, _, err = invoke("check", str(both), "--expect", str(link), "--update")
+    assert code == 0, err
+    assert link.is_symlink() and link.resolve() == real
+    data = real.read_bytes()
+    assert data.startswith(crlf) and b"[runs.B.warm-fit]\r\n" in data
+    assert data.count(b"\n") == data.count(b"\r\n")  # no bare \n added
+    assert real.stat().st_mode & 0o777 == 0o640
+    assert read_expectations(real).runs == ["A", "B"]
+
+    frozen = tmp_path / "frozen.toml"
+    assert invoke("check", str(only_a), "--write-expect", str(frozen))[0] == 0
+    frozen.chmod(0o444)
+    before = frozen.read_bytes()
+    code, _, err = invoke("check", str(both), "--expect", str(frozen), "--update")
+    assert code == 2 and "is read-only, so --update leaves it as it is" in err
+    assert frozen.read_bytes() == before

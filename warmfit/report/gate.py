@@ -39,14 +39,15 @@ import json
 import math
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from warmfit.errors import UsageError
-from warmfit.format.files import not_regular, write_bytes_atomically
+from warmfit.format.files import not_regular, write_atomically, write_bytes_atomically
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, ReplayResult, check_safety_factor
 from warmfit.report.sweep import safe_factors
 from warmfit.report.table import cell, percent, plain_table, table_text
@@ -592,16 +593,33 @@ def update_expectations(
             chosen = list(result.policies) if policies is None else policies
             safe = safe_factors(result.readings, chosen, result.engine)
             raise UnderPeakError(expectations.path, result.safety_factor, offenders, safe)
-    text = Path(expectations.path).read_text(encoding="utf-8")
-    if text and not text.endswith("\n"):
-        text += "\n"
+    # A link is kept: the file it names is the one updated. Its mode and line endings
+    # stay, and every byte already there.
+    target = Path(os.path.realpath(expectations.path))
+    mode = stat.S_IMODE(target.stat().st_mode)
+    if not mode & stat.S_IWUSR:
+        raise ExpectationsError(
+            expectations.path,
+            "is read-only, so --update leaves it as it is.",
+            "Make it writable (chmod u+w) to add the new runs to it.",
+        )
+    data = target.read_bytes()
+    newline = b"\r\n" if b"\r\n" in data else b"\n"
+    if data and not data.endswith(b"\n"):
+        data += newline
     lines = [
         "",
         f"# Added by 'warmfit check --update': {counted(len(added), 'run')} the file did not "
         "list, at their current figures.",
         *run_tables(result, added)[1:],  # the comment takes the first table's blank line
     ]
-    write_bytes_atomically(expectations.path, (text + "\n".join(lines) + "\n").encode("utf-8"))
+    data += newline.join(line.encode("utf-8") for line in lines) + newline
+
+    def write(sink: BinaryIO) -> None:
+        sink.write(data)
+        os.fchmod(sink.fileno(), mode)
+
+    write_atomically(target, write)
     return added
 
 
