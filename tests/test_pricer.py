@@ -342,3 +342,25 @@ def test_only_a_rule_that_vouches_for_floats_runs_on_them() -> None:
     assert Inverted().price(PriceRequest(100, 100)) == 2.0
     assert Inherits().price(PriceRequest(1, 1)) is None and Inherits._float_rule is not None
     assert policy_names()[:4] == BUILT_IN
+
+
+def test_a_float_form_that_gives_a_complex_falls_back_to_numpy() -> None:
+    """A rule with ``** 0.5`` of a negative number: Python's floats give a complex,
+    numpy NaN (no price). The float form must not raise (a TypeError at float(p)) but
+    give numpy's answer: no price at 100 tokens, 50 B/token * sqrt(200 - 150) at 200."""
+    from warmfit.policies.rule import RATE, Max
+
+    class Root(DeclaredPolicy):
+        name = "root-test"
+        summary = "rate times the square root of n - 150"
+        plain_floats = True
+        rate_max = Max(RATE)
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return state.rate_max * (n - 150.0) ** 0.5
+
+    profile = Root()
+    profile.observe(Reading(100, 100, 5_000, 0, True, "caller"))  # 50 B/token
+    assert profile.price(PriceRequest(100, 100)) is None
+    assert profile.price(PriceRequest(200, 200)) == 50 * 50**0.5

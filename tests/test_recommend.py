@@ -398,3 +398,11 @@ def test_both_engines_recommend_the_same() -> None:
     scalar = recommend(frame, 90_000_000_000, policies, engine="scalar")
     vectorized = recommend(frame, 90_000_000_000, policies, engine="vectorized")
     assert scalar.results == vectorized.results
+
+
+def test_the_recorded_prices_are_refused_with_their_own_reason() -> None:
+    """-p recorded names the trainer's own prices, which price no other size: not
+    'unknown policy' (replay knows the name), but why recommend has no answer."""
+    code, out, err = cli(str(ART), "--budget", "100GB", "-p", "recorded")
+    assert (code, out) == (2, "")
+    assert "policy 'recorded' is the trainer's own prices" in err and "unknown" not in err

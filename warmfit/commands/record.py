@@ -168,19 +168,17 @@ def _print_stopped(recording: object, say: Callable[[str], None]) -> None:
 
     assert isinstance(recording, Recording)
     how = "interrupted (Ctrl-C)" if recording.stopped_by == "SIGINT" else "terminated (SIGTERM)"
-    waves = 0
+    where = printable(str(recording.run_dir))
     try:
-        if any(recording.run_dir.rglob("*.parquet")):
+        files = list(recording.run_dir.rglob("*.parquet"))
+        if files:
             files = find_trace_files([recording.run_dir])
             waves = TraceSummary.of(read_trace(files), files=len(files)).waves
-    except WarmfitError:
-        pass  # the lines below name what could not be kept
-    if waves:
-        say(
-            f"warmfit record: {how}: {counted(waves, 'wave')} kept in {printable(str(recording.run_dir))}"
-        )
-    else:
-        say(f"warmfit record: {how}: no wave was recorded")
+            say(f"warmfit record: {how}: {counted(waves, 'wave')} kept in {where}")
+        else:
+            say(f"warmfit record: {how}: no wave was recorded")
+    except (WarmfitError, OSError) as exc:  # kept, but not readable as a trace now
+        say(f"warmfit record: {how}: what was kept in {where} cannot be read as a trace: {exc}")
     for rank, lost in recording.lost_readings.items():
         say(f"  LOST       {rank}: {lost:,} readings could not be written; the trace lacks them")
     for problem in recording.problems:

@@ -730,6 +730,8 @@ class DeclaredPolicy(Policy):
                          float(request.logical_tokens))  # fmt: skip
             except (ArithmeticError, AttributeError, TypeError):  # numpy prices it below
                 p = None
+            if not isinstance(p, (float, int)):  # a complex (a ** 0.5 of a negative a),
+                p = None  # an array, None: numpy's answer is the rule's
         if p is None:
             with np.errstate(all="ignore"):
                 p = type(self).rule(

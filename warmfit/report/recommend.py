@@ -40,7 +40,7 @@ import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.policies import Policy, PriceRequest
-from warmfit.replay import DEFAULT_SAFETY_FACTOR, replay, resolve_policies
+from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, replay, resolve_policies
 from warmfit.replay.reference import checked_price
 from warmfit.replay.semantics import check_budget, estimate_bytes
 from warmfit.report.table import cell, plain_table, table_text
@@ -218,6 +218,12 @@ def recommend(
     readings (sorted by run, rank, seq)."""
     if check_budget(budget_bytes) is None:
         raise UsageError("must be a number of bytes >= 0; got None.", argument="budget_bytes")
+    if policies is not None and RECORDED in policies:
+        raise UsageError(
+            f"policy {RECORDED!r} is the trainer's own prices (a trace's estimate_bytes, "
+            "SPEC §8): it has no profile to price another size with, so it admits no "
+            f"token count. Leave -p {RECORDED} out; 'warmfit replay' reports its figures."
+        )
     classes = resolve_policies(policies)
     result = replay(readings, classes, safety_factor, engine, "signature")
     waves = result.per_wave.filter(pl.col("policy") == classes[0].name)
