@@ -298,3 +298,17 @@ def test_hf_trainer_trains_on_the_waves_and_the_trace_replays_to_the_samplers_pr
     assert warm_fit["estimate_bytes"].to_list() == prices
     recorded = readings.group_by("wave").agg(pl.col("estimate_bytes").first()).sort("wave")
     assert recorded["estimate_bytes"].to_list() == prices  # what the recorder wrote down
+
+
+def test_the_untaught_warning_names_the_signatures_the_pricer_has_learned() -> None:
+    """The integrations record 'train/<model class>'; a sampler left at its default
+    'train' never finds a price: the warning names what the pricer did learn."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(
+        dict(signature="train/GPT2LMHeadModel", kind="flat", phase="caller", whole=True,
+             packed_tokens=10, logical_tokens=10, output_bytes=0, baseline_bytes=0,
+             peak_bytes=1_000, static_floor_bytes=None, oom=False)
+    )  # fmt: skip
+    sampler = BudgetSampler([5] * 10, pricer, 10**9, first_wave_samples=2, shuffle=False)
+    with pytest.warns(SamplerWarning, match="It has learned 'train/GPT2LMHeadModel'"):
+        list(sampler)

@@ -236,11 +236,19 @@ class BudgetSampler(Sampler[list[int]]):
         """Count a wave packed without a price; warn once when too many come in a row."""
         self._unpriced_in_a_row += 1
         if self._unpriced_in_a_row == UNTAUGHT_WAVES:
+            learned = sorted(getattr(self.pricer, "profiles", {}))
+            others = (
+                f" It has learned {', '.join(map(repr, learned))}: give the sampler the "
+                "signature the recorder records (the integrations' default is "
+                "'train/<model class>')."
+                if learned
+                else ""
+            )
             warnings.warn(
                 f"warmfit: {UNTAUGHT_WAVES} waves in a row were packed at the first-wave size: "
-                f"the pricer has learned nothing of {self.signature!r}. Is it the pricer of an "
-                "enabled Recorder(pricer=...) recording this signature? (A recorder that "
-                "records nothing teaches nothing.)",
+                f"the pricer has learned nothing of {self.signature!r}.{others} Is it the "
+                "pricer of an enabled Recorder(pricer=...) recording this signature? (A "
+                "recorder that records nothing teaches nothing.)",
                 SamplerWarning,
                 stacklevel=3,
             )

@@ -457,8 +457,8 @@ class Recorder:
             )  # fmt: skip
         if padded_tokens is not None or sum_sq_tokens is not None:  # one test when not given
             shape = self._shape(signature, packed_tokens, padded_tokens, sum_sq_tokens)
-            if shape is None:
-                return _NullWave()
+            if shape is None:  # unrecorded, as for a bad count; the price given stays
+                return _NullWave(estimate_bytes)
             padded_tokens, sum_sq_tokens = shape
         if not self.enabled:
             return _NullWave(estimate_bytes)
