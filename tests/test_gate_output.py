@@ -404,3 +404,46 @@ def test_only_the_offending_policies_factors_are_named() -> None:
     its waves is under its peak: "1.2 for max-merge, 1.25 for warm-fit")."""
     message = under_peak_message("e.toml", 1.1, offenders(1), {"max-merge": 1.2, "warm-fit": 1.25})
     assert message.splitlines()[-1] == REASON
+
+
+# --------------------------------------------------------------------------- --update, the API
+
+
+def test_update_expectations_as_a_library_call(tmp_path: Path) -> None:
+    """Kills the survivors of update_expectations and the file's header:
+    gate.py 'return []' -> None (nothing new: an empty list, as documented), the
+    safety-factor guard dropped (a replay at another factor would write figures the
+    file's factor does not give), the missing final newline not supplied (the new
+    tables glued to the last line), and the header's ' from SOURCES' written with no
+    source given.
+
+    Runs: OVER (priced 59_000 for 50_000 at factor 1.0) is in the file; LONE is new.
+    """
+    path = tmp_path / "e.toml"
+    at_1 = replay(frame(OVER), ["warm-fit"], 1.0)
+    write_expectations(at_1, path)
+    header = path.read_text().splitlines()[1]
+    assert header == "# Written by 'warmfit check --write-expect'. Over-estimates are fractions"
+    expectations = read_expectations(path)
+    assert update_expectations(at_1, expectations) == []  # nothing new: the empty list
+    both = replay(frame(OVER, LONE), ["warm-fit"], 1.1)
+    with pytest.raises(ValueError, match="safety factor"):
+        update_expectations(both, expectations)
+    text = path.read_text()
+    path.write_text(text.rstrip("\n"))  # a file whose last line has no newline
+    both = replay(frame(OVER, LONE), ["warm-fit"], 1.0)
+    assert update_expectations(both, read_expectations(path)) == ["lone"]
+    grown = path.read_text()
+    assert grown.startswith(text.rstrip("\n") + "\n\n# Added by 'warmfit check --update'")
+    assert read_expectations(path).runs == ["over", "lone"]
+
+
+def test_the_refusal_names_no_factor_for_the_recorded_prices() -> None:
+    """Kills gate.py's 'if policy == RECORDED' dropped in under_peak_message: the
+    trainer's own prices get no safety factor to raise, and the message says so."""
+    text = under_peak_message(
+        "e.toml", 1.1, [UnderPeak("EP1", "recorded", 2), UnderPeak("EP1", "warm-fit", 1)],
+        {"recorded": None, "warm-fit": 1.25},
+    )  # fmt: skip
+    assert "none for recorded, the trainer's own prices, which no factor scales" in text
+    assert "1.25 for warm-fit" in text and "no factor covers recorded" not in text
