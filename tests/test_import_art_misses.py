@@ -195,3 +195,41 @@ def test_a_directory_with_no_good_report_writes_nothing(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2 and "does not exist" in result.output
     assert "Traceback" not in result.output and not out.exists()
+
+
+def test_a_number_beyond_its_column_is_refused_as_malformed(tmp_path: Path) -> None:
+    # a rank must fit the trace's int32, a byte count its int64; a number of thousands of
+    # digits is not even read: each such report is refused, and the others imported
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    good = report(1, occurred="2026-01-01T00:00:00Z")
+    (folder / "good.json").write_bytes(canonical(good))
+    rank = report(2, occurred="2026-01-01T00:00:01Z", rank=2**40)
+    (folder / "rank.json").write_bytes(canonical(rank))
+    (folder / "peak.json").write_bytes(
+        canonical(report(3, occurred="2026-01-01T00:00:02Z", observed=2**70))
+    )
+    (folder / "tokens.json").write_bytes(
+        canonical(report(4, occurred="2026-01-01T00:00:03Z", packed=2**63, logical=2**63))
+    )
+    text = canonical(report(5, occurred="2026-01-01T00:00:04Z")).decode()
+    (folder / "digits.json").write_text(text.replace("13000000", "9" * 5000))
+    out = tmp_path / "m.parquet"
+    result = CliRunner().invoke(app, ["import", "art-misses", str(folder), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "1 report imported, 4 malformed, 0 oversized, 0 not a wave" in result.stdout
+    for name, problem in [
+        ("rank.json", "replay.rank must be a whole number from 0 to 2**31 - 1, an int32; got"),
+        ("peak.json", "observed_peak_bytes must be a whole number from 0 to 2**63 - 1; got"),
+        (
+            "tokens.json",
+            "replay.memory_replay.estimates[0].arguments.packed_tokens must be a whole number "
+            "from 0 to 2**63 - 1",
+        ),
+        ("digits.json", "holds a number too long to read"),
+    ]:
+        assert f"warmfit: refused {folder / name} (malformed): {problem}" in result.output, name
+    assert len(result.output) < 2000  # no number printed in full
+    trace = read_trace([out])
+    assert trace.height == 1 and trace.get_column("art_report_id").to_list() == [f"{1:032x}"]

@@ -368,3 +368,83 @@ def test_import_starts_without_torch_or_matplotlib(table: Path, tmp_path: Path) 
         check=False,
     )
     assert "PROBE 0 []" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("cell", "shown"),
+    [
+        ("1e200000", "holds '1e200000', which gives fields.peak_bytes beyond 64 bits"),
+        ("1e20000000", "holds '1e20000000', which gives fields.peak_bytes beyond 64 bits"),
+        ("-1e20000000", "holds '-1e20000000', which gives fields.peak_bytes beyond 64 bits"),
+        ("9" * 5000, f"holds '{'9' * 37}...', which gives fields.peak_bytes beyond 64 bits"),
+        ("8589934592", "holds '8589934592', which gives fields.peak_bytes beyond 64 bits"),
+    ],
+)
+def test_a_huge_number_is_refused_and_never_printed_in_full(
+    tmp_path: Path, cell: str, shown: str
+) -> None:
+    table = tmp_path / "runs.csv"
+    table.write_text(TABLE.replace("10.5,done", f"{cell},done", 1))
+    mapping = write_map(tmp_path, MAPPING)
+    out = tmp_path / "out.parquet"
+    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    assert code == 2, output
+    assert output.startswith(f"warmfit: error: {table}, column 'peak_gib', row 1: {shown}")
+    assert "Traceback" not in output and len(output.strip().splitlines()) == 1
+    assert len(output) < 400 and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        # a template where the trace holds a number: refused with the mapping's key
+        ('estimate_bytes = "{job}"', "extra.estimate_bytes: is a number column"),
+        ('padded_tokens = "{padded_tokens}"', "extra.padded_tokens: is a number column"),
+        ("sum_sq_tokens = 1.5", "extra.sum_sq_tokens: must be an integer, a column name"),
+        # a number that breaks the trace's own rule for the column: the table's row is
+        # named (the first in the order of the runs and their waves: row 2 has the fewest tokens)
+        ("sum_sq_tokens = 0", "column 'sum_sq_tokens', row 2: value 0 is not positive"),
+        ("padded_tokens = 600", "column 'padded_tokens', row 2: value 600 is below packed_tokens"),
+        (
+            'padded_tokens = { column = "seq_tokens", subtract = ["card_n"] }',
+            "column 'padded_tokens', row 5: value 511 is below packed_tokens",
+        ),
+    ],
+)
+def test_extra_columns_of_the_trace_format_hold_numbers_that_keep_its_rules(
+    tmp_path: Path, extra: str, named: str
+) -> None:
+    table = tmp_path / "runs.csv"
+    table.write_text(
+        TABLE.replace(",status\n", ",status,card_n\n")
+        .replace("done\n", "done,0\n")
+        .replace("crashed\n", "crashed,0\n")
+        .replace("512,640,3.5,done,0", "512,640,3.5,done,1")
+    )
+    mapping = write_map(tmp_path, MAPPING + f"[extra]\n{extra}\n")
+    out = tmp_path / "out.parquet"
+    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    assert code == 2, output
+    assert named in output, output
+    assert "Traceback" not in output and len(output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_extra_columns_of_the_trace_format_take_numbers_as_fields_does(
+    table: Path, tmp_path: Path
+) -> None:
+    extra = (
+        "[extra]\n"
+        'estimate_bytes = { column = "peak_gib", unit = "GiB" }\n'
+        'padded_tokens = "padded_tokens"\n'
+        "sum_sq_tokens = 7\n"
+    )
+    mapping = write_map(tmp_path, MAPPING + extra)
+    out = tmp_path / "out.parquet"
+    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    assert invoke("validate", str(out))[0] == 0
+    trace = read_trace([out]).sort("run", "seq")
+    assert trace.get_column("padded_tokens").to_list() == [1024, 2048, 4096, 640, 2048]
+    assert set(trace.get_column("sum_sq_tokens")) == {7}
+    assert trace.get_column("estimate_bytes").to_list() == trace.get_column("peak_bytes").to_list()

@@ -91,14 +91,27 @@ def _malformed(problem: str) -> _Refused:
     return _Refused(MALFORMED, problem)
 
 
+#: The largest value a trace column holds: int64 for bytes and tokens, int32 for a rank
+#: (warmfit/format/schema.py), with its name in a message.
+LARGEST = (2**63 - 1, "2**63 - 1")
+LARGEST_RANK = (2**31 - 1, "2**31 - 1, an int32")
+
+
 def _integer(
-    record: dict[str, Any], key: str, *, where: str = "", optional: bool = False
+    record: dict[str, Any],
+    key: str,
+    *,
+    where: str = "",
+    optional: bool = False,
+    largest: tuple[int, str] = LARGEST,
 ) -> int | None:
     value = record.get(key)
     if value is None and optional:
         return None
-    if type(value) is not int or value < 0:
-        raise _malformed(f"{where}{key} must be a whole number of bytes >= 0; got {_short(value)}.")
+    if type(value) is not int or not 0 <= value <= largest[0]:
+        raise _malformed(
+            f"{where}{key} must be a whole number from 0 to {largest[1]}; got {_short(value)}."
+        )
     return value
 
 
@@ -155,6 +168,8 @@ def _load(path: Path) -> tuple[dict[str, Any], bytes]:
         raise _malformed(
             f"is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})."
         ) from None
+    except ValueError:  # a number of more than 4,300 digits (sys.get_int_max_str_digits)
+        raise _malformed("holds a number too long to read (over 4,300 digits).") from None
     if not isinstance(record, dict):
         raise _malformed("is JSON but not an object.")
     return record, raw
@@ -217,7 +232,7 @@ def _wave(record: dict[str, Any]) -> _Wave:
         raise _Refused(NOT_A_WAVE, f"has no replay section, so no tokens or signature{said}.")
     if not isinstance(replay, dict):
         raise _malformed(f"replay must be an object; got {_short(replay)}.")
-    rank = _integer(replay, "rank", where="replay.")
+    rank = _integer(replay, "rank", where="replay.", largest=LARGEST_RANK)
     model = replay.get("model")
     if not isinstance(model, str) or not model:
         raise _malformed(f"replay.model must be a non-empty string; got {_short(model)}.")

@@ -30,12 +30,19 @@ import tomllib
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation, Overflow, localcontext
 from pathlib import Path
 from typing import Any
 
 from warmfit.errors import TraceError, UsageError
 from warmfit.format.files import not_regular
+from warmfit.format.schema import (
+    ESTIMATE_COLUMN,
+    OPTIONAL_COLUMNS,
+    PADDED_COLUMN,
+    SHAPE_COLUMNS,
+    SUM_SQ_COLUMN,
+)
 
 #: The Parquet metadata keys an import writes (a mapping's ``[metadata]`` may not set them).
 MAPPING_KEY = "warmfit.import.mapping"
@@ -99,7 +106,14 @@ _TOP_KEYS = (
 )
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _RENDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
-_INTEGER = re.compile(r"^[+-]?\d+$")
+#: The optional trace columns with a type and rules (SPEC §8, the batch's shape) that
+#: ``[extra]`` may set: numbers only, as ``[fields]`` takes them, with what each holds.
+TYPED_EXTRA = {
+    ESTIMATE_COLUMN: "the price the trainer used, in bytes",
+    PADDED_COLUMN: "the batch's tokens, padding included",
+    SUM_SQ_COLUMN: "the sum of the squared sequence lengths",
+}
+assert set(TYPED_EXTRA) == {*OPTIONAL_COLUMNS, *SHAPE_COLUMNS}
 #: The largest number a trace holds (int64); a rank must fit int32.
 _LARGEST = 2**63 - 1
 _LARGEST_RANK = 2**31 - 1
@@ -490,7 +504,16 @@ def _compile(raw: dict[str, Any], keys: _Keys, path: Path) -> TableMapping:
             raise keys.error(
                 at, "is a column of the trace format; set it under [fields], not [extra]."
             )
-        if isinstance(value, str):
+        if name in TYPED_EXTRA:
+            if isinstance(value, str) and ("{" in value or "}" in value):
+                raise keys.error(
+                    at,
+                    f"is a number column of the trace format ({TYPED_EXTRA[name]}): give a "
+                    'whole number, a column name ("col") or { column = "col", unit = "MiB" }, '
+                    f"as [fields] takes, not the template {value[:40]!r}.",
+                )
+            extra[name] = _number(value, at, keys, nullable=True)
+        elif isinstance(value, str):
             extra[name] = _template(value, at, keys)
         else:
             extra[name] = _number(value, at, keys, nullable=True)
@@ -682,7 +705,7 @@ def _parse(text: str) -> Decimal | None:
 def _evaluate(spec: Number, row: _Row, refuse: _Refuse) -> int | None:
     if spec.constant is not None:
         return spec.constant
-    total = Decimal(0)
+    cells: list[tuple[int, str, str, Decimal]] = []  # sign, column, text, value
     for sign, columns in ((1, spec.add), (-1, spec.subtract)):
         for column in columns:
             text = row.cells[column].strip()
@@ -690,19 +713,31 @@ def _evaluate(spec: Number, row: _Row, refuse: _Refuse) -> int | None:
                 if spec.nullable and len(spec.columns()) == 1:
                     return None
                 raise refuse(row, column, f"is empty, where {spec.key} needs a number")
-            if _INTEGER.match(text):
-                total += sign * Decimal(int(text))
-                continue
             value = _parse(text)
             if value is None:
                 raise refuse(row, column, f"holds {text[:40]!r}, where {spec.key} needs a number")
-            total += sign * value
-    scaled = total * spec.scale
-    result = int(scaled) if scaled == scaled.to_integral_value() else round(scaled)
+            cells.append((sign, column, text, value))
+    rounded: Decimal | None
+    try:
+        # the default context, whatever the caller's: an exponent beyond its Emax overflows
+        with localcontext(Context(prec=28, traps=[Overflow, InvalidOperation])):
+            total = sum((sign * value for sign, _, _, value in cells), Decimal(0))
+            rounded = (total * spec.scale).to_integral_value(rounding=ROUND_HALF_EVEN)
+    except Overflow:
+        rounded = None
+    if rounded is None or rounded.copy_abs() > _LARGEST:
+        # compared as a Decimal: never int() or print a number of thousands of digits
+        _, column, text, _ = max(cells, key=lambda cell: cell[3].copy_abs())
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise refuse(
+            row,
+            column,
+            f"holds {shown!r}, which gives {spec.key} beyond 64 bits (a trace holds at most "
+            f"{_LARGEST:,})",
+        )
+    result = int(rounded)
     if result < 0:
         raise refuse(row, spec.columns()[0], f"gives {spec.key} = {result}, below 0")
-    if result > _LARGEST:
-        raise refuse(row, spec.columns()[0], f"gives {spec.key} = {result}, beyond 64 bits")
     return result
 
 
@@ -787,7 +822,10 @@ class Imported:
 
 def import_table(table: str | Path, mapping: TableMapping) -> Imported:
     """The readings ``mapping`` makes of ``table``'s rows, and the trace's metadata."""
+    import numpy as np
     import polars as pl
+
+    from warmfit.format.trace import conform
 
     table = Path(table)
     header, rows, digest = read_table(table)
@@ -828,6 +866,7 @@ def import_table(table: str | Path, mapping: TableMapping) -> Imported:
         runs.setdefault(label, []).append((row, values))
 
     readings: list[dict[str, object]] = []
+    sources: list[int] = []  # per reading, its table row (counted from 1)
     for label in sorted(runs):
         members = runs[label]
         if mapping.order_by:
@@ -864,6 +903,7 @@ def import_table(table: str | Path, mapping: TableMapping) -> Imported:
                         )
                         | extras
                     )
+                    sources.append(row.number)
                     seq += 1
     schema: dict[str, Any] = {
         "run": pl.String,
@@ -886,6 +926,9 @@ def import_table(table: str | Path, mapping: TableMapping) -> Imported:
     for name, spec in mapping.extra.items():
         schema[name] = pl.Int64 if isinstance(spec, Number) else pl.String
     frame = pl.DataFrame(readings, schema=schema)
+    # the trace's own row rules (estimate_bytes >= 0, padded_tokens >= packed_tokens,
+    # sum_sq_tokens > 0, ...), naming the table's row: nothing 'warmfit validate' refuses
+    conform(frame, table, np.array(sources, dtype=np.int64))
     metadata = dict(mapping.metadata)
     metadata[MAPPING_KEY] = json.dumps(mapping.resolved, ensure_ascii=False, separators=(",", ":"))
     metadata[SOURCE_KEY] = table.name
