@@ -597,3 +597,16 @@ def test_update_keeps_a_link_the_mode_and_the_line_endings(tmp_path: Path) -> No
     code, _, err = invoke("check", str(both), "--expect", str(frozen), "--update")
     assert code == 2 and "is read-only, so --update leaves it as it is" in err
     assert frozen.read_bytes() == before
+
+
+def test_update_writes_nothing_when_the_check_would_refuse_the_file(tmp_path: Path) -> None:
+    """The file names run A, which the trace given does not hold; B is new. --update
+    said it added B, then failed on A, having changed the file: now it refuses first."""
+    target = tmp_path / "e.toml"
+    assert invoke("check", str(_runs_trace(tmp_path / "a", {"A": 60_000})), "--write-expect",
+                  str(target))[0] == 0  # fmt: skip
+    before = target.read_bytes()
+    only_b = _runs_trace(tmp_path / "b", {"B": 55_000})
+    code, _, err = invoke("check", str(only_b), "--expect", str(target), "--update")
+    assert code == 2 and "expects run 'A', which the trace does not hold" in err
+    assert "added" not in err and target.read_bytes() == before

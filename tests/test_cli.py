@@ -259,6 +259,11 @@ def test_a_policy_module_in_the_current_directory_is_found(tmp_path: Path) -> No
             "--force.",
         ),
         (
+            ["replay", PR991, "--force"],
+            "warmfit: error: --force overwrites the --per-wave file; give --per-wave FILE, or "
+            "drop --force.",
+        ),
+        (
             ["check", PR991, "--expect", "traces/expectations.toml", "--force"],
             "warmfit: error: --force overwrites the --write-expect file; give --write-expect "
             "FILE, or drop --force.",

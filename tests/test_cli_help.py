@@ -65,7 +65,8 @@ def test_version_comes_from_the_package_metadata() -> None:
 
 
 def test_a_value_after_a_flag_is_explained(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["replay", PR991, "--force", "true"])
+    out = str(tmp_path / "w.csv")
+    result = CliRunner().invoke(app, ["replay", PR991, "--per-wave", out, "--force", "true"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "true" in result.output and "a flag takes no value" in result.output
 

@@ -282,14 +282,23 @@ def test_the_expectations_file_spelled_out() -> None:
     assert read.measured[("lone", "warm-fit")] == {"under_peak": 0, "priced_waves": 0}
 
 
-def under_refusal(path: Path, policy: str, factor: str) -> str:
+def under_refusal(path: Path, policy: str, factor: str, update: bool = False) -> str:
+    smallest = (
+        f"the smallest that puts no wave of these traces under its peak: {factor} for {policy}"
+    )
+    advice = (
+        "--update keeps the file's safety factor. Pass --allow-under to record the figures "
+        "anyway, choose another policy (-p), or rewrite the whole file at a larger factor "
+        f"with --write-expect FILE --safety F --force ({smallest})."
+        if update
+        else f"Raise the safety factor with --safety ({smallest}), choose another policy "
+        "(-p), or pass --allow-under to record the figures anyway."
+    )
     return (
         f"{path}: not written: at safety factor 1.1, waves are priced under their peak in "
         f"1 run/policy pair:\n  under {policy}: 1 wave under its peak\nAn expectation that "
         "allows waves under their peak makes the gate pass a policy that would have run out "
-        "of memory on those waves. Raise the safety factor with --safety (the smallest that "
-        f"puts no wave of these traces under its peak: {factor} for {policy}), choose another "
-        "policy (-p), or pass --allow-under to record the figures anyway."
+        f"of memory on those waves. {advice}"
     )
 
 
@@ -311,7 +320,8 @@ def test_write_expectations_refuses_waves_under_their_peak_by_default(tmp_path: 
     both = replay(frame(OVER, UNDER_RUN), ["warm-fit"], engine="scalar")
     with pytest.raises(UnderPeakError) as caught:
         update_expectations(both, read_expectations(target))
-    assert str(caught.value) == under_refusal(target, "warm-fit", repr(SAFE_UNDER))
+    # --update keeps the file's factor: the advice is to rewrite the file, not --safety
+    assert str(caught.value) == under_refusal(target, "warm-fit", repr(SAFE_UNDER), update=True)
     assert target.read_text() == "[runs.over.warm-fit]\nmax_under_peak = 0\n"
 
 
@@ -337,7 +347,7 @@ def test_the_refusal_gives_the_factor_of_the_policy_replayed(tmp_path: Path, upd
         with pytest.raises(UnderPeakError) as caught:
             write_expectations(result, target)
     assert caught.value.safe == {"envelope": SAFE_UNDER}
-    assert str(caught.value) == under_refusal(target, "envelope", repr(SAFE_UNDER))
+    assert str(caught.value) == under_refusal(target, "envelope", repr(SAFE_UNDER), update)
 
 
 @pytest.mark.parametrize("update", [False, True])
@@ -359,7 +369,9 @@ def test_the_refusal_replays_a_policy_given_as_module_and_class(
         target.write_text("[runs.over.last-whole]\nmax_under_peak = 0\n")
     code, out, err = invoke("check", str(folder), *mode, "-p", "tests.example_policy:LastWhole")
     assert (code, out) == (2, "")
-    assert err == f"warmfit: error: {under_refusal(target, 'last-whole', repr(SAFE_UNDER))}\n"
+    assert (
+        err == f"warmfit: error: {under_refusal(target, 'last-whole', repr(SAFE_UNDER), update)}\n"
+    )
 
 
 # --------------------------------------------------------------------------- the refusal's text

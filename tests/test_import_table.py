@@ -448,3 +448,14 @@ def test_extra_columns_of_the_trace_format_take_numbers_as_fields_does(
     assert trace.get_column("padded_tokens").to_list() == [1024, 2048, 4096, 640, 2048]
     assert set(trace.get_column("sum_sq_tokens")) == {7}
     assert trace.get_column("estimate_bytes").to_list() == trace.get_column("peak_bytes").to_list()
+
+
+def test_an_output_that_cannot_be_written_is_one_line(table: Path, tmp_path: Path) -> None:
+    """-o below a file: exit 2 naming the output, not a traceback from the atomic write."""
+    mapping = write_map(tmp_path, MAPPING)
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    out = blocker / "runs.parquet"
+    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    assert code == 2 and "Traceback" not in output
+    assert output.startswith(f"warmfit: error: cannot write {out}: ")

@@ -160,6 +160,27 @@ def test_ctrl_c_ends_the_recording_with_one_line_and_exit_130(tmp_path, script):
     assert read_trace([out]).height == 31  # the recorder closed at exit: the last wave too
 
 
+def test_sigint_reaches_a_command_started_with_sigint_ignored(tmp_path, script):
+    """A script's background job starts with SIGINT ignored (no job control), and the
+    command would inherit that: `kill -INT` to warmfit then stopped nothing, and
+    warmfit reported an interrupt after the command ran to its end. The command now
+    hears it: exit 130 at once, the 16 waves kept."""
+    out = tmp_path / "rec"
+    env = {**os.environ, "WARMFIT_RECORD_FLUSH_S": "3600"}
+    record = subprocess.Popen(
+        [sys.executable, "-m", "warmfit", "record", "-o", str(out), "--", sys.executable,
+         str(script), "wait"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    assert record.stdout is not None and record.stdout.readline().strip() == "flushed"
+    time.sleep(0.2)
+    record.send_signal(signal.SIGINT)
+    _, stderr = record.communicate(timeout=60)  # the command would sleep 120 s
+    assert record.returncode == 130, stderr
+    assert stderr.splitlines()[-1].startswith("warmfit record: interrupted (Ctrl-C): 16 waves")
+
+
 def test_ctrl_c_twice_keeps_the_readings_the_recorder_writes_at_exit(tmp_path, script):
     """SIGINT to the whole process group (the trainer gets it twice: from the group and
     passed on by warmfit). The second must not stop the recorder's last write at exit,
@@ -237,3 +258,15 @@ def test_recover_recovers_the_other_logs_and_exits_2_naming_the_one_it_could_not
     assert "Traceback" not in done.stderr
     assert not good.exists() and read_trace([good.parent]).height == 2  # recovered
     assert bad.exists()  # left in place for another try
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path):
+    """-o below a file: exit 2 and one line, not a NotADirectoryError traceback."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    done = warmfit("record", "-o", str(blocker / "sub"), "--", sys.executable, "-c", "pass")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr == (
+        f"warmfit: error: cannot create {blocker / 'sub' / 'run=sub'}: Not a directory. Give -o "
+        "a folder warmfit can create and write.\n"
+    )

@@ -560,3 +560,11 @@ def test_a_trace_recorded_without_them_has_neither_column(rec):
 def test_a_float_padded_count_is_refused_naming_it(rec):
     with pytest.raises(UsageError, match="sum_sq_tokens"):
         rec.wave("sig", 8, 8, sum_sq_tokens=34.0)
+
+
+def test_logical_tokens_default_to_the_packed_tokens(tmp_path) -> None:
+    """Issue 29 item 10: wave(signature, packed_tokens) alone records m = n (no sharing)."""
+    with Recorder(tmp_path / "out", run="t", device="cpu") as rec, rec.wave("sig", 12) as w:
+        w.forward_done()
+    frame = read_trace([tmp_path / "out"])
+    assert frame.select("packed_tokens", "logical_tokens").unique().rows() == [(12, 12)]

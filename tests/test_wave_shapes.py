@@ -44,7 +44,10 @@ def test_equal_tokens_with_peaks_30_percent_apart_are_named_without_the_column(t
     ]
     out, err = _validate(_trace(tmp_path, waves))
     assert "waves with the same tokens differ in peak by more than the safety margin (10%" in err
-    assert "run 'run' signature 'train/gpt2': 2 waves of 256 packed tokens peak at " in err
+    assert (
+        "run 'run' signature 'train/gpt2': 2 waves of 256 packed tokens (after each rank's " in err
+    )
+    assert "first wave of it) peak at " in err
     assert "1.00 GB to 1.30 GB (+30%)" in err
     assert "This trace has no sum_sq_tokens column" in err  # names the column it lacks
     assert "by sequence-length bucket" in err and "docs/how-to/integrations.md" in err

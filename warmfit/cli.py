@@ -127,7 +127,8 @@ def usage_message(exc: ClickUsageError) -> str:
     path = exc.ctx.command_path if exc.ctx is not None else "warmfit"
     command = path.partition(" ")[2]
     where = f"{command}: " if command else ""
-    return f"warmfit: error: {where}{message.rstrip('.')}. See '{path} -h'."
+    message = message if message.endswith(("?", ".")) else message + "."
+    return f"warmfit: error: {where}{message} See '{path} -h'."
 
 
 def _usage_error(exc: ClickUsageError) -> int:

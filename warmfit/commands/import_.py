@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from warmfit.commands.options import check_new_file
+from warmfit.commands.options import check_new_file, writing
 from warmfit.errors import UsageError
 from warmfit.show.names import counted
 
@@ -97,7 +97,8 @@ def table_command(
             f"{mapping}: no row of {table} passes [filter] ({imported.rows} rows read); "
             "nothing to write. Check the filter's columns and values."
         )
-    write_trace(imported.readings, output, imported.metadata)
+    with writing(output):
+        write_trace(imported.readings, output, imported.metadata)
     typer.echo(
         f"wrote {output}: {counted(imported.readings.height, 'reading')} in "
         f"{counted(imported.runs, 'run')} from {imported.kept} of {counted(imported.rows, 'row')} "
@@ -143,7 +144,8 @@ def art_misses_command(
     )
     if misses.imported == 0:
         raise TraceError(f"no report could be imported ({tally}); nothing written.", path=directory)
-    write_trace(misses.readings, output, misses.metadata)
+    with writing(output):
+        write_trace(misses.readings, output, misses.metadata)
     typer.echo(f"wrote {output}: {tally}. Replay it: warmfit replay {output}")
     if misses.refused:
         raise TraceError(

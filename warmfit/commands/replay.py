@@ -24,6 +24,7 @@ from warmfit.commands.options import (
     SafetyOpt,
     budget_bytes,
     check_new_file,
+    refuse_force_without,
     warn_without_checksums,
     warn_without_whole,
     writing,
@@ -168,6 +169,8 @@ def _replay(
     from warmfit.show.names import counted, printable
     from warmfit.show.progress import progress_bar
 
+    if force:
+        refuse_force_without(per_wave, "--per-wave")
     limit = budget_bytes(budget)
     if permute is not None:
         from warmfit.replay.permute import check_permutations, check_seed

@@ -158,7 +158,8 @@ def unequal_peaks_warning(frame: pl.DataFrame, safety_factor: float, shown: int 
         widest = group.row(0, named=True)
         text = (
             f"run '{printable(widest['run'])}' signature '{printable(widest['signature'])}': "
-            f"{widest['waves']} waves of {widest['packed_tokens']:,} packed tokens peak at "
+            f"{widest['waves']} waves of {widest['packed_tokens']:,} packed tokens (after "
+            f"each rank's first wave of it) peak at "
             f"{format_bytes(widest['low'])} to {format_bytes(widest['high'])} "
             f"(+{widest['ratio'] - 1:.0%}"
         )

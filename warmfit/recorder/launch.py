@@ -81,7 +81,13 @@ def prepare_run_dir(output_dir: Path, run: str, force: bool) -> Path:
             if is_busy(log):  # --force replaces a finished recording, never a live one
                 raise UsageError(busy_message(log))
         shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a parent that is a file, a read-only or missing file system
+        raise UsageError(
+            f"cannot create {run_dir}: {exc.strerror or exc}. Give -o a folder warmfit "
+            "can create and write."
+        ) from None
     return run_dir
 
 
@@ -188,22 +194,27 @@ def _start(command: list[str], env: dict[str, str], **kwargs: Any) -> subprocess
 
 
 def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> tuple[int, int | None]:
-    """Run the command, passing SIGINT and SIGTERM on; its return code, and the first
+    """Run the command, passing SIGINT and SIGTERM on; its return code, and the last
     of those signals warmfit received (None if none)."""
     if not hasattr(signal, "sigtimedwait"):  # macOS: plain handlers, no sender to tell apart
         return _run_with_handlers(command, env)
     waited = {*_FORWARDED, signal.SIGCHLD}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     stop: int | None = None
+
+    def in_the_child() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        # warmfit passes SIGINT on, so the command must hear it: a job a script starts in
+        # the background begins with SIGINT ignored, and the command would inherit that
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     try:
-        child = _start(
-            command, env, preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        )
+        child = _start(command, env, preexec_fn=in_the_child)
         while (code := child.poll()) is None:
             info = signal.sigtimedwait(waited, 0.5)
             if info is None or info.si_signo == signal.SIGCHLD:
                 continue
-            if info.si_pid != child.pid and stop is None:
+            if info.si_pid != child.pid:  # the last one sent: SIGTERM after a Ctrl-C ends it
                 stop = info.si_signo
             typed_at_terminal = info.si_signo == signal.SIGINT and info.si_code == _SI_KERNEL
             if not typed_at_terminal and info.si_pid != child.pid:
@@ -223,7 +234,7 @@ def _run_with_handlers(command: list[str], env: dict[str, str]) -> tuple[int, in
 
     saved = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
     try:
-        return child.wait(), (seen[0] if seen else None)
+        return child.wait(), (seen[-1] if seen else None)
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)

@@ -392,7 +392,7 @@ class Recorder:
         self,
         signature: str,
         packed_tokens: int,
-        logical_tokens: int,
+        logical_tokens: int | None = None,
         output_bytes: int = 0,
         static_floor_bytes: int | None = None,
         kind: str = "flat",
@@ -402,6 +402,11 @@ class Recorder:
         sum_sq_tokens: int | None = None,
     ) -> Wave | _NullWave:
         """A context manager for one wave; see the module docstring.
+
+        ``logical_tokens``: the tokens the wave's rows stand for, shared prefixes
+        counted once per row (SPEC §1); None: ``packed_tokens`` (no sharing).
+        ``output_bytes``: the bytes of what the forward returns and the caller
+        keeps through the wave (logits, say), counted apart from the compute.
 
         ``estimate_bytes``: the price the trainer used for the wave, recorded on
         its readings (SPEC §8; ``wave.estimate_bytes``); when None, a recorder
@@ -437,7 +442,9 @@ class Recorder:
         # type check per count.
         if type(packed_tokens) is not int:
             packed_tokens = _count("packed_tokens", packed_tokens)
-        if type(logical_tokens) is not int:
+        if logical_tokens is None:
+            logical_tokens = packed_tokens
+        elif type(logical_tokens) is not int:
             logical_tokens = _count("logical_tokens", logical_tokens)
         if type(output_bytes) is not int:
             output_bytes = _count("output_bytes", output_bytes)

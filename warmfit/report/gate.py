@@ -432,15 +432,7 @@ def evaluate(result: ReplayResult, expectations: Expectations) -> CheckReport:
     """
     path = expectations.path
     summary = {(r["run"], r["policy"]): r for r in result.summary.iter_rows(named=True)}
-    trace_runs = list(dict.fromkeys(run for run, _ in summary))
-    for run in expectations.runs:
-        if run not in trace_runs:
-            raise ExpectationsError(
-                path,
-                f"expects run {run!r}, which the trace does not hold (its runs: "
-                f"{', '.join(trace_runs)}).",
-                "Pass the trace that holds it, or remove its tables from the file.",
-            )
+    check_runs_held(result, expectations)
     missing = new_runs(result, expectations)
     if missing:
         raise ExpectationsError(
@@ -562,6 +554,19 @@ def run_tables(result: ReplayResult, runs: Sequence[str] | None = None) -> list[
     return lines
 
 
+def check_runs_held(result: ReplayResult, expectations: Expectations) -> None:
+    """Every run the expectations name is in ``result``, or an ExpectationsError."""
+    trace_runs = list(dict.fromkeys(result.summary.get_column("run")))
+    for run in expectations.runs:
+        if run not in trace_runs:
+            raise ExpectationsError(
+                expectations.path,
+                f"expects run {printable(run)!r}, which the trace does not hold (its runs: "
+                f"{', '.join(map(printable, trace_runs))}).",
+                "Pass the trace that holds it, or remove its tables from the file.",
+            )
+
+
 def new_runs(result: ReplayResult, expectations: Expectations) -> list[str]:
     """The runs of ``result`` that ``expectations`` do not list, in summary order."""
     listed = set(expectations.runs)
@@ -582,6 +587,7 @@ def update_expectations(
     waves under their peak are refused as :func:`write_expectations` refuses them,
     unless ``allow_under``. The file is replaced atomically; nothing is written
     when no run is new."""
+    check_runs_held(result, expectations)  # before anything is written: the check would fail
     added = new_runs(result, expectations)
     if not added:
         return []
@@ -592,7 +598,9 @@ def update_expectations(
         if offenders:
             chosen = list(result.policies) if policies is None else policies
             safe = safe_factors(result.readings, chosen, result.engine)
-            raise UnderPeakError(expectations.path, result.safety_factor, offenders, safe)
+            raise UnderPeakError(
+                expectations.path, result.safety_factor, offenders, safe, updating=True
+            )
     # A link is kept: the file it names is the one updated. Its mode and line endings
     # stay, and every byte already there.
     target = Path(os.path.realpath(expectations.path))
@@ -691,11 +699,12 @@ class UnderPeakError(UsageError):
         safety_factor: float,
         offenders: Sequence[UnderPeak],
         safe: Mapping[str, float | None],
+        updating: bool = False,
     ) -> None:
         self.path = str(path)
         self.offenders = tuple(offenders)
         self.safe = dict(safe)
-        super().__init__(under_peak_message(path, safety_factor, offenders, safe))
+        super().__init__(under_peak_message(path, safety_factor, offenders, safe, updating))
 
 
 def under_peak_message(
@@ -703,6 +712,7 @@ def under_peak_message(
     safety_factor: float,
     offenders: Sequence[UnderPeak],
     safe: Mapping[str, float | None],
+    updating: bool = False,
 ) -> str:
     """Why expectations were not written: one line per offender (the first
     :data:`SHOWN_OFFENDERS`, then a count), and one paragraph of why and what to do.
@@ -742,12 +752,23 @@ def under_peak_message(
             if factor is None
             else f"{factor!r} for {name}"
         )
+    smallest = (
+        f"the smallest that puts no wave of these traces under its peak: {', '.join(factors)}"
+    )
+    if updating:  # --update keeps the file's factor: raising it means a new file
+        advice = (
+            "--update keeps the file's safety factor. Pass --allow-under to record the "
+            "figures anyway, choose another policy (-p), or rewrite the whole file at a "
+            f"larger factor with --write-expect FILE --safety F --force ({smallest})."
+        )
+    else:
+        advice = (
+            f"Raise the safety factor with --safety ({smallest}), choose another policy "
+            "(-p), or pass --allow-under to record the figures anyway."
+        )
     lines.append(
         "An expectation that allows waves under their peak makes the gate pass a policy "
-        "that would have run out of memory on those waves. Raise the safety factor with "
-        "--safety (the smallest that puts no wave of these traces under its peak: "
-        f"{', '.join(factors)}), choose another policy (-p), or pass --allow-under to "
-        "record the figures anyway."
+        f"that would have run out of memory on those waves. {advice}"
     )
     return "\n".join(lines)
 
