@@ -350,8 +350,9 @@ _POLICY_TESTS = (
     "tests/test_vectorized.py",
     "tests/test_pricer.py",  # the rules' float form (plain_floats), exact and never falling back
 )
-#: Tests being written (issue 31): added to every module's killers when they exist.
-NEW_TESTS = ("tests/test_oracle.py", "tests/test_stranger_bugs.py")
+#: Tests added to every module's killers (issue 31's oracle and survivors; SPEC §8's
+#: recorded prices, which every figure module handles).
+NEW_TESTS = ("tests/test_oracle.py", "tests/test_stranger_bugs.py", "tests/test_recorded.py")
 #: Per module, the test files that should kill its mutants (its own doctests are added).
 KILLERS: dict[str, tuple[str, ...]] = {
     "warmfit/replay/summary.py": (
