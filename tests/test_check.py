@@ -518,7 +518,9 @@ def test_update_adds_the_runs_the_file_does_not_list_and_keeps_every_byte(
     )
     assert "16 of 16 expectations hold" in out  # 2 runs x 2 policies x 4 limits
     text = target.read_text()
-    assert text.startswith(by_hand)
+    raw = target.read_bytes()  # LF stays LF; one blank line, then the comment
+    assert b"\r" not in raw
+    assert raw.startswith(by_hand.encode() + b"\n# Added by 'warmfit check --update': 1 run ")
     assert "# Added by 'warmfit check --update': 1 run the file did not list" in text
     fresh = tmp_path / "fresh.toml"
     assert invoke("check", str(both), "--write-expect", str(fresh))[0] == 0
