@@ -55,6 +55,24 @@ def script(tmp_path: Path) -> Path:
     return torch_script(tmp_path, SCRIPT)
 
 
+def recording_to_stop(out: Path, script: Path, sigint: object = None, **popen: object):
+    """``warmfit record`` of the trainer stand-in, left waiting after its 16th wave
+    (flushed only at exit: WARMFIT_RECORD_FLUSH_S is an hour); ``sigint``: how the
+    warmfit process starts handling SIGINT (SIG_DFL as a terminal's job, SIG_IGN as a
+    script's background job; None: as this process does)."""
+    env = {**os.environ, "WARMFIT_RECORD_FLUSH_S": "3600"}
+    preexec = None if sigint is None else (lambda: signal.signal(signal.SIGINT, sigint))
+    record = subprocess.Popen(
+        [sys.executable, "-m", "warmfit", "record", "-o", str(out), "--", sys.executable,
+         str(script), "wait"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=preexec, **popen,
+    )  # fmt: skip
+    assert record.stdout is not None and record.stdout.readline().strip() == "flushed"
+    time.sleep(0.2)
+    return record
+
+
 def test_record_exits_with_the_command_exit_code_and_leaves_a_valid_trace(tmp_path, script):
     out = tmp_path / "rec"
     done = warmfit("record", "-o", str(out), "--run", "r1", "--", sys.executable, str(script), "3")
@@ -113,17 +131,7 @@ def test_a_sigkilled_recording_is_recovered_with_every_flushed_reading(tmp_path,
 
 def test_sigterm_is_passed_on_and_what_the_command_left_is_compacted(tmp_path, script):
     out = tmp_path / "rec"
-    env = {**os.environ, "WARMFIT_RECORD_FLUSH_S": "3600"}
-    trainer = [sys.executable, str(script), "wait"]
-    record = subprocess.Popen(
-        [sys.executable, "-m", "warmfit", "record", "-o", str(out), "--", *trainer],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert record.stdout is not None and record.stdout.readline().strip() == "flushed"
-    time.sleep(0.2)
+    record = recording_to_stop(out, script)
     record.send_signal(signal.SIGTERM)
     _, stderr = record.communicate(timeout=60)
     assert record.returncode == 128 + signal.SIGTERM, stderr
@@ -141,15 +149,7 @@ def test_ctrl_c_ends_the_recording_with_one_line_and_exit_130(tmp_path, script):
     traceback names its line; warmfit's last line says what was kept (15 waves of two
     readings and the last of one: 16 waves); exit 130."""
     out = tmp_path / "rec"
-    env = {**os.environ, "WARMFIT_RECORD_FLUSH_S": "3600"}
-    record = subprocess.Popen(
-        [sys.executable, "-m", "warmfit", "record", "-o", str(out), "--", sys.executable,
-         str(script), "wait"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
-    assert record.stdout is not None and record.stdout.readline().strip() == "flushed"
-    time.sleep(0.2)
+    record = recording_to_stop(out, script, signal.SIG_DFL)
     record.send_signal(signal.SIGINT)
     _, stderr = record.communicate(timeout=60)
     assert record.returncode == 130, stderr
@@ -166,15 +166,7 @@ def test_sigint_reaches_a_command_started_with_sigint_ignored(tmp_path, script):
     warmfit reported an interrupt after the command ran to its end. The command now
     hears it: exit 130 at once, the 16 waves kept."""
     out = tmp_path / "rec"
-    env = {**os.environ, "WARMFIT_RECORD_FLUSH_S": "3600"}
-    record = subprocess.Popen(
-        [sys.executable, "-m", "warmfit", "record", "-o", str(out), "--", sys.executable,
-         str(script), "wait"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )  # fmt: skip
-    assert record.stdout is not None and record.stdout.readline().strip() == "flushed"
-    time.sleep(0.2)
+    record = recording_to_stop(out, script, signal.SIG_IGN)
     record.send_signal(signal.SIGINT)
     _, stderr = record.communicate(timeout=60)  # the command would sleep 120 s
     assert record.returncode == 130, stderr
@@ -186,16 +178,7 @@ def test_ctrl_c_twice_keeps_the_readings_the_recorder_writes_at_exit(tmp_path, s
     passed on by warmfit). The second must not stop the recorder's last write at exit,
     which would lose the wave not yet flushed: all 31 readings are kept."""
     out = tmp_path / "rec"
-    env = {**os.environ, "WARMFIT_RECORD_FLUSH_S": "3600"}
-    record = subprocess.Popen(
-        [sys.executable, "-m", "warmfit", "record", "-o", str(out), "--", sys.executable,
-         str(script), "wait"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
-    assert record.stdout is not None and record.stdout.readline().strip() == "flushed"
-    time.sleep(0.2)
+    record = recording_to_stop(out, script, signal.SIG_DFL, start_new_session=True)
     os.killpg(record.pid, signal.SIGINT)
     _, stderr = record.communicate(timeout=60)
     assert record.returncode == 130, stderr
