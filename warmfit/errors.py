@@ -8,6 +8,7 @@ these.
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 
 from warmfit.show.names import printable
@@ -40,6 +41,27 @@ class UsageError(WarmfitError):
     def for_flag(self, flag: str) -> UsageError:
         """The same error, naming the command line's ``flag`` for the argument."""
         return UsageError(f"{flag} {self.problem}")
+
+
+def whole_number(value: object, argument: str) -> int:
+    """``value`` as an int (``operator.index``: an int, a numpy integer, a 0-d integer
+    tensor), or a :class:`UsageError` naming ``argument``.
+
+    >>> whole_number(3, "packed_tokens")
+    3
+    >>> whole_number(1.5, "packed_tokens")
+    Traceback (most recent call last):
+    ...
+    warmfit.errors.UsageError: packed_tokens must be an integer; got 1.5 of type float (an int, or a 0-d integer tensor).
+    """
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise UsageError(
+            f"must be an integer; got {value!r} of type {type(value).__name__} (an int, or a "
+            "0-d integer tensor).",
+            argument=argument,
+        ) from None
 
 
 class TraceError(WarmfitError):

@@ -47,7 +47,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Protocol
 
-from warmfit.errors import RecordingError, UsageError
+from warmfit.errors import RecordingError, UsageError, whole_number
 from warmfit.format.schema import (
     ESTIMATE_COLUMN,
     KINDS,
@@ -223,14 +223,12 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def _count(name: str, value: Any) -> int:
-    """``value`` as an int (``operator.index``), or a :class:`UsageError` naming ``name``."""
+    """``value`` as an int (:func:`~warmfit.errors.whole_number`), or a UsageError
+    saying it was ``wave()``'s argument."""
     try:
-        return operator.index(value)
-    except TypeError:
-        raise UsageError(
-            f"wave(): {name} must be an integer (an int, or a 0-d integer tensor); "
-            f"got {value!r} of type {type(value).__name__}."
-        ) from None
+        return whole_number(value, name)
+    except UsageError as exc:
+        raise UsageError(f"wave(): {exc}") from None
 
 
 def _detect_rank() -> int:

@@ -29,12 +29,11 @@ True
 
 from __future__ import annotations
 
-import operator
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from warmfit.errors import PolicyError, UsageError
+from warmfit.errors import PolicyError, UsageError, whole_number
 from warmfit.format.schema import KINDS
 from warmfit.policies import Policy, PriceRequest, Reading, checked_class, get_policy
 from warmfit.replay.reference import _checked_price
@@ -65,16 +64,6 @@ def _policy_class(policy: object) -> type[Policy]:
         f"class; got {policy!r} of type {type(policy).__name__}.",
         argument="policy",
     )
-
-
-def _count(name: str, value: Any) -> int:
-    """``value`` as an int (a 0-d integer tensor gives its value), or a UsageError."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise UsageError(
-            f"must be an integer; got {value!r} of type {type(value).__name__}.", argument=name
-        ) from None
 
 
 class Pricer:
@@ -254,8 +243,12 @@ class Pricer:
             raise UsageError(f"must be a str; got {signature!r}.", argument="signature")
         if kind not in KINDS:
             raise UsageError(f"must be one of {', '.join(KINDS)}; got {kind!r}.", argument="kind")
-        n, m, o = _count("packed_tokens", n), _count("logical_tokens", m), _count("output_bytes", o)
-        s = None if s is None else _count("static_floor_bytes", s)
+        n, m, o = (
+            whole_number(n, "packed_tokens"),
+            whole_number(m, "logical_tokens"),
+            whole_number(o, "output_bytes"),
+        )
+        s = None if s is None else whole_number(s, "static_floor_bytes")
         if n <= 0:
             raise UsageError(f"must be > 0; got {n}.", argument="packed_tokens")
         if m < n:
