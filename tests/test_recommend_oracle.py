@@ -1,0 +1,298 @@
+"""``warmfit recommend`` against a brute-force oracle (issue 38, item 1).
+
+The oracle here prices sizes with :mod:`tests.oracle`'s plain models of the
+policies (which import nothing from warmfit) and follows the text of
+spec-notes 23, not the code of ``warmfit/report/recommend.py``:
+
+- each ``(run, rank, signature)`` profile learns every observed reading of the
+  trace in ``seq`` order (SPEC §3 step 2);
+- a size ``n`` is a flat wave of ``n * L // P`` logical tokens (``L``, ``P``: the
+  run and signature's logical and packed tokens summed over its waves), with
+  the output bytes and floor of the rank's last wave of the signature, priced
+  by SPEC §3's estimate; it is admitted when ``estimate <= budget``;
+- the admitted tokens are the largest admitted size, the smallest over the
+  ranks that can price (no profile, no floor: cannot), the lowest rank on a tie;
+- the measured limit: each size's largest actual bytes over the waves that did
+  not run out of memory, sizes smallest first; the first over the budget did
+  not fit; a straight line between it and the size before, rounded down.
+
+warmfit's answer is read from the command line's JSON, so the test holds
+whatever the code behind it becomes. The search is checked by brute force:
+every size up to the admitted one is admitted and the next is not.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from tests import oracle
+from tests.oracle import Row
+from tests.strategies import examples, oracle_traces
+from warmfit.cli import app
+from warmfit.format.trace import readings_frame, write_trace
+
+POLICIES = ["max-merge", "warm-fit", "warm-affine", "envelope"]
+SAFETY = 1.1
+#: Sizes scanned one by one below the admitted size (beyond it, the oracle checks
+#: the two sizes around the answer only).
+SCAN = 3000
+ENV = {"_TYPER_FORCE_DISABLE_TERMINAL": "1", "COLUMNS": "200"}
+
+
+# --------------------------------------------------------------------------- the oracle
+
+
+class Rank:
+    """One rank's profile of a signature after the whole trace, and its last wave."""
+
+    def __init__(self, profile: oracle.MaxMerge, o: int, s: int | None) -> None:
+        self.profile, self.o, self.s = profile, o, s
+
+    def estimate(self, n: int, logical: int, packed: int) -> int | None:
+        """SPEC §3's estimate of a flat wave of ``n`` packed tokens (None: unpriced or
+        past int64, which no replay reports)."""
+        m = n * logical // packed
+        try:
+            return oracle.estimate(self.profile.price(n, m), self.o, self.s, SAFETY)[0]
+        except OverflowError:
+            return None
+
+
+def ranks_after(rows: Sequence[Row], policy: str) -> dict[tuple[str, str], dict[int, Rank]]:
+    """Per (run, signature), per rank: the profile after every reading, and the
+    constants of the rank's last wave of the signature (by its first reading)."""
+    streams: dict[tuple[str, int], list[Row]] = {}
+    for row in rows:
+        streams.setdefault((str(row["run"]), int(row["rank"])), []).append(row)
+    out: dict[tuple[str, str], dict[int, Rank]] = {}
+    for (run, rank), readings in streams.items():
+        profiles: dict[str, oracle.MaxMerge] = {}
+        last: dict[str, tuple[int, int | None]] = {}
+        seen_waves: set[int] = set()
+        for row in sorted(readings, key=lambda r: r["seq"]):
+            sig = str(row["signature"])
+            profile = profiles.setdefault(sig, oracle.POLICIES[policy]())
+            if row["wave"] not in seen_waves:  # a wave's first reading: the latest wave
+                seen_waves.add(int(row["wave"]))
+                s = row["static_floor_bytes"]
+                last[sig] = (int(row["output_bytes"]), None if s is None else int(s))
+            kind, phase, oom = str(row["kind"]), str(row["phase"]), bool(row["oom"])
+            if oracle.observed(kind, phase, oom):
+                delta = max(0, int(row["peak_bytes"]) - int(row["baseline_bytes"]))
+                profile.observe(
+                    oracle.Reading(
+                        int(row["packed_tokens"]),
+                        int(row["logical_tokens"]),
+                        delta,
+                        int(row["output_bytes"]),
+                        bool(row["whole"]),
+                        phase,
+                        kind,
+                    )
+                )
+        for sig, profile in profiles.items():
+            out.setdefault((run, sig), {})[rank] = Rank(profile, *last[sig])
+    return out
+
+
+def sums(rows: Sequence[Row]) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per (run, signature): logical and packed tokens summed over its waves."""
+    waves: dict[tuple[str, int, int], Row] = {}
+    for row in rows:
+        waves.setdefault((str(row["run"]), int(row["rank"]), int(row["wave"])), row)
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for (run, _, _), row in waves.items():
+        key = (run, str(row["signature"]))
+        logical, packed = out.get(key, (0, 0))
+        out[key] = (logical + int(row["logical_tokens"]), packed + int(row["packed_tokens"]))
+    return out
+
+
+def measured(rows: Sequence[Row], run: str, sig: str, budget: int) -> dict[str, object]:
+    """spec-notes 23's measured limit, from the waves' actual bytes."""
+    actual: dict[tuple[int, int], int] = {}
+    oom: set[tuple[int, int]] = set()
+    size: dict[tuple[int, int], int] = {}
+    for row in rows:
+        if row["run"] != run or row["signature"] != sig:
+            continue
+        key = (int(row["rank"]), int(row["wave"]))
+        delta = max(0, int(row["peak_bytes"]) - int(row["baseline_bytes"]))
+        actual[key] = max(actual.get(key, 0), delta)
+        size[key] = int(row["packed_tokens"])
+        if row["oom"]:
+            oom.add(key)
+    peaks: dict[int, int] = {}
+    for key, bytes_ in actual.items():
+        if key not in oom:
+            peaks[size[key]] = max(peaks.get(size[key], 0), bytes_)
+    if not peaks:
+        return {"measured": "no measured wave", "measured_limit_tokens": None}
+    sizes = sorted(peaks)
+    for i, n in enumerate(sizes):
+        if peaks[n] > budget:
+            if i == 0:
+                return {"measured": "budget below every peak", "measured_limit_tokens": None,
+                        "largest_fitted_tokens": None, "smallest_unfitted_tokens": n}  # fmt: skip
+            n0 = sizes[i - 1]
+            a0, a1 = peaks[n0], peaks[n]
+            # the line through (n0, a0) and (n, a1) at the budget, rounded down, in integers
+            limit = n0 + ((budget - a0) * (n - n0)) // (a1 - a0)
+            return {"measured": "interpolated", "measured_limit_tokens": limit,
+                    "largest_fitted_tokens": n0, "smallest_unfitted_tokens": n}  # fmt: skip
+    return {"measured": "budget above every peak", "measured_limit_tokens": None,
+            "largest_fitted_tokens": sizes[-1], "smallest_unfitted_tokens": None}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- warmfit
+
+
+def recommend_json(rows: Sequence[Row], budget: int, policy: str) -> list[dict[str, object]]:
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_trace(readings_frame(list(rows)), Path(folder) / "t.parquet")
+        result = CliRunner().invoke(
+            app,
+            ["recommend", str(path), "--budget", str(budget), "-p", policy, "--format", "json"],
+            env=ENV,
+        )
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["results"]
+
+
+def check_admitted(
+    got: object, ranks: dict[int, Rank], total: tuple[int, int], budget: int
+) -> None:
+    """``got`` is the largest size admitted on every rank that can price (brute force
+    below :data:`SCAN` sizes; the two sizes around the answer beyond it)."""
+    logical, packed = total
+    # a rank can price when it has a profile or a floor (an estimate past int64 at one
+    # token still prices: it admits nothing)
+    pricing = {
+        k: r for k, r in ranks.items()
+        if r.profile.price(1, logical // packed) is not None or r.s is not None
+    }  # fmt: skip
+    if not pricing:
+        assert got is None, f"no rank can price, yet {got!r} tokens admitted"
+        return
+    assert isinstance(got, int)
+
+    def admitted_everywhere(n: int) -> bool:
+        for r in pricing.values():
+            est = r.estimate(n, logical, packed)
+            if est is None or est > budget:
+                return False
+        return True
+
+    if got >= 1:
+        assert admitted_everywhere(got), f"{got} tokens admitted but priced over the budget"
+    if got < 2**40:
+        assert not admitted_everywhere(got + 1), f"{got + 1} tokens also fit: not the largest"
+    for n in range(1, min(got, SCAN) + 1):  # brute force: every smaller size fits too
+        assert admitted_everywhere(n), f"{n} tokens refused below the admitted {got}"
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[list[Row], int, str]:
+    """A trace with no out-of-memory reading (their evidence is SPEC §9's, tested apart),
+    a policy, and a budget: now and then exactly a size's estimate (the edge of
+    admission), or exactly a measured wave's actual bytes, else any."""
+    rows = draw(oracle_traces(max_waves=8))
+    rows = [{**row, "oom": False} for row in rows]
+    assume(rows)
+    policy = draw(st.sampled_from(POLICIES))
+    run_sig = draw(st.sampled_from(sorted({(str(r["run"]), str(r["signature"])) for r in rows})))
+    ranks = ranks_after(rows, policy)[run_sig]
+    logical, packed = sums(rows)[run_sig]
+    edges = [
+        est
+        for r in ranks.values()
+        for n in (1, 7, 100, 1000, 4096)
+        if (est := r.estimate(n, logical, packed)) is not None
+    ] + [max(0, int(r["peak_bytes"]) - int(r["baseline_bytes"])) for r in rows]
+    budget = draw(
+        st.sampled_from(edges) | st.integers(0, 2**40) if edges else st.integers(0, 2**40)
+    )
+    return rows, budget, policy
+
+
+@settings(max_examples=examples(40))
+@given(cases())
+def test_recommend_is_the_brute_force_answer(case: tuple[list[Row], int, str]) -> None:
+    rows, budget, policy = case
+    results = recommend_json(rows, budget, policy)
+    per_policy = ranks_after(rows, policy)
+    totals = sums(rows)
+    assert sorted((r["run"], r["signature"]) for r in results) == sorted(per_policy)
+    for result in results:
+        run, sig = str(result["run"]), str(result["signature"])
+        where = f"run {run!r} signature {sig!r} {policy} budget {budget}"
+        check_admitted(
+            result["admitted_tokens"], per_policy[(run, sig)], totals[(run, sig)], budget
+        )
+        want = measured(rows, run, sig, budget)
+        for key, value in want.items():
+            assert result[key] == value, f"{where}: {key} {result[key]!r}, expected {value!r}"
+        admitted, limit = result["admitted_tokens"], want["measured_limit_tokens"]
+        if isinstance(admitted, int) and isinstance(limit, int):
+            assert result["gap_tokens"] == limit - admitted, where
+        else:
+            assert result["gap_tokens"] is None, where
+
+
+def test_a_size_priced_exactly_at_the_budget_is_admitted() -> None:
+    """One whole reading of 100 tokens at 1,000 bytes a token (100,000 bytes above a
+    zero baseline, no outputs): max-merge prices n tokens at int(1000 n * 1.1) = 1100 n.
+    At a budget of 110,000 bytes exactly, 100 tokens are priced 110,000 <= 110,000
+    (admitted) and 101 at 111,100 (refused): 100. A byte less, 99."""
+    rows: list[Row] = [
+        dict(run="r", rank=0, seq=0, step=None, wave=0, signature="s", kind="flat",
+             phase="caller", whole=True, packed_tokens=100, logical_tokens=100,
+             output_bytes=0, baseline_bytes=0, peak_bytes=100_000,
+             static_floor_bytes=None, oom=False),
+    ]  # fmt: skip
+    (at,) = recommend_json(rows, 110_000, "max-merge")
+    assert at["admitted_tokens"] == 100 and at["estimate_bytes"] == 110_000
+    (below,) = recommend_json(rows, 109_999, "max-merge")
+    assert below["admitted_tokens"] == 99 and below["estimate_bytes"] == 108_900
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_rank_must_fit(policy: str) -> None:
+    """Two ranks of one run: rank 0 learned 1,000 bytes a token, rank 1 2,000. Under
+    220,000 bytes (safety 1.1), rank 0 admits 200 tokens and rank 1 100: the run admits
+    100, set by rank 1."""
+    rows: list[Row] = [
+        dict(run="r", rank=rank, seq=0, step=None, wave=0, signature="s", kind="flat",
+             phase="caller", whole=True, packed_tokens=100, logical_tokens=100,
+             output_bytes=0, baseline_bytes=0, peak_bytes=rate * 100,
+             static_floor_bytes=None, oom=False)
+        for rank, rate in ((0, 1000), (1, 2000))
+    ]  # fmt: skip
+    (result,) = recommend_json(rows, 220_000, policy)
+    assert result["admitted_tokens"] == 100 and result["rank"] == 1 and result["ranks"] == 2
+
+
+def test_the_measured_limit_is_the_line_between_the_sizes_rounded_down() -> None:
+    """Whole waves of 100 and 200 tokens at 1,000 and 2,000 bytes. A budget of 1,499
+    bytes lies between them: 100 + (1,499 - 1,000) * (200 - 100) // (2,000 - 1,000)
+    = 100 + 49,900 // 1,000 = 149 tokens (149.9 rounded down); at 1,500, 150."""
+    rows: list[Row] = [
+        dict(run="r", rank=0, seq=i, step=None, wave=i, signature="s", kind="flat",
+             phase="caller", whole=True, packed_tokens=n, logical_tokens=n,
+             output_bytes=0, baseline_bytes=0, peak_bytes=peak,
+             static_floor_bytes=None, oom=False)
+        for i, (n, peak) in enumerate([(100, 1000), (200, 2000)])
+    ]  # fmt: skip
+    for budget, limit in ((1499, 149), (1500, 150), (1000, 100), (1999, 199)):
+        (result,) = recommend_json(rows, budget, "max-merge")
+        assert result["measured"] == "interpolated"
+        assert result["measured_limit_tokens"] == limit, budget
+        assert result["largest_fitted_tokens"] == 100 and result["smallest_unfitted_tokens"] == 200
