@@ -1,0 +1,237 @@
+"""Every command that prices waves gives, byte for byte, what it gave before they all
+folded their figures from the one streamed replay (issue 37).
+
+The golden outputs under ``tests/golden/outputs/`` were taken from the code as it
+was before the change (``replay``, ``check --write-expect`` / ``--expect``,
+``sweep``, ``recommend --budget``, and the data ``plot`` and ``sweep --plot`` draw),
+in every format, on every stored trace under ``traces/`` and on two pinned
+generated traces under ``tests/golden/traces/`` (``gen-oom``: OOM readings, split
+waves, static floors, two files; ``gen-recorded``: the trainer's recorded prices,
+SPEC §8, in one file whose rows interleave three runs). Every policy is named with
+``-p``: the golden figures never depend on the default policies.
+
+The generated traces are also replayed in batches of 300 readings
+(``WARMFIT_BATCH_READINGS``): the figures may not depend on how the trace is cut.
+
+``WARMFIT_GOLDEN_WRITE=1`` rewrites the golden files (only when the outputs are
+meant to change, and say why in the commit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden"
+STORED = ["art-h200", "cpu-demo", "hf-qwen3moe-cpu", "liger-gpu", "pr991"]
+GENERATED = ["gen-oom", "gen-recorded"]
+WRITE = os.environ.get("WARMFIT_GOLDEN_WRITE") == "1"
+
+POLICIES = ["-p", "max-merge", "-p", "warm-fit", "-p", "warm-affine", "-p", "envelope"]
+TWO = ["-p", "warm-fit", "-p", "envelope"]
+#: A policy of a user's own, which the reference engine prices.
+USER = ["-p", "tests.example_policy:LastWholeLoop", "-p", "warm-fit"]
+FORMATS = ["table", "markdown", "csv", "json"]
+
+#: name -> arguments after the trace path; ``{tmp}`` is a scratch folder.
+CASES: dict[str, list[str]] = {}
+for fmt in FORMATS:
+    CASES[f"replay-{fmt}"] = ["replay", *POLICIES, "-f", fmt]
+    CASES[f"sweep-{fmt}"] = ["sweep", *POLICIES, "-f", fmt]
+    CASES[f"recommend-{fmt}"] = ["recommend", *POLICIES, "--budget", "80GB", "-f", fmt]
+CASES |= {
+    "replay-by-signature": ["replay", *TWO, "--by", "signature", "-f", "csv"],
+    "replay-budget": ["replay", *TWO, "--budget", "80GB", "-f", "json"],
+    "replay-scalar": ["replay", *TWO, "--engine", "scalar", "-f", "csv"],
+    "replay-user": ["replay", *USER, "-f", "csv"],
+    "replay-safety": ["replay", *TWO, "--safety", "1.3", "-f", "csv"],
+    "replay-per-wave": ["replay", *TWO, "--per-wave", "{tmp}/w.csv", "--budget", "2GB"],
+    "replay-per-wave-parquet": ["replay", *TWO, "--per-wave", "{tmp}/w.parquet"],
+    "replay-permute": ["replay", *TWO, "--permute", "3", "--seed", "2", "-f", "csv"],
+    "check-write": ["check", *TWO, "--write-expect", "{tmp}/e.toml"],
+    "check-write-scalar": ["check", *TWO, "--engine", "scalar", "--write-expect", "{tmp}/e.toml"],
+    "check-write-user": ["check", *USER, "--write-expect", "{tmp}/e.toml"],
+    "check-write-allow": [
+        "check",
+        *POLICIES,
+        "--write-expect",
+        "{tmp}/e.toml",
+        "--allow-under",
+        "--safety",
+        "1.2",
+    ],
+    "check-write-safe": ["check", "-p", "max-merge", "--write-expect", "{tmp}/e.toml"],
+    "sweep-by-signature": ["sweep", *TWO, "--by", "signature", "-f", "json"],
+    "sweep-grid-plot": ["sweep", *TWO, "--grid", "1.0:1.3:0.05", "--plot", "{tmp}/s.png"],
+    "sweep-scalar": ["sweep", *TWO, "--engine", "scalar", "-f", "csv"],
+    "sweep-user": ["sweep", *USER, "-f", "csv"],
+    "recommend-small": ["recommend", *TWO, "--budget", "2GB", "-f", "json"],
+    "recommend-safety": ["recommend", *TWO, "--budget", "30GiB", "--safety", "1.0", "-f", "csv"],
+    "recommend-scalar": ["recommend", *TWO, "--budget", "80GB", "--engine", "scalar"],
+    "plot": ["plot", *POLICIES, "-o", "{tmp}/p.png"],
+    "plot-rank": ["plot", *TWO, "-o", "{tmp}/p.png", "--rank", "1", "--safety", "1.2"],
+}
+#: Checks against the file each of these wrote (a second command in the same case).
+CHECKS: dict[str, tuple[str, list[str]]] = {
+    f"check-expect-{fmt}": ("check-write-allow", ["check", *POLICIES, "-f", fmt])
+    for fmt in ["table", "csv", "json"]
+}
+CHECKS |= {
+    "check-expect-narrowed": ("check-write-allow", ["check", *TWO, "-f", "csv"]),
+    # a file written at 1.2 with four policies, checked after tightening every limit
+    "check-expect-tight": ("check-write-allow", ["check", *POLICIES, "--tighten"]),
+}
+
+
+def _plain(value: Any) -> Any:
+    """What a plot draws, as JSON: frames as their schema and CSV."""
+    if isinstance(value, pl.DataFrame):
+        return {"schema": {k: str(v) for k, v in value.schema.items()}, "csv": value.write_csv()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {repr(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return repr(value)
+    return value
+
+
+def _capture_drawings(monkeypatch: pytest.MonkeyPatch, drawn: list[Any]) -> None:
+    """``plot`` and ``sweep --plot`` hand their data to these two: keep it, draw nothing."""
+    import warmfit.report.plot as plot
+
+    def keep(kind: str) -> Callable[[Any, Any], Path]:
+        def capture(data: Any, path: Any) -> Path:
+            shown = plot.pareto_points(data) if kind == "pareto" else data
+            drawn.append({kind: _plain(shown)})
+            Path(path).write_bytes(b"")
+            return Path(path)
+
+        return capture
+
+    monkeypatch.setattr(plot, "render_plot", keep("plot"))
+    monkeypatch.setattr(plot, "write_pareto", keep("pareto"))
+
+
+def _file_text(path: Path) -> str:
+    data = path.read_bytes()
+    if path.suffix in {".toml", ".csv"} and len(data) < 20_000:
+        return data.decode()
+    if path.suffix == ".parquet":
+        frame = pl.read_parquet(path)
+        data = frame.write_csv().encode()
+        return (
+            f"{frame.height} rows, {frame.schema}, csv sha256 " + hashlib.sha256(data).hexdigest()
+        )
+    return f"{len(data)} bytes, sha256 " + hashlib.sha256(data).hexdigest()
+
+
+#: Outputs longer than this are kept as their length, hash and first lines.
+KEPT = 12_000
+
+
+def _kept(text: str) -> str:
+    if len(text) <= KEPT:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return f"{len(text)} characters, sha256 {digest}, beginning:\n{text[:2000]}"
+
+
+def _tighten(path: Path) -> None:
+    """Every limit of an expectations file a little tighter, so that the check fails."""
+    lines = []
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(" = ")
+        if key in {"max_median_over_estimate", "max_max_over_estimate"}:
+            line = f"{key} = {float(value) * 0.9!r}"
+        elif key == "max_under_peak" and int(value) > 0:
+            line = f"{key} = {int(value) - 1}"
+        lines.append(line)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _run(trace: str, args: list[str], tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    drawn: list[Any] = []
+    _capture_drawings(monkeypatch, drawn)
+    argv = [a.replace("{tmp}", str(tmp)) for a in args]
+    before = set(tmp.iterdir())
+    result = CliRunner().invoke(app, [argv[0], trace, *argv[1:]])
+    assert "Traceback" not in result.output, result.output
+    written = {p.name: _file_text(p) for p in sorted(set(tmp.iterdir()) - before)}
+    return {
+        "args": args,
+        "exit": result.exit_code,
+        "stdout": _kept(result.stdout.replace(str(tmp), "{tmp}")),
+        "stderr": _kept(result.stderr.replace(str(tmp), "{tmp}")),
+        "files": written,
+        "drawn": [_kept(json.dumps(d, indent=0, sort_keys=True)) for d in drawn],
+    }
+
+
+def outputs(trace: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Every case's output on ``trace`` (a path relative to the repository)."""
+    found: dict[str, Any] = {}
+    for name, args in CASES.items():
+        folder = tmp / name
+        folder.mkdir()
+        found[name] = _run(trace, args, folder, monkeypatch)
+    for name, (written, args) in CHECKS.items():
+        folder = tmp / name
+        folder.mkdir()
+        expect = folder / "e.toml"
+        expect.write_bytes((tmp / written / "e.toml").read_bytes())
+        if "--tighten" in args:
+            _tighten(expect)
+            args = [a for a in args if a != "--tighten"]
+        found[name] = _run(trace, [*args, "--expect", "{tmp}/e.toml"], folder, monkeypatch)
+    return found
+
+
+def _trace_path(name: str) -> str:
+    return f"traces/{name}" if name in STORED else f"tests/golden/traces/{name}"
+
+
+def _compare(name: str, found: dict[str, Any]) -> None:
+    golden = GOLDEN / "outputs" / f"{name}.json"
+    if WRITE:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    expected = json.loads(golden.read_text())
+    assert sorted(found) == sorted(expected)
+    for case in expected:
+        assert found[case] == expected[case], f"{name}: {case} differs"
+
+
+@pytest.mark.parametrize("name", STORED + GENERATED)
+def test_every_command_gives_the_golden_output(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("WARMFIT_BATCH_READINGS", raising=False)
+    _compare(name, outputs(_trace_path(name), tmp_path, monkeypatch))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", GENERATED)
+def test_the_golden_output_whatever_the_batches(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if WRITE:
+        pytest.skip("the golden files are written from whole-trace batches")
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("WARMFIT_BATCH_READINGS", "300")
+    _compare(name, outputs(_trace_path(name), tmp_path, monkeypatch))
