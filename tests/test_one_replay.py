@@ -29,8 +29,11 @@ from typing import Any
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from tests.strategies import examples, traces
 from warmfit.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
@@ -235,3 +238,34 @@ def test_the_golden_output_whatever_the_batches(
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("WARMFIT_BATCH_READINGS", "300")
     _compare(name, outputs(_trace_path(name), tmp_path, monkeypatch))
+
+
+# --------------------------------------------------------------------------- bytes before the factor
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(trace=traces(), safety=st.sampled_from([1.1, 1.0, 0.9, 2.5]))
+def test_both_engines_keep_the_bytes_before_the_factor(trace: pl.DataFrame, safety: float) -> None:
+    """The reference engine keeps each (wave, policy)'s bytes before the safety factor
+    as the vectorized engine does (issue 37: safe factors and warnings need no second
+    replay); ``recorded`` keeps its price. Fails before: the reference engine gave None."""
+    from warmfit.policies import Envelope, MaxMerge, WarmAffine, WarmFit
+    from warmfit.replay.engines import price
+
+    policies = [MaxMerge, WarmFit, WarmAffine, Envelope]
+    scalar = price(trace, policies, safety, "scalar", "run", False, recorded=True)
+    vector = price(trace, policies, safety, "vectorized", "run", False, recorded=True)
+    assert scalar.unscaled is not None and vector.unscaled is not None
+    if vector.engine == "vectorized":  # (values past 2**53 go to the reference engine)
+        assert scalar.unscaled.tolist() == vector.unscaled.tolist()
+    priced = scalar.estimate >= 0
+    assert ((scalar.unscaled >= 0) == priced).all()
+
+
+def test_the_bytes_before_the_factor_of_a_wave() -> None:
+    """Outputs 10, floor 2000, p 1000.7: the floor sets 2010 bytes before the factor."""
+    from warmfit.replay.semantics import unscaled_bytes
+
+    assert unscaled_bytes(1000.7, 10, 2000) == 2010
+    assert unscaled_bytes(5000.2, 10, 2000) == 5010
+    assert unscaled_bytes(None, 10, None) == -1

@@ -222,7 +222,7 @@ def _replay(
         )  # fmt: skip
         result = replace(result, summary=summary)
     typer.echo(render(result, format.value), nl=False)
-    _warn_under_peak(result, paths, policy, engine.value)
+    _warn_under_peak(result)
 
 
 def _with_orders(
@@ -253,26 +253,11 @@ def _with_orders(
     return summary.join(orders, on=[*keys, "policy"], how="left", maintain_order="left")
 
 
-def _warn_under_peak(
-    result: StreamedReplay, paths: list[Path], policy: list[str] | None, engine: str
-) -> None:
+def _warn_under_peak(result: StreamedReplay) -> None:
     """One warning line per policy that put a wave under its peak, with the smallest
-    safety factor that puts none under on these traces: folded by the replay itself,
-    or, for a policy the reference engine priced (it keeps no bytes before the
-    factor), found by :func:`warmfit.report.sweep.safe_factors` on the trace in memory."""
-    import math
-
+    safety factor that puts none under on these traces, folded by the replay itself
+    (both engines keep the bytes before the factor)."""
     from warmfit.report.table import under_peak_warnings
 
-    safe = dict(result.safe_factors)
-    unknown = [name for name, factor in safe.items() if factor is not None and math.isnan(factor)]
-    if unknown:
-        from warmfit.commands.options import read_traces
-        from warmfit.policies import get_policy
-        from warmfit.report.sweep import safe_factors
-
-        named = [p for p in (policy or []) if p != "recorded"]  # (never scaled: no factor)
-        specs = [p for p in named if get_policy(p).name in unknown] or unknown
-        safe |= safe_factors(read_traces(paths), specs, engine)
-    for line in under_peak_warnings(result.summary, safe):
+    for line in under_peak_warnings(result.summary, result.safe_factors):
         typer.echo(line, err=True)

@@ -104,8 +104,8 @@ class Priced:
     set_by: np.ndarray
     #: Per wave, whether it was priced beyond the seen range (SPEC §8).
     beyond: np.ndarray
-    #: Per (wave, policy), the bytes before the safety factor (-1: unpriced); None from
-    #: the reference engine, whose rows do not keep them.
+    #: Per (wave, policy), the bytes before the safety factor (-1: unpriced), from
+    #: either engine.
     unscaled: np.ndarray | None
     #: Per profile, the reading counts of :func:`warmfit.format.trace.reading_counts`
     #: (the vectorized engine counts them on the way; None from the scalar one).
@@ -146,12 +146,14 @@ def price(
         )  # fmt: skip
     if profiles_out is not None:
         profiles_out.clear()
-    frame = replay_scalar(readings, classes, safety_factor, profiles_out, recorded)
+    kept: list[int] = []
+    frame = replay_scalar(readings, classes, safety_factor, profiles_out, recorded, kept)
     count = len(classes) + recorded
     waves, actual, oom, estimate, set_by, beyond = per_wave_arrays(frame, count)
     rows = frame if per_wave else None
+    unscaled = np.array(kept, dtype=np.int64)
     return Priced(
-        "scalar", rows, waves.select(keys), actual, oom, estimate, set_by, beyond, None, None
+        "scalar", rows, waves.select(keys), actual, oom, estimate, set_by, beyond, unscaled, None
     )
 
 

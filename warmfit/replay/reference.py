@@ -26,6 +26,7 @@ from warmfit.replay.semantics import (
     estimate_bytes,
     is_beyond,
     is_observed,
+    unscaled_bytes,
 )
 
 
@@ -81,6 +82,8 @@ class _Wave:
     oom: bool
     estimates: list[tuple[int | None, str | None]]
     beyond: bool
+    #: Per policy, the bytes before the safety factor (-1: unpriced).
+    unscaled: list[int]
 
 
 def replay_scalar(
@@ -89,6 +92,7 @@ def replay_scalar(
     safety_factor: float = DEFAULT_SAFETY_FACTOR,
     profiles_out: dict[ProfileKey, Policy] | None = None,
     recorded: bool = False,
+    unscaled_out: list[int] | None = None,
 ) -> pl.DataFrame:
     """Replay readings one at a time; return one row per wave and policy.
 
@@ -98,7 +102,9 @@ def replay_scalar(
     the policy ``recorded``: the wave's first non-null ``estimate_bytes`` (SPEC §8;
     a frame without the column has none). ``profiles_out``, when
     given, receives every profile as it stands after the trace, by ``(run,
-    rank, signature, policy)``.
+    rank, signature, policy)``. ``unscaled_out``, when given, receives each row's
+    bytes before the safety factor (-1: unpriced; ``recorded``: its price), in the
+    rows' order, as the vectorized engine gives them.
     """
     prices = (
         pl.col(ESTIMATE_COLUMN)
@@ -126,6 +132,7 @@ def replay_scalar(
         if state is None:  # the wave's first reading: price it before learning from it
             request = PriceRequest(n, m, o, kind, s)
             estimates = []
+            unscaled = []
             for cls, by_signature in zip(policies, profiles, strict=True):
                 profile = by_signature.get(sig)
                 if profile is None:
@@ -133,6 +140,7 @@ def replay_scalar(
                     if profiles_out is not None:
                         profiles_out[(run, rank, sig, cls.name)] = profile
                 p = checked_price(cls, profile, request, run, rank, wave)
+                unscaled.append(unscaled_bytes(p, o, s))
                 try:
                     estimates.append(estimate_bytes(p, o, s, safety_factor))
                 except OverflowError:
@@ -144,7 +152,9 @@ def replay_scalar(
             if recorded:  # the trainer's price, on this reading or a later one
                 estimates.append((paid, RECORDED) if paid is not None else (None, None))
             beyond = is_beyond(n, largest.get(sig))
-            state = _Wave(run, rank, wave, sig, kind, n, m, o, s, delta, oom, estimates, beyond)
+            state = _Wave(
+                run, rank, wave, sig, kind, n, m, o, s, delta, oom, estimates, beyond, unscaled
+            )
             open_waves[wave] = state
             waves.append(state)
         else:
@@ -157,6 +167,12 @@ def replay_scalar(
             reading = Reading(n, m, delta, o, whole, phase, kind, s)
             for cls, by_signature in zip(policies, profiles, strict=True):
                 _call(cls, by_signature[sig].observe, reading, run, rank, wave)
+    if unscaled_out is not None:
+        for w in waves:
+            unscaled_out += w.unscaled
+            if recorded:  # the trainer's price, which no factor scales
+                paid_bytes = w.estimates[-1][0]
+                unscaled_out.append(-1 if paid_bytes is None else paid_bytes)
     return _per_wave_frame(waves, [cls.name for cls in policies] + ([RECORDED] if recorded else []))
 
 

@@ -126,6 +126,25 @@ def estimate_bytes(
     return None, None
 
 
+def unscaled_bytes(p: float | None, output_bytes: int, static_floor_bytes: int | None) -> int:
+    """A wave's bytes before the safety factor (``o + compute``, SPEC §3; -1: unpriced),
+    what :func:`estimate_bytes` scales: the reference engine keeps them, as
+    :func:`estimates` gives them, for the safe factors (SPEC §7).
+
+    >>> unscaled_bytes(1000.7, 10, None), unscaled_bytes(1000.7, 10, 2000)
+    (1010, 2010)
+    >>> unscaled_bytes(None, 10, 2000), unscaled_bytes(None, 10, None)
+    (2010, -1)
+    """
+    if p is not None:
+        total = output_bytes + max(static_floor_bytes or 0, int(p))
+    elif static_floor_bytes is not None:
+        total = output_bytes + static_floor_bytes
+    else:
+        return -1
+    return min(total, MAX_ESTIMATE_BYTES)  # (an estimate past it is refused anyway)
+
+
 #: Estimates are int64 bytes (SPEC §5's per-wave Parquet); 8 EiB is beyond any device.
 MAX_ESTIMATE_BYTES = 2**63 - 1
 
