@@ -9,19 +9,22 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from warmfit.commands.options import (
+    ClusterOpt,
     Engine,
     EngineOpt,
+    JobsOpt,
     PathsArg,
     check_new_file,
-    read_traces,
     refuse_force_without,
+    streaming,
     writing,
 )
 from warmfit.errors import PolicyError, RegressionFound, UsageError
 from warmfit.show.names import counted, printable, waves_under
 
 if TYPE_CHECKING:
-    from warmfit.replay import ReplayResult
+    from warmfit.replay.stream import StreamedReplay
+    from warmfit.report.gate import Expectations
 
 PolicyOpt = Annotated[
     list[str] | None,
@@ -97,6 +100,8 @@ def check_command(
             "their current figures (every table already there stays as it is), then check.",
         ),
     ] = False,
+    jobs: JobsOpt = None,
+    cluster: ClusterOpt = None,
 ) -> None:
     """Check replay figures against stored expectations; exit 1 when a limit fails.
 
@@ -108,11 +113,6 @@ def check_command(
     unless given --allow-under. See docs/how-to/ci-gate.md for the file's
     format.
     """
-    from warmfit.policies import policy_names
-    from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, replay
-    from warmfit.replay.engines import lineup_names, resolve_lineup
-    from warmfit.report import gate
-
     if (expect is None) == (write_expect is None):
         raise UsageError(
             "give exactly one of --expect FILE (check against it) or --write-expect FILE "
@@ -128,40 +128,9 @@ def check_command(
         refuse_force_without(write_expect, "--write-expect")
     if write_expect is not None:
         check_new_file(write_expect, force, paths)
-        result = replay(
-            read_traces(paths),
-            policy,
-            DEFAULT_SAFETY_FACTOR if safety is None else safety,
-            engine.value,
-        )
-        with writing(write_expect):
-            gate.write_expectations(
-                result,
-                write_expect,
-                [str(p) for p in paths],
-                allow_under=allow_under,
-                policies=policy,
-            )
-        under: dict[str, list[gate.UnderPeak]] = {}
-        for offender in gate.under_peak(result):  # written only with --allow-under
-            under.setdefault(offender.policy, []).append(offender)
-        for name, offenders in under.items():
-            waves = sum(o.waves for o in offenders)
-            typer.echo(
-                f"warning: {printable(str(write_expect))} now allows {waves_under(waves)} "
-                f"for {printable(name)} (in "
-                f"{counted(len(offenders), 'run')}): the gate will pass {printable(name)} "
-                "although it would have run out of memory on "
-                f"{'that wave' if waves == 1 else 'those waves'}.",
-                err=True,
-            )
-        count = sum(1 for _ in gate.expectations_from(result))
-        typer.echo(
-            f"wrote expectations for {counted(count, 'run/policy pair')} "
-            f"({', '.join(result.policies)}) to {write_expect}"
-        )
+        with streaming(paths, jobs, cluster) as jobs:
+            _write_expect(paths, write_expect, policy, safety, engine, allow_under, jobs, cluster)
         return
-
     assert expect is not None
     if allow_under and not update:
         raise UsageError(
@@ -173,6 +142,81 @@ def check_command(
             f"--safety applies to --write-expect only; {expect} fixes the safety factor "
             "its figures were taken at (its 'safety_factor' key)."
         )
+    expectations = _expectations(expect, policy)
+    with streaming(paths, jobs, cluster) as jobs:
+        result = _replayed(
+            paths, policy or expectations.policies, expectations.safety_factor, engine,
+            jobs, cluster,
+        )  # fmt: skip
+    _check(result, expect, expectations, policy, format, update, allow_under)
+
+
+def _replayed(
+    paths: list[Path],
+    policies: list[str] | None,
+    safety: float,
+    engine: Engine,
+    jobs: int | None,
+    cluster: str | None,
+) -> StreamedReplay:
+    """The figures the gate needs, from the one streamed replay of the traces."""
+    from warmfit.replay.stream import replay_stream
+    from warmfit.show.progress import progress_bar
+
+    with progress_bar("replaying", unit="batches") as progress:
+        return replay_stream(
+            paths, policies, safety, engine.value, jobs=jobs, cluster=cluster, progress=progress
+        )
+
+
+def _write_expect(
+    paths: list[Path],
+    write_expect: Path,
+    policy: list[str] | None,
+    safety: float | None,
+    engine: Engine,
+    allow_under: bool,
+    jobs: int | None,
+    cluster: str | None,
+) -> None:
+    """``--write-expect``: the current figures as a new expectations file."""
+    from warmfit.replay import DEFAULT_SAFETY_FACTOR
+    from warmfit.report import gate
+
+    factor = DEFAULT_SAFETY_FACTOR if safety is None else safety
+    result = _replayed(paths, policy, factor, engine, jobs, cluster)
+    with writing(write_expect):
+        gate.write_expectations(
+            result, write_expect, [str(p) for p in paths], allow_under=allow_under
+        )
+    under: dict[str, list[gate.UnderPeak]] = {}
+    for offender in gate.under_peak(result):  # written only with --allow-under
+        under.setdefault(offender.policy, []).append(offender)
+    for name, offenders in under.items():
+        waves = sum(o.waves for o in offenders)
+        typer.echo(
+            f"warning: {printable(str(write_expect))} now allows {waves_under(waves)} "
+            f"for {printable(name)} (in "
+            f"{counted(len(offenders), 'run')}): the gate will pass {printable(name)} "
+            "although it would have run out of memory on "
+            f"{'that wave' if waves == 1 else 'those waves'}.",
+            err=True,
+        )
+    count = sum(1 for _ in gate.expectations_from(result))
+    typer.echo(
+        f"wrote expectations for {counted(count, 'run/policy pair')} "
+        f"({', '.join(result.policies)}) to {write_expect}"
+    )
+
+
+def _expectations(expect: Path, policy: list[str] | None) -> Expectations:
+    """The expectations file, narrowed to the policies of ``-p`` (said on stderr), or
+    checked to name registered policies only."""
+    from warmfit.policies import policy_names
+    from warmfit.replay import RECORDED
+    from warmfit.replay.engines import lineup_names, resolve_lineup
+    from warmfit.report import gate
+
     expectations = gate.read_expectations(expect)
     if policy:
         names = lineup_names(*resolve_lineup(policy, RECORDED in policy))
@@ -185,38 +229,44 @@ def check_command(
                 "checked (name every policy to check with -p).",
                 err=True,
             )
-    else:
-        # A data file names registered policies only: a 'module:Class' in it would
-        # import (run) that module. Such a policy is given on the command line (-p).
-        try:
-            registered = policy_names()
-        except PolicyError as exc:
+        return expectations
+    # A data file names registered policies only: a 'module:Class' in it would
+    # import (run) that module. Such a policy is given on the command line (-p).
+    try:
+        registered = policy_names()
+    except PolicyError as exc:
+        raise gate.ExpectationsError(expect, f"names a policy that cannot be used: {exc}") from None
+    for name in expectations.policies:
+        if ":" in name or name not in [*registered, RECORDED]:
             raise gate.ExpectationsError(
-                expect, f"names a policy that cannot be used: {exc}"
-            ) from None
-        for name in expectations.policies:
-            if ":" in name or name not in [*registered, RECORDED]:
-                raise gate.ExpectationsError(
-                    expect,
-                    f"names unknown policy {printable(name)!r}: it is not registered (registered: "
-                    f"{', '.join(registered)}); an expectations file names registered "
-                    "policies only and never imports a module.",
-                    "Key its tables by a registered policy's name; give a policy of your "
-                    "own on the command line as -p MODULE:CLASS, with a -p for every other "
-                    "policy of the file to check (-p names the policies checked; the file "
-                    "keys its tables by the class's name).",
-                )
-    result = replay(
-        read_traces(paths),
-        policy or expectations.policies,
-        expectations.safety_factor,
-        engine.value,
-    )
+                expect,
+                f"names unknown policy {printable(name)!r}: it is not registered (registered: "
+                f"{', '.join(registered)}); an expectations file names registered "
+                "policies only and never imports a module.",
+                "Key its tables by a registered policy's name; give a policy of your "
+                "own on the command line as -p MODULE:CLASS, with a -p for every other "
+                "policy of the file to check (-p names the policies checked; the file "
+                "keys its tables by the class's name).",
+            )
+    return expectations
+
+
+def _check(
+    result: StreamedReplay,
+    expect: Path,
+    expectations: Expectations,
+    policy: list[str] | None,
+    format: CheckFormat,
+    update: bool,
+    allow_under: bool,
+) -> None:
+    """``--expect`` (with ``--update``: the new runs added first): the report, exit 1
+    when a limit fails."""
+    from warmfit.report import gate
+
     if update:
         with writing(expect):
-            added = gate.update_expectations(
-                result, expectations, allow_under=allow_under, policies=policy
-            )
+            added = gate.update_expectations(result, expectations, allow_under=allow_under)
         _report_added(result, added, expect)
         if added:
             updated = gate.read_expectations(expect)
@@ -227,7 +277,7 @@ def check_command(
         raise RegressionFound(report.regression_message())
 
 
-def _report_added(result: ReplayResult, added: list[str], expect: Path) -> None:
+def _report_added(result: StreamedReplay, added: list[str], expect: Path) -> None:
     """One line per run ``--update`` added, with its figures per policy (stderr)."""
     import polars as pl
 

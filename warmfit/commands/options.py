@@ -102,6 +102,56 @@ EngineOpt = Annotated[
     ),
 ]
 
+JobsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        help="Replay batches of streams in this many processes. Default: the cores "
+        "free now (usable cores less the load average; --verbose says how many). The "
+        "output is the same for any number.",
+        metavar="N",
+        show_default=False,
+    ),
+]
+
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster",
+        help="Run the batches on this Dask scheduler (tcp://HOST:8786) instead; its "
+        "workers must see the trace's paths. Needs the cluster extra (pip install 'warmfit[cluster]').",
+        metavar="ADDRESS",
+        show_default=False,
+    ),
+]
+
+
+@contextmanager
+def streaming(paths: list[Path], jobs: int | None, cluster: str | None) -> Iterator[int | None]:
+    """Where a command's one streamed replay (:func:`warmfit.replay.stream.replay_stream`)
+    runs: yields its ``jobs`` (the cores free now unless given; None on a cluster).
+    The workers' fork server starts at once, its imports beside this process's, and
+    goes when the command ends, whether or not the replay took it."""
+    from warmfit.run.memory import before_polars
+    from warmfit.run.workers import default_jobs, discard_early_pool, prestart
+
+    if cluster is not None and jobs is not None:
+        raise UsageError(
+            "--cluster runs the batches on the cluster's workers, --jobs on this machine's "
+            "cores: give one of them."
+        )
+    if cluster is None and jobs is None:
+        jobs = default_jobs()  # once: the load average it reads moves
+    before_polars()  # first: polars' allocator reads its settings at import
+    prestart(paths, jobs, cluster)  # the workers' imports run beside this process's
+    try:
+        yield jobs
+    except BaseException:  # failed or interrupted before the replay took them
+        discard_early_pool(now=True)
+        raise
+    discard_early_pool()  # a replay that ended before it took them (an error it reported)
+
 
 def check_new_file(path: Path, force: bool, inputs: list[Path] | None = None) -> None:
     """Refuse to overwrite an existing file unless ``--force`` was given.

@@ -7,14 +7,16 @@ from typing import Annotated
 import typer
 
 from warmfit.commands.options import (
+    ClusterOpt,
     Engine,
     EngineOpt,
     Format,
+    JobsOpt,
     PathsArg,
     PolicyOpt,
     SafetyOpt,
     budget_bytes,
-    read_traces,
+    streaming,
 )
 
 
@@ -33,6 +35,8 @@ def recommend_command(
     safety: SafetyOpt = 1.1,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     engine: EngineOpt = Engine.auto,
+    jobs: JobsOpt = None,
+    cluster: ClusterOpt = None,
 ) -> None:
     """Show the most tokens each policy admits under a budget, beside the measured limit.
 
@@ -42,11 +46,15 @@ def recommend_command(
     count each policy prices within the budget (the smallest over the ranks), the
     largest the measured waves show would have fitted (interpolated between the
     two measured waves around the budget, never extrapolated), and the gap: the
-    tokens a policy leaves unused, or, negative, admits beyond what fitted.
+    tokens a policy leaves unused, or, negative, admits beyond what fitted. The
+    trace is replayed once, streamed (bounded memory, --jobs, --cluster).
     """
-    from warmfit.report.recommend import recommend, render_recommendation
+    from warmfit.report.recommend import recommend_traces, render_recommendation
 
     limit = budget_bytes(budget)
     assert limit is not None
-    result = recommend(read_traces(paths), limit, policy, safety, engine.value)
+    with streaming(paths, jobs, cluster) as jobs:
+        result = recommend_traces(
+            paths, limit, policy, safety, engine.value, jobs=jobs, cluster=cluster
+        )
     typer.echo(render_recommendation(result, format.value), nl=False)

@@ -15,16 +15,19 @@ if TYPE_CHECKING:
 from warmfit.commands.options import (
     BudgetOpt,
     By,
+    ClusterOpt,
     ByOpt,
     Engine,
     EngineOpt,
     Format,
+    JobsOpt,
     PathsArg,
     PolicyOpt,
     SafetyOpt,
     budget_bytes,
     check_new_file,
     refuse_force_without,
+    streaming,
     warn_without_checksums,
     warn_without_whole,
     writing,
@@ -48,18 +51,7 @@ def replay_command(
     force: Annotated[bool, typer.Option("--force", help="Overwrite the --per-wave file.")] = False,
     by: ByOpt = By.run,
     budget: BudgetOpt = None,
-    jobs: Annotated[
-        int | None,
-        typer.Option(
-            "--jobs",
-            "-j",
-            help="Replay batches of streams in this many processes. Default: the cores "
-            "free now (usable cores less the load average; --verbose says how many). The "
-            "output is the same for any number.",
-            metavar="N",
-            show_default=False,
-        ),
-    ] = None,
+    jobs: JobsOpt = None,
     permute: Annotated[
         int | None,
         typer.Option(
@@ -75,16 +67,7 @@ def replay_command(
         int,
         typer.Option("--seed", help="Seed of the --permute orders: same seed, same bytes."),
     ] = 0,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            "--cluster",
-            help="Run the batches on this Dask scheduler (tcp://HOST:8786) instead; its "
-            "workers must see the trace's paths. Needs the cluster extra (pip install 'warmfit[cluster]').",
-            metavar="ADDRESS",
-            show_default=False,
-        ),
-    ] = None,
+    cluster: ClusterOpt = None,
     verbose: Annotated[
         bool,
         typer.Option("--verbose", "-v", help="Say on stderr how many processes replay, and why."),
@@ -103,32 +86,14 @@ def replay_command(
     in bounded memory, a batch of (run, rank) streams at a time, on every
     core (--jobs) or a cluster.
     """
-    from warmfit.run.memory import before_polars
-    from warmfit.run.workers import default_jobs, discard_early_pool, prestart
-
-    if cluster is not None and jobs is not None:
-        from warmfit.errors import UsageError
-
-        raise UsageError(
-            "--cluster runs the batches on the cluster's workers, --jobs on this machine's "
-            "cores: give one of them."
-        )
     given = jobs is not None
-    if cluster is None and jobs is None:
-        jobs = default_jobs()  # once: the load average it reads moves
-    if verbose:
-        _say_jobs(paths, jobs, given, cluster)
-    before_polars()  # first: polars' allocator reads its settings at import
-    prestart(paths, jobs, cluster)  # the workers' imports run beside this process's
-    try:
+    with streaming(paths, jobs, cluster) as jobs:
+        if verbose:
+            _say_jobs(paths, jobs, given, cluster)
         _replay(
             paths, policy, safety, format, per_wave, engine, force, by, budget, jobs, cluster,
             permute, seed,
         )  # fmt: skip
-    except BaseException:  # failed or interrupted before the replay took them
-        discard_early_pool(now=True)
-        raise
-    discard_early_pool()  # a replay that ended before it took them (an error it reported)
 
 
 def _say_jobs(paths: list[Path], jobs: int | None, given: bool, cluster: str | None) -> None:

@@ -10,14 +10,16 @@ import typer
 from warmfit.commands.options import (
     By,
     ByOpt,
+    ClusterOpt,
     Engine,
     EngineOpt,
     Format,
+    JobsOpt,
     PathsArg,
     PolicyOpt,
     check_new_file,
-    read_traces,
     refuse_force_without,
+    streaming,
     writing,
 )
 
@@ -44,15 +46,18 @@ def sweep_command(
     ] = None,
     engine: EngineOpt = Engine.auto,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the --plot file.")] = False,
+    jobs: JobsOpt = None,
+    cluster: ClusterOpt = None,
 ) -> None:
     """Find each policy's smallest safety factor with no wave under its peak.
 
     Example: warmfit sweep traces/art-h200 -p warm-fit -p warm-affine --plot sweep.png
 
     The safe factor is exact (not a grid value): at it no wave of the trace is
-    priced under its peak, at the next smaller number at least one is.
+    priced under its peak, at the next smaller number at least one is. The
+    trace is replayed once, streamed (bounded memory, --jobs, --cluster).
     """
-    from warmfit.report.sweep import parse_grid, sweep
+    from warmfit.report.sweep import parse_grid, sweep_traces
     from warmfit.report.table import render_sweep
 
     factors = parse_grid(grid)
@@ -60,7 +65,10 @@ def sweep_command(
         refuse_force_without(plot, "--plot")
     if plot is not None:
         check_new_file(plot, force, paths)
-    result = sweep(read_traces(paths), policy, by.value, factors, engine.value)
+    with streaming(paths, jobs, cluster) as jobs:
+        result = sweep_traces(
+            paths, policy, by.value, factors, engine.value, jobs=jobs, cluster=cluster
+        )
     if plot is not None:
         from warmfit.report.plot import write_pareto
 

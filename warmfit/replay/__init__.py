@@ -19,8 +19,9 @@ The package, imports pointing one way:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import polars as pl
 
@@ -74,6 +75,7 @@ __all__ = [
     "RECORDED",
     "SUMMARY_COLUMNS",
     "ReplayResult",
+    "Replayed",
     "check_safety_factor",
     "estimate_bytes",
     "group_keys",
@@ -86,6 +88,26 @@ __all__ = [
     "summarize",
     "wave_roles",
 ]
+
+
+class Replayed(Protocol):
+    """What every replay gives a report, whether of the trace in memory
+    (:class:`ReplayResult`) or streamed (:class:`warmfit.replay.stream.StreamedReplay`)."""
+
+    @property
+    def summary(self) -> pl.DataFrame: ...
+    @property
+    def policies(self) -> tuple[str, ...]: ...
+    @property
+    def safety_factor(self) -> float: ...
+    @property
+    def engine(self) -> str: ...
+    @property
+    def by(self) -> str: ...
+    @property
+    def budget_bytes(self) -> int | None: ...
+    @property
+    def safe_factors(self) -> Mapping[str, float | None]: ...
 
 
 @dataclass(frozen=True)
@@ -107,6 +129,9 @@ class ReplayResult:
     profiles: dict[ProfileKey, Policy] = field(default_factory=dict)
     #: The readings replayed (a reference to the caller's frame, not a copy).
     readings: pl.DataFrame = field(default_factory=pl.DataFrame, repr=False)
+    #: Per policy that put a wave under its peak, the smallest safe factor
+    #: (:meth:`~warmfit.replay.summary.SummaryFold.safe_factors`).
+    safe_factors: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def roles(self) -> pl.DataFrame:
@@ -155,9 +180,10 @@ def replay(
     with SummaryFold(names, by, budget_bytes) as fold:
         fold_priced(fold, priced)
         summary = fold.finish(groups)
+        safe = fold.safe_factors()
     chosen, per_wave = priced.engine, priced.per_wave
     per_wave = with_admitted(per_wave, budget_bytes)
     return ReplayResult(
         per_wave, summary, names, safety_factor, chosen, by, budget_bytes, profiles,
-        readings,
+        readings, safe,
     )  # fmt: skip

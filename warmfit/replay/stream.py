@@ -48,7 +48,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 
@@ -66,9 +66,14 @@ from warmfit.format.batches import (
 from warmfit.format.schema import ESTIMATE_COLUMN
 from warmfit.format.trace import find_trace_files, pairs_without_whole, reading_counts
 from warmfit.policies import Policy
-from warmfit.replay.engines import choose_engine, lineup_names, price, resolve_lineup
+from warmfit.replay.engines import Priced, choose_engine, lineup_names, price, resolve_lineup
 from warmfit.replay.perwave import PartEncoder, PerWaveWriter
-from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_budget, check_safety_factor
+from warmfit.replay.semantics import (
+    DEFAULT_SAFETY_FACTOR,
+    ProfileKey,
+    check_budget,
+    check_safety_factor,
+)
 from warmfit.replay.summary import (
     FoldPart,
     SummaryFold,
@@ -115,6 +120,32 @@ STOPPED_SECONDS = 5.0
 PerWaveSink = Callable[[pl.DataFrame], None]
 
 
+class Folded(Protocol):
+    """The parent's half of a :class:`Fold`: takes each batch's part, in canonical order."""
+
+    def add(self, part: Any) -> None: ...
+
+
+class Fold(Protocol):
+    """What a command folds from the one streamed replay besides the summary (issue 37):
+    ``sweep``'s waves, ``recommend``'s profiles and measured waves. It travels with
+    the task to the workers (keep it small and picklable): :meth:`part` runs where a
+    batch is replayed, on what the engine priced, and its result comes back to the
+    :meth:`start` of this process, batch after batch in canonical order."""
+
+    #: The batch's per-wave rows (every policy's) are made for :meth:`part`.
+    wants_rows: bool
+    #: Every profile as it stands after the batch's streams (whole: final) is kept
+    #: for :meth:`part`, by (run, rank, signature, policy).
+    wants_profiles: bool
+
+    def part(
+        self, readings: pl.DataFrame, priced: Priced, profiles: dict[ProfileKey, Policy] | None
+    ) -> Any: ...
+
+    def start(self) -> Folded: ...
+
+
 @dataclass(frozen=True)
 class StreamedReplay:
     """What :func:`replay_stream` produced: the summary and how it ran."""
@@ -141,6 +172,8 @@ class StreamedReplay:
     #: The rows of files whose streams interleave, decoded once and routed to their
     #: batches before they replayed (:func:`~warmfit.format.batches.route`); 0: none.
     routed_rows: int = 0
+    #: What each of the replay's :class:`Fold` s folded (its :meth:`Fold.start`), in order.
+    folded: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,6 +190,8 @@ class BatchResult:
     per_wave_rows: int
     #: :func:`warmfit.format.trace.reading_counts` of the batch's readings.
     counts: pl.DataFrame
+    #: Each :class:`Fold`'s part of the batch.
+    folded: tuple[Any, ...] = ()
 
 
 def replay_batch(
@@ -168,6 +203,7 @@ def replay_batch(
     per_wave: bool | PartEncoder,
     budget_bytes: int | None = None,
     recorded: bool = False,
+    folds: Sequence[Fold] = (),
     runs: tuple[str, str] | None = None,
     tail: Tail | None = None,
 ) -> BatchResult:
@@ -186,28 +222,41 @@ def replay_batch(
     """
     found = read_canonical(batch, tail=tail)
     readings = found.frame
+    profiles: dict[ProfileKey, Policy] | None = (
+        {} if any(f.wants_profiles for f in folds) else None
+    )
+    rows_wanted = per_wave is not False or any(f.wants_rows for f in folds)
     priced = price(
-        readings, policies, safety_factor, engine, by, per_wave is not False,
+        readings, policies, safety_factor, engine, by, rows_wanted, profiles,
         checked=found, recorded=recorded,
     )  # fmt: skip
+    folded = tuple(f.part(readings, priced, profiles) for f in folds)
     code, distinct = number_groups(priced.groups)
     with _spilling():
         part = fold_part(
             code, distinct, priced.actual, priced.oom, priced.estimate, priced.set_by,
             priced.beyond, len(policies) + recorded, budget_bytes, runs, priced.unscaled,
         )  # fmt: skip
-    rows = None if priced.per_wave is None else with_admitted(priced.per_wave, budget_bytes)
+    rows = (
+        None
+        if priced.per_wave is None or per_wave is False
+        else with_admitted(priced.per_wave, budget_bytes)
+    )
     height = 0 if rows is None else rows.height
     encoded = (
         per_wave.encode(rows) if isinstance(per_wave, PartEncoder) and rows is not None else rows
     )
     counts = priced.counts if priced.counts is not None else reading_counts(readings)
-    return BatchResult(batch.number, priced.engine, readings.height, part, encoded, height, counts)
+    return BatchResult(
+        batch.number, priced.engine, readings.height, part, encoded, height, counts, folded
+    )
 
 
-#: :func:`replay_batch`'s arguments from ``policies`` to ``recorded``: the
+#: :func:`replay_batch`'s arguments from ``policies`` to ``folds``: the
 #: same for every batch of a replay.
-BatchTask = tuple[Sequence[type[Policy]], float, str, str, bool | PartEncoder, int | None, bool]
+BatchTask = tuple[
+    Sequence[type[Policy]], float, str, str, bool | PartEncoder, int | None, bool, Sequence[Fold]
+]
 
 
 def replay_chain(
@@ -255,6 +304,8 @@ def replay_stream(
     per_wave: PerWaveSink | PerWaveWriter | None = None,
     progress: ProgressCallback | None = None,
     spill_bytes: int | None = None,
+    folds: Sequence[Fold] = (),
+    recorded: bool = True,
 ) -> StreamedReplay:
     """Replay the trace at ``paths`` batch by batch; the figures of :func:`~warmfit.replay.replay`.
 
@@ -270,7 +321,9 @@ def replay_stream(
     them made ready for its file where they are made (by the workers: CSV
     encoded; Parquet as Arrow tables, or files from this machine's workers, that
     its writer's thread encodes) and appends them.
-    ``progress(done, total)`` counts batches.
+    ``progress(done, total)`` counts batches. ``folds`` (:class:`Fold`) fold
+    what else a command needs from the same pass (:attr:`StreamedReplay.folded`).
+    ``recorded=False``: the trainer's recorded prices (SPEC §8) are not reported.
     """
     safety_factor = check_safety_factor(safety_factor)
     check_budget(budget_bytes)
@@ -313,7 +366,8 @@ def replay_stream(
         indexes = list(indexes)
         # SPEC §8: the policy `recorded` where any file carries the trainer's prices
         carries = any(ESTIMATE_COLUMN in found.columns for found in indexes)
-        classes, recorded = resolve_lineup(policies, carries)
+        classes, with_recorded = resolve_lineup(policies, carries)
+        recorded = recorded and with_recorded
         chosen = choose_engine(engine, classes)
         names = lineup_names(classes, recorded)
         fold = last.enter_context(SummaryFold(names, by, budget_bytes, spill))
@@ -331,7 +385,10 @@ def replay_stream(
         rows_as: bool | PartEncoder = per_wave is not None
         if writer is not None:
             rows_as = writer.spooling() if local else writer.encoder
-        task: BatchTask = (classes, safety_factor, chosen, by, rows_as, budget_bytes, recorded)
+        task: BatchTask = (
+            classes, safety_factor, chosen, by, rows_as, budget_bytes, recorded, tuple(folds)
+        )  # fmt: skip
+        accumulators = [f.start() for f in folds]
         with _spilling():
             runs = [_runs(fold, b, len(names), spill) if local else None for b in batches]
         progress(0, len(batches))
@@ -360,6 +417,8 @@ def replay_stream(
                 counts.append(result.counts)
                 with _spilling():
                     fold.add_part(result.part)
+                for accumulator, folded_part in zip(accumulators, result.folded, strict=True):
+                    accumulator.add(folded_part)
                 if writer is not None and result.per_wave is not None:
                     writer.append(result.per_wave)
                 elif callable(per_wave) and isinstance(result.per_wave, pl.DataFrame):
@@ -379,7 +438,7 @@ def replay_stream(
     ran = "scalar" if "scalar" in engines else chosen
     return StreamedReplay(
         summary, tuple(names), safety_factor, ran, by, budget_bytes, readings, rows,
-        len(batches), where, _without_whole(counts), safe, spool.rows,
+        len(batches), where, _without_whole(counts), safe, spool.rows, tuple(accumulators),
     )  # fmt: skip
 
 

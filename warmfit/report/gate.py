@@ -48,8 +48,7 @@ from typing import Any, BinaryIO
 
 from warmfit.errors import UsageError
 from warmfit.format.files import not_regular, write_atomically, write_bytes_atomically
-from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, ReplayResult, check_safety_factor
-from warmfit.report.sweep import safe_factors
+from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, Replayed, check_safety_factor
 from warmfit.report.table import cell, percent, plain_table, table_text
 from warmfit.show.names import counted, printable, toml_string, waves_under
 
@@ -422,7 +421,7 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def evaluate(result: ReplayResult, expectations: Expectations) -> CheckReport:
+def evaluate(result: Replayed, expectations: Expectations) -> CheckReport:
     """Check a replay's summary against expectations.
 
     Every run and policy named in the expectations must be in the replay,
@@ -500,7 +499,7 @@ def _round_limit(value: float, upper: bool) -> float:
     return k / scale
 
 
-def expectations_from(result: ReplayResult) -> dict[tuple[str, str], dict[str, float | int]]:
+def expectations_from(result: Replayed) -> dict[tuple[str, str], dict[str, float | int]]:
     """The current figures of a replay, as limits that all hold on it."""
     limits: dict[tuple[str, str], dict[str, float | int]] = {}
     for row in result.summary.iter_rows(named=True):
@@ -514,7 +513,7 @@ def expectations_from(result: ReplayResult) -> dict[tuple[str, str], dict[str, f
     return limits
 
 
-def expectations_toml(result: ReplayResult, sources: Sequence[str] = ()) -> str:
+def expectations_toml(result: Replayed, sources: Sequence[str] = ()) -> str:
     """The text of an expectations file holding the current figures of ``result``."""
     lines = [
         "# warmfit expectations: the CI gate of 'warmfit check' (docs/how-to/ci-gate.md).",
@@ -531,7 +530,7 @@ def expectations_toml(result: ReplayResult, sources: Sequence[str] = ()) -> str:
     return "\n".join(lines + run_tables(result)) + "\n"
 
 
-def run_tables(result: ReplayResult, runs: Sequence[str] | None = None) -> list[str]:
+def run_tables(result: Replayed, runs: Sequence[str] | None = None) -> list[str]:
     """The lines of the ``[runs.RUN.POLICY]`` tables of ``result``'s current figures
     (of ``runs`` only, when given), each table after a blank line."""
     lines: list[str] = []
@@ -554,7 +553,7 @@ def run_tables(result: ReplayResult, runs: Sequence[str] | None = None) -> list[
     return lines
 
 
-def check_runs_held(result: ReplayResult, expectations: Expectations) -> None:
+def check_runs_held(result: Replayed, expectations: Expectations) -> None:
     """Every run the expectations name is in ``result``, or an ExpectationsError."""
     trace_runs = list(dict.fromkeys(result.summary.get_column("run")))
     for run in expectations.runs:
@@ -567,18 +566,17 @@ def check_runs_held(result: ReplayResult, expectations: Expectations) -> None:
             )
 
 
-def new_runs(result: ReplayResult, expectations: Expectations) -> list[str]:
+def new_runs(result: Replayed, expectations: Expectations) -> list[str]:
     """The runs of ``result`` that ``expectations`` do not list, in summary order."""
     listed = set(expectations.runs)
     return [run for run in dict.fromkeys(result.summary.get_column("run")) if run not in listed]
 
 
 def update_expectations(
-    result: ReplayResult,
+    result: Replayed,
     expectations: Expectations,
     *,
     allow_under: bool = False,
-    policies: Sequence[str] | None = None,
 ) -> list[str]:
     """Add to the expectations file the tables of the runs of ``result`` it does not
     list (their current figures, as :func:`write_expectations` writes them) and
@@ -596,11 +594,10 @@ def update_expectations(
     if not allow_under:
         offenders = [o for o in under_peak(result) if o.run in added]
         if offenders:
-            chosen = list(result.policies) if policies is None else policies
-            safe = safe_factors(result.readings, chosen, result.engine)
             raise UnderPeakError(
-                expectations.path, result.safety_factor, offenders, safe, updating=True
-            )
+                expectations.path, result.safety_factor, offenders, result.safe_factors,
+                updating=True,
+            )  # fmt: skip
     # A link is kept: the file it names is the one updated. Its mode and line endings
     # stay, and every byte already there.
     target = Path(os.path.realpath(expectations.path))
@@ -632,12 +629,11 @@ def update_expectations(
 
 
 def write_expectations(
-    result: ReplayResult,
+    result: Replayed,
     path: str | os.PathLike[str],
     sources: Sequence[str] = (),
     *,
     allow_under: bool = False,
-    policies: Sequence[str] | None = None,
 ) -> Path:
     """Write the current figures of ``result`` as an expectations file.
 
@@ -648,16 +644,13 @@ def write_expectations(
     written as ``max_under_peak`` above 0, a limit under which the gate passes
     a policy that ran out of memory: unless ``allow_under``, nothing is
     written and :class:`UnderPeakError` names them (:func:`under_peak`) with
-    each policy's smallest safe factor (:func:`warmfit.report.sweep.safe_factors`, which replays
-    ``policies``: those given to the replay of ``result``, by default its
-    policy names).
+    each policy's smallest safe factor, folded by the replay itself
+    (``result.safe_factors``: no second replay).
     """
     if not allow_under:
         offenders = under_peak(result)
         if offenders:
-            chosen = list(result.policies) if policies is None else policies
-            safe = safe_factors(result.readings, chosen, result.engine)
-            raise UnderPeakError(path, result.safety_factor, offenders, safe)
+            raise UnderPeakError(path, result.safety_factor, offenders, result.safe_factors)
     text = expectations_toml(result, sources)
     return write_bytes_atomically(path, text.encode("utf-8"))
 
@@ -677,7 +670,7 @@ class UnderPeak:
     waves: int
 
 
-def under_peak(result: ReplayResult) -> list[UnderPeak]:
+def under_peak(result: Replayed) -> list[UnderPeak]:
     """Every (run, policy) of ``result`` with a wave under its peak, in summary order."""
     return [
         UnderPeak(row["run"], row["policy"], int(row["under_peak"]))

@@ -33,16 +33,20 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import polars as pl
 
 from warmfit.errors import UsageError
 from warmfit.policies import Policy, PriceRequest
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, replay, resolve_policies
+from warmfit.replay.engines import Priced
 from warmfit.replay.reference import checked_price
-from warmfit.replay.semantics import check_budget, estimate_bytes
+from warmfit.replay.semantics import ProfileKey, check_budget, estimate_bytes
 from warmfit.report.table import cell, plain_table, table_text
 from warmfit.show.names import markdown_cell
 from warmfit.show.units import format_bytes
@@ -206,6 +210,111 @@ class Recommendation:
     profiles: dict[tuple[str, str, str], Profile | None]
 
 
+#: A (run, signature).
+Key = tuple[str, str]
+
+
+@dataclass
+class MeasuredWaves:
+    """What :func:`recommend` needs of a trace's waves (its first policy's rows), per
+    (run, signature): the summed logical and packed tokens, every wave's packed
+    tokens, actual bytes and whether it ran out of memory (OOM waves kept: evidence
+    for the measured limit, SPEC §9), each rank's last wave (wave, outputs, floor)
+    and the profiles as they stand after it, by (run, rank, signature, policy)."""
+
+    totals: dict[Key, tuple[int, int]]
+    waves: dict[Key, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+    last: dict[Key, dict[int, tuple[int, int, int | None]]]
+    profiles: dict[ProfileKey, Policy]
+
+    def add(self, part: MeasuredWaves) -> None:
+        """Fold in a later batch's (whole (run, rank) streams: no rank in two batches)."""
+        for key, (logical, packed) in part.totals.items():
+            before = self.totals.get(key, (0, 0))
+            self.totals[key] = (before[0] + logical, before[1] + packed)
+        for key, arrays in part.waves.items():
+            self.waves.setdefault(key, []).extend(arrays)
+        for key, ranks in part.last.items():
+            self.last.setdefault(key, {}).update(ranks)
+        self.profiles.update(part.profiles)
+
+    def points(self, key: Key) -> list[tuple[int, int]]:
+        """The (packed tokens, actual bytes) of the measured waves that did not run out
+        of memory, in trace order."""
+        found = []
+        for n, actual, oom in self.waves.get(key, []):
+            found += zip(n[~oom].tolist(), actual[~oom].tolist(), strict=True)
+        return found
+
+
+def measured_waves(
+    per_wave: pl.DataFrame, policy: str, profiles: dict[ProfileKey, Policy]
+) -> MeasuredWaves:
+    """:class:`MeasuredWaves` of replayed rows (:data:`~warmfit.replay.PER_WAVE_SCHEMA`),
+    from ``policy``'s rows, with ``profiles`` (as a replay leaves them)."""
+    keys = ["run", "signature"]
+    waves = per_wave.filter(pl.col("policy") == policy)
+    totals = {
+        (run, sig): (int(logical), int(packed))
+        for run, sig, logical, packed in waves.group_by(keys, maintain_order=True)
+        .agg(pl.col("logical_tokens").sum(), pl.col("packed_tokens").sum())
+        .iter_rows()
+    }
+    measured: dict[Key, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for (run, sig), mine in waves.partition_by(keys, as_dict=True, maintain_order=True).items():
+        measured[(str(run), str(sig))] = [
+            (
+                mine.get_column("packed_tokens").to_numpy(),
+                mine.get_column("actual_bytes").to_numpy(),
+                mine.get_column("oom").to_numpy(),
+            )
+        ]
+    last: dict[Key, dict[int, tuple[int, int, int | None]]] = {}
+    for run, sig, rank, wave, o, s in (
+        waves.group_by([*keys, "rank"], maintain_order=True)
+        .last()
+        .select(*keys, "rank", "wave", "output_bytes", "static_floor_bytes")
+        .iter_rows()
+    ):
+        last.setdefault((run, sig), {})[rank] = (wave, o, s)
+    kept = {
+        key: profile
+        for key, profile in profiles.items()
+        if (key[0], key[2]) in last and key[1] in last[(key[0], key[2])]
+    }
+    return MeasuredWaves(totals, measured, last, kept)
+
+
+@dataclass(frozen=True)
+class RecommendFold:
+    """:func:`recommend`'s part of the one streamed replay (:class:`warmfit.replay.stream.Fold`):
+    the :class:`MeasuredWaves` of each batch, from ``policy``'s rows."""
+
+    policy: str
+    wants_rows: bool = True
+    wants_profiles: bool = True
+
+    def part(
+        self, readings: pl.DataFrame, priced: Priced, profiles: dict[ProfileKey, Policy] | None
+    ) -> MeasuredWaves:
+        assert priced.per_wave is not None and profiles is not None
+        return measured_waves(priced.per_wave, self.policy, profiles)
+
+    def start(self) -> MeasuredWaves:
+        return MeasuredWaves({}, {}, {}, {})
+
+
+def _refuse_recorded(budget_bytes: int, policies: Sequence[str | type[Policy]] | None) -> None:
+    if check_budget(budget_bytes) is None:
+        raise UsageError("must be a number of bytes >= 0; got None.", argument="budget_bytes")
+    if policies is not None and RECORDED in policies:
+        raise UsageError(
+            f"policy {RECORDED!r} is the trainer's own prices (a trace's estimate_bytes, "
+            "SPEC §8): it has no profile to price another size with, so it admits no "
+            f"token count. Leave -p {RECORDED} out; 'warmfit replay' reports its figures."
+        )
+
+
 def recommend(
     readings: pl.DataFrame,
     budget_bytes: int,
@@ -215,52 +324,63 @@ def recommend(
 ) -> Recommendation:
     """Per run, signature and policy: the admitted tokens under ``budget_bytes`` after
     the whole trace, the measured limit and the gap (module docstring) of validated
-    readings (sorted by run, rank, seq)."""
-    if check_budget(budget_bytes) is None:
-        raise UsageError("must be a number of bytes >= 0; got None.", argument="budget_bytes")
-    if policies is not None and RECORDED in policies:
-        raise UsageError(
-            f"policy {RECORDED!r} is the trainer's own prices (a trace's estimate_bytes, "
-            "SPEC §8): it has no profile to price another size with, so it admits no "
-            f"token count. Leave -p {RECORDED} out; 'warmfit replay' reports its figures."
-        )
+    readings (sorted by run, rank, seq), in memory; :func:`recommend_traces` streams."""
+    _refuse_recorded(budget_bytes, policies)
     classes = resolve_policies(policies)
     result = replay(readings, classes, safety_factor, engine, "signature")
-    waves = result.per_wave.filter(pl.col("policy") == classes[0].name)
+    found = measured_waves(result.per_wave, classes[0].name, result.profiles)
+    return recommendation(result.summary, found, budget_bytes, classes, result.safety_factor)
+
+
+def recommend_traces(
+    paths: Sequence[str | os.PathLike[str]],
+    budget_bytes: int,
+    policies: Sequence[str | type[Policy]] | None = None,
+    safety_factor: float = DEFAULT_SAFETY_FACTOR,
+    engine: str = "auto",
+    **stream: Any,
+) -> Recommendation:
+    """:func:`recommend` of the trace at ``paths``, folded from one streamed replay
+    (:func:`warmfit.replay.stream.replay_stream`, whose keyword arguments ``stream``
+    takes: ``jobs``, ``cluster``, ``progress``)."""
+    from warmfit.replay.stream import replay_stream
+
+    _refuse_recorded(budget_bytes, policies)
+    classes = resolve_policies(policies)
+    fold = RecommendFold(classes[0].name)
+    result = replay_stream(
+        paths, classes, safety_factor, engine, "signature", folds=[fold], **stream
+    )
+    (found,) = result.folded
+    return recommendation(result.summary, found, budget_bytes, classes, result.safety_factor)
+
+
+def recommendation(
+    summary: pl.DataFrame,
+    found: MeasuredWaves,
+    budget_bytes: int,
+    classes: Sequence[type[Policy]],
+    safety_factor: float,
+) -> Recommendation:
+    """The results of every (run, signature, policy) of ``summary`` (by signature)."""
     keys = ["run", "signature"]
-    totals = {
-        (run, sig): (int(logical), int(packed))
-        for run, sig, logical, packed in waves.group_by(keys)
-        .agg(pl.col("logical_tokens").sum(), pl.col("packed_tokens").sum())
-        .iter_rows()
+    totals = found.totals
+    last_waves = {
+        key: [(rank, *ranks[rank]) for rank in sorted(ranks)] for key, ranks in found.last.items()
     }
-    points: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    for run, sig, n, actual in (
-        waves.filter(~pl.col("oom")).select(*keys, "packed_tokens", "actual_bytes").iter_rows()
-    ):
-        points.setdefault((run, sig), []).append((n, actual))
-    last_waves: dict[tuple[str, str], list[tuple[int, int, int, int | None]]] = {}
-    for run, sig, rank, wave, o, s in (
-        waves.group_by([*keys, "rank"], maintain_order=True)
-        .last()
-        .select(*keys, "rank", "wave", "output_bytes", "static_floor_bytes")
-        .sort("rank", maintain_order=True)
-        .iter_rows()
-    ):
-        last_waves.setdefault((run, sig), []).append((rank, wave, o, s))
     rows: list[dict[str, object]] = []
     chosen: dict[tuple[str, str, str], Profile | None] = {}
     by_name = {cls.name: cls for cls in classes}
-    for run, sig, name in result.summary.select(*keys, "policy").iter_rows():
+    for run, sig, name in summary.select(*keys, "policy").iter_rows():
         cls = by_name.get(name)
         if cls is None:  # SPEC §8's ``recorded`` prices: no profile to ask about a size
             continue
         logical_sum, packed_sum = totals[(run, sig)]
-        limit = measured_limit(points.get((run, sig), []), budget_bytes)
+        limit = measured_limit(found.points((run, sig)), budget_bytes)
         best: tuple[int, Profile] | None = None  # the smallest over the ranks, lowest rank
         for rank, wave, o, s in last_waves[(run, sig)]:
             profile = Profile(
-                cls, result.profiles[(run, rank, sig, name)], run, rank, wave, o, s,
+                cls, found.profiles[(run, rank, sig, name)], run, rank, wave, o, s,
                 logical_sum, packed_sum,
             )  # fmt: skip
             admitted = profile.admitted(budget_bytes, safety_factor)
@@ -303,7 +423,7 @@ def recommend(
         rows.append(row)
         chosen[(run, sig, name)] = None if best is None else best[1]
     names = tuple(by_name)
-    return Recommendation(rows, budget_bytes, result.safety_factor, names, chosen)
+    return Recommendation(rows, budget_bytes, safety_factor, names, chosen)
 
 
 # --------------------------------------------------------------------------- rendering

@@ -22,15 +22,20 @@ trainer used: no safety factor scales them, so a sweep leaves them out
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from warmfit.errors import UsageError
-from warmfit.replay import IN_FIGURES, RECORDED, group_keys, replay
+from warmfit.policies import Policy
+from warmfit.replay import IN_FIGURES, RECORDED, group_keys, replay, resolve_policies
+from warmfit.replay.engines import Priced
 from warmfit.replay.semantics import covering_factors
+from warmfit.replay.summary import number_groups
 
 JSON_SCHEMA = "warmfit.sweep/1"
 DEFAULT_GRID = "1.0:1.6:0.01"
@@ -99,34 +104,79 @@ class SweepResult:
     by: str
 
 
-def sweep(
-    readings: pl.DataFrame,
-    policies: Sequence[str] | None = None,
-    by: str = "run",
-    grid: Sequence[float] | None = None,
-    engine: str = "auto",
-) -> SweepResult:
-    """Sweep the safety factor of every policy over validated readings (never
-    ``recorded``: see the module's docstring)."""
+def _refuse_recorded(policies: Sequence[str | type[Policy]] | None) -> None:
     if policies is not None and RECORDED in policies:
         raise UsageError(
             f"policy {RECORDED!r} is the trainer's own prices (a trace's estimate_bytes, "
             "SPEC §8), which no safety factor scales: there is nothing to sweep. Leave "
             f"-p {RECORDED} out; 'warmfit replay' reports its figures."
         )
-    factors = list(grid) if grid is not None else parse_grid(DEFAULT_GRID)
-    result = replay(readings, policies, 1.0, engine, by, recorded=False)
+
+
+#: Per (group's keys, policy): the estimates at factor 1.0 and the actual bytes of
+#: the waves in the figures, as arrays (one per batch).
+Waves = dict[tuple[tuple[object, ...], str], list[tuple[np.ndarray, np.ndarray]]]
+
+
+@dataclass(frozen=True)
+class SweepFold:
+    """The sweep's part of the one streamed replay (at factor 1.0, without ``recorded``):
+    per group and policy, each figure wave's estimate and actual bytes, 16 bytes a
+    wave and policy (:class:`warmfit.replay.stream.Fold`)."""
+
+    policies: tuple[str, ...]
+    wants_rows: bool = False
+    wants_profiles: bool = False
+
+    def part(self, readings: pl.DataFrame, priced: Priced, profiles: object) -> Waves:
+        code, distinct = number_groups(priced.groups)
+        waves = len(priced.actual)
+        estimate = priced.estimate.reshape(waves, len(self.policies))
+        figure = ~priced.oom & (priced.actual > 0)
+        order = np.argsort(code, kind="stable")
+        bounds = np.searchsorted(code[order], np.arange(len(distinct) + 1))
+        found: Waves = {}
+        for i, key in enumerate(distinct):
+            mine = order[bounds[i] : bounds[i + 1]]
+            for p, policy in enumerate(self.policies):
+                wave_estimate = estimate[mine, p]
+                kept = figure[mine] & (wave_estimate >= 0)
+                found[(key, policy)] = [(wave_estimate[kept], priced.actual[mine][kept])]
+        return found
+
+    def start(self) -> SweepWaves:
+        return SweepWaves()
+
+
+class SweepWaves:
+    """:class:`SweepFold`'s waves, batch after batch."""
+
+    def __init__(self) -> None:
+        self.waves: Waves = {}
+
+    def add(self, part: Waves) -> None:
+        for key, arrays in part.items():
+            self.waves.setdefault(key, []).extend(arrays)
+
+    def arrays(self, key: tuple[tuple[object, ...], str]) -> tuple[np.ndarray, np.ndarray]:
+        found = self.waves.get(key, [])
+        if not found:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return (
+            np.concatenate([e for e, _ in found]).astype(np.int64, copy=False),
+            np.concatenate([a for _, a in found]).astype(np.int64, copy=False),
+        )
+
+
+def sweep_rows(
+    summary: pl.DataFrame, by: str, waves: SweepWaves, factors: Sequence[float]
+) -> SweepResult:
+    """The sweep's figures of every (group, policy) row of ``summary``, from its waves."""
     keys = group_keys(by)
-    waves = result.per_wave.filter(IN_FIGURES).select(
-        *keys, "policy", "estimate_bytes", "actual_bytes"
-    )
-    by_group = waves.partition_by([*keys, "policy"], as_dict=True)
-    empty = waves.clear()
     rows: list[dict[str, object]] = []
-    for group in result.summary.select(*keys, "policy").iter_rows(named=True):
-        mine = by_group.get(tuple(group.values()), empty)
-        unscaled = mine.get_column("estimate_bytes").to_numpy()
-        actual = mine.get_column("actual_bytes").to_numpy()
+    for group in summary.select(*keys, "policy").iter_rows(named=True):
+        values = tuple(group.values())
+        unscaled, actual = waves.arrays((values[:-1], str(values[-1])))
         safe = safe_factor(unscaled, actual)
         under_at_1, _ = _figures_at(unscaled, actual, 1.0)
         points = []
@@ -146,7 +196,55 @@ def sweep(
                 "points": points,
             }
         )
-    return SweepResult(rows, factors, by)
+    return SweepResult(rows, list(factors), by)
+
+
+def sweep(
+    readings: pl.DataFrame,
+    policies: Sequence[str] | None = None,
+    by: str = "run",
+    grid: Sequence[float] | None = None,
+    engine: str = "auto",
+) -> SweepResult:
+    """Sweep the safety factor of every policy over validated readings in memory
+    (never ``recorded``: see the module's docstring); :func:`sweep_traces` streams."""
+    _refuse_recorded(policies)
+    factors = list(grid) if grid is not None else parse_grid(DEFAULT_GRID)
+    result = replay(readings, policies, 1.0, engine, by, recorded=False)
+    keys = group_keys(by)
+    waves = result.per_wave.filter(IN_FIGURES).select(
+        *keys, "policy", "estimate_bytes", "actual_bytes"
+    )
+    found = SweepWaves()
+    for key, mine in waves.partition_by([*keys, "policy"], as_dict=True).items():
+        unscaled = mine.get_column("estimate_bytes").to_numpy()
+        actual = mine.get_column("actual_bytes").to_numpy()
+        found.add({(tuple(key[:-1]), str(key[-1])): [(unscaled, actual)]})
+    return sweep_rows(result.summary, by, found, factors)
+
+
+def sweep_traces(
+    paths: Sequence[str | os.PathLike[str]],
+    policies: Sequence[str | type[Policy]] | None = None,
+    by: str = "run",
+    grid: Sequence[float] | None = None,
+    engine: str = "auto",
+    **stream: Any,
+) -> SweepResult:
+    """:func:`sweep` of the trace at ``paths``, folded from one streamed replay at factor
+    1.0 (:func:`warmfit.replay.stream.replay_stream`, whose keyword arguments
+    ``stream`` takes: ``jobs``, ``cluster``, ``progress``)."""
+    from warmfit.replay.stream import replay_stream
+
+    _refuse_recorded(policies)
+    factors = list(grid) if grid is not None else parse_grid(DEFAULT_GRID)
+    classes = resolve_policies(policies)
+    fold = SweepFold(tuple(cls.name for cls in classes))
+    result = replay_stream(
+        paths, classes, 1.0, engine, by, folds=[fold], recorded=False, **stream
+    )
+    (waves,) = result.folded
+    return sweep_rows(result.summary, by, waves, factors)
 
 
 def safe_factors(
