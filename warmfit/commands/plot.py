@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from warmfit.commands.options import (
+    ClusterOpt,
     Engine,
     EngineOpt,
+    JobsOpt,
     PathsArg,
     PolicyOpt,
     SafetyOpt,
     check_new_file,
-    read_traces,
+    streaming,
     writing,
 )
 from warmfit.show.names import counted, printable
@@ -101,6 +103,8 @@ def plot_command(
             metavar="N",
         ),
     ] = None,
+    jobs: JobsOpt = None,
+    cluster: ClusterOpt = None,
 ) -> None:
     """Draw peaks, rates per token and over-estimates of every run on one sheet.
 
@@ -114,29 +118,30 @@ def plot_command(
     another. --rank N draws rank N's waves alone.
     """
     from warmfit.format.trace import find_trace_files
-    from warmfit.replay import replay
+    from warmfit.replay.stream import replay_stream
     from warmfit.report.plot import (
+        PlotFold,
         build_plot_data,
         plot_format,
         provenance_caption,
-        rank_readings,
         render_plot,
     )
+    from warmfit.show.progress import progress_bar
 
     plot_format(output)
     check_new_file(output, force, paths)
-    readings = read_traces(paths)
-    every_run: list[str] = []
-    if rank is not None:
-        every_run = readings.get_column("run").unique(maintain_order=True).to_list()
-        readings = rank_readings(readings, rank)
-    result = replay(readings, policy, safety, engine.value)
+    with streaming(paths, jobs, cluster) as jobs, progress_bar("replaying", unit="batches") as bar:
+        streamed = replay_stream(
+            paths, policy, safety, engine.value, folds=[PlotFold(rank)], jobs=jobs,
+            cluster=cluster, progress=bar,
+        )  # fmt: skip
+    result, roles, every_run = streamed.folded[0].result(streamed)
     if caption is None:
         caption = provenance_caption(find_trace_files(paths))
-    data = build_plot_data(result, caption, signature, rank)
+    data = build_plot_data(result, caption, signature, rank, roles)
     with writing(output):
         render_plot(data, output)
     if rank is not None:
-        _say_which_runs_lack(rank, every_run, data.runs)
+        _say_which_runs_lack(rank, list(every_run), data.runs)
     _say_which_profiles(data, signature)
     typer.echo(f"wrote {output} ({counted(len(data.runs), 'run')})")

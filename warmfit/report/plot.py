@@ -52,7 +52,14 @@ import polars as pl
 from warmfit.errors import UsageError
 from warmfit.format.files import write_bytes_atomically
 from warmfit.policies import PriceRequest
-from warmfit.replay import IN_FIGURES, RECORDED, ReplayResult, group_keys
+from warmfit.replay import (
+    IN_FIGURES,
+    PER_WAVE_SCHEMA,
+    RECORDED,
+    ReplayResult,
+    group_keys,
+    wave_roles,
+)
 from warmfit.show.names import mathtext_literal, printable
 
 if TYPE_CHECKING:
@@ -116,19 +123,20 @@ def peak_series(result: ReplayResult) -> pl.DataFrame:
     )
 
 
-def rate_points(result: ReplayResult) -> pl.DataFrame:
+def rate_points(result: ReplayResult, roles: pl.DataFrame | None = None) -> pl.DataFrame:
     """Panel (b) points: one row per wave with its rate and role.
 
     ``rate_kb_per_token`` = ``max(0, actual - output) / packed / 1000``,
     where actual is the wave's largest delta; ``floor_kb_per_token`` is the
     static floor per packed token (null without a floor). ``role`` is the
     wave's role in its profile as the replay found it
-    (:func:`warmfit.replay.wave_roles`): ``seed``, ``warm`` or ``other``.
+    (:func:`warmfit.replay.wave_roles`): ``seed``, ``warm`` or ``other``; ``roles``:
+    those roles, where already found (default: from the result's readings).
     """
     waves = result.per_wave.filter(pl.col("policy") == result.policies[0])
     return (
         waves.with_row_index("first_seq")
-        .join(result.roles, on=["run", "rank", "wave"], how="left", maintain_order="left")
+        .join(result.roles if roles is None else roles, on=["run", "rank", "wave"], how="left", maintain_order="left")
         .select(
             "run",
             "rank",
@@ -595,17 +603,19 @@ def build_plot_data(
     caption: str | None = None,
     signature: str | None = None,
     rank: int | None = None,
+    roles: pl.DataFrame | None = None,
 ) -> PlotData:
     """The data behind every figure of one replay, drawn from its result alone.
 
     ``caption`` is a footnote; ``signature`` picks the profile panel (b)
     shows in each run that has it (default: each run's busiest one,
     :func:`main_profile`); ``rank``: the replay is of that rank's readings alone
-    (:func:`rank_readings`), which the title says.
+    (:func:`rank_readings`), which the title says. ``roles``: each wave's role
+    (:func:`warmfit.replay.wave_roles`), where already found.
     """
     if signature is not None:
         check_signature(result, signature)
-    rates = rate_points(result)
+    rates = rate_points(result, roles)
     runs = tuple(result.summary.get_column("run").unique(maintain_order=True).to_list())
     mains: dict[str, tuple[int, str]] = {}
     counts: dict[str, int] = {}
@@ -627,6 +637,88 @@ def build_plot_data(
         caption=caption or None,
         rank=rank,
     )
+
+
+@dataclass(frozen=True)
+class PlotFold:
+    """What a plot draws, as a part of the one streamed replay
+    (:class:`warmfit.replay.stream.Fold`): each batch's per-wave rows, its waves' roles
+    and its final profiles; ``rank``: of that rank's streams alone (``plot --rank``:
+    each rank's profiles are its own, so its waves are priced as a replay of its
+    readings alone prices them)."""
+
+    rank: int | None = None
+    wants_rows: bool = True
+    wants_profiles: bool = True
+
+    def part(
+        self, readings: pl.DataFrame, priced: Any, profiles: dict[Any, Any] | None
+    ) -> tuple[pl.DataFrame, pl.DataFrame, dict[Any, Any], list[int]]:
+        rows, roles = priced.per_wave, wave_roles(readings)
+        ranks = readings.get_column("rank").unique().to_list()
+        found = dict(profiles or {})
+        if self.rank is not None:
+            rows = rows.filter(pl.col("rank") == self.rank)
+            roles = roles.filter(pl.col("rank") == self.rank)
+            found = {key: p for key, p in found.items() if key[1] == self.rank}
+        return rows, roles, found, ranks
+
+    def start(self) -> PlotParts:
+        return PlotParts(self.rank)
+
+
+class PlotParts:
+    """:class:`PlotFold`'s parts, batch after batch; :meth:`result` the replay they make."""
+
+    def __init__(self, rank: int | None) -> None:
+        self.rank = rank
+        self.rows: list[pl.DataFrame] = []
+        self.roles: list[pl.DataFrame] = []
+        self.profiles: list[dict[Any, Any]] = []
+        self.ranks: set[int] = set()
+
+    def add(self, part: tuple[pl.DataFrame, pl.DataFrame, dict[Any, Any], list[int]]) -> None:
+        rows, roles, profiles, ranks = part
+        self.rows.append(rows)
+        self.roles.append(roles)
+        self.profiles.append(profiles)
+        self.ranks.update(ranks)
+
+    def result(self, streamed: Any) -> tuple[ReplayResult, pl.DataFrame, tuple[str, ...]]:
+        """The replay the plot draws (:class:`~warmfit.replay.ReplayResult` of the
+        streamed one's figures and these rows and profiles), the waves' roles, and
+        every run of the trace. With ``rank``, refused (exit 2) where the trace
+        holds no reading of it, naming the ranks it holds."""
+        every_run = tuple(streamed.summary.get_column("run").unique(maintain_order=True))
+        summary = streamed.summary
+        if self.rank is not None:
+            if self.rank not in self.ranks:
+                shown = ", ".join(map(str, sorted(self.ranks))) or "none"
+                raise UsageError(
+                    f"--rank {self.rank}: the trace holds no reading of rank {self.rank}. Its "
+                    f"ranks: {shown}. Name one of them, or leave --rank out to draw every rank."
+                )
+            held = {run for rows in self.rows for run in rows.get_column("run").unique()}
+            summary = summary.filter(pl.col("run").is_in(sorted(held)))
+        per_wave = pl.concat(self.rows) if self.rows else pl.DataFrame(schema=PER_WAVE_SCHEMA)
+        roles = pl.concat(self.roles)
+        result = ReplayResult(
+            per_wave, summary, streamed.policies, streamed.safety_factor, streamed.engine,
+            streamed.by, None, self._in_replay_order(streamed.policies, streamed.engine),
+        )  # fmt: skip
+        return result, roles, every_run
+
+    def _in_replay_order(self, policies: Sequence[str], engine: str) -> dict[Any, Any]:
+        """The profiles in the order a replay of the whole trace gives them: profile by
+        profile on the reference engine, policy by policy on the vectorized one."""
+        owners = list(dict.fromkeys(key[:3] for part in self.profiles for key in part))
+        found = {key: p for part in self.profiles for key, p in part.items()}
+        order = (
+            [(*o, p) for p in policies for o in owners]
+            if engine == "vectorized"
+            else [(*o, p) for o in owners for p in policies]
+        )
+        return {key: found[key] for key in order if key in found}
 
 
 #: Trace-file metadata naming where a trace comes from (``warmfit.samples.synthetic`` writes it).
