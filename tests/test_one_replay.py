@@ -167,12 +167,14 @@ def _tighten(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def _run(trace: str, args: list[str], tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def _run(
+    trace: str, args: list[str], tmp: Path, monkeypatch: pytest.MonkeyPatch, extra: list[str]
+) -> dict[str, Any]:
     drawn: list[Any] = []
     _capture_drawings(monkeypatch, drawn)
     argv = [a.replace("{tmp}", str(tmp)) for a in args]
     before = set(tmp.iterdir())
-    result = CliRunner().invoke(app, [argv[0], trace, *argv[1:]])
+    result = CliRunner().invoke(app, [argv[0], trace, *argv[1:], *extra])
     assert "Traceback" not in result.output, result.output
     written = {p.name: _file_text(p) for p in sorted(set(tmp.iterdir()) - before)}
     return {
@@ -185,13 +187,16 @@ def _run(trace: str, args: list[str], tmp: Path, monkeypatch: pytest.MonkeyPatch
     }
 
 
-def outputs(trace: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Every case's output on ``trace`` (a path relative to the repository)."""
+def outputs(
+    trace: str, tmp: Path, monkeypatch: pytest.MonkeyPatch, extra: list[str] | None = None
+) -> dict[str, Any]:
+    """Every case's output on ``trace`` (a path relative to the repository); ``extra``:
+    arguments given to every command."""
     found: dict[str, Any] = {}
     for name, args in CASES.items():
         folder = tmp / name
         folder.mkdir()
-        found[name] = _run(trace, args, folder, monkeypatch)
+        found[name] = _run(trace, args, folder, monkeypatch, extra or [])
     for name, (written, args) in CHECKS.items():
         folder = tmp / name
         folder.mkdir()
@@ -200,7 +205,9 @@ def outputs(trace: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str,
         if "--tighten" in args:
             _tighten(expect)
             args = [a for a in args if a != "--tighten"]
-        found[name] = _run(trace, [*args, "--expect", "{tmp}/e.toml"], folder, monkeypatch)
+        found[name] = _run(
+            trace, [*args, "--expect", "{tmp}/e.toml"], folder, monkeypatch, extra or []
+        )
     return found
 
 
@@ -230,14 +237,37 @@ def test_every_command_gives_the_golden_output(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", GENERATED)
+@pytest.mark.parametrize("jobs", ["1", "2"])
 def test_the_golden_output_whatever_the_batches(
-    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    name: str, jobs: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Batches of 300 readings (each a few whole streams), replayed here or by two
+    worker processes: every command gives the same bytes. (Before issue 37 only
+    replay took --jobs.)"""
     if WRITE:
         pytest.skip("the golden files are written from whole-trace batches")
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("WARMFIT_BATCH_READINGS", "300")
-    _compare(name, outputs(_trace_path(name), tmp_path, monkeypatch))
+    _compare(name, outputs(_trace_path(name), tmp_path, monkeypatch, ["--jobs", jobs]))
+
+
+def test_no_command_reads_a_trace_into_memory_to_price_waves() -> None:
+    """Every command that prices waves folds them from the one streamed replay: no module
+    of warmfit/commands calls read_trace(s) or replay() on a frame, and no function there
+    is over 100 lines (issue 37's Done-when)."""
+    import ast
+
+    in_memory = {"read_trace", "read_traces", "replay", "sweep", "recommend", "safe_factors"}
+    pricing = {"check.py", "plot.py", "recommend.py", "replay.py", "sweep.py"}
+    for path in sorted((REPO / "warmfit" / "commands").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and path.name in pricing:
+                name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                assert name not in in_memory, (path.name, name)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                assert length <= 100, f"{path.name}: {node.name} has {length} lines"
 
 
 # --------------------------------------------------------------------------- bytes before the factor

@@ -45,61 +45,68 @@ class CheckFormat(StrEnum):
     json = "json"
 
 
+ExpectOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--expect",
+        "-e",
+        help="Expectations file (TOML) to check the figures against.",
+        show_default=False,
+        metavar="FILE",
+    ),
+]
+WriteExpectOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--write-expect",
+        help="Instead of checking, write the current figures as expectations to this file.",
+        show_default=False,
+        metavar="FILE",
+    ),
+]
+CheckFormatOpt = Annotated[CheckFormat, typer.Option("--format", "-f", help="Output format.")]
+WriteSafetyOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--safety",
+        help="Safety factor for --write-expect (default 1.1); a check uses the file's.",
+        show_default=False,
+        metavar="FACTOR",
+    ),
+]
+WriteForceOpt = Annotated[
+    bool, typer.Option("--force", help="Let --write-expect overwrite an existing file.")
+]
+AllowUnderOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-under",
+        help="Let --write-expect or --update write figures with waves under their peak "
+        "(max_under_peak above 0), with a warning; without it they are refused (exit 2), "
+        "since such a file passes a policy that would have run out of memory.",
+    ),
+]
+UpdateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--update",
+        help="With --expect: add the runs of the traces that the file does not list, at "
+        "their current figures (every table already there stays as it is), then check.",
+    ),
+]
+
+
 def check_command(
     paths: PathsArg,
-    expect: Annotated[
-        Path | None,
-        typer.Option(
-            "--expect",
-            "-e",
-            help="Expectations file (TOML) to check the figures against.",
-            show_default=False,
-            metavar="FILE",
-        ),
-    ] = None,
-    write_expect: Annotated[
-        Path | None,
-        typer.Option(
-            "--write-expect",
-            help="Instead of checking, write the current figures as expectations to this file.",
-            show_default=False,
-            metavar="FILE",
-        ),
-    ] = None,
+    expect: ExpectOpt = None,
+    write_expect: WriteExpectOpt = None,
     policy: PolicyOpt = None,
-    format: Annotated[
-        CheckFormat, typer.Option("--format", "-f", help="Output format.")
-    ] = CheckFormat.table,
+    format: CheckFormatOpt = CheckFormat.table,
     engine: EngineOpt = Engine.auto,
-    safety: Annotated[
-        float | None,
-        typer.Option(
-            "--safety",
-            help="Safety factor for --write-expect (default 1.1); a check uses the file's.",
-            show_default=False,
-            metavar="FACTOR",
-        ),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Let --write-expect overwrite an existing file.")
-    ] = False,
-    allow_under: Annotated[
-        bool,
-        typer.Option(
-            "--allow-under",
-            help="Let --write-expect or --update write figures with waves under their peak "
-            "(max_under_peak above 0), with a warning; without it they are refused (exit 2), "
-            "since such a file passes a policy that would have run out of memory.",
-        ),
-    ] = False,
-    update: Annotated[
-        bool,
-        typer.Option(
-            "--update",
-            help="With --expect: add the runs of the traces that the file does not list, at "
-            "their current figures (every table already there stays as it is), then check.",
-        ),
-    ] = False,
+    safety: WriteSafetyOpt = None,
+    force: WriteForceOpt = False,
+    allow_under: AllowUnderOpt = False,
+    update: UpdateOpt = False,
     jobs: JobsOpt = None,
     cluster: ClusterOpt = None,
 ) -> None:

@@ -223,18 +223,6 @@ def refuse_force_without(output: Path | None, option: str) -> None:
         )
 
 
-def read_traces(paths: list[Path]) -> pl.DataFrame:
-    """Read and validate the traces a command replays, with a progress bar on a terminal.
-
-    Loads only the columns replay uses (every column is still checked).
-    """
-    from warmfit.format.trace import read_trace
-    from warmfit.show.progress import progress_bar
-
-    with progress_bar("reading traces") as progress:
-        return read_trace(paths, columns=(), progress=progress)
-
-
 def warn_without_whole(pairs: pl.DataFrame) -> None:
     """Warn on stderr about each run and signature without a whole reading (not a failure).
 

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 from warmfit.commands.options import (
     BudgetOpt,
     By,
-    ClusterOpt,
     ByOpt,
+    ClusterOpt,
     Engine,
     EngineOpt,
     Format,

@@ -222,9 +222,7 @@ def replay_batch(
     """
     found = read_canonical(batch, tail=tail)
     readings = found.frame
-    profiles: dict[ProfileKey, Policy] | None = (
-        {} if any(f.wants_profiles for f in folds) else None
-    )
+    profiles: dict[ProfileKey, Policy] | None = {} if any(f.wants_profiles for f in folds) else None
     rows_wanted = per_wave is not False or any(f.wants_rows for f in folds)
     priced = price(
         readings, policies, safety_factor, engine, by, rows_wanted, profiles,

@@ -136,7 +136,12 @@ def rate_points(result: ReplayResult, roles: pl.DataFrame | None = None) -> pl.D
     waves = result.per_wave.filter(pl.col("policy") == result.policies[0])
     return (
         waves.with_row_index("first_seq")
-        .join(result.roles if roles is None else roles, on=["run", "rank", "wave"], how="left", maintain_order="left")
+        .join(
+            result.roles if roles is None else roles,
+            on=["run", "rank", "wave"],
+            how="left",
+            maintain_order="left",
+        )
         .select(
             "run",
             "rank",

@@ -240,9 +240,7 @@ def sweep_traces(
     factors = list(grid) if grid is not None else parse_grid(DEFAULT_GRID)
     classes = resolve_policies(policies)
     fold = SweepFold(tuple(cls.name for cls in classes))
-    result = replay_stream(
-        paths, classes, 1.0, engine, by, folds=[fold], recorded=False, **stream
-    )
+    result = replay_stream(paths, classes, 1.0, engine, by, folds=[fold], recorded=False, **stream)
     (waves,) = result.folded
     return sweep_rows(result.summary, by, waves, factors)
 
