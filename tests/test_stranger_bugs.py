@@ -279,8 +279,9 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     readings here), and uses worker processes with ``--jobs 2`` even so; the list
     gets the number of tasks each call to the worker pool was given."""
     import warmfit.replay.stream as stream
+    import warmfit.run.tasks as tasks
 
-    real_plan, real_in_pool = stream.plan, stream._Runner._in_pool
+    real_plan, real_in_pool = stream.plan, tasks.Runner._in_pool
     monkeypatch.setattr(stream, "plan", lambda indexes, batch_readings: real_plan(indexes, 1))
     monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)
     pooled: list[int] = []
@@ -289,7 +290,7 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         pooled.append(len(calls))
         return real_in_pool(self, function, calls)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(stream._Runner, "_in_pool", in_pool)
+    monkeypatch.setattr(tasks.Runner, "_in_pool", in_pool)
     return pooled
 
 

@@ -246,9 +246,10 @@ def _small_batches_in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     them in worker processes; the list gets the number of tasks of each call to the
     pool (the files to index, then the batches)."""
     import warmfit.replay.stream as stream
+    import warmfit.run.tasks as tasks
 
     monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)
-    real_plan, real_in_pool = stream.plan, stream._Runner._in_pool
+    real_plan, real_in_pool = stream.plan, tasks.Runner._in_pool
     monkeypatch.setattr(stream, "plan", lambda indexes, batch_readings: real_plan(indexes, 40))
     pooled: list[int] = []
 
@@ -256,7 +257,7 @@ def _small_batches_in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         pooled.append(len(calls))
         return real_in_pool(self, function, calls)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(stream._Runner, "_in_pool", in_pool)
+    monkeypatch.setattr(tasks.Runner, "_in_pool", in_pool)
     return pooled
 
 

@@ -241,7 +241,7 @@ class MeasuredWaves:
     def points(self, key: Key) -> list[tuple[int, int]]:
         """The (packed tokens, actual bytes) of the measured waves that did not run out
         of memory, in trace order."""
-        found = []
+        found: list[tuple[int, int]] = []
         for n, actual, oom in self.waves.get(key, []):
             found += zip(n[~oom].tolist(), actual[~oom].tolist(), strict=True)
         return found

@@ -45,7 +45,7 @@ POLARS_THREADS = "POLARS_MAX_THREADS"
 #: server's preload (:mod:`warmfit.replay.forkserver`) removes it.
 FORK_SERVER = "WARMFIT_FORK_SERVER"
 #: The environment variable that multiplies the time a replay's task may take
-#: (:func:`warmfit.replay.stream.task_seconds`): 2 waits twice as long.
+#: (:func:`warmfit.run.tasks.task_seconds`): 2 waits twice as long.
 PATIENCE = "WARMFIT_WORKER_PATIENCE"
 
 
