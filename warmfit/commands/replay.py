@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING, Annotated, BinaryIO
 import typer
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from warmfit.replay.stream import StreamedReplay
 
 from warmfit.commands.options import (
@@ -138,7 +136,7 @@ def _replay(
         refuse_force_without(per_wave, "--per-wave")
     limit = budget_bytes(budget)
     if permute is not None:
-        from warmfit.replay.permute import check_permutations, check_seed
+        from warmfit.replay.permute import PermuteFold, check_permutations, check_seed
 
         check_permutations(permute)
         check_seed(seed)
@@ -147,11 +145,13 @@ def _replay(
 
         raise UsageError("--seed chooses the orders of --permute; give --permute N with it.")
 
+    folds = [] if permute is None else [PermuteFold(permute, seed, by.value)]
+
     def run(per_wave: PerWaveWriter | None = None) -> StreamedReplay:
         with progress_bar("replaying", unit="batches") as progress:
             return replay_stream(
                 paths, policy, safety, engine.value, by.value, limit, jobs=jobs,
-                cluster=cluster, per_wave=per_wave, progress=progress,
+                cluster=cluster, per_wave=per_wave, progress=progress, folds=folds,
             )  # fmt: skip
 
     if per_wave is None:
@@ -178,44 +178,16 @@ def _replay(
         )
     warn_without_whole(result.without_whole)
     warn_without_checksums(paths)
-    if permute is not None:
+    if permute is not None:  # the orders' figures, folded from the same pass
         from dataclasses import replace
 
-        summary = _with_orders(
-            result.summary, paths, policy, safety, engine, by, permute, seed,
-            recorded="recorded" in result.policies,
-        )  # fmt: skip
+        keys = ["run", "signature"] if by.value == "signature" else ["run"]
+        summary = result.summary.join(
+            result.folded[0], on=[*keys, "policy"], how="left", maintain_order="left"
+        )
         result = replace(result, summary=summary)
     typer.echo(render(result, format.value), nl=False)
     _warn_under_peak(result)
-
-
-def _with_orders(
-    summary: pl.DataFrame,
-    paths: list[Path],
-    policy: list[str] | None,
-    safety: float,
-    engine: Engine,
-    by: By,
-    permute: int,
-    seed: int,
-    recorded: bool = False,
-) -> pl.DataFrame:
-    """The summary with SPEC §8's figures across ``permute`` random orders: the orders
-    are replayed here, batch by batch of whole streams (bounded memory, one process;
-    the bytes depend on the seed alone, never on --jobs). ``recorded``: the trace
-    carries the trainer's prices (the replay reported ``recorded``)."""
-    from warmfit.format.batches import plan_trace, read_canonical
-    from warmfit.replay.permute import order_robustness
-    from warmfit.replay.summary import group_keys
-
-    keys = group_keys(by.value)
-    orders = order_robustness(
-        (read_canonical(batch).frame for batch in plan_trace(paths)),
-        policy, safety, engine.value, by.value, permute, seed,
-        groups=summary.select(keys).unique(maintain_order=True), recorded=recorded,
-    )  # fmt: skip
-    return summary.join(orders, on=[*keys, "policy"], how="left", maintain_order="left")
 
 
 def _warn_under_peak(result: StreamedReplay) -> None:

@@ -93,7 +93,8 @@ class Priced:
     #: The engine that ran: ``vectorized``, or ``scalar`` (also where the
     #: vectorized one handed the readings over: values beyond 2**53).
     engine: str
-    #: The per-wave rows, when asked for.
+    #: The per-wave rows, when asked for (the reference engine makes them anyway:
+    #: always kept).
     per_wave: pl.DataFrame | None
     #: Per wave, its group's key columns (``run``, or ``run`` and ``signature``).
     groups: pl.DataFrame
@@ -110,6 +111,9 @@ class Priced:
     #: Per profile, the reading counts of :func:`warmfit.format.trace.reading_counts`
     #: (the vectorized engine counts them on the way; None from the scalar one).
     counts: pl.DataFrame | None
+    #: Per wave, the row of its first reading in the readings priced (the vectorized
+    #: engine; None from the scalar one, whose per-wave rows are always kept).
+    first: np.ndarray | None = None
 
 
 def price(
@@ -142,7 +146,7 @@ def price(
         return Priced(
             "vectorized", rows, readings.select(keys).gather(priced.first), priced.actual,
             priced.oom, priced.estimate, priced.set_by, priced.beyond, priced.unscaled,
-            priced.counts,
+            priced.counts, priced.first,
         )  # fmt: skip
     if profiles_out is not None:
         profiles_out.clear()
@@ -150,7 +154,7 @@ def price(
     frame = replay_scalar(readings, classes, safety_factor, profiles_out, recorded, kept)
     count = len(classes) + recorded
     waves, actual, oom, estimate, set_by, beyond = per_wave_arrays(frame, count)
-    rows = frame if per_wave else None
+    rows = frame  # made anyway: kept (a fold may read it)
     unscaled = np.array(kept, dtype=np.int64)
     return Priced(
         "scalar", rows, waves.select(keys), actual, oom, estimate, set_by, beyond, unscaled, None

@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -64,7 +65,14 @@ from warmfit.replay.engines import (
 )
 from warmfit.replay.medians import DEFAULT_SPILL_BYTES
 from warmfit.replay.semantics import DEFAULT_SAFETY_FACTOR, check_safety_factor
-from warmfit.replay.summary import SummaryFold, group_keys, result_groups
+from warmfit.replay.summary import (
+    FoldPart,
+    SummaryFold,
+    fold_part,
+    group_keys,
+    number_groups,
+    result_groups,
+)
 
 #: The most orders one replay may take: each order is one more whole replay
 #: of the trace and keeps one more summary (its medians' values) until the end.
@@ -348,6 +356,12 @@ class OrderFold:
             priced = price(order, classes, safety_factor, chosen, self.by, False, recorded=recorded)
             fold_priced(fold, priced)
 
+    def add_parts(self, parts: Sequence[FoldPart]) -> None:
+        """Fold in each order's :func:`~warmfit.replay.summary.fold_part` of some streams
+        (:class:`PermuteFold`: made where their batch was replayed)."""
+        for fold, part in zip(self._folds, parts, strict=True):
+            fold.add_part(part)
+
     def finish(self, groups: pl.DataFrame | None = None) -> pl.DataFrame:
         """Per group and policy, in :meth:`SummaryFold.finish`'s row order: the group
         keys, ``policy`` and :data:`ORDER_COLUMNS`.
@@ -378,6 +392,66 @@ class OrderFold:
             under_peak_worst=pl.Series(under.max(axis=1), dtype=pl.Int64),
             median_over_estimate_median=median_ignoring_nan(medians),
         )
+
+
+@dataclass(frozen=True)
+class PermuteFold:
+    """``--permute`` as a part of the one streamed replay (:class:`warmfit.replay.stream.Fold`):
+    each batch's streams replayed in each of ``permutations`` orders where the batch is
+    replayed (a worker), their figures folded per order here (:class:`StreamedOrders`).
+    ``by``: the replay's grouping."""
+
+    permutations: int
+    seed: int = 0
+    by: str = "run"
+    wants_rows: bool = False
+    wants_profiles: bool = False
+
+    def part(
+        self, readings: pl.DataFrame, priced: Any, profiles: Any, lineup: Any
+    ) -> list[FoldPart]:
+        if readings.height == 0:
+            return []
+        waves = Waves.of(readings)
+        count = len(lineup.classes) + lineup.recorded
+        parts = []
+        for index in range(self.permutations):
+            order = waves.permuted(self.seed, index)
+            p = price(
+                order, lineup.classes, lineup.safety_factor, lineup.engine, lineup.by, False,
+                recorded=lineup.recorded,
+            )  # fmt: skip
+            group, keys = number_groups(p.groups)
+            part = fold_part(
+                group, keys, p.actual, p.oom, p.estimate, p.set_by, p.beyond, count,
+                unscaled=p.unscaled,
+            )  # fmt: skip
+            parts.append(part)
+        return parts
+
+    def start(self, policies: Sequence[str]) -> StreamedOrders:
+        return StreamedOrders(OrderFold(policies, self.by, self.permutations, self.seed))
+
+
+class StreamedOrders:
+    """:class:`PermuteFold`'s parts folded per order into an :class:`OrderFold`, closed
+    (its spilled medians removed) when the replay ends."""
+
+    def __init__(self, fold: OrderFold) -> None:
+        self.fold = fold
+
+    def __enter__(self) -> StreamedOrders:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.fold.close()
+
+    def add(self, parts: list[FoldPart]) -> None:
+        self.fold.add_parts(parts)
+
+    def finish(self, summary: pl.DataFrame) -> pl.DataFrame:
+        """The order figures, per result of ``summary`` (:meth:`OrderFold.finish`)."""
+        return self.fold.finish(summary.select(self.fold.keys).unique(maintain_order=True))
 
 
 def median_ignoring_nan(values: np.ndarray) -> pl.Series:

@@ -94,9 +94,26 @@ PerWaveSink = Callable[[pl.DataFrame], None]
 
 
 class Folded(Protocol):
-    """The parent's half of a :class:`Fold`: takes each batch's part, in canonical order."""
+    """The parent's half of a :class:`Fold`: takes each batch's part, in canonical order;
+    :meth:`finish` gives what :attr:`StreamedReplay.folded` holds, once the summary is
+    known. One that is a context manager is closed when the replay ends."""
 
     def add(self, part: Any) -> None: ...
+
+    def finish(self, summary: pl.DataFrame) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Lineup:
+    """What every batch of a replay is priced with, as a :class:`Fold`'s part sees it."""
+
+    classes: tuple[type[Policy], ...]
+    safety_factor: float
+    #: ``vectorized`` or ``scalar`` (:func:`~warmfit.replay.engines.choose_engine`).
+    engine: str
+    by: str
+    #: The policy ``recorded`` is reported, last (SPEC §8).
+    recorded: bool
 
 
 class Fold(Protocol):
@@ -118,10 +135,14 @@ class Fold(Protocol):
         ...
 
     def part(
-        self, readings: pl.DataFrame, priced: Priced, profiles: dict[ProfileKey, Policy] | None
+        self,
+        readings: pl.DataFrame,
+        priced: Priced,
+        profiles: dict[ProfileKey, Policy] | None,
+        lineup: Lineup,
     ) -> Any: ...
 
-    def start(self) -> Folded: ...
+    def start(self, policies: Sequence[str]) -> Folded: ...
 
 
 @dataclass(frozen=True)
@@ -206,7 +227,8 @@ def replay_batch(
         readings, policies, safety_factor, engine, by, rows_wanted, profiles,
         checked=found, recorded=recorded,
     )  # fmt: skip
-    folded = tuple(f.part(readings, priced, profiles) for f in folds)
+    lineup = Lineup(tuple(policies), safety_factor, engine, by, recorded)
+    folded = tuple(f.part(readings, priced, profiles, lineup) for f in folds)
     code, distinct = number_groups(priced.groups)
     with _spilling():
         part = fold_part(
@@ -364,7 +386,10 @@ def replay_stream(
         task: BatchTask = (
             classes, safety_factor, chosen, by, rows_as, budget_bytes, recorded, tuple(folds)
         )  # fmt: skip
-        accumulators = [f.start() for f in folds]
+        accumulators = [f.start(names) for f in folds]
+        for accumulator in accumulators:
+            if isinstance(accumulator, contextlib.AbstractContextManager):
+                last.enter_context(accumulator)
         with _spilling():
             runs = [_runs(fold, b, len(names), spill) if local else None for b in batches]
         progress(0, len(batches))
@@ -410,11 +435,12 @@ def replay_stream(
         runner.release()  # the workers exit while the figures are finished here
         with _spilling():
             summary = fold.finish()
+            folded = tuple(accumulator.finish(summary) for accumulator in accumulators)
         safe = fold.safe_factors()
     ran = "scalar" if "scalar" in engines else chosen
     return StreamedReplay(
         summary, tuple(names), safety_factor, ran, by, budget_bytes, readings, rows,
-        len(batches), where, _without_whole(counts), safe, spool.rows, tuple(accumulators),
+        len(batches), where, _without_whole(counts), safe, spool.rows, folded,
     )  # fmt: skip
 
 

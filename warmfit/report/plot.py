@@ -657,7 +657,7 @@ class PlotFold:
     wants_profiles: bool = True
 
     def part(
-        self, readings: pl.DataFrame, priced: Any, profiles: dict[Any, Any] | None
+        self, readings: pl.DataFrame, priced: Any, profiles: dict[Any, Any] | None, lineup: Any
     ) -> tuple[pl.DataFrame, pl.DataFrame, dict[Any, Any], list[int]]:
         rows, roles = priced.per_wave, wave_roles(readings)
         ranks = readings.get_column("rank").unique().to_list()
@@ -668,7 +668,7 @@ class PlotFold:
             found = {key: p for key, p in found.items() if key[1] == self.rank}
         return rows, roles, found, ranks
 
-    def start(self) -> PlotParts:
+    def start(self, policies: Sequence[str]) -> PlotParts:
         return PlotParts(self.rank)
 
 
@@ -688,6 +688,9 @@ class PlotParts:
         self.roles.append(roles)
         self.profiles.append(profiles)
         self.ranks.update(ranks)
+
+    def finish(self, summary: pl.DataFrame) -> PlotParts:
+        return self
 
     def result(self, streamed: Any) -> tuple[ReplayResult, pl.DataFrame, tuple[str, ...]]:
         """The replay the plot draws (:class:`~warmfit.replay.ReplayResult` of the

@@ -238,6 +238,9 @@ class MeasuredWaves:
             self.last.setdefault(key, {}).update(ranks)
         self.profiles.update(part.profiles)
 
+    def finish(self, summary: pl.DataFrame) -> MeasuredWaves:
+        return self
+
     def points(self, key: Key) -> list[tuple[int, int]]:
         """The (packed tokens, actual bytes) of the measured waves that did not run out
         of memory, in trace order."""
@@ -247,13 +250,31 @@ class MeasuredWaves:
         return found
 
 
-def measured_waves(
-    per_wave: pl.DataFrame, policy: str, profiles: dict[ProfileKey, Policy]
-) -> MeasuredWaves:
-    """:class:`MeasuredWaves` of replayed rows (:data:`~warmfit.replay.PER_WAVE_SCHEMA`),
-    from ``policy``'s rows, with ``profiles`` (as a replay leaves them)."""
+#: The columns of a wave :func:`measured_waves` reads.
+WAVE_COLUMNS = (
+    "run", "signature", "rank", "wave", "packed_tokens", "logical_tokens", "output_bytes",
+    "static_floor_bytes",
+)  # fmt: skip
+
+
+def first_policy_waves(readings: pl.DataFrame, priced: Priced, policy: str) -> pl.DataFrame:
+    """One row per wave priced (:data:`WAVE_COLUMNS`, ``actual_bytes`` and ``oom``): from
+    the readings at each wave's first one (the vectorized engine), or ``policy``'s
+    per-wave rows (the reference engine's)."""
+    if priced.first is None:
+        assert priced.per_wave is not None
+        return priced.per_wave.filter(pl.col("policy") == policy)
+    return (
+        readings.select(WAVE_COLUMNS)
+        .gather(priced.first)
+        .with_columns(actual_bytes=pl.Series(priced.actual), oom=pl.Series(priced.oom))
+    )
+
+
+def measured_waves(waves: pl.DataFrame, profiles: dict[ProfileKey, Policy]) -> MeasuredWaves:
+    """:class:`MeasuredWaves` of one row per wave (:func:`first_policy_waves`, or a
+    policy's per-wave rows), with ``profiles`` (as a replay leaves them)."""
     keys = ["run", "signature"]
-    waves = per_wave.filter(pl.col("policy") == policy)
     totals = {
         (run, sig): (int(logical), int(packed))
         for run, sig, logical, packed in waves.group_by(keys, maintain_order=True)
@@ -291,16 +312,20 @@ class RecommendFold:
     the :class:`MeasuredWaves` of each batch, from ``policy``'s rows."""
 
     policy: str
-    wants_rows: bool = True
+    wants_rows: bool = False
     wants_profiles: bool = True
 
     def part(
-        self, readings: pl.DataFrame, priced: Priced, profiles: dict[ProfileKey, Policy] | None
+        self,
+        readings: pl.DataFrame,
+        priced: Priced,
+        profiles: dict[ProfileKey, Policy] | None,
+        lineup: object,
     ) -> MeasuredWaves:
-        assert priced.per_wave is not None and profiles is not None
-        return measured_waves(priced.per_wave, self.policy, profiles)
+        assert profiles is not None
+        return measured_waves(first_policy_waves(readings, priced, self.policy), profiles)
 
-    def start(self) -> MeasuredWaves:
+    def start(self, policies: Sequence[str]) -> MeasuredWaves:
         return MeasuredWaves({}, {}, {}, {})
 
 
@@ -328,7 +353,8 @@ def recommend(
     _refuse_recorded(budget_bytes, policies)
     classes = resolve_policies(policies)
     result = replay(readings, classes, safety_factor, engine, "signature")
-    found = measured_waves(result.per_wave, classes[0].name, result.profiles)
+    waves = result.per_wave.filter(pl.col("policy") == classes[0].name)
+    found = measured_waves(waves, result.profiles)
     return recommendation(result.summary, found, budget_bytes, classes, result.safety_factor)
 
 

@@ -80,8 +80,9 @@ def _median(values: np.ndarray) -> float | None:
     """The usual median, ``(a + b) / 2`` of the two middle values (as replay's)."""
     if len(values) == 0:
         return None
-    ordered = np.sort(values)
-    return float((ordered[(len(values) - 1) // 2] + ordered[len(values) // 2]) / 2)
+    low, high = (len(values) - 1) // 2, len(values) // 2
+    middle = np.partition(values, [low, high])  # the sorted values there, without a sort
+    return float((middle[low] + middle[high]) / 2)
 
 
 def _figures_at(
@@ -128,7 +129,9 @@ class SweepFold:
     wants_rows: bool = False
     wants_profiles: bool = False
 
-    def part(self, readings: pl.DataFrame, priced: Priced, profiles: object) -> Waves:
+    def part(
+        self, readings: pl.DataFrame, priced: Priced, profiles: object, lineup: object
+    ) -> Waves:
         code, distinct = number_groups(priced.groups)
         waves = len(priced.actual)
         estimate = priced.estimate.reshape(waves, len(self.policies))
@@ -144,7 +147,7 @@ class SweepFold:
                 found[(key, policy)] = [(wave_estimate[kept], priced.actual[mine][kept])]
         return found
 
-    def start(self) -> SweepWaves:
+    def start(self, policies: Sequence[str]) -> SweepWaves:
         return SweepWaves()
 
 
@@ -157,6 +160,9 @@ class SweepWaves:
     def add(self, part: Waves) -> None:
         for key, arrays in part.items():
             self.waves.setdefault(key, []).extend(arrays)
+
+    def finish(self, summary: pl.DataFrame) -> SweepWaves:
+        return self
 
     def arrays(self, key: tuple[tuple[object, ...], str]) -> tuple[np.ndarray, np.ndarray]:
         found = self.waves.get(key, [])
