@@ -30,10 +30,10 @@ from warmfit.cli import app
 from warmfit.errors import UsageError
 from warmfit.format.trace import readings_frame, write_trace
 from warmfit.replay import replay
+from warmfit.report.formats import csv_cell
 from warmfit.report.gate import (
     UnderPeak,
     UnderPeakError,
-    _csv_cell,
     evaluate,
     expectations_toml,
     parse_expectations,
@@ -126,7 +126,7 @@ def test_render_refuses_a_format_it_does_not_know(tmp_path: Path) -> None:
     )
     with pytest.raises(UsageError) as caught:
         render(report, "markdown")
-    assert str(caught.value) == "--format must be one of table, csv, json; got 'markdown'."
+    assert str(caught.value) == "fmt must be one of table, csv, json; got 'markdown'."
 
 
 # --------------------------------------------------------------------------- csv, json
@@ -165,11 +165,11 @@ def test_the_csv_spelled_out(tmp_path: Path) -> None:
     ],
 )
 def test_a_csv_cell_is_text(value: object, text: str) -> None:
-    """Kills gate.py:793:16:Return->None (a missing figure's cell None, not "": the
+    """(The one CSV writer's cells, warmfit.report.formats.csv_cell, since issue 37.) Kills gate.py:793:16:Return->None (a missing figure's cell None, not "": the
     csv module happens to write None as an empty field, so the CSV does not tell;
     the function's contract does), gate.py:792:8:If->False and gate.py:795:26:IfExp->True.
     """
-    assert _csv_cell(value) == text
+    assert csv_cell(value) == text
 
 
 JSON = """{

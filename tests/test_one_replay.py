@@ -35,6 +35,7 @@ from typer.testing import CliRunner
 
 from tests.strategies import examples, traces
 from warmfit.cli import app
+from warmfit.errors import UsageError
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -299,3 +300,38 @@ def test_the_bytes_before_the_factor_of_a_wave() -> None:
     assert unscaled_bytes(1000.7, 10, 2000) == 2010
     assert unscaled_bytes(5000.2, 10, 2000) == 5010
     assert unscaled_bytes(None, 10, None) == -1
+
+
+# --------------------------------------------------------------------------- one report layer
+
+
+def test_one_list_of_formats_and_one_dispatch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command's --format comes from one list, and every report (replay's, sweep's,
+    recommend's, check's) is rendered by one dispatch, CSV by one writer (issue 37)."""
+    import warmfit.report.formats as formats
+    from warmfit.commands.options import Format
+
+    assert Format is formats.Format
+    assert formats.FORMATS == ("table", "markdown", "csv", "json")
+    seen: list[str] = []
+    real = formats.csv_text
+    monkeypatch.setattr(formats, "csv_text", lambda h, r: seen.append(h[0]) or real(h, r))
+    monkeypatch.chdir(REPO)
+    expect = str(tmp_path / "e.toml")
+    written = ["check", "traces/pr991", *TWO, "--write-expect", expect, "--allow-under"]
+    assert CliRunner().invoke(app, written).exit_code == 0
+    for command in (
+        ["replay", "traces/pr991", *TWO, "-f", "csv"],
+        ["sweep", "traces/pr991", *TWO, "-f", "csv"],
+        ["recommend", "traces/pr991", *TWO, "--budget", "80GB", "-f", "csv"],
+        ["check", "traces/pr991", *TWO, "--expect", expect, "-f", "csv"],
+    ):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code in (0, 1), result.output
+    assert seen == ["run", "run", "run", "run"]
+    check = formats.Report(table=str, header=["a"], rows=list, document=dict)
+    assert check.formats == ("table", "csv", "json")
+    with pytest.raises(UsageError, match=r"^fmt must be one of table, csv, json; got 'markdown'"):
+        formats.render(check, "markdown")

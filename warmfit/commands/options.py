@@ -15,16 +15,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from warmfit.errors import UsageError
+from warmfit.report.formats import Format as Format  # the one list of formats
 
 if TYPE_CHECKING:
     import polars as pl
-
-
-class Format(StrEnum):
-    table = "table"
-    markdown = "markdown"
-    csv = "csv"
-    json = "json"
 
 
 class Engine(StrEnum):

@@ -33,9 +33,6 @@ the command turns its regressions into exit code 1.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import os
 import re
@@ -49,10 +46,12 @@ from typing import Any, BinaryIO
 from warmfit.errors import UsageError
 from warmfit.format.files import not_regular, write_atomically, write_bytes_atomically
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, Replayed, check_safety_factor
+from warmfit.report.formats import Report, csv_text, json_text
+from warmfit.report.formats import render as render_report
 from warmfit.report.table import cell, percent, plain_table, table_text
 from warmfit.show.names import counted, printable, toml_string, waves_under
 
-FORMATS = ("table", "csv", "json")
+FORMATS = ("table", "csv", "json")  # (formats.FORMATS but markdown)
 JSON_SCHEMA = "warmfit.check/1"
 EXPECT_VERSION = 1
 #: Limits are written rounded to this many decimals of a fraction (0.01 pp).
@@ -798,36 +797,25 @@ def _records(report: CheckReport) -> list[dict[str, Any]]:
     ]
 
 
-def to_json(report: CheckReport) -> str:
+def _document(report: CheckReport) -> dict[str, Any]:
     """``{"schema": "warmfit.check/1", "expect", "safety_factor", "passed", "results"}``."""
-    doc = {
+    return {
         "schema": JSON_SCHEMA,
         "expect": report.expect_path,
         "safety_factor": report.safety_factor,
         "passed": report.passed,
         "results": _records(report),
     }
-    return json.dumps(doc, indent=2) + "\n"
+
+
+def to_json(report: CheckReport) -> str:
+    """``{"schema": "warmfit.check/1", "expect", "safety_factor", "passed", "results"}``."""
+    return json_text(_document(report))
 
 
 def to_csv(report: CheckReport) -> str:
     """One header line and one line per limit; fractions in full precision."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for record in _records(report):
-        writer.writerow([_csv_cell(v) for v in record.values()])
-    return buffer.getvalue()
-
-
-def _csv_cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
+    return csv_text(COLUMNS, (list(r.values()) for r in _records(report)))
 
 
 def to_table(report: CheckReport) -> str:
@@ -862,12 +850,16 @@ def to_table(report: CheckReport) -> str:
     return text + printable(verdict) + "\n"
 
 
+def check_report(report: CheckReport) -> Report:
+    """A check report as a :class:`~warmfit.report.formats.Report` (no markdown form)."""
+    return Report(
+        table=lambda: to_table(report),
+        header=COLUMNS,
+        rows=lambda: (list(r.values()) for r in _records(report)),
+        document=lambda: _document(report),
+    )
+
+
 def render(report: CheckReport, fmt: str) -> str:
     """Render a check report in one of :data:`FORMATS`."""
-    if fmt == "json":
-        return to_json(report)
-    if fmt == "csv":
-        return to_csv(report)
-    if fmt == "table":
-        return to_table(report)
-    raise UsageError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}.")
+    return render_report(check_report(report), fmt)

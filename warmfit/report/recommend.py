@@ -30,9 +30,6 @@ The choices the contract leaves open are spec-notes 23
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +44,8 @@ from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, replay, resolve_poli
 from warmfit.replay.engines import Priced
 from warmfit.replay.reference import checked_price
 from warmfit.replay.semantics import ProfileKey, check_budget, estimate_bytes
+from warmfit.report.formats import FORMATS as ALL_FORMATS
+from warmfit.report.formats import Report, render
 from warmfit.report.table import cell, plain_table, table_text
 from warmfit.show.names import markdown_cell
 from warmfit.show.units import format_bytes
@@ -454,7 +453,7 @@ def recommendation(
 
 # --------------------------------------------------------------------------- rendering
 
-FORMATS = ("table", "markdown", "csv", "json")
+FORMATS = ALL_FORMATS
 
 
 def _admitted_cell(row: dict[str, object]) -> str:
@@ -521,27 +520,11 @@ def _caption(rec: Recommendation) -> str:
     )
 
 
-def render_recommendation(rec: Recommendation, fmt: str) -> str:
-    """Render a recommendation: json (:data:`JSON_SCHEMA`), csv, markdown or table."""
-    if fmt == "json":
-        doc = {
-            "schema": JSON_SCHEMA,
-            "budget_bytes": rec.budget_bytes,
-            "safety_factor": rec.safety_factor,
-            "search_cap_tokens": SEARCH_CAP_TOKENS,
-            "results": rec.results,
-        }
-        return json.dumps(doc, indent=2) + "\n"
-    if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(FIELDS)
-        for row in rec.results:
-            writer.writerow(
-                ["" if v is None else repr(v) if isinstance(v, float) else v for v in row.values()]
-            )
-        return buffer.getvalue()
-    if fmt == "markdown":
+def recommendation_report(rec: Recommendation) -> Report:
+    """A recommendation as a :class:`~warmfit.report.formats.Report`: json
+    (:data:`JSON_SCHEMA`), csv, markdown or table."""
+
+    def markdown() -> str:
         header = ["run", "signature", "policy", *HEADER]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for row in rec.results:
@@ -549,8 +532,28 @@ def render_recommendation(rec: Recommendation, fmt: str) -> str:
             lines.append("| " + " | ".join([*labels, *_cells(row)]) + " |")
         caption = _caption(rec)  # capitalize() would lower the rest: "100 gb", "oom"
         return "\n".join([*lines, "", caption[:1].upper() + caption[1:] + "."]) + "\n"
-    if fmt != "table":
-        raise UsageError(f"must be one of {', '.join(FORMATS)}; got {fmt!r}.", argument="fmt")
+
+    return Report(
+        table=lambda: _table(rec),
+        header=FIELDS,
+        rows=lambda: (list(row.values()) for row in rec.results),
+        document=lambda: {
+            "schema": JSON_SCHEMA,
+            "budget_bytes": rec.budget_bytes,
+            "safety_factor": rec.safety_factor,
+            "search_cap_tokens": SEARCH_CAP_TOKENS,
+            "results": rec.results,
+        },
+        markdown=markdown,
+    )
+
+
+def render_recommendation(rec: Recommendation, fmt: str) -> str:
+    """Render a recommendation: json (:data:`JSON_SCHEMA`), csv, markdown or table."""
+    return render(recommendation_report(rec), fmt)
+
+
+def _table(rec: Recommendation) -> str:
     table = plain_table(_caption(rec))
     for name in ("run", "signature", "policy"):
         table.add_column(name, no_wrap=True, min_width=3)

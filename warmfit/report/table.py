@@ -1,23 +1,25 @@
 """Render a replay summary for people (table, markdown) and machines (csv, json).
 
 Every renderer takes the plain summary frame of :func:`warmfit.replay.summarize`
-and returns text; none of them computes a figure.
+and returns text; none of them computes a figure. :func:`summary_report` and
+:func:`sweep_report` make them a :class:`~warmfit.report.formats.Report`, which
+:func:`warmfit.report.formats.render` shows in a format.
 """
 
 from __future__ import annotations
 
-import csv
 import io
-import json
 import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from warmfit.errors import UsageError
 from warmfit.replay import RECORDED, ReplayResult, group_keys
 from warmfit.replay.stream import StreamedReplay
+from warmfit.report.formats import FORMATS as ALL_FORMATS
+from warmfit.report.formats import Report, csv_text, json_text
+from warmfit.report.formats import render as render_report
 from warmfit.report.sweep import JSON_SCHEMA as SWEEP_JSON_SCHEMA
 from warmfit.report.sweep import SweepResult
 from warmfit.show.names import markdown_cell, printable, waves_under
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-FORMATS = ("table", "markdown", "csv", "json")
+FORMATS = ALL_FORMATS
 JSON_SCHEMA = "warmfit.replay/1"
 
 
@@ -45,19 +47,16 @@ def percent(fraction: float | None, digits: int = 0) -> str:
 def to_json(summary: pl.DataFrame, safety_factor: float) -> str:
     """The SPEC §5 JSON object: schema, safety factor and one result per row
     (with §7's ``signature`` and budget fields when the summary has them)."""
-    results = summary.to_dicts()
-    doc = {"schema": JSON_SCHEMA, "safety_factor": safety_factor, "results": results}
-    return json.dumps(doc, indent=2) + "\n"
+    return json_text(_document(summary, safety_factor))
+
+
+def _document(summary: pl.DataFrame, safety_factor: float) -> dict[str, Any]:
+    return {"schema": JSON_SCHEMA, "safety_factor": safety_factor, "results": summary.to_dicts()}
 
 
 def to_csv(summary: pl.DataFrame) -> str:
     """One header line and one line per result; nulls are empty."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(summary.columns)
-    for row in summary.iter_rows():
-        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in row])
-    return buffer.getvalue()
+    return csv_text(summary.columns, summary.iter_rows())
 
 
 def _under_peak_cell(rows: Sequence[dict[str, object]]) -> str:
@@ -314,17 +313,21 @@ def _table_cells(r: dict[str, Any]) -> dict[str, str]:
     return cells
 
 
+def summary_report(result: ReplayResult | StreamedReplay) -> Report:
+    """A replay's summary as a :class:`~warmfit.report.formats.Report`."""
+    summary = result.summary
+    return Report(
+        table=lambda: to_table(summary, result.safety_factor),
+        header=summary.columns,
+        rows=summary.iter_rows,
+        document=lambda: _document(summary, result.safety_factor),
+        markdown=lambda: to_markdown(summary, result.policies),
+    )
+
+
 def render(result: ReplayResult | StreamedReplay, fmt: str) -> str:
     """Render a replay result in one of :data:`FORMATS`."""
-    if fmt == "json":
-        return to_json(result.summary, result.safety_factor)
-    if fmt == "csv":
-        return to_csv(result.summary)
-    if fmt == "markdown":
-        return to_markdown(result.summary, result.policies)
-    if fmt == "table":
-        return to_table(result.summary, result.safety_factor)
-    raise UsageError(f"must be one of {', '.join(FORMATS)}; got {fmt!r}.", argument="fmt")
+    return render_report(summary_report(result), fmt)
 
 
 def under_peak_warnings(summary: pl.DataFrame, safe: dict[str, float | None]) -> list[str]:
@@ -360,25 +363,11 @@ def under_peak_warnings(summary: pl.DataFrame, safe: dict[str, float | None]) ->
 # --------------------------------------------------------------------------- sweep
 
 
-def render_sweep(result: SweepResult, fmt: str) -> str:
-    """Render a safety-factor sweep: json (with every grid point), csv, markdown or table."""
+def sweep_report(result: SweepResult) -> Report:
+    """A safety-factor sweep as a :class:`~warmfit.report.formats.Report`: json with every
+    grid point, csv, markdown or table."""
     keys = group_keys(result.by)
-    if fmt == "json":
-        doc = {"schema": SWEEP_JSON_SCHEMA, "results": result.results}
-        return json.dumps(doc, indent=2) + "\n"
     columns = [*keys, "policy", "safe_factor", "median_over_estimate_at_safe", "under_peak_at_1"]
-    if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(columns)
-        for row in result.results:
-            values = [row[c] for c in columns]
-            writer.writerow(
-                ["" if v is None else repr(v) if isinstance(v, float) else v for v in values]
-            )
-        return buffer.getvalue()
-    if fmt not in FORMATS:
-        raise UsageError(f"must be one of {', '.join(FORMATS)}; got {fmt!r}.", argument="fmt")
     header = [*keys, "policy", "safe factor", "median at safe", "under at 1.0"]
     rows = [
         [
@@ -390,22 +379,38 @@ def render_sweep(result: SweepResult, fmt: str) -> str:
         ]
         for row in result.results
     ]
-    if fmt == "markdown":
+
+    def markdown() -> str:
         lines = ["| " + " | ".join(markdown_cell(h) for h in header) + " |"]
         lines.append("|" + "---|" * len(header))
         lines += ["| " + " | ".join(markdown_cell(c) for c in cells) + " |" for cells in rows]
         return "\n".join(lines) + "\n"
-    table = plain_table(
-        "safe factor = the smallest safety factor with no wave under its peak (exact); "
-        "median at safe = the median over-estimate there; under at 1.0 = waves under their "
-        "peak with no safety margin"
+
+    def table() -> str:
+        shown = plain_table(
+            "safe factor = the smallest safety factor with no wave under its peak (exact); "
+            "median at safe = the median over-estimate there; under at 1.0 = waves under "
+            "their peak with no safety margin"
+        )
+        for i, name in enumerate(header):
+            shown.add_column(name, no_wrap=True, justify="left" if i <= len(keys) else "right")
+        previous: tuple[str, ...] | None = None
+        for cells in rows:
+            names = tuple(cells[: len(keys)])
+            first = [""] * len(keys) if names == previous else [cell(n) for n in names]
+            shown.add_row(*first, cell(cells[len(keys)]), *cells[len(keys) + 1 :])
+            previous = names
+        return table_text(shown)
+
+    return Report(
+        table=table,
+        header=columns,
+        rows=lambda: ([row[c] for c in columns] for row in result.results),
+        document=lambda: {"schema": SWEEP_JSON_SCHEMA, "results": result.results},
+        markdown=markdown,
     )
-    for i, name in enumerate(header):
-        table.add_column(name, no_wrap=True, justify="left" if i <= len(keys) else "right")
-    previous: tuple[str, ...] | None = None
-    for cells in rows:
-        names = tuple(cells[: len(keys)])
-        shown = [""] * len(keys) if names == previous else [cell(n) for n in names]
-        table.add_row(*shown, cell(cells[len(keys)]), *cells[len(keys) + 1 :])
-        previous = names
-    return table_text(table)
+
+
+def render_sweep(result: SweepResult, fmt: str) -> str:
+    """Render a safety-factor sweep: json (with every grid point), csv, markdown or table."""
+    return render_report(sweep_report(result), fmt)
