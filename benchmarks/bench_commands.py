@@ -47,7 +47,13 @@ POLICIES = ["-p", "max-merge", "-p", "warm-fit"]
 COMMANDS: dict[str, list[str]] = {
     "replay": ["replay", "{T}", *POLICIES],
     "check --write-expect": [
-        "check", "{T}", *POLICIES, "--write-expect", str(EXPECT), "--force", "--allow-under",
+        "check",
+        "{T}",
+        *POLICIES,
+        "--write-expect",
+        str(EXPECT),
+        "--force",
+        "--allow-under",
     ],  # fmt: skip
     "check --expect": ["check", "{T}", *POLICIES, "--expect", str(EXPECT)],
     "sweep": ["sweep", "{T}", *POLICIES],
@@ -60,12 +66,13 @@ COMMANDS: dict[str, list[str]] = {
 WALL_RATIO, PEAK_BYTES, ENVELOPE_CPU_RATIO = 1.5, 2**30, 2.0
 
 
-def measure(folder: Path, runs: int) -> dict[str, dict[str, Any]]:
-    """Every command on the trace at ``folder``, ``runs`` times in turn."""
+def measure(folder: Path, runs: int, skip: list[str]) -> dict[str, dict[str, Any]]:
+    """Every command on the trace at ``folder`` but those of ``skip``, ``runs`` times in turn."""
     OUT.mkdir(parents=True, exist_ok=True)
     commands = {
         case: [*warmfit_command(), *(str(folder) if a == "{T}" else a for a in args)]
         for case, args in COMMANDS.items()
+        if case.split()[0] not in skip
     }
     # --expect needs the file: written once before the clock starts
     run_cold({"write": commands["check --write-expect"]}, 1)
@@ -94,14 +101,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["1e7"], choices=list(SIZES))
     parser.add_argument("--runs", type=int, default=3, help="Fresh processes per command.")
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["plot", "sweep", "recommend"],
+        help="Commands left out (plot holds every wave's row: about 1 GB per 1e6 readings).",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     compile_bytecode()
     results: dict[str, Any] = {}
     for label in args.sizes:
-        rows = ratios(measure(ensure_trace(label, SIZES[label]), args.runs))
+        rows = ratios(measure(ensure_trace(label, SIZES[label]), args.runs, args.skip))
         results[label] = rows
         print(f"\n{label} readings ({args.runs} runs each, medians; ratios to replay's)")
-        print(f"{'command':26} {'wall s':>8} {'x':>6} {'cpu s':>8} {'x':>6} {'peak MiB':>9}  target")
+        print(
+            f"{'command':26} {'wall s':>8} {'x':>6} {'cpu s':>8} {'x':>6} {'peak MiB':>9}  target"
+        )
         for case, row in rows.items():
             extra = (
                 f"  (cpu {row['envelope_cpu_over_warm_fit']:.2f}x warm-fit's)"
@@ -113,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['cpu_ratio']:6.2f} {row['peak_bytes'] / 2**20:9.0f}  "
                 f"{'met' if row['meets'] else 'NOT MET'}{extra}"
             )
-    path = write_run("commands", {"sizes": args.sizes, "runs": args.runs}, {"results": results})
+    arguments = {"sizes": args.sizes, "runs": args.runs, "skip": args.skip}
+    path = write_run("commands", arguments, {"results": results})
     print(f"\nwrote {path.relative_to(ROOT)}")
     return 0
 
