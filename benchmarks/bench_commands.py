@@ -54,7 +54,7 @@ COMMANDS: dict[str, list[str]] = {
         str(EXPECT),
         "--force",
         "--allow-under",
-    ],  # fmt: skip
+    ],
     "check --expect": ["check", "{T}", *POLICIES, "--expect", str(EXPECT)],
     "sweep": ["sweep", "{T}", *POLICIES],
     "recommend --budget 80GB": ["recommend", "{T}", *POLICIES, "--budget", "80GB"],
