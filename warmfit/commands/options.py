@@ -6,7 +6,7 @@ Each command module imports from here; no command borrows from another.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -241,15 +241,18 @@ def warn_about_shapes(frame: pl.DataFrame) -> None:
         typer.echo(text, err=True)
 
 
-def warn_without_checksums(paths: list[Path]) -> None:
+def warn_without_checksums(
+    files: Sequence[str | os.PathLike[str]], bare: Sequence[str | os.PathLike[str]] | None = None
+) -> None:
     """Warn once on stderr about the trace files whose pages carry no checksums
-    (written by other tools): a flipped bit in them cannot be detected."""
-    from warmfit.format.files import find_trace_files
+    (written by other tools): a flipped bit in them cannot be detected. ``bare``:
+    those files, where already known (a replay's :attr:`StreamedReplay.without_checksums`);
+    else each file's first page is read."""
     from warmfit.format.pagecrc import has_checksums
     from warmfit.show.names import counted, printable
 
-    files = find_trace_files(paths)
-    bare = [f for f in files if has_checksums(f) is False]
+    if bare is None:
+        bare = [f for f in files if has_checksums(f) is False]
     if not bare:
         return
     shown = ", ".join(printable(str(f)) for f in bare[:3]) + (", ..." if len(bare) > 3 else "")

@@ -177,7 +177,7 @@ def _replay(
             f"wrote {printable(str(per_wave))} ({counted(result.per_wave_rows, 'row')})", err=True
         )
     warn_without_whole(result.without_whole)
-    warn_without_checksums(paths)
+    warn_without_checksums(result.files, result.without_checksums)
     if permute is not None:  # the orders' figures, folded from the same pass
         from dataclasses import replace
 

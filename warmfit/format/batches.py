@@ -46,7 +46,7 @@ import polars as pl
 import pyarrow as pa
 
 from warmfit.errors import TraceError, UsageError
-from warmfit.format.pagecrc import RowGroup
+from warmfit.format.pagecrc import RowGroup, has_checksums
 from warmfit.format.trace import (
     Canonical,
     canonical,
@@ -138,6 +138,9 @@ class FileIndex:
     #: The optional columns with a meaning the file has (``estimate_bytes``:
     #: :func:`warmfit.format.trace.optional_columns`), read beside replay's.
     columns: tuple[str, ...] = ()
+    #: Whether its pages carry checksums (:func:`warmfit.format.pagecrc.has_checksums`,
+    #: from the footer read here: a command warns of the files without them).
+    checksums: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -215,7 +218,7 @@ def index_file(path: str | os.PathLike[str]) -> FileIndex:
             start += length
     return FileIndex(
         str(path), start, tuple(stretches), tuple(zip(starts, groups, strict=True)), tuple(mixed),
-        optional_columns(schema),
+        optional_columns(schema), has_checksums(path, groups),
     )  # fmt: skip
 
 

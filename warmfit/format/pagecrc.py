@@ -277,17 +277,21 @@ def row_groups(path: str | os.PathLike[str]) -> list[RowGroup] | str:
         return data if isinstance(data, str) else _row_groups(data, length)
 
 
-def has_checksums(path: str | os.PathLike[str]) -> bool | None:
+def has_checksums(
+    path: str | os.PathLike[str], groups: Sequence[RowGroup] | None = None
+) -> bool | None:
     """Whether ``path``'s pages carry checksums, judged by its first page (a writer
     stores them for every page or for none); None when the file has no page, or is
-    not sound enough to tell (:func:`verify` says what is wrong with it)."""
+    not sound enough to tell (:func:`verify` says what is wrong with it). ``groups``:
+    its footer's row groups, where already read (:func:`row_groups`): only the first
+    page's header is read then."""
     with _mapped(path) as (data, length):
         if isinstance(data, str):
             return None
-        groups = _row_groups(data, length)
-        if isinstance(groups, str):
+        found = _row_groups(data, length) if groups is None else groups
+        if isinstance(found, str):
             return None
-        for chunk in (chunk for group in groups for chunk in group.chunks):
+        for chunk in (chunk for group in found for chunk in group.chunks):
             try:
                 header, _ = _struct(data, chunk.start, chunk.start + chunk.size, _PAGE_HEADER)
             except _Bad:

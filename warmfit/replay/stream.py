@@ -171,8 +171,12 @@ class StreamedReplay:
     #: The rows of files whose streams interleave, decoded once and routed to their
     #: batches before they replayed (:func:`~warmfit.format.batches.route`); 0: none.
     routed_rows: int = 0
-    #: What each of the replay's :class:`Fold` s folded (its :meth:`Fold.start`), in order.
+    #: What each of the replay's :class:`Fold` s folded (its :meth:`Folded.finish`), in order.
     folded: tuple[Any, ...] = ()
+    #: The trace files replayed (found once), and those whose pages carry no checksums
+    #: (judged from the footer each was indexed by: a command warns of them).
+    files: tuple[str, ...] = ()
+    without_checksums: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -334,6 +338,7 @@ def replay_stream(
     group_keys(by)
     choose_engine(engine, resolve_lineup(policies, True)[0])  # checked before any file is read
     files = [str(f) for f in find_trace_files(paths)]
+    shown = tuple(files)
     if cluster is not None:  # the workers run elsewhere, in another folder
         files = [os.path.abspath(f) for f in files]
     progress = progress or no_progress
@@ -440,7 +445,8 @@ def replay_stream(
     ran = "scalar" if "scalar" in engines else chosen
     return StreamedReplay(
         summary, tuple(names), safety_factor, ran, by, budget_bytes, readings, rows,
-        len(batches), where, _without_whole(counts), safe, spool.rows, folded,
+        len(batches), where, _without_whole(counts), safe, spool.rows, folded, shown,
+        tuple(f for f, found in zip(shown, indexes, strict=True) if found.checksums is False),
     )  # fmt: skip
 
 

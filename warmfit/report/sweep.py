@@ -91,9 +91,11 @@ def _figures_at(
     # int((o + compute) * f), kept a double: exact as the truncated double itself, where
     # an int64 would wrap for estimates past 2**63 (a large safe factor); compared with
     # and divided by the actual bytes exactly while those stay below 2**53 (8 PiB)
-    estimate = np.trunc(unscaled.astype(np.float64) * factor)
-    over = estimate / actual.astype(np.float64) - 1
-    return int((estimate < actual).sum()), _median(over)
+    # (arrays already of doubles are used as they are: sweep_rows converts once)
+    estimate = np.trunc(np.asarray(unscaled, dtype=np.float64) * factor)
+    actual = np.asarray(actual, dtype=np.float64)
+    over = estimate / actual - 1
+    return int(np.count_nonzero(estimate < actual)), _median(over)
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ def sweep_rows(
         values = tuple(group.values())
         unscaled, actual = waves.arrays((values[:-1], str(values[-1])))
         safe = safe_factor(unscaled, actual)
+        unscaled, actual = unscaled.astype(np.float64), actual.astype(np.float64)
         under_at_1, _ = _figures_at(unscaled, actual, 1.0)
         points = []
         for factor in factors:
