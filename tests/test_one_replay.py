@@ -335,3 +335,39 @@ def test_one_list_of_formats_and_one_dispatch(
     assert check.formats == ("table", "csv", "json")
     with pytest.raises(UsageError, match=r"^fmt must be one of table, csv, json; got 'markdown'"):
         formats.render(check, "markdown")
+
+
+# --------------------------------------------------------------------------- a straight path
+
+
+def test_the_replay_carries_its_files_and_those_without_checksums(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files are found once and each footer read once: the replay says which files
+    lack page checksums (from the footer it indexed), and warmfit replay warns from that,
+    reading no file again (fails before: StreamedReplay had no such fields)."""
+    import pyarrow.parquet as pq
+
+    import warmfit.format.pagecrc as pagecrc
+    from warmfit.replay.stream import replay_stream
+
+    table = pq.read_table(REPO / "traces" / "pr991" / "EP1.parquet")
+    pq.write_table(table, tmp_path / "a-plain.parquet", write_page_checksum=False)
+    pq.write_table(table.slice(0, 0), tmp_path / "b-empty.parquet", write_page_checksum=True)
+    other = pq.read_table(REPO / "traces" / "pr991" / "EP2.parquet")
+    pq.write_table(other, tmp_path / "c-crc.parquet", write_page_checksum=True)
+    result = replay_stream([tmp_path], ["warm-fit"])
+    assert result.files == tuple(
+        str(tmp_path / n) for n in ["a-plain.parquet", "b-empty.parquet", "c-crc.parquet"]
+    )
+    assert result.without_checksums == (str(tmp_path / "a-plain.parquet"),)
+    read: list[object] = []
+    real = pagecrc.has_checksums
+    monkeypatch.setattr(
+        pagecrc,
+        "has_checksums",
+        lambda path, groups=None: read.append(groups) or real(path, groups),
+    )
+    out = CliRunner().invoke(app, ["replay", str(tmp_path), "-p", "warm-fit", "--jobs", "1"])
+    assert "no page checksums in 1 of 3 trace files" in out.stderr
+    assert None not in read  # every footer was read once, by the index
