@@ -136,7 +136,10 @@ def check_command(
     if write_expect is not None:
         check_new_file(write_expect, force, paths)
         with streaming(paths, jobs, cluster) as jobs:
-            _write_expect(paths, write_expect, policy, safety, engine, allow_under, jobs, cluster)
+            _write_expect(
+                paths, write_expect, policy=policy, safety=safety, engine=engine,
+                allow_under=allow_under, jobs=jobs, cluster=cluster,
+            )  # fmt: skip
         return
     assert expect is not None
     if allow_under and not update:
@@ -155,7 +158,10 @@ def check_command(
             paths, policy or expectations.policies, expectations.safety_factor, engine,
             jobs, cluster,
         )  # fmt: skip
-    _check(result, expect, expectations, policy, format, update, allow_under)
+    _check(
+        result, expect, expectations, policy=policy, format=format, update=update,
+        allow_under=allow_under,
+    )  # fmt: skip
 
 
 def _replayed(
@@ -179,6 +185,7 @@ def _replayed(
 def _write_expect(
     paths: list[Path],
     write_expect: Path,
+    *,
     policy: list[str] | None,
     safety: float | None,
     engine: Engine,
@@ -262,6 +269,7 @@ def _check(
     result: StreamedReplay,
     expect: Path,
     expectations: Expectations,
+    *,
     policy: list[str] | None,
     format: CheckFormat,
     update: bool,

@@ -89,8 +89,9 @@ def replay_command(
         if verbose:
             _say_jobs(paths, jobs, given, cluster)
         _replay(
-            paths, policy, safety, format, per_wave, engine, force, by, budget, jobs, cluster,
-            permute, seed,
+            paths, policy=policy, safety=safety, format=format, per_wave=per_wave,
+            engine=engine, force=force, by=by, budget=budget, jobs=jobs, cluster=cluster,
+            permute=permute, seed=seed,
         )  # fmt: skip
 
 
@@ -113,6 +114,7 @@ def _say_jobs(paths: list[Path], jobs: int | None, given: bool, cluster: str | N
 
 def _replay(
     paths: list[Path],
+    *,
     policy: list[str] | None,
     safety: float,
     format: Format,
