@@ -171,15 +171,18 @@ def _replayed(
     engine: Engine,
     jobs: int | None,
     cluster: str | None,
+    by: str = "run",
 ) -> StreamedReplay:
-    """The figures the gate needs, from the one streamed replay of the traces."""
+    """The figures the gate needs, from the one streamed replay of the traces (``by``:
+    the summary's grouping, ``run`` or ``signature``, as replay's --by)."""
     from warmfit.replay.stream import replay_stream
     from warmfit.show.progress import progress_bar
 
     with progress_bar("replaying", unit="batches") as progress:
         return replay_stream(
-            paths, policies, safety, engine.value, jobs=jobs, cluster=cluster, progress=progress
-        )
+            paths, policies, safety, engine.value, by, jobs=jobs, cluster=cluster,
+            progress=progress,
+        )  # fmt: skip
 
 
 def _write_expect(
