@@ -241,12 +241,19 @@ class MeasuredWaves:
         return self
 
     def points(self, key: Key) -> list[tuple[int, int]]:
-        """The (packed tokens, actual bytes) of the measured waves that did not run out
-        of memory, in trace order."""
-        found: list[tuple[int, int]] = []
-        for n, actual, oom in self.waves.get(key, []):
-            found += zip(n[~oom].tolist(), actual[~oom].tolist(), strict=True)
-        return found
+        """The measured waves that did not run out of memory as :func:`measured_limit`
+        reads them: per packed-token count, its largest actual bytes (in order of size)."""
+        arrays = self.waves.get(key, [])
+        if not arrays:
+            return []
+        n = np.concatenate([a[0] for a in arrays])
+        actual = np.concatenate([a[1] for a in arrays])
+        fitted = ~np.concatenate([a[2] for a in arrays])
+        n, actual = n[fitted], actual[fitted]
+        order = np.lexsort((actual, n))  # by size, then bytes: each size's peak last
+        n, actual = n[order], actual[order]
+        last = np.append(n[1:] != n[:-1], True) if len(n) else np.zeros(0, dtype=bool)
+        return list(zip(n[last].tolist(), actual[last].tolist(), strict=True))
 
 
 #: The columns of a wave :func:`measured_waves` reads.
@@ -395,13 +402,16 @@ def recommendation(
     }
     rows: list[dict[str, object]] = []
     chosen: dict[tuple[str, str, str], Profile | None] = {}
+    limits: dict[Key, MeasuredLimit] = {}
     by_name = {cls.name: cls for cls in classes}
     for run, sig, name in summary.select(*keys, "policy").iter_rows():
         cls = by_name.get(name)
         if cls is None:  # SPEC §8's ``recorded`` prices: no profile to ask about a size
             continue
         logical_sum, packed_sum = totals[(run, sig)]
-        limit = measured_limit(found.points((run, sig)), budget_bytes)
+        if (run, sig) not in limits:  # one per run and signature, whatever the policy
+            limits[(run, sig)] = measured_limit(found.points((run, sig)), budget_bytes)
+        limit = limits[(run, sig)]
         best: tuple[int, Profile] | None = None  # the smallest over the ranks, lowest rank
         for rank, wave, o, s in last_waves[(run, sig)]:
             profile = Profile(
