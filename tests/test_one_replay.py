@@ -371,3 +371,54 @@ def test_the_replay_carries_its_files_and_those_without_checksums(
     out = CliRunner().invoke(app, ["replay", str(tmp_path), "-p", "warm-fit", "--jobs", "1"])
     assert "no page checksums in 1 of 3 trace files" in out.stderr
     assert None not in read  # every footer was read once, by the index
+
+
+# --------------------------------------------------------------------------- sweep's grid
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(
+    data=st.data(),
+    size=st.integers(1, 300),
+    scale=st.sampled_from([1, 7, 1000, 10**9, 2**40, 2**52]),
+    factor=st.one_of(
+        st.sampled_from([1.0, 1.01, 1.1, 1.5, 0.5, 36.37376445420148]),
+        st.floats(0.01, 100.0, allow_nan=False),
+    ),
+)
+def test_the_grid_gives_every_wave_computed_figures(
+    data: st.DataObject, size: int, scale: int, factor: float
+) -> None:
+    """Sweep's Grid (waves sorted once by bytes over actual, only those near a boundary
+    computed at each factor) gives exactly the figures of every wave computed
+    (_figures_at): waves under their peak and the median over-estimate, with ties,
+    estimates a byte from their peak and actual bytes from 1 to 2**52."""
+    import numpy as np
+
+    from warmfit.report import sweep
+
+    actual = np.array(
+        data.draw(st.lists(st.integers(1, scale), min_size=size, max_size=size)), dtype=np.int64
+    )
+    kind = data.draw(st.sampled_from(["near", "any", "tied"]))
+    if kind == "near":  # a byte or so from covering at this factor
+        shift = np.array(data.draw(st.lists(st.integers(-2, 2), min_size=size, max_size=size)))
+        unscaled = np.maximum(0, np.floor(actual / factor).astype(np.int64) + shift)
+    elif kind == "tied":
+        unscaled = actual * data.draw(st.integers(0, 3))
+    else:
+        unscaled = np.array(
+            data.draw(st.lists(st.integers(0, 2 * scale), min_size=size, max_size=size)),
+            dtype=np.int64,
+        )
+    t, a = unscaled.astype(np.float64), actual.astype(np.float64)
+    grid = sweep.Grid(t, a)
+    grid_direct = grid.direct
+    original = sweep.Grid.DIRECT
+    try:
+        sweep.Grid.DIRECT = 0  # the sorted path, whatever the size
+        sorted_grid = sweep.Grid(t, a)
+    finally:
+        sweep.Grid.DIRECT = original
+    assert grid_direct or size >= original
+    assert sorted_grid.figures(factor) == sweep._figures_at(t, a, factor)
