@@ -305,6 +305,8 @@ class PointQueries:
         self._size_rank = np.searchsorted(self._sizes, at)
         self._value_rank = np.searchsorted(self._tops, values)
         self._levels: list[_Level] = []
+        #: Each level's order of the points (by block, then size; ties as measured).
+        self._orders: list[np.ndarray] = []
         self._blocks_at: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         #: The last queries asked and their answers (each query is kept, so that its
         #: identity cannot be taken by another array).
@@ -323,7 +325,12 @@ class PointQueries:
             block = self._point_first + (self._rank >> level)  # unique across profiles
             width = len(self._sizes) + 1
             key = block * width + self._size_rank
-            order = np.argsort(key, kind="stable")
+            # From the last level's order: its blocks, sorted, pair into this level's, so
+            # the stable sort merges sorted runs (the same order as sorting the points'
+            # own order: ties keep the order measured, the left block's first)
+            last = self._orders[-1] if self._orders else np.arange(len(key))
+            order = last[np.argsort(key[last], kind="stable")]
+            self._orders.append(order)
             key, block = key[order], block[order]
             # blocks ascend, so a running maximum of (block, value rank) stays in its block
             height = len(self._tops)
