@@ -120,8 +120,8 @@ class Fold(Protocol):
     """What a command folds from the one streamed replay besides the summary (issue 37):
     ``sweep``'s waves, ``recommend``'s profiles and measured waves. It travels with
     the task to the workers (keep it small and picklable): :meth:`part` runs where a
-    batch is replayed, on what the engine priced, and its result comes back to the
-    :meth:`start` of this process, batch after batch in canonical order."""
+    batch is replayed, on what the engine priced, and its result comes back to what
+    :meth:`start` made in this process, batch after batch in canonical order."""
 
     @property
     def wants_rows(self) -> bool:
@@ -166,7 +166,7 @@ class StreamedReplay:
     without_whole: pl.DataFrame
     #: Per policy that put a wave under its peak, the smallest safe factor
     #: (:meth:`~warmfit.replay.summary.SummaryFold.safe_factors`: None where no factor
-    #: covers a wave, NaN where the reference engine priced a batch).
+    #: covers a wave; both engines keep the bytes before the factor, so no second pass).
     safe_factors: dict[str, float | None] = field(default_factory=dict)
     #: The rows of files whose streams interleave, decoded once and routed to their
     #: batches before they replayed (:func:`~warmfit.format.batches.route`); 0: none.

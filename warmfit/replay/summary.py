@@ -195,8 +195,9 @@ class SummaryFold:
         that puts none under (SPEC §7's safe factor, the largest over every result: a
         wave under its peak needs more than the factor replayed, any other wave no more,
         so the waves under their peak decide it). None where no factor covers a wave
-        (priced at 0 bytes); NaN where a part came from the reference engine, which
-        keeps no bytes before the factor (:func:`warmfit.report.sweep.safe_factors` then).
+        (priced at 0 bytes); NaN where a part was folded without the bytes before the
+        factor (:meth:`add_per_wave`: per-wave rows do not keep them; both engines do,
+        so a replay's parts always have them).
         Never for ``recorded``: no safety factor scales the trainer's own prices."""
         count = len(self.policies)
         if not count or not len(self._safe):
