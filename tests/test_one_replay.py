@@ -422,3 +422,19 @@ def test_the_grid_gives_every_wave_computed_figures(
         sweep.Grid.DIRECT = original
     assert grid_direct or size >= original
     assert sorted_grid.figures(factor) == sweep._figures_at(t, a, factor)
+
+
+def test_each_shared_option_is_declared_once() -> None:
+    """--jobs, --cluster and --format (check's, a subset, aside) are declared in
+    commands/options.py alone, and --safety's default is the replay's (issue 37)."""
+    from warmfit.commands import options
+    from warmfit.replay import DEFAULT_SAFETY_FACTOR
+
+    assert options.SAFETY == DEFAULT_SAFETY_FACTOR
+    for path in sorted((REPO / "warmfit" / "commands").glob("*.py")):
+        text = path.read_text()
+        if path.name != "options.py":
+            assert '"--jobs"' not in text and '"--cluster"' not in text, path.name
+            assert "= 1.1" not in text, path.name
+            if path.name != "check.py":
+                assert '"--format"' not in text, path.name

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from warmfit.commands.options import (
+    SAFETY,
     ClusterOpt,
     Engine,
     EngineOpt,
@@ -69,7 +70,7 @@ WriteSafetyOpt = Annotated[
     float | None,
     typer.Option(
         "--safety",
-        help="Safety factor for --write-expect (default 1.1); a check uses the file's.",
+        help=f"Safety factor for --write-expect (default {SAFETY}); a check uses the file's.",
         show_default=False,
         metavar="FACTOR",
     ),

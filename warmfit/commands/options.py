@@ -46,10 +46,15 @@ PolicyOpt = Annotated[
         metavar="POLICY",
     ),
 ]
+#: ``--safety``'s default: :data:`warmfit.replay.semantics.DEFAULT_SAFETY_FACTOR` (not
+#: imported here, which would load polars for ``--help``; a test keeps them equal).
+SAFETY = 1.1
 SafetyOpt = Annotated[
     float,
     typer.Option("--safety", help="Safety factor applied to every estimate.", metavar="FACTOR"),
 ]
+#: ``--format`` of every command that shows a report (:mod:`warmfit.report.formats`).
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 
 
 class By(StrEnum):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from warmfit.commands.options import (
+    SAFETY,
     ClusterOpt,
     Engine,
     EngineOpt,
@@ -71,7 +72,7 @@ def plot_command(
         ),
     ],
     policy: PolicyOpt = None,
-    safety: SafetyOpt = 1.1,
+    safety: SafetyOpt = SAFETY,
     engine: EngineOpt = Engine.auto,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output file.")] = False,
     caption: Annotated[

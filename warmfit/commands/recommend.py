@@ -7,10 +7,12 @@ from typing import Annotated
 import typer
 
 from warmfit.commands.options import (
+    SAFETY,
     ClusterOpt,
     Engine,
     EngineOpt,
     Format,
+    FormatOpt,
     JobsOpt,
     PathsArg,
     PolicyOpt,
@@ -32,8 +34,8 @@ def recommend_command(
         ),
     ],
     policy: PolicyOpt = None,
-    safety: SafetyOpt = 1.1,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    safety: SafetyOpt = SAFETY,
+    format: FormatOpt = Format.table,
     engine: EngineOpt = Engine.auto,
     jobs: JobsOpt = None,
     cluster: ClusterOpt = None,

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from warmfit.replay.stream import StreamedReplay
 
 from warmfit.commands.options import (
+    SAFETY,
     BudgetOpt,
     By,
     ByOpt,
@@ -18,6 +19,7 @@ from warmfit.commands.options import (
     Engine,
     EngineOpt,
     Format,
+    FormatOpt,
     JobsOpt,
     PathsArg,
     PolicyOpt,
@@ -35,8 +37,8 @@ from warmfit.commands.options import (
 def replay_command(
     paths: PathsArg,
     policy: PolicyOpt = None,
-    safety: SafetyOpt = 1.1,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    safety: SafetyOpt = SAFETY,
+    format: FormatOpt = Format.table,
     per_wave: Annotated[
         Path | None,
         typer.Option(

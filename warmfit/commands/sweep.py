@@ -14,6 +14,7 @@ from warmfit.commands.options import (
     Engine,
     EngineOpt,
     Format,
+    FormatOpt,
     JobsOpt,
     PathsArg,
     PolicyOpt,
@@ -28,9 +29,7 @@ def sweep_command(
     paths: PathsArg,
     policy: PolicyOpt = None,
     by: ByOpt = By.run,
-    format: Annotated[
-        Format, typer.Option("--format", "-f", help="Output format (json has every point).")
-    ] = Format.table,
+    format: FormatOpt = Format.table,
     grid: Annotated[
         str,
         typer.Option("--grid", help="Safety factors of the points.", metavar="START:STOP:STEP"),
@@ -54,8 +53,9 @@ def sweep_command(
     Example: warmfit sweep traces/art-h200 -p warm-fit -p warm-affine --plot sweep.png
 
     The safe factor is exact (not a grid value): at it no wave of the trace is
-    priced under its peak, at the next smaller number at least one is. The
-    trace is replayed once, streamed (bounded memory, --jobs, --cluster).
+    priced under its peak, at the next smaller number at least one is. --format
+    json has every grid point. The trace is replayed once, streamed (bounded
+    memory, --jobs, --cluster).
     """
     from warmfit.report.sweep import parse_grid, sweep_traces
     from warmfit.report.table import render_sweep
