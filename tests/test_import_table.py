@@ -400,7 +400,7 @@ def test_a_huge_number_is_refused_and_never_printed_in_full(
         # a template where the trace holds a number: refused with the mapping's key
         ('estimate_bytes = "{job}"', "extra.estimate_bytes: is a number column"),
         ('padded_tokens = "{padded_tokens}"', "extra.padded_tokens: is a number column"),
-        ("sum_sq_tokens = 1.5", "extra.sum_sq_tokens: must be an integer, a column name"),
+        ("sum_sq_tokens = 1.5", "extra.sum_sq_tokens: must be an integer, a column or an expression"),
         # a number that breaks the trace's own rule for the column: the table's row is
         # named (the first in the order of the runs and their waves: row 2 has the fewest tokens)
         ("sum_sq_tokens = 0", "column 'sum_sq_tokens', row 2: value 0 is not positive"),

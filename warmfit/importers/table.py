@@ -1,11 +1,16 @@
-"""A table of measurements (CSV) as a trace, through a declarative TOML mapping.
+"""A table of measurements (CSV) as a trace, through a TOML mapping of polars expressions.
 
-The mapping says which columns make each run's label and each wave's
-signature, which give the tokens, peaks and other numbers (with a unit or a
-scale), which rows are kept (equality and membership tests on columns, never
-an expression that runs code), in which order each run's rows become waves
-(by columns, ascending, or a fixed shuffle) and how many waves and readings a
-row becomes. docs/how-to/bring-your-own-measurements.md describes every key;
+The mapping says which rows are kept (``where``), which expressions give each
+run's label and each wave's signature, tokens, peaks and other numbers, in
+which order each run's rows become waves (by columns, ascending, or a fixed
+shuffle) and how many waves and readings a row becomes. A value is a polars
+SQL expression over the table's columns (:func:`polars.sql_expr`: arithmetic,
+``CASE WHEN``, string functions, casts), evaluated by polars on the whole
+table at once; text (labels, signatures) is a template whose ``{...}`` holds a
+column or an expression. The shorter forms of earlier mappings (``[filter]``,
+``[require]`` tests, ``[derive.NAME]`` cases, ``{ column, unit, scale, add,
+subtract }``) are read as the expressions they stand for.
+docs/how-to/bring-your-own-measurements.md describes every key;
 ``traces/art-h200/source/*.toml`` and ``traces/liger-gpu/source/*.toml`` are
 two real mappings.
 
@@ -23,16 +28,17 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import itertools
 import json
 import re
 import tomllib
 import zlib
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation, Overflow, localcontext
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from warmfit.errors import TraceError, UsageError
 from warmfit.format.files import not_regular
@@ -94,6 +100,7 @@ ALL_FIELDS = ("rank", *WAVE_LEVEL)
 _TOP_KEYS = (
     "extends",
     "description",
+    "where",
     "filter",
     "require",
     "derive",
@@ -105,7 +112,10 @@ _TOP_KEYS = (
     "metadata",
 )
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_RENDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+_TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]|[^{}]+")
+_NAME = re.compile(r"\w+")
+#: A cell that is a decimal number (``1.5e3`` too; no ``inf`` or ``nan``).
+_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
 #: The optional trace columns with a type and rules (SPEC §8, the batch's shape) that
 #: ``[extra]`` may set: numbers only, as ``[fields]`` takes them, with what each holds.
 TYPED_EXTRA = {
@@ -117,8 +127,15 @@ assert set(TYPED_EXTRA) == {*OPTIONAL_COLUMNS, *SHAPE_COLUMNS}
 #: The largest number a trace holds (int64); a rank must fit int32.
 _LARGEST = 2**63 - 1
 _LARGEST_RANK = 2**31 - 1
-_TRUE = frozenset({"true", "1", "yes"})
-_FALSE = frozenset({"false", "0", "no"})
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+#: Limits that keep an import's time and memory in proportion to its table: a row
+#: becomes at most this many readings, and a table at most this many in all.
+MAX_READINGS_PER_ROW = 1_000
+MAX_READINGS = 20_000_000
+#: The prefix of a column's text, as written in the table, in the working frame.
+TEXT = "\x00text:"
+_ROW = "\x00row"
 
 
 # --------------------------------------------------------------------------- mapping
@@ -135,51 +152,31 @@ class _Keys:
 
 
 @dataclass(frozen=True)
-class Template:
-    """Text with ``{column}`` placeholders (``{{`` and ``}}`` are literal braces)."""
+class Spec:
+    """One value of the mapping: a constant, a column or expression, or a template.
 
-    text: str
-    names: tuple[str, ...]
-
-    def render(self, values: Mapping[str, str]) -> str:
-        def one(match: re.Match[str]) -> str:
-            name = match.group(1)
-            return match.group(0)[0] if name is None else values[name]
-
-        return _RENDER.sub(one, self.text)
-
-
-@dataclass(frozen=True)
-class Number:
-    """An integer: a constant, or the sum of columns less others, times a scale."""
+    ``kind`` is what the value must give: ``number``, ``flag``, ``text`` or
+    ``value`` (an ``[extra]`` column, of the expression's own type). A number in
+    the table form is ``(sum of add - sum of subtract) * scale``.
+    """
 
     key: str
-    constant: int | None = None
+    kind: str
+    constant: int | bool | None = None
+    expression: str | None = None
     add: tuple[str, ...] = ()
     subtract: tuple[str, ...] = ()
-    scale: Decimal = Decimal(1)
-    nullable: bool = False
-
-    def columns(self) -> tuple[str, ...]:
-        return (*self.add, *self.subtract)
+    scale: int | float = 1
+    parts: tuple[tuple[str, bool], ...] = ()  # a template: (text, is a placeholder)
 
 
 @dataclass(frozen=True)
-class Flag:
-    """A boolean: a constant, or a column holding true/false, 1/0 or yes/no."""
+class Derived:
+    """A named value: an expression, or the first of ``cases`` whose tests hold."""
 
-    key: str
-    constant: bool | None = None
-    column: str | None = None
-
-
-Spec = Number | Flag | Template
-
-
-@dataclass(frozen=True)
-class Case:
-    when: dict[str, frozenset[str]]
-    value: Template
+    name: str
+    expression: str | None
+    cases: tuple[tuple[dict[str, frozenset[str]], Spec], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,11 +184,14 @@ class TableMapping:
     """A mapping read and checked: every key known, every value of its kind."""
 
     path: Path
+    sources: tuple[Path, ...]  # the files read: the mapping and the one it extends
     resolved: dict[str, Any]
+    where: str | None
     filters: dict[str, frozenset[str]]
     require: dict[str, frozenset[str]]
-    derive: dict[str, tuple[Case, ...]]
-    label: Template
+    require_sql: str | None
+    derive: tuple[Derived, ...]
+    label: Spec
     identity: tuple[str, ...]
     order_by: tuple[str, ...]
     distinct: bool
@@ -199,38 +199,17 @@ class TableMapping:
     seed: int
     fields: dict[str, Spec]
     waves: tuple[tuple[dict[str, Spec], tuple[dict[str, Spec], ...]], ...]
-    extra: dict[str, Number | Template] = field(default_factory=dict)
+    extra: dict[str, Spec] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
 
-    def columns(self) -> dict[str, str]:
-        """Every table column the mapping names, with the key that names it (first)."""
-        named: dict[str, str] = {}
+    def readings_per_row(self) -> int:
+        return sum(len(readings) for _, readings in self.waves)
 
-        def note(column: str, key: str) -> None:
-            named.setdefault(column, key)
-
-        for column in self.filters:
-            note(column, f"filter.{column}")
-        for column in self.require:
-            note(column, f"require.{column}")
-        for name, cases in self.derive.items():
-            for i, case in enumerate(cases):
-                for column in case.when:
-                    note(column, f"derive.{name}.cases[{i}].when.{column}")
-        for column in self.identity:
-            note(column, "run.identity")
-        for column in self.order_by:
-            note(column, "order.by")
-        specs: list[Spec] = [*self.fields.values(), *self.extra.values()]
-        for wave, readings in self.waves:
-            specs += [*wave.values()] + [s for r in readings for s in r.values()]
-        for spec in specs:
-            if isinstance(spec, Number):
-                for column in spec.columns():
-                    note(column, spec.key)
-            elif isinstance(spec, Flag) and spec.column is not None:
-                note(spec.column, spec.key)
-        return named
+    def baseline_given(self) -> bool:
+        """Whether the mapping sets ``baseline_bytes`` anywhere."""
+        levels = [self.fields, *(w for w, _ in self.waves)]
+        levels += [r for _, readings in self.waves for r in readings]
+        return any("baseline_bytes" in level for level in levels)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -251,6 +230,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: the mapping is not valid TOML ({exc}).") from None
+    except RecursionError:
+        raise UsageError(
+            f"{path}: the mapping nests tables or lists too deeply to read; a mapping "
+            "needs three levels at most."
+        ) from None
     except OSError as exc:
         raise UsageError(f"{path}: the mapping cannot be read ({exc.strerror or exc}).") from None
 
@@ -260,6 +244,7 @@ def load_mapping(path: str | Path) -> TableMapping:
     path = Path(path)
     keys = _Keys(path)
     raw = _read_toml(path)
+    sources = [path]
     if "extends" in raw:
         base_name = raw["extends"]
         if not isinstance(base_name, str):
@@ -271,16 +256,23 @@ def load_mapping(path: str | Path) -> TableMapping:
                 "extends", f"{base_path} extends another mapping itself; one level only."
             )
         raw = _merge(base, {k: v for k, v in raw.items() if k != "extends"})
+        sources.append(base_path)
     for key in raw:
         if key not in _TOP_KEYS:
             raise keys.error(key, f"is not a mapping key; the keys are {', '.join(_TOP_KEYS[1:])}.")
-    return _compile(raw, keys, path)
+    return _compile(raw, keys, path, tuple(sources))
 
 
 def _table(raw: dict[str, Any], key: str, keys: _Keys) -> dict[str, Any]:
     value = raw.get(key, {})
     if not isinstance(value, dict):
         raise keys.error(key, "must be a table.")
+    return value
+
+
+def _sql(value: Any, key: str, keys: _Keys) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise keys.error(key, "must be a polars SQL expression, as a string.")
     return value
 
 
@@ -292,50 +284,60 @@ def _tests(table: dict[str, Any], where: str, keys: _Keys) -> dict[str, frozense
             raise keys.error(
                 f"{where}.{column}",
                 "must be a string or an integer (the cell equals it) or a list of them "
-                "(the cell is one of them); a test compares the cell's text, no expression "
-                "is evaluated.",
+                "(the cell is one of them); for any other test write an expression, "
+                'where = "...".',
             )
         tests[column] = frozenset(str(v) for v in values)
     return tests
 
 
-def _template(value: Any, key: str, keys: _Keys) -> Template:
+def _template(value: Any, key: str, keys: _Keys) -> Spec:
     if not isinstance(value, str):
         raise keys.error(key, 'must be a string, a template such as "{model}-tp{tp}".')
-    bare = value.replace("{{", "").replace("}}", "")
-    names = tuple(m.group(1) for m in _PLACEHOLDER.finditer(bare))
-    if (
-        any(not n for n in names)
-        or "{" in _PLACEHOLDER.sub("", bare)
-        or "}" in _PLACEHOLDER.sub("", bare)
-    ):
-        raise keys.error(
-            key,
-            f"{value!r} is not a template: name a column in braces, {{column}}; "
-            "write {{ or }} for a brace.",
-        )
-    return Template(value, names)
+    parts: list[tuple[str, bool]] = []
+    for match in _TOKEN.finditer(value):
+        token = match.group(0)
+        if token in ("{", "}") or (match.group(1) is not None and not match.group(1).strip()):
+            raise keys.error(
+                key,
+                f"{value!r} is not a template: name a column or write an expression in "
+                "braces, {column}; write {{ or }} for a brace.",
+            )
+        if match.group(1) is not None:
+            parts.append((match.group(1).strip(), True))
+        else:
+            parts.append((token[0] if token in ("{{", "}}") else token, False))
+    return Spec(key, "text", parts=tuple(parts))
 
 
-def _number(value: Any, key: str, keys: _Keys, *, nullable: bool = False) -> Number:
+def _integer(value: int, key: str, keys: _Keys, largest: int = _LARGEST) -> int:
+    if value < 0:
+        raise keys.error(key, f"must not be negative; got {value}.")
+    if value > largest:
+        shown = f"{value:,}" if len(str(value)) <= 40 else f"a number of {len(str(value))} digits"
+        raise keys.error(key, f"must be at most {largest:,}; got {shown}.")
+    return value
+
+
+def _number(value: Any, key: str, keys: _Keys) -> Spec:
+    largest = _LARGEST_RANK if key.endswith(".rank") else _LARGEST
     if type(value) is int:
-        if value < 0:
-            raise keys.error(key, f"must not be negative; got {value}.")
-        return Number(key, constant=value, nullable=nullable)
+        return Spec(key, "number", constant=_integer(value, key, keys, largest))
     if isinstance(value, str):
-        return Number(key, add=(value,), nullable=nullable)
+        return Spec(key, "number", expression=_sql(value, key, keys))
     if not isinstance(value, dict):
         raise keys.error(
             key,
-            "must be an integer, a column name, or a table such as "
-            '{ column = "peak_mb", unit = "MiB" }.',
+            'must be an integer, a column or an expression ("seq_len * batch"), or a table '
+            'such as { column = "peak_mb", unit = "MiB" }.',
         )
     allowed = {"column", "add", "subtract", "unit", "scale"}
     for name in value:
         if name not in allowed:
             raise keys.error(
                 f"{key}.{name}",
-                f"is not a key of a number; the keys are {', '.join(sorted(allowed))}.",
+                f"is not a key of a number; the keys are {', '.join(sorted(allowed))} "
+                '(or write an expression, "a + b - c").',
             )
     if ("column" in value) == ("add" in value):
         raise keys.error(key, "give either column (one column) or add (a list of columns).")
@@ -346,7 +348,7 @@ def _number(value: Any, key: str, keys: _Keys, *, nullable: bool = False) -> Num
     else:
         add = _names(value["add"], f"{key}.add", keys)
     subtract = _names(value.get("subtract", []), f"{key}.subtract", keys, empty=True)
-    scale = Decimal(1)
+    scale: int | float = 1
     if "unit" in value and "scale" in value:
         raise keys.error(key, "give unit or scale, not both.")
     if "unit" in value:
@@ -354,13 +356,16 @@ def _number(value: Any, key: str, keys: _Keys, *, nullable: bool = False) -> Num
             raise keys.error(
                 f"{key}.unit", f"must be one of {', '.join(UNITS)}; got {value['unit']!r}."
             )
-        scale = Decimal(UNITS[value["unit"]])
+        scale = UNITS[value["unit"]]
     if "scale" in value:
-        given = value["scale"]
-        if type(given) not in (int, float) or not given > 0 or given == float("inf"):
-            raise keys.error(f"{key}.scale", f"must be a positive number; got {given!r}.")
-        scale = Decimal(str(given)) if isinstance(given, float) else Decimal(given)
-    return Number(key, add=add, subtract=subtract, scale=scale, nullable=nullable)
+        scale = value["scale"]
+        if type(scale) not in (int, float) or not 0 < scale < float("inf"):
+            raise keys.error(
+                f"{key}.scale",
+                f"must be a positive number; got {scale!r}. To combine columns, write an "
+                'expression: "seq_len * batch".',
+            )
+    return Spec(key, "number", add=add, subtract=subtract, scale=scale)
 
 
 def _names(value: Any, key: str, keys: _Keys, *, empty: bool = False) -> tuple[str, ...]:
@@ -371,19 +376,17 @@ def _names(value: Any, key: str, keys: _Keys, *, empty: bool = False) -> tuple[s
     return tuple(value)
 
 
-def _flag(value: Any, key: str, keys: _Keys) -> Flag:
-    if isinstance(value, bool):
-        return Flag(key, constant=value)
-    if isinstance(value, str):
-        return Flag(key, column=value)
-    raise keys.error(key, "must be true, false, or a column holding true/false (1/0, yes/no).")
-
-
 def _spec(name: str, value: Any, key: str, keys: _Keys) -> Spec:
     if name in NUMBER_FIELDS:
-        return _number(value, key, keys, nullable=name == "static_floor_bytes")
+        return _number(value, key, keys)
     if name in BOOL_FIELDS:
-        return _flag(value, key, keys)
+        if isinstance(value, bool):
+            return Spec(key, "flag", constant=value)
+        if isinstance(value, str):
+            return Spec(key, "flag", expression=_sql(value, key, keys))
+        raise keys.error(
+            key, "must be true, false, or a column or expression that gives true or false."
+        )
     return _template(value, key, keys)
 
 
@@ -406,12 +409,13 @@ def _fields(table: Any, key: str, keys: _Keys, allowed: tuple[str, ...]) -> dict
     return specs
 
 
-def _compile(raw: dict[str, Any], keys: _Keys, path: Path) -> TableMapping:
-    filters = _tests(_table(raw, "filter", keys), "filter", keys)
-    require = _tests(_table(raw, "require", keys), "require", keys)
-    derive: dict[str, tuple[Case, ...]] = {}
+def _derive(raw: dict[str, Any], keys: _Keys) -> tuple[Derived, ...]:
+    derived = []
     for name, spec in _table(raw, "derive", keys).items():
         where = f"derive.{name}"
+        if isinstance(spec, str):
+            derived.append(Derived(name, _sql(spec, where, keys)))
+            continue
         if (
             not isinstance(spec, dict)
             or set(spec) != {"cases"}
@@ -419,7 +423,8 @@ def _compile(raw: dict[str, Any], keys: _Keys, path: Path) -> TableMapping:
         ):
             raise keys.error(
                 where,
-                'must be a table with one key, cases = [{ when = {...}, value = "..." }, ...].',
+                "must be an expression (\"CASE WHEN gpu = 'A100' THEN 'a100' END\") or a table "
+                'with one key, cases = [{ when = {...}, value = "..." }, ...].',
             )
         cases = []
         for i, case in enumerate(spec["cases"]):
@@ -433,13 +438,25 @@ def _compile(raw: dict[str, Any], keys: _Keys, path: Path) -> TableMapping:
             if not isinstance(when, dict):
                 raise keys.error(f"{at}.when", "must be a table of tests, { column = value }.")
             cases.append(
-                Case(
-                    _tests(when, f"{at}.when", keys), _template(case["value"], f"{at}.value", keys)
-                )
+                (_tests(when, f"{at}.when", keys), _template(case["value"], f"{at}.value", keys))
             )
         if not cases:
             raise keys.error(where, "has no cases.")
-        derive[name] = tuple(cases)
+        derived.append(Derived(name, None, tuple(cases)))
+    return tuple(derived)
+
+
+def _compile(
+    raw: dict[str, Any], keys: _Keys, path: Path, sources: tuple[Path, ...]
+) -> TableMapping:
+    where = _sql(raw["where"], "where", keys) if "where" in raw else None
+    filters = _tests(_table(raw, "filter", keys), "filter", keys)
+    require_raw = raw.get("require", {})
+    require_sql = _sql(require_raw, "require", keys) if isinstance(require_raw, str) else None
+    require = (
+        {} if require_sql is not None else _tests(_table(raw, "require", keys), "require", keys)
+    )
+    derive = _derive(raw, keys)
 
     run = _table(raw, "run", keys)
     for name in run:
@@ -491,32 +508,42 @@ def _compile(raw: dict[str, Any], keys: _Keys, path: Path) -> TableMapping:
             for j, r in enumerate(readings_raw)
         )
         waves.append((wave_specs, readings))
+    per_row = sum(len(readings) for _, readings in waves)
+    if per_row > MAX_READINGS_PER_ROW:
+        raise keys.error(
+            "waves",
+            f"makes {per_row:,} readings of each row; warmfit takes at most "
+            f"{MAX_READINGS_PER_ROW:,} (a row is one measurement of a few waves).",
+        )
     for name in ("signature", "packed_tokens", "peak_bytes"):
         if name not in fields and not all(
             name in wave or all(name in r for r in readings) for wave, readings in waves
         ):
             raise keys.error(f"fields.{name}", "is missing: every reading needs it.")
 
-    extra: dict[str, Number | Template] = {}
+    extra: dict[str, Spec] = {}
     for name, value in _table(raw, "extra", keys).items():
         at = f"extra.{name}"
         if name in ALL_FIELDS or name in ("run", "seq", "step", "wave"):
             raise keys.error(
                 at, "is a column of the trace format; set it under [fields], not [extra]."
             )
+        template = isinstance(value, str) and _PLACEHOLDER.search(value) is not None
         if name in TYPED_EXTRA:
-            if isinstance(value, str) and ("{" in value or "}" in value):
+            if template or (isinstance(value, str) and "{" in value):
                 raise keys.error(
                     at,
                     f"is a number column of the trace format ({TYPED_EXTRA[name]}): give a "
-                    'whole number, a column name ("col") or { column = "col", unit = "MiB" }, '
-                    f"as [fields] takes, not the template {value[:40]!r}.",
+                    'whole number, a column or expression ("col * 1024") or { column = "col", '
+                    f'unit = "MiB" }}, as [fields] takes, not the template {value[:40]!r}.',
                 )
-            extra[name] = _number(value, at, keys, nullable=True)
-        elif isinstance(value, str):
+            extra[name] = _number(value, at, keys)
+        elif template:
             extra[name] = _template(value, at, keys)
+        elif isinstance(value, str):
+            extra[name] = Spec(at, "value", expression=_sql(value, at, keys))
         else:
-            extra[name] = _number(value, at, keys, nullable=True)
+            extra[name] = _number(value, at, keys)
 
     metadata: dict[str, str] = {}
     for name, value in _table(raw, "metadata", keys).items():
@@ -535,9 +562,12 @@ def _compile(raw: dict[str, Any], keys: _Keys, path: Path) -> TableMapping:
 
     return TableMapping(
         path=path,
+        sources=sources,
         resolved=raw,
+        where=where,
         filters=filters,
         require=require,
+        require_sql=require_sql,
         derive=derive,
         label=label,
         identity=identity,
@@ -552,67 +582,7 @@ def _compile(raw: dict[str, Any], keys: _Keys, path: Path) -> TableMapping:
     )
 
 
-def check_columns(mapping: TableMapping, header: list[str], table: Path) -> None:
-    """Refuse a mapping that names a column the table lacks, or a template name that is
-    neither a column nor a derived value (defined before it)."""
-    known = set(header)
-    for column, key in mapping.columns().items():
-        if column not in known:
-            raise mapping_error(
-                mapping, key, f"names the column '{column}', which {table} lacks", header
-            )
-    available = set(header)
-    for name, cases in mapping.derive.items():
-        if name in known:
-            raise mapping_error(
-                mapping,
-                f"derive.{name}",
-                f"'{name}' is already a column of {table}; name the derived value otherwise",
-                header,
-            )
-        for i, case in enumerate(cases):
-            _check_template(
-                mapping, case.value, f"derive.{name}.cases[{i}].value", available, table, header
-            )
-        available.add(name)
-    _check_template(mapping, mapping.label, "run.label", available, table, header)
-    for key, spec in _templates_with_keys(mapping):
-        _check_template(mapping, spec, key, available, table, header)
-
-
-def _templates_with_keys(mapping: TableMapping) -> Iterator[tuple[str, Template]]:
-    for name, spec in mapping.fields.items():
-        if isinstance(spec, Template):
-            yield f"fields.{name}", spec
-    for name, spec in mapping.extra.items():
-        if isinstance(spec, Template):
-            yield f"extra.{name}", spec
-    for i, (wave, readings) in enumerate(mapping.waves):
-        for name, spec in wave.items():
-            if isinstance(spec, Template):
-                yield f"waves[{i}].{name}", spec
-        for j, reading in enumerate(readings):
-            for name, spec in reading.items():
-                if isinstance(spec, Template):
-                    yield f"waves[{i}].readings[{j}].{name}", spec
-
-
-def _check_template(
-    mapping: TableMapping,
-    template: Template,
-    key: str,
-    available: set[str],
-    table: Path,
-    header: list[str],
-) -> None:
-    for name in template.names:
-        if name not in available:
-            raise mapping_error(
-                mapping,
-                key,
-                f"names '{name}' in braces, which is neither a column of {table} nor a value derived before it",
-                header,
-            )
+# --------------------------------------------------------------------------- compiling
 
 
 def mapping_error(mapping: TableMapping, key: str, problem: str, header: list[str]) -> UsageError:
@@ -620,19 +590,117 @@ def mapping_error(mapping: TableMapping, key: str, problem: str, header: list[st
     return UsageError(f"{mapping.path}: {key}: {problem} (its columns: {shown}).")
 
 
-# --------------------------------------------------------------------------- rows
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 200 else line[:199] + "…"
 
 
-@dataclass
-class _Row:
-    number: int  # counted from 1, the first row under the header
-    line: int  # the file's line where the row starts
-    cells: dict[str, str]
+class _Compiler:
+    """Turns the mapping's values into polars expressions over one table's columns.
+
+    A column's text as written is the column ``TEXT + name``; its typed value (a
+    number where every cell of the table is one, else text) is ``name``; a derived
+    value is both, once defined.
+    """
+
+    def __init__(self, mapping: TableMapping, header: list[str], table: Path) -> None:
+        self.mapping = mapping
+        self.header = header
+        self.columns = set(header)
+        self.table = table
+        self.derived: set[str] = set()
+        self.used: dict[str, None] = {}  # the table's columns the mapping reads, in order
+
+    def error(self, key: str, problem: str) -> UsageError:
+        return mapping_error(self.mapping, key, problem, self.header)
+
+    def column(self, name: str, key: str, *, derived: bool = False) -> str:
+        if derived and name in self.derived:
+            return name
+        if name not in self.columns:
+            raise self.error(key, f"names the column '{name}', which {self.table} lacks")
+        self.used[name] = None
+        return name
+
+    def sql(self, text: str, key: str) -> pl.Expr:
+        if text in self.columns or text in self.derived:  # a column, whatever its name
+            return pl.col(self.column(text, key, derived=True))
+        try:
+            expr = pl.sql_expr(text)
+            names = expr.meta.root_names()
+        except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:
+            raise self.error(
+                key, f"{_cut(text)} is not a polars SQL expression ({_first_line(exc)})"
+            ) from None
+        for name in names:
+            self.column(name, key, derived=True)
+        return expr
+
+    def tests(self, tests: Mapping[str, frozenset[str]], key: str) -> pl.Expr:
+        held = pl.lit(True)
+        for name, values in tests.items():
+            self.column(name, f"{key}.{name}")
+            held = held & pl.col(TEXT + name).is_in(sorted(values))
+        return held
+
+    def template(self, spec: Spec) -> pl.Expr:
+        pieces: list[pl.Expr] = []
+        for text, placeholder in spec.parts:
+            if not placeholder:
+                pieces.append(pl.lit(text))
+            elif text in self.columns or text in self.derived:
+                pieces.append(pl.col(TEXT + self.column(text, spec.key, derived=True)))
+            elif _NAME.fullmatch(text):
+                raise self.error(
+                    spec.key,
+                    f"names '{text}' in braces, which is neither a column of {self.table} "
+                    "nor a value derived before it",
+                )
+            else:
+                pieces.append(self.sql(text, spec.key).cast(pl.String).fill_null(""))
+        return pl.concat_str(pieces) if pieces else pl.lit("")
+
+    def spec(self, spec: Spec) -> pl.Expr:
+        """The expression of a value (numbers and flags as given, before their checks)."""
+        if spec.kind == "text":
+            return self.template(spec)
+        if spec.constant is not None:
+            return pl.lit(spec.constant, dtype=pl.Boolean if spec.kind == "flag" else pl.Int64)
+        if spec.expression is not None and not (
+            spec.kind == "number" and spec.expression in self.columns
+        ):
+            return self.sql(spec.expression, spec.key)
+        # a column, or the table form: the cells' text read as numbers (row by row checks)
+        terms = spec.add or (spec.expression or "",)
+        for name in (*terms, *spec.subtract):
+            self.column(name, spec.key)
+        total = pl.sum_horizontal([pl.col(c) for c in terms])
+        for name in spec.subtract:
+            total = total - pl.col(name)
+        return total if spec.scale == 1 else total * spec.scale
+
+    def parsed(self, spec: Spec) -> tuple[str, ...]:
+        """The columns whose text a number reads cell by cell (a column, the table form)."""
+        if spec.kind != "number" or spec.constant is not None:
+            return ()
+        if spec.add:
+            return (*spec.add, *spec.subtract)
+        return (spec.expression,) if spec.expression in self.columns else ()
 
 
-def read_table(path: Path) -> tuple[list[str], list[_Row], str]:
-    """The header and rows of a CSV file (UTF-8, a byte-order mark allowed), and the
-    SHA-256 of the bytes they were read from."""
+def _cut(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def read_table(
+    path: Path, choose: Callable[[list[str]], list[str]]
+) -> tuple[list[str], dict[str, list[str]], list[int], str]:
+    """The header, the cells of the columns ``choose(header)`` names, the line each row
+    starts on and the SHA-256 of the bytes read (UTF-8, a byte-order mark allowed).
+
+    Time and memory grow with the table: a blank line is skipped, a row of another
+    width is refused naming its line."""
     problem = not_regular(path)
     if problem is not None:
         raise TraceError(f"the table {problem}.", path=path)
@@ -645,152 +713,390 @@ def read_table(path: Path) -> tuple[list[str], list[_Row], str]:
         ) from None
     except OSError as exc:
         raise TraceError(f"cannot be read ({exc.strerror or exc}).", path=path) from None
+    digest = hashlib.sha256(raw).hexdigest()
+    del raw
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader, None)
         if not header:
             raise TraceError("has no header row: the first line must name the columns.", path=path)
-        duplicated = sorted({c for c in header if header.count(c) > 1})
+        duplicated = sorted(c for c, n in Counter(header).items() if n > 1)
         if duplicated:
-            raise TraceError(
-                f"names a column twice in its header: {', '.join(duplicated)}.", path=path
-            )
-        rows: list[_Row] = []
+            shown = ", ".join(duplicated[:10]) + (" ..." if len(duplicated) > 10 else "")
+            raise TraceError(f"names a column twice in its header: {shown}.", path=path)
+        wanted = choose(header)
+        index = {name: i for i, name in enumerate(header)}
+        picks = [index[name] for name in wanted]
+        cells: list[list[str]] = [[] for _ in wanted]
+        lines: list[int] = []
         line = reader.line_num + 1
-        for cells in reader:
-            number = len(rows) + 1
-            if len(cells) != len(header):
-                if not cells:  # a blank line
+        for row in reader:
+            if len(row) != len(header):
+                if not row:  # a blank line
                     line = reader.line_num + 1
                     continue
                 raise TraceError(
-                    f"has {len(cells)} cells where the header names {len(header)} columns "
+                    f"has {len(row)} cells where the header names {len(header)} columns "
                     f"(line {line}).",
                     path=path,
-                    row=number,
+                    row=len(lines) + 1,
                 )
-            rows.append(_Row(number, line, dict(zip(header, cells, strict=True))))
+            for column, i in zip(cells, picks, strict=True):
+                column.append(row[i])
+            lines.append(line)
             line = reader.line_num + 1
     except csv.Error as exc:
         raise TraceError(
             f"is not valid CSV near line {reader.line_num}: {exc}.", path=path
         ) from None
-    return header, rows, hashlib.sha256(raw).hexdigest()
+    return header, dict(zip(wanted, cells, strict=True)), lines, digest
 
 
-class _Refuse:
-    """Raises the error for one cell of one row."""
+class _Plan:
+    """Every expression of a mapping, compiled against a table's header before a row is
+    read: a column the table lacks, or an expression polars cannot parse, is refused
+    naming its key."""
 
-    def __init__(self, table: Path) -> None:
+    def __init__(self, compiler: _Compiler) -> None:
+        mapping = compiler.mapping
+        self.compiler = compiler
+        keep = compiler.tests(mapping.filters, "filter")
+        if mapping.where is not None:
+            keep = keep & compiler.sql(mapping.where, "where")
+        self.keep = keep
+        for name in mapping.require:
+            compiler.column(name, f"require.{name}")
+        self.require = (
+            None if mapping.require_sql is None else compiler.sql(mapping.require_sql, "require")
+        )
+        self.derive: list[tuple[Derived, pl.Expr]] = []
+        for derived in mapping.derive:
+            key = f"derive.{derived.name}"
+            if derived.name in compiler.columns:
+                raise compiler.error(
+                    key,
+                    f"'{derived.name}' is already a column of {compiler.table}; name the "
+                    "derived value otherwise",
+                )
+            if derived.expression is not None:
+                expr = compiler.sql(derived.expression, key)
+            else:
+                expr = pl.lit(None, dtype=pl.String)
+                for i, (tests, value) in reversed(list(enumerate(derived.cases))):
+                    held = compiler.tests(tests, f"{key}.cases[{i}].when")
+                    expr = pl.when(held).then(compiler.template(value)).otherwise(expr)
+            self.derive.append((derived, expr))
+            compiler.derived.add(derived.name)
+        self.label = compiler.template(mapping.label)
+        for name in mapping.identity:
+            compiler.column(name, "run.identity")
+        for name in mapping.order_by:
+            compiler.column(name, "order.by")
+        self.specs: dict[str, pl.Expr] = {}
+        levels = [mapping.fields, mapping.extra]
+        for wave, readings in mapping.waves:
+            levels += [wave, *readings]
+        for level in levels:
+            for spec in level.values():
+                self.specs[spec.key] = compiler.spec(spec)
+
+
+def _typed(text: pl.Series) -> pl.Series:
+    """A column's cells as numbers when every non-empty one is (integers exact), else text;
+    an empty cell is null."""
+    stripped = text.str.strip_chars()
+    empty = stripped == ""
+    integers = stripped.cast(pl.Int64, strict=False)
+    if (integers.is_not_null() | empty).all():
+        return integers
+    if (stripped.str.contains(_NUMBER) | empty).all():
+        return stripped.cast(pl.Float64, strict=False)
+    frame = pl.DataFrame({"t": text, "e": empty})
+    return frame.select(pl.when(pl.col("e")).then(None).otherwise(pl.col("t")).alias("t"))["t"]
+
+
+def _float(value: Any) -> float:
+    try:
+        return abs(float(value))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+class _Rows:
+    """Evaluates a plan on the kept rows of a table; raises the error of one row, naming
+    the table, the column and the row (counted from 1 under the header) and its line."""
+
+    def __init__(self, table: Path, lines: list[int], plan: _Plan) -> None:
         self.table = table
+        self.lines = lines
+        self.plan = plan
+        self.compiler = plan.compiler
 
-    def __call__(self, row: _Row, column: str | None, problem: str) -> TraceError:
+    def refuse(self, frame: pl.DataFrame, at: int, column: str | None, problem: str) -> TraceError:
+        row = int(frame[_ROW][at])
         return TraceError(
-            f"{problem} (line {row.line}).", path=self.table, column=column, row=row.number
+            f"{problem} (line {self.lines[row - 1]}).", path=self.table, column=column, row=row
         )
 
+    def evaluate(self, frame: pl.DataFrame, expr: pl.Expr, key: str) -> pl.Series:
+        try:
+            return frame.with_columns(expr.alias("\x00value"))["\x00value"]
+        except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:
+            raise self.compiler.error(key, f"cannot be evaluated: {_first_line(exc)}") from None
 
-def _passes(cells: Mapping[str, str], tests: Mapping[str, frozenset[str]]) -> bool:
-    return all(cells[column] in values for column, values in tests.items())
+    def truth(self, frame: pl.DataFrame, expr: pl.Expr, key: str) -> pl.Series:
+        held = self.evaluate(frame, expr, key)
+        if held.dtype != pl.Boolean:
+            raise self.compiler.error(key, f"gives {held.dtype}, not true or false")
+        return held.fill_null(False)
 
+    def first(self, mask: pl.Series) -> int | None:
+        hits = mask.fill_null(False).arg_true()
+        return int(hits[0]) if len(hits) else None
 
-def _parse(text: str) -> Decimal | None:
-    try:
-        value = Decimal(text.strip())
-    except InvalidOperation:
-        return None
-    return value if value.is_finite() else None
+    def number(
+        self, frame: pl.DataFrame, spec: Spec, allowed: pl.Series | bool = False
+    ) -> pl.Series:
+        """A whole number per row within int64 (int32 for a rank), or the row refused;
+        null only where ``allowed``."""
+        allow = (
+            allowed
+            if isinstance(allowed, pl.Series)
+            else pl.repeat(allowed, frame.height, eager=True)
+        )
+        parsed = self.compiler.parsed(spec)
+        base = frame
+        if parsed:  # the cells' text read as numbers, as written: name a cell that is not one
+            columns = {_ROW: frame[_ROW]}
+            for name in dict.fromkeys(parsed):
+                text = frame[TEXT + name]
+                stripped = text.str.strip_chars()
+                empty = stripped == ""
+                at = self.first(~empty & ~stripped.str.contains(_NUMBER))
+                if at is not None:
+                    raise self.refuse(
+                        frame,
+                        at,
+                        name,
+                        f"holds {text[at].strip()[:40]!r}, where {spec.key} needs a number",
+                    )
+                at = self.first(empty & ~allow)
+                if at is not None:
+                    raise self.refuse(frame, at, name, f"is empty, where {spec.key} needs a number")
+                integers = stripped.cast(pl.Int64, strict=False)
+                exact = bool((integers.is_not_null() | empty).all())
+                columns[name] = integers if exact else stripped.cast(pl.Float64, strict=False)
+            base = pl.DataFrame(columns)
+        expr = self.plan.specs[spec.key]
+        roots = list(dict.fromkeys(expr.meta.root_names()))
+        values = self.evaluate(base, expr, spec.key)
+        one = roots[0] if len(roots) == 1 else None
+        if values.dtype == pl.String:  # text that holds numbers (a text column, a CASE)
+            stripped = values.str.strip_chars()
+            at = self.first(values.is_not_null() & ~stripped.str.contains(_NUMBER))
+            if at is not None:
+                said = "holds" if one else "gives"
+                raise self.refuse(
+                    frame,
+                    at,
+                    one,
+                    f"{said} {values[at].strip()[:40]!r}, where {spec.key} needs a number",
+                )
+            integers = stripped.cast(pl.Int64, strict=False)
+            exact = integers.null_count() == values.null_count()
+            values = integers if exact else stripped.cast(pl.Float64, strict=False)
+        elif values.dtype == pl.Boolean or not (
+            values.dtype.is_numeric() or values.dtype == pl.Null
+        ):
+            raise self.compiler.error(
+                spec.key, f"gives {values.dtype} values, where a number is needed"
+            )
+        shadow = values
+        ints = [c for c in roots if base.schema[c].is_integer()]
+        if values.dtype.is_integer() and ints:  # int64 arithmetic wraps: redo it in floats
+            floats = base.with_columns(pl.col(c).cast(pl.Float64) for c in ints)
+            shadow = self.evaluate(floats, expr, spec.key)
+        floating = shadow.cast(pl.Float64)
+        at = self.first(floating.is_nan())
+        if at is not None:
+            raise self.refuse(frame, at, one, f"gives NaN, where {spec.key} needs a number")
+        largest = _LARGEST_RANK if spec.key.endswith(".rank") else _LARGEST
+        beyond = floating.abs() >= 2.0**63  # the float nearest 2**63 - 1 is 2**63
+        if values.dtype.is_integer():  # exact, unless int64 arithmetic wrapped around
+            beyond = (floating - values.cast(pl.Float64)).abs() > 2.0**62
+        at = self.first(beyond | (floating.abs() > largest) if largest < _LARGEST else beyond)
+        if at is not None:
+            column = max(roots, key=lambda c: _float(base[c][at]), default=None)
+            cell = str(frame[TEXT + column][at]).strip() if column else str(floating[at])
+            shown = cell if len(cell) <= 40 else cell[:37] + "..."
+            bits = 64 if largest == _LARGEST else 32
+            raise self.refuse(
+                frame,
+                at,
+                column,
+                f"holds {shown!r}, which gives {spec.key} beyond {bits} bits (a trace holds "
+                f"at most {largest:,})",
+            )
+        if values.dtype.is_float():
+            values = values.round(0, mode="half_to_even")
+        values = values.cast(pl.Int64)
+        at = self.first(values < 0)
+        if at is not None:
+            raise self.refuse(
+                frame, at, roots[0] if roots else None, f"gives {spec.key} = {values[at]}, below 0"
+            )
+        at = self.first(values.is_null() & ~allow)
+        if at is not None:
+            empty = one is not None and not str(frame[TEXT + one][at] or "").strip()
+            said = "is empty" if empty else "gives no value (NULL)"
+            raise self.refuse(frame, at, one, f"{said}, where {spec.key} needs a number")
+        return values
 
+    def flag(self, frame: pl.DataFrame, spec: Spec) -> pl.Series:
+        """True or false per row: a boolean, or true/false, 1/0, yes/no."""
+        column = spec.expression if spec.expression in self.compiler.columns else None
+        if column is not None:  # a column's text as written
+            values = frame[TEXT + column]
+        else:
+            values = self.evaluate(frame, self.plan.specs[spec.key], spec.key)
+        if values.dtype != pl.Boolean:
+            text = values.cast(pl.String).str.strip_chars().str.to_lowercase()
+            truth = text.is_in(list(_TRUE))
+            at = self.first(text.is_not_null() & ~truth & ~text.is_in(list(_FALSE)))
+            if at is not None:
+                raise self.refuse(
+                    frame,
+                    at,
+                    column,
+                    f"holds {text[at][:40]!r}, where {spec.key} needs true or false (1/0, yes/no)",
+                )
+            values = truth
+        at = self.first(values.is_null())
+        if at is not None:
+            raise self.refuse(
+                frame, at, column, f"gives no value (NULL), where {spec.key} needs true or false"
+            )
+        return values
 
-def _evaluate(spec: Number, row: _Row, refuse: _Refuse) -> int | None:
-    if spec.constant is not None:
-        return spec.constant
-    cells: list[tuple[int, str, str, Decimal]] = []  # sign, column, text, value
-    for sign, columns in ((1, spec.add), (-1, spec.subtract)):
-        for column in columns:
-            text = row.cells[column].strip()
-            if text == "":
-                if spec.nullable and len(spec.columns()) == 1:
-                    return None
-                raise refuse(row, column, f"is empty, where {spec.key} needs a number")
-            value = _parse(text)
-            if value is None:
-                raise refuse(row, column, f"holds {text[:40]!r}, where {spec.key} needs a number")
-            cells.append((sign, column, text, value))
-    rounded: Decimal | None
-    try:
-        # the default context, whatever the caller's: an exponent beyond its Emax overflows
-        with localcontext(Context(prec=28, traps=[Overflow, InvalidOperation])):
-            total = sum((sign * value for sign, _, _, value in cells), Decimal(0))
-            rounded = (total * spec.scale).to_integral_value(rounding=ROUND_HALF_EVEN)
-    except Overflow:
-        rounded = None
-    if rounded is None or rounded.copy_abs() > _LARGEST:
-        # compared as a Decimal: never int() or print a number of thousands of digits
-        _, column, text, _ = max(cells, key=lambda cell: cell[3].copy_abs())
-        shown = text if len(text) <= 40 else text[:37] + "..."
-        raise refuse(
-            row,
+    def value(
+        self, frame: pl.DataFrame, spec: Spec, allowed: pl.Series | bool = False
+    ) -> pl.Series:
+        """A value of any kind: a number, a flag, a text, or an extra column as it comes."""
+        if spec.kind == "number":
+            return self.number(frame, spec, allowed)
+        if spec.kind == "flag":
+            return self.flag(frame, spec)
+        if spec.kind == "value" and spec.expression in self.compiler.columns:
+            return frame[spec.expression]
+        return self.evaluate(frame, self.plan.specs[spec.key], spec.key)
+
+    def kept(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """The rows ``where`` and ``[filter]`` keep, checked by ``require``, with the
+        derived values and each row's run label (``LABEL``), in the table's order."""
+        mapping, plan = self.compiler.mapping, self.plan
+        frame = frame.filter(self.truth(frame, plan.keep, "where"))
+        for column, allowed in mapping.require.items():
+            at = self.first(~frame[TEXT + column].is_in(sorted(allowed)))
+            if at is not None:
+                shown = ", ".join(repr(v) for v in sorted(allowed))
+                raise self.refuse(
+                    frame,
+                    at,
+                    column,
+                    f"holds {frame[TEXT + column][at][:40]!r}, where require.{column} allows only {shown}",
+                )
+        if plan.require is not None:
+            at = self.first(~self.truth(frame, plan.require, "require"))
+            if at is not None:
+                roots = list(dict.fromkeys(plan.require.meta.root_names()))
+                cells = ", ".join(f"{c}={str(frame[TEXT + c][at])[:40]!r}" for c in roots)
+                raise self.refuse(
+                    frame,
+                    at,
+                    roots[0] if roots else None,
+                    f"fails require ({_cut(mapping.require_sql or '')}: {cells})",
+                )
+        for derived, expr in plan.derive:
+            values = self.evaluate(frame, expr, f"derive.{derived.name}")
+            at = self.first(values.is_null())
+            if at is not None:
+                tested = sorted({c for tests, _ in derived.cases for c in tests})
+                if derived.cases:
+                    shown = ", ".join(f"{c}={frame[TEXT + c][at]!r}" for c in tested)
+                    problem = f"matches no case of derive.{derived.name} ({shown})"
+                else:
+                    problem = (
+                        f"gives no value (NULL) for derive.{derived.name}; end a CASE with ELSE"
+                    )
+                raise self.refuse(frame, at, tested[0] if tested else None, problem)
+            frame = frame.with_columns(
+                values.alias(derived.name), values.cast(pl.String).alias(TEXT + derived.name)
+            )
+        labels = self.evaluate(frame, plan.label, "run.label")
+        at = self.first(labels == "")
+        if at is not None:
+            raise self.refuse(frame, at, None, "gives an empty run label (run.label)")
+        return frame.with_columns(labels.alias(LABEL))
+
+    def check_identity(self, frame: pl.DataFrame) -> None:
+        """Refuse two rows of one label that differ in a column of ``run.identity``."""
+        identity = self.compiler.mapping.identity
+        if not identity or frame.height == 0:
+            return
+        differs = frame.select(
+            (pl.col(TEXT + c) != pl.col(TEXT + c).first().over(LABEL)).alias(c) for c in identity
+        )
+        at = self.first(differs.select(pl.any_horizontal(pl.all())).to_series())
+        if at is None:
+            return
+        column = next(c for c in identity if differs[c][at])
+        label = frame[LABEL][at]
+        first = frame.filter(pl.col(LABEL) == label).row(0, named=True)
+        raise self.refuse(
+            frame,
+            at,
             column,
-            f"holds {shown!r}, which gives {spec.key} beyond 64 bits (a trace holds at most "
-            f"{_LARGEST:,})",
+            f"gives the run label {label!r} of row {first[_ROW]}, but another {column} "
+            f"({frame[TEXT + column][at][:40]!r}, not {first[TEXT + column][:40]!r}): "
+            "run.label must tell the runs of run.identity apart",
         )
-    result = int(rounded)
-    if result < 0:
-        raise refuse(row, spec.columns()[0], f"gives {spec.key} = {result}, below 0")
-    return result
+
+    def ordered(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Runs sorted by label, each run's rows by ``order.by`` (numbers as numbers) and
+        then shuffled if asked, with each row's ``step`` in its run."""
+        mapping = self.compiler.mapping
+        frame = frame.sort([LABEL, *mapping.order_by], maintain_order=True, nulls_last=False)
+        if mapping.distinct and frame.height > 1:
+            same = pl.col(LABEL) == pl.col(LABEL).shift(1)
+            for name in mapping.order_by:
+                same = same & pl.col(name).eq_missing(pl.col(name).shift(1))
+            at = self.first(frame.select(same).to_series())
+            if at is not None:
+                raise self.refuse(
+                    frame,
+                    at,
+                    mapping.order_by[0],
+                    f"repeats the {', '.join(mapping.order_by)} of row {frame[_ROW][at - 1]} in "
+                    f"the run {frame[LABEL][at]!r} (order.distinct): keep one, or tell them "
+                    "apart in run.label",
+                )
+        if mapping.shuffle and frame.height:
+            import numpy as np
+
+            runs = frame.select(pl.col(LABEL).rle()).unnest(LABEL)
+            index = np.empty(frame.height, dtype=np.int64)
+            start = 0
+            for count, label in runs.iter_rows():
+                index[start : start + count] = start + np.array(
+                    shuffled_order(label, count, mapping.seed), dtype=np.int64
+                )
+                start += count
+            frame = frame[index]
+        return frame.with_columns(pl.int_range(pl.len()).over(LABEL).alias(STEP))
 
 
-def _truth(spec: Flag, row: _Row, refuse: _Refuse) -> bool:
-    if spec.constant is not None:
-        return spec.constant
-    assert spec.column is not None
-    text = row.cells[spec.column].strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise refuse(
-        row, spec.column, f"holds {text[:40]!r}, where {spec.key} needs true or false (1/0, yes/no)"
-    )
-
-
-def _values(mapping: TableMapping, row: _Row, refuse: _Refuse) -> dict[str, str]:
-    values = dict(row.cells)
-    for name, cases in mapping.derive.items():
-        for case in cases:
-            if _passes(values, case.when):
-                values[name] = case.value.render(values)
-                break
-        else:
-            tested = sorted({c for case in mapping.derive[name] for c in case.when})
-            column = tested[0] if tested else None
-            shown = ", ".join(f"{c}={values[c]!r}" for c in tested)
-            raise refuse(row, column, f"matches no case of derive.{name} ({shown})")
-    return values
-
-
-def _reading_fields(
-    specs: Mapping[str, Spec], values: dict[str, str], row: _Row, refuse: _Refuse
-) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for name, spec in specs.items():
-        if isinstance(spec, Number):
-            out[name] = _evaluate(spec, row, refuse)
-        elif isinstance(spec, Flag):
-            out[name] = _truth(spec, row, refuse)
-        else:
-            out[name] = spec.render(values)
-    return out
-
-
-def _sort_key(columns: tuple[str, ...], rows: list[_Row]) -> Any:
-    numeric = {c: all(_parse(r.cells[c]) is not None for r in rows) for c in columns}
-
-    def key(row: _Row) -> tuple[Any, ...]:
-        return tuple(_parse(row.cells[c]) if numeric[c] else row.cells[c] for c in columns)
-
-    return key
+LABEL = "\x00label"
+STEP = "\x00step"
 
 
 def shuffled_order(label: str, count: int, seed: int = 0) -> list[int]:
@@ -811,171 +1117,218 @@ def shuffled_order(label: str, count: int, seed: int = 0) -> list[int]:
 
 @dataclass
 class Imported:
-    """The readings of a table, and what was done with its rows."""
+    """The readings of a table, what was done with its rows, and what to warn about."""
 
     readings: Any  # a polars DataFrame
     metadata: dict[str, str]
     rows: int
     kept: int
     runs: int
+    warnings: list[str] = field(default_factory=list)
+
+
+#: The trace's columns, in the order an import writes them, with their types.
+_SCHEMA: dict[str, Any] = {
+    "run": pl.String,
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "wave": pl.Int64,
+    "signature": pl.String,
+    "kind": pl.String,
+    "packed_tokens": pl.Int64,
+    "logical_tokens": pl.Int64,
+    "output_bytes": pl.Int64,
+    "baseline_bytes": pl.Int64,
+    "static_floor_bytes": pl.Int64,
+    "oom": pl.Boolean,
+    "seq": pl.Int64,
+    "phase": pl.String,
+    "whole": pl.Boolean,
+    "peak_bytes": pl.Int64,
+}
+_DEFAULTS: dict[str, Any] = {
+    "rank": 0,
+    "kind": "flat",
+    "phase": "caller",
+    "output_bytes": 0,
+    "baseline_bytes": 0,
+    "static_floor_bytes": None,
+    "oom": False,
+}
+#: The share of a run's largest peak above which a smallest peak, with every baseline 0,
+#: says the peaks include memory held before each wave (the weights).
+BASELINE_SHARE = 0.25
 
 
 def import_table(table: str | Path, mapping: TableMapping) -> Imported:
     """The readings ``mapping`` makes of ``table``'s rows, and the trace's metadata."""
     import numpy as np
-    import polars as pl
 
     from warmfit.format.trace import conform
 
     table = Path(table)
-    header, rows, digest = read_table(table)
-    check_columns(mapping, header, table)
-    refuse = _Refuse(table)
-    runs: dict[str, list[tuple[_Row, dict[str, str]]]] = {}
-    identities: dict[str, tuple[_Row, tuple[str, ...]]] = {}
-    kept = 0
-    for row in rows:
-        if not _passes(row.cells, mapping.filters):
-            continue
-        for column, allowed in mapping.require.items():
-            if row.cells[column] not in allowed:
-                shown = ", ".join(repr(v) for v in sorted(allowed))
-                raise refuse(
-                    row,
-                    column,
-                    f"holds {row.cells[column][:40]!r}, where require.{column} allows only {shown}",
-                )
-        kept += 1
-        values = _values(mapping, row, refuse)
-        label = mapping.label.render(values)
-        if not label:
-            raise refuse(row, None, "gives an empty run label (run.label)")
-        identity = tuple(row.cells[c] for c in mapping.identity)
-        first = identities.setdefault(label, (row, identity))
-        if first[1] != identity:
-            column = next(
-                c for c, a, b in zip(mapping.identity, first[1], identity, strict=True) if a != b
-            )
-            raise refuse(
-                row,
-                column,
-                f"gives the run label {label!r} of row {first[0].number}, but another {column} "
-                f"({row.cells[column][:40]!r}, not {first[1][mapping.identity.index(column)][:40]!r}): "
-                "run.label must tell the runs of run.identity apart",
-            )
-        runs.setdefault(label, []).append((row, values))
+    plans: list[_Plan] = []
 
-    readings: list[dict[str, object]] = []
-    sources: list[int] = []  # per reading, its table row (counted from 1)
-    for label in sorted(runs):
-        members = runs[label]
-        if mapping.order_by:
-            key = _sort_key(mapping.order_by, [r for r, _ in members])
-            members = sorted(members, key=lambda m: key(m[0]))
-            if mapping.distinct:
-                for (a, _), (b, _) in itertools.pairwise(members):
-                    if key(a) == key(b):
-                        raise refuse(
-                            b,
-                            mapping.order_by[0],
-                            f"repeats the {', '.join(mapping.order_by)} of row {a.number} in the run "
-                            f"{label!r} (order.distinct): keep one, or tell them apart in run.label",
-                        )
-        if mapping.shuffle:
-            members = [members[i] for i in shuffled_order(label, len(members), mapping.seed)]
-        seq = 0
-        for index, (row, values) in enumerate(members):
-            base = _reading_fields(mapping.fields, values, row, refuse)
-            extras = _reading_fields(mapping.extra, values, row, refuse)
-            for sample, (wave_specs, reading_specs) in enumerate(mapping.waves):
-                wave = base | _reading_fields(wave_specs, values, row, refuse)
-                for reading_spec in reading_specs:
-                    reading = wave | _reading_fields(reading_spec, values, row, refuse)
-                    readings.append(
-                        _reading(
-                            reading,
-                            label,
-                            index,
-                            index * len(mapping.waves) + sample,
-                            seq,
-                            row,
-                            refuse,
-                        )
-                        | extras
-                    )
-                    sources.append(row.number)
-                    seq += 1
-    schema: dict[str, Any] = {
-        "run": pl.String,
-        "rank": pl.Int64,
-        "step": pl.Int64,
-        "wave": pl.Int64,
-        "signature": pl.String,
-        "kind": pl.String,
-        "packed_tokens": pl.Int64,
-        "logical_tokens": pl.Int64,
-        "output_bytes": pl.Int64,
-        "baseline_bytes": pl.Int64,
-        "static_floor_bytes": pl.Int64,
-        "oom": pl.Boolean,
-        "seq": pl.Int64,
-        "phase": pl.String,
-        "whole": pl.Boolean,
-        "peak_bytes": pl.Int64,
-    }
+    def choose(header: list[str]) -> list[str]:
+        plans.append(_Plan(_Compiler(mapping, header, table)))
+        return list(plans[0].compiler.used)
+
+    _, cells, lines, digest = read_table(table, choose)
+    plan = plans[0]
+    rows = _Rows(table, lines, plan)
+    frame = pl.DataFrame({_ROW: pl.int_range(1, len(lines) + 1, eager=True)})
+    texts = [pl.Series(TEXT + name, values, dtype=pl.String) for name, values in cells.items()]
+    del cells
+    frame = frame.with_columns(texts).with_columns(
+        _typed(t).alias(t.name[len(TEXT) :]) for t in texts
+    )
+    frame = rows.kept(frame)
+    kept = frame.height
+    per_row = mapping.readings_per_row()
+    if kept * per_row > MAX_READINGS:
+        raise UsageError(
+            f"{mapping.path}: {kept:,} rows of {table} kept, {per_row:,} readings each, make "
+            f"{kept * per_row:,} readings; warmfit imports at most {MAX_READINGS:,} at once. "
+            "Import part of the table (where = ...), or fewer readings per row."
+        )
+    rows.check_identity(frame)
+    frame = rows.ordered(frame)
+
+    row_level = {**mapping.fields, **mapping.extra}
+    cache: dict[str, pl.Series] = {}
+
+    def value(spec: Spec, allowed: pl.Series | bool = False) -> pl.Series:
+        key = f"{spec.key}\x00{allowed if isinstance(allowed, bool) else id(allowed)}"
+        if key not in cache:
+            cache[key] = rows.value(frame, spec, allowed)
+        return cache[key]
+
+    parts = []
+    waves = len(mapping.waves)
+    index = 0
+    for sample, (wave_specs, readings) in enumerate(mapping.waves):
+        for reading_specs in readings:
+            specs = {**mapping.fields, **wave_specs, **reading_specs}
+            got: dict[str, pl.Series] = {}
+            got["oom"] = (
+                value(specs["oom"]) if "oom" in specs else pl.repeat(False, kept, eager=True)
+            )
+            for name in (
+                "rank",
+                "packed_tokens",
+                "logical_tokens",
+                "output_bytes",
+                "baseline_bytes",
+            ):
+                if name in specs:
+                    got[name] = value(specs[name])
+            if "static_floor_bytes" in specs:
+                got["static_floor_bytes"] = value(specs["static_floor_bytes"], True)
+            for name in ("signature", "kind", "phase"):
+                if name in specs:
+                    got[name] = value(specs[name])
+            # an OOM reading may lack its peak (the size did not fit): its peak is then
+            # the memory held before the wave, its baseline, a lower bound
+            peak = value(specs["peak_bytes"], got["oom"])
+            part = pl.DataFrame(got).with_columns(
+                peak.alias("peak_bytes"),
+                frame[LABEL].alias("run"),
+                frame[STEP].alias("step"),
+                (frame[STEP] * waves + sample).alias("wave"),
+                (frame[STEP] * per_row + index).alias("seq"),
+                frame[_ROW],
+                pl.int_range(kept, eager=True).alias("\x00at"),
+            )
+            part = part.with_columns(
+                pl.lit(v, dtype=_SCHEMA[k]).alias(k) for k, v in _DEFAULTS.items() if k not in got
+            )
+            if "logical_tokens" not in got:
+                part = part.with_columns(pl.col("packed_tokens").alias("logical_tokens"))
+            part = part.with_columns(
+                pl.col("peak_bytes").fill_null(pl.col("baseline_bytes")),
+                (
+                    value(specs["whole"])
+                    if "whole" in specs
+                    else (pl.col("phase") == "caller") & (pl.col("kind") == "flat") & ~pl.col("oom")
+                ).alias("whole"),
+            )
+            _check_readings(rows, frame, part)
+            extras = [value(spec, True).alias(name) for name, spec in mapping.extra.items()]
+            parts.append(
+                part.select(*_SCHEMA, *extras, _ROW, "\x00at").with_columns(
+                    pl.lit(index).alias("\x00c")
+                )
+            )
+            index += 1
+    del row_level
+    readings = pl.concat(parts).sort("\x00at", "\x00c") if len(parts) > 1 else parts[0]
+    sources = readings[_ROW].to_numpy().astype(np.int64)
+    readings = readings.drop(_ROW, "\x00at", "\x00c")
     for name, spec in mapping.extra.items():
-        schema[name] = pl.Int64 if isinstance(spec, Number) else pl.String
-    frame = pl.DataFrame(readings, schema=schema)
+        if name in TYPED_EXTRA or spec.kind == "number":
+            readings = readings.with_columns(pl.col(name).cast(pl.Int64))
     # the trace's own row rules (estimate_bytes >= 0, padded_tokens >= packed_tokens,
     # sum_sq_tokens > 0, ...), naming the table's row: nothing 'warmfit validate' refuses
-    conform(frame, table, np.array(sources, dtype=np.int64))
+    conform(readings, table, sources)
     metadata = dict(mapping.metadata)
     metadata[MAPPING_KEY] = json.dumps(mapping.resolved, ensure_ascii=False, separators=(",", ":"))
     metadata[SOURCE_KEY] = table.name
     metadata[SHA256_KEY] = digest
-    return Imported(frame, metadata, rows=len(rows), kept=kept, runs=len(runs))
+    warnings = [] if mapping.baseline_given() else _baseline_warning(readings)
+    runs = readings["run"].n_unique() if readings.height else 0
+    return Imported(readings, metadata, rows=len(lines), kept=kept, runs=runs, warnings=warnings)
 
 
-def _reading(
-    values: dict[str, object], run: str, step: int, wave: int, seq: int, row: _Row, refuse: _Refuse
-) -> dict[str, object]:
-    kind = values.get("kind", "flat")
-    phase = values.get("phase", "caller")
-    packed = values["packed_tokens"]
-    logical = values.get("logical_tokens", packed)
-    assert isinstance(packed, int) and isinstance(logical, int)
-    if packed <= 0:
-        raise refuse(row, None, f"gives packed_tokens = {packed}; a wave has at least one token")
-    if logical < packed:
-        raise refuse(row, None, f"gives logical_tokens = {logical}, below packed_tokens = {packed}")
-    if kind not in ("flat", "split_child", "dp_rank_forward"):
-        raise refuse(row, None, f"gives kind {kind!r}: flat, split_child or dp_rank_forward")
-    if phase not in ("forward", "caller"):
-        raise refuse(row, None, f"gives phase {phase!r}: forward or caller")
-    rank = values.get("rank", 0)
-    assert isinstance(rank, int)
-    if rank > _LARGEST_RANK:
-        raise refuse(row, None, f"gives rank = {rank}, beyond int32")
-    whole = values.get("whole", phase == "caller" and kind == "flat")
-    if whole and not (phase == "caller" and kind == "flat"):
-        raise refuse(
-            row, None, "gives a whole reading that is not the caller reading of a flat wave"
+def _check_readings(rows: _Rows, frame: pl.DataFrame, part: pl.DataFrame) -> None:
+    """The rules of one reading a mapping can break (the trace's others: conform)."""
+    checks = [
+        (
+            pl.col("packed_tokens") <= 0,
+            "gives packed_tokens = {packed_tokens}; a wave has at least one token",
+        ),
+        (
+            pl.col("logical_tokens") < pl.col("packed_tokens"),
+            "gives logical_tokens = {logical_tokens}, below packed_tokens = {packed_tokens}",
+        ),
+        (
+            ~pl.col("kind").is_in(["flat", "split_child", "dp_rank_forward"]),
+            "gives kind {kind!r}: flat, split_child or dp_rank_forward",
+        ),
+        (~pl.col("phase").is_in(["forward", "caller"]), "gives phase {phase!r}: forward or caller"),
+        (
+            pl.col("whole") & ((pl.col("phase") != "caller") | (pl.col("kind") != "flat")),
+            "gives a whole reading that is not the caller reading of a flat wave",
+        ),
+    ]
+    for broken, problem in checks:
+        at = rows.first(part.select(broken).to_series())
+        if at is not None:
+            raise rows.refuse(frame, at, None, problem.format(**part.row(at, named=True)))
+
+
+def _baseline_warning(readings: pl.DataFrame) -> list[str]:
+    """A warning when every baseline is 0 and a run's smallest peak is a large share of its
+    largest: the peaks then likely include memory held before each wave (the weights)."""
+    fitting = readings.filter(~pl.col("oom"))
+    if fitting.height == 0 or fitting["baseline_bytes"].max() != 0:
+        return []
+    shares = (
+        fitting.group_by("run")
+        .agg(
+            pl.len().alias("n"),
+            (pl.col("peak_bytes").min() / pl.col("peak_bytes").max()).alias("share"),
         )
-    return {
-        "run": run,
-        "rank": rank,
-        "step": step,
-        "wave": wave,
-        "signature": values["signature"],
-        "kind": kind,
-        "packed_tokens": packed,
-        "logical_tokens": logical,
-        "output_bytes": values.get("output_bytes", 0),
-        "baseline_bytes": values.get("baseline_bytes", 0),
-        "static_floor_bytes": values.get("static_floor_bytes"),
-        "oom": values.get("oom", False),
-        "seq": seq,
-        "phase": phase,
-        "whole": whole,
-        "peak_bytes": values["peak_bytes"],
-    }
+        .filter((pl.col("n") > 1) & (pl.col("share") >= BASELINE_SHARE))
+        .sort("share", "run", descending=[True, False])
+    )
+    if shares.height == 0:
+        return []
+    run, _, share = shares.row(0)
+    return [
+        f"every baseline_bytes is 0 (the mapping sets none), yet in the run {run!r} the smallest "
+        f"peak is {share:.0%} of the largest ({shares.height} of "
+        f"{fitting['run'].n_unique()} runs at {BASELINE_SHARE:.0%} or more): the peaks likely "
+        "include memory held before each wave, such as the weights, and every price will be "
+        "too high. Set fields.baseline_bytes to a column or a constant (the weights' bytes), "
+        "or to 0 to say the peaks hold only the wave's own memory."
+    ]
