@@ -60,56 +60,26 @@ RESERVED_METADATA = frozenset(
 )
 
 #: Units a number may be given in (``unit = "MiB"``), in bytes.
-UNITS: dict[str, int] = {
-    "B": 1,
-    "KiB": 2**10,
-    "MiB": 2**20,
-    "GiB": 2**30,
-    "TiB": 2**40,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-}
+UNITS = {"B": 1} | {f"{p}iB": 2 ** (10 * i) for i, p in enumerate("KMGT", 1)}
+UNITS |= {f"{p}B": 10 ** (3 * i) for i, p in enumerate("KMGT", 1)}
 
 #: The reading fields, by the level that may set them: ``[fields]`` sets any, a
 #: ``[[waves]]`` entry those of a wave and its readings, a reading its own.
-NUMBER_FIELDS = (
-    "rank",
-    "packed_tokens",
-    "logical_tokens",
-    "output_bytes",
-    "baseline_bytes",
-    "peak_bytes",
-    "static_floor_bytes",
+NUMBER_FIELDS = tuple(
+    "rank packed_tokens logical_tokens output_bytes baseline_bytes peak_bytes "
+    "static_floor_bytes".split()
 )
 TEXT_FIELDS = ("signature", "kind", "phase")
 BOOL_FIELDS = ("whole", "oom")
 READING_LEVEL = ("phase", "whole", "peak_bytes", "baseline_bytes", "oom")
 WAVE_LEVEL = (
-    "signature",
-    "kind",
-    "packed_tokens",
-    "logical_tokens",
-    "output_bytes",
-    "static_floor_bytes",
+    *"signature kind packed_tokens logical_tokens output_bytes static_floor_bytes".split(),
     *READING_LEVEL,
 )
 ALL_FIELDS = ("rank", *WAVE_LEVEL)
 
-_TOP_KEYS = (
-    "extends",
-    "description",
-    "where",
-    "filter",
-    "require",
-    "derive",
-    "run",
-    "order",
-    "fields",
-    "waves",
-    "extra",
-    "metadata",
+_TOP_KEYS = tuple(
+    "extends description where filter require derive run order fields waves extra metadata".split()
 )
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]|[^{}]+")
@@ -675,18 +645,16 @@ class _Compiler:
         terms = spec.add or (spec.expression or "",)
         for name in (*terms, *spec.subtract):
             self.column(name, spec.key)
-        total = pl.sum_horizontal([pl.col(c) for c in terms])
+        total = pl.col(terms[0])  # null when a cell is empty
+        for name in terms[1:]:
+            total = total + pl.col(name)
         for name in spec.subtract:
             total = total - pl.col(name)
         return total if spec.scale == 1 else total * spec.scale
 
-    def parsed(self, spec: Spec) -> tuple[str, ...]:
-        """The columns whose text a number reads cell by cell (a column, the table form)."""
-        if spec.kind != "number" or spec.constant is not None:
-            return ()
-        if spec.add:
-            return (*spec.add, *spec.subtract)
-        return (spec.expression,) if spec.expression in self.columns else ()
+    def parsed(self, spec: Spec) -> bool:
+        """Whether a number reads its columns' text cell by cell (a column, the table form)."""
+        return spec.kind == "number" and bool(spec.add or spec.expression in self.columns)
 
 
 def _cut(text: str, limit: int = 60) -> str:
@@ -854,102 +822,71 @@ class _Rows:
         hits = mask.fill_null(False).arg_true()
         return int(hits[0]) if len(hits) else None
 
+    def numeric(
+        self, frame: pl.DataFrame, text: pl.Series, column: str | None, key: str
+    ) -> pl.Series:
+        """Text as numbers (integers exact, an empty cell null), or the first that is not one
+        refused."""
+        stripped = text.str.strip_chars().replace("", None)
+        at = self.first(~stripped.str.contains(_NUMBER))
+        if at is not None:
+            said = f"holds {text[at].strip()[:40]!r}" if column else f"gives {text[at][:40]!r}"
+            raise self.refuse(frame, at, column, f"{said}, where {key} needs a number")
+        integers = stripped.cast(pl.Int64, strict=False)
+        exact = integers.null_count() == stripped.null_count()
+        return (integers if exact else stripped.cast(pl.Float64, strict=False)).alias(text.name)
+
     def number(
         self, frame: pl.DataFrame, spec: Spec, allowed: pl.Series | bool = False
     ) -> pl.Series:
         """A whole number per row within int64 (int32 for a rank), or the row refused;
         null only where ``allowed``."""
-        allow = (
-            allowed
-            if isinstance(allowed, pl.Series)
-            else pl.repeat(allowed, frame.height, eager=True)
-        )
-        parsed = self.compiler.parsed(spec)
-        base = frame
-        if parsed:  # the cells' text read as numbers, as written: name a cell that is not one
-            columns = {_ROW: frame[_ROW]}
-            for name in dict.fromkeys(parsed):
-                text = frame[TEXT + name]
-                stripped = text.str.strip_chars()
-                empty = stripped == ""
-                at = self.first(~empty & ~stripped.str.contains(_NUMBER))
-                if at is not None:
-                    raise self.refuse(
-                        frame,
-                        at,
-                        name,
-                        f"holds {text[at].strip()[:40]!r}, where {spec.key} needs a number",
-                    )
-                at = self.first(empty & ~allow)
-                if at is not None:
-                    raise self.refuse(frame, at, name, f"is empty, where {spec.key} needs a number")
-                integers = stripped.cast(pl.Int64, strict=False)
-                exact = bool((integers.is_not_null() | empty).all())
-                columns[name] = integers if exact else stripped.cast(pl.Float64, strict=False)
-            base = pl.DataFrame(columns)
-        expr = self.plan.specs[spec.key]
+        expr, key = self.plan.specs[spec.key], spec.key
         roots = list(dict.fromkeys(expr.meta.root_names()))
-        values = self.evaluate(base, expr, spec.key)
         one = roots[0] if len(roots) == 1 else None
-        if values.dtype == pl.String:  # text that holds numbers (a text column, a CASE)
-            stripped = values.str.strip_chars()
-            at = self.first(values.is_not_null() & ~stripped.str.contains(_NUMBER))
-            if at is not None:
-                said = "holds" if one else "gives"
-                raise self.refuse(
-                    frame,
-                    at,
-                    one,
-                    f"{said} {values[at].strip()[:40]!r}, where {spec.key} needs a number",
-                )
-            integers = stripped.cast(pl.Int64, strict=False)
-            exact = integers.null_count() == values.null_count()
-            values = integers if exact else stripped.cast(pl.Float64, strict=False)
-        elif values.dtype == pl.Boolean or not (
-            values.dtype.is_numeric() or values.dtype == pl.Null
-        ):
-            raise self.compiler.error(
-                spec.key, f"gives {values.dtype} values, where a number is needed"
+        base = frame
+        if self.compiler.parsed(spec):  # a column, the table form: each cell's text as written
+            base = pl.DataFrame(
+                [self.numeric(frame, frame[TEXT + c].alias(c), c, key) for c in roots]
             )
-        shadow = values
+        values = self.evaluate(base, expr, key)
+        if values.dtype == pl.String:  # text that holds numbers (a text column, a CASE)
+            values = self.numeric(frame, values, one, key)
+        elif not (values.dtype.is_numeric() or values.dtype == pl.Null):
+            raise self.compiler.error(key, f"gives {values.dtype} values, where a number is needed")
+        floating = values.cast(pl.Float64)
         ints = [c for c in roots if base.schema[c].is_integer()]
         if values.dtype.is_integer() and ints:  # int64 arithmetic wraps: redo it in floats
-            floats = base.with_columns(pl.col(c).cast(pl.Float64) for c in ints)
-            shadow = self.evaluate(floats, expr, spec.key)
-        floating = shadow.cast(pl.Float64)
-        at = self.first(floating.is_nan())
-        if at is not None:
-            raise self.refuse(frame, at, one, f"gives NaN, where {spec.key} needs a number")
-        largest = _LARGEST_RANK if spec.key.endswith(".rank") else _LARGEST
-        beyond = floating.abs() >= 2.0**63  # the float nearest 2**63 - 1 is 2**63
-        if values.dtype.is_integer():  # exact, unless int64 arithmetic wrapped around
-            beyond = (floating - values.cast(pl.Float64)).abs() > 2.0**62
-        at = self.first(beyond | (floating.abs() > largest) if largest < _LARGEST else beyond)
+            shadow = self.evaluate(base.with_columns(pl.col(ints).cast(pl.Float64)), expr, key)
+            beyond = (shadow.cast(pl.Float64) - floating).abs() > 2.0**62
+        else:
+            beyond = floating.abs() >= 2.0**63  # the float nearest 2**63 - 1 is 2**63
+        largest = _LARGEST_RANK if key.endswith(".rank") else _LARGEST
+        at = self.first(floating.is_nan() | beyond | (floating.abs() > largest))
         if at is not None:
             column = max(roots, key=lambda c: _float(base[c][at]), default=None)
-            cell = str(frame[TEXT + column][at]).strip() if column else str(floating[at])
+            cell = str(frame[TEXT + column][at]).strip() if column else str(values[at])
             shown = cell if len(cell) <= 40 else cell[:37] + "..."
             bits = 64 if largest == _LARGEST else 32
             raise self.refuse(
                 frame,
                 at,
                 column,
-                f"holds {shown!r}, which gives {spec.key} beyond {bits} bits (a trace holds "
-                f"at most {largest:,})",
+                f"holds {shown!r}, which gives {key} beyond {bits} bits "
+                f"(a trace holds at most {largest:,})",
             )
-        if values.dtype.is_float():
-            values = values.round(0, mode="half_to_even")
+        values = values.round(0, mode="half_to_even") if values.dtype.is_float() else values
         values = values.cast(pl.Int64)
         at = self.first(values < 0)
         if at is not None:
-            raise self.refuse(
-                frame, at, roots[0] if roots else None, f"gives {spec.key} = {values[at]}, below 0"
-            )
-        at = self.first(values.is_null() & ~allow)
+            column = roots[0] if roots else None
+            raise self.refuse(frame, at, column, f"gives {key} = {values[at]}, below 0")
+        missing = values.is_null() & (~allowed if isinstance(allowed, pl.Series) else not allowed)
+        at = self.first(missing)
         if at is not None:
             empty = one is not None and not str(frame[TEXT + one][at] or "").strip()
             said = "is empty" if empty else "gives no value (NULL)"
-            raise self.refuse(frame, at, one, f"{said}, where {spec.key} needs a number")
+            raise self.refuse(frame, at, one, f"{said}, where {key} needs a number")
         return values
 
     def flag(self, frame: pl.DataFrame, spec: Spec) -> pl.Series:
