@@ -268,8 +268,13 @@ def test_the_recorded_price_is_the_bytes_the_rank_admitted_on(tmp_path: Path) ->
     (folder / "one.json").write_bytes(canonical(record))
     # without the local figure, the net prediction times the factor: 11,000,000 again,
     # and the candidates compared net (round(11,000,000 / 1.1) == 10,000,000)
-    bare = report(2, occurred="2026-01-01T00:00:01Z", predicted=10_000_000, observed=13_000_000,
-                  estimates=[candidate(100, 10_000_000), candidate(200, 11_000_000)])
+    bare = report(
+        2,
+        occurred="2026-01-01T00:00:01Z",
+        predicted=10_000_000,
+        observed=13_000_000,
+        estimates=[candidate(100, 10_000_000), candidate(200, 11_000_000)],
+    )
     del bare["admission_peak_bytes"]
     (folder / "two.json").write_bytes(canonical(bare))
     out = tmp_path / "m.parquet"
