@@ -192,7 +192,7 @@ def _load(path: Path) -> tuple[dict[str, Any], bytes]:
         json.dumps(record, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise _malformed(
-            f"holds a lone surrogate ({ascii(exc.object[exc.start : exc.end])}), which is not text."
+            f"holds a lone surrogate ({exc.object[exc.start : exc.end]!a}), which is not text."
         ) from None
     except RecursionError:
         raise _malformed("nests arrays or objects too deeply to read.") from None
