@@ -274,7 +274,7 @@ def _wave(record: dict[str, Any]) -> _Wave:
         estimate, source = local, ADMITTED[0]
     elif admission is not None:
         estimate, source = admission, ADMITTED[1]
-    elif safety is not None and safety > 0:
+    elif safety is not None and safety > 0 and predicted is not None:
         estimate, source = round(predicted * safety), ADMITTED[2]
         if estimate > LARGEST[0]:
             raise _malformed(f"predicted_peak_bytes x replay.safety_factor is beyond {LARGEST[1]}.")

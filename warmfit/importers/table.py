@@ -374,7 +374,8 @@ class _Rows:
         largest = _LARGEST_RANK if key.endswith(".rank") else _LARGEST
         at = self.first(floating.is_nan() | beyond | (floating.abs() > largest))
         if at is not None:
-            column = max(roots, key=lambda c: _float(base[c][at]), default=None)
+            hit: int = at
+            column = max(roots, key=lambda c: _float(base[c][hit]), default=None)
             cell = str(frame[TEXT + column][at]).strip() if column else str(values[at])
             shown = cell if len(cell) <= 40 else cell[:37] + "..."
             bits = 64 if largest == _LARGEST else 32
@@ -641,7 +642,6 @@ def import_table(table: str | Path, mapping: TableMapping) -> Imported:
     rows.check_identity(frame)
     frame = rows.ordered(frame)
 
-    row_level = {**mapping.fields, **mapping.extra}
     cache: dict[str, pl.Series] = {}
 
     def value(spec: Spec, allowed: pl.Series | bool = False) -> pl.Series:
@@ -707,23 +707,22 @@ def import_table(table: str | Path, mapping: TableMapping) -> Imported:
                 )
             )
             index += 1
-    del row_level
-    readings = pl.concat(parts).sort("\x00at", "\x00c") if len(parts) > 1 else parts[0]
-    sources = readings[_ROW].to_numpy().astype(np.int64)
-    readings = readings.drop(_ROW, "\x00at", "\x00c")
+    trace = pl.concat(parts).sort("\x00at", "\x00c") if len(parts) > 1 else parts[0]
+    sources = trace[_ROW].to_numpy().astype(np.int64)
+    trace = trace.drop(_ROW, "\x00at", "\x00c")
     for name, spec in mapping.extra.items():
         if name in TYPED_EXTRA or spec.kind == "number":
-            readings = readings.with_columns(pl.col(name).cast(pl.Int64))
+            trace = trace.with_columns(pl.col(name).cast(pl.Int64))
     # the trace's own row rules (estimate_bytes >= 0, padded_tokens >= packed_tokens,
     # sum_sq_tokens > 0, ...), naming the table's row: nothing 'warmfit validate' refuses
-    conform(readings, table, sources)
+    conform(trace, table, sources)
     metadata = dict(mapping.metadata)
     metadata[MAPPING_KEY] = json.dumps(mapping.resolved, ensure_ascii=False, separators=(",", ":"))
     metadata[SOURCE_KEY] = table.name
     metadata[SHA256_KEY] = digest
-    warnings = [] if mapping.baseline_given() else _baseline_warning(readings)
-    runs = readings["run"].n_unique() if readings.height else 0
-    return Imported(readings, metadata, rows=len(lines), kept=kept, runs=runs, warnings=warnings)
+    warnings = [] if mapping.baseline_given() else _baseline_warning(trace)
+    runs = trace["run"].n_unique() if trace.height else 0
+    return Imported(trace, metadata, rows=len(lines), kept=kept, runs=runs, warnings=warnings)
 
 
 def _check_readings(rows: _Rows, frame: pl.DataFrame, part: pl.DataFrame) -> None:
