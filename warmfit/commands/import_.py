@@ -103,7 +103,7 @@ def table_command(
         write_trace(imported.readings, output, imported.metadata)
     typer.echo(
         f"wrote {output}: {counted(imported.readings.height, 'reading')} in "
-        f"{counted(imported.runs, 'run')} from {imported.kept} of {counted(imported.rows, 'row')} "
+        f"{counted(imported.runs, 'run')} from {imported.kept:,} of {counted(imported.rows, 'row')} "
         f"of {table}. Replay it: warmfit replay {output}"
     )
 

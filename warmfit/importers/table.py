@@ -30,6 +30,7 @@ import hashlib
 import io
 import json
 import zlib
+from array import array
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -173,7 +174,7 @@ def _cut(text: str, limit: int = 60) -> str:
 
 def read_table(
     path: Path, choose: Callable[[list[str]], list[str]]
-) -> tuple[list[str], dict[str, list[str]], list[int], str]:
+) -> tuple[list[str], dict[str, pl.Series], array[int], str]:
     """The header, the cells of the columns ``choose(header)`` names, the line each row
     starts on and the SHA-256 of the bytes read (UTF-8, a byte-order mark allowed).
 
@@ -205,8 +206,9 @@ def read_table(
         wanted = choose(header)
         index = {name: i for i, name in enumerate(header)}
         picks = [index[name] for name in wanted]
-        cells: list[list[str]] = [[] for _ in wanted]
-        lines: list[int] = []
+        cells: list[list[str]] = [[] for _ in wanted]  # the rows not yet in chunks
+        chunks: list[list[pl.Series]] = [[] for _ in wanted]  # polars holds text compactly
+        lines = array("q")  # the line each row starts on: 8 bytes a row
         line = reader.line_num + 1
         for row in reader:
             if len(row) != len(header):
@@ -223,11 +225,28 @@ def read_table(
                 column.append(row[i])
             lines.append(line)
             line = reader.line_num + 1
+            if len(lines) % _CHUNK == 0:
+                _flush(cells, chunks)
     except csv.Error as exc:
         raise TraceError(
             f"is not valid CSV near line {reader.line_num}: {exc}.", path=path
         ) from None
-    return header, dict(zip(wanted, cells, strict=True)), lines, digest
+    _flush(cells, chunks)
+    columns = {
+        n: pl.concat(c) if c else pl.Series([], dtype=pl.String)
+        for n, c in zip(wanted, chunks, strict=True)
+    }
+    return header, columns, lines, digest
+
+
+_CHUNK = 65_536
+
+
+def _flush(cells: list[list[str]], chunks: list[list[pl.Series]]) -> None:
+    for column, chunk in zip(cells, chunks, strict=True):
+        if column:
+            chunk.append(pl.Series(column, dtype=pl.String))
+            column.clear()
 
 
 class _Plan:
@@ -304,7 +323,7 @@ class _Rows:
     """Evaluates a plan on the kept rows of a table; raises the error of one row, naming
     the table, the column and the row (counted from 1 under the header) and its line."""
 
-    def __init__(self, table: Path, lines: list[int], plan: _Plan) -> None:
+    def __init__(self, table: Path, lines: array[int], plan: _Plan) -> None:
         self.table = table
         self.lines = lines
         self.plan = plan
@@ -625,7 +644,7 @@ def import_table(table: str | Path, mapping: TableMapping) -> Imported:
     plan = plans[0]
     rows = _Rows(table, lines, plan)
     frame = pl.DataFrame({_ROW: pl.int_range(1, len(lines) + 1, eager=True)})
-    texts = [pl.Series(TEXT + name, values, dtype=pl.String) for name, values in cells.items()]
+    texts = [values.alias(TEXT + name) for name, values in cells.items()]
     del cells
     frame = frame.with_columns(texts).with_columns(
         _typed(t).alias(t.name[len(TEXT) :]) for t in texts
