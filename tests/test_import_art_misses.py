@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
 from warmfit.cli import app
@@ -323,3 +324,21 @@ def test_a_report_that_cannot_be_read_is_refused_and_the_others_imported(tmp_pat
     ]:
         assert f"warmfit: refused {folder / name} (malformed): {problem}" in result.output, name
     assert read_trace([out]).height == 1
+
+
+def test_a_report_without_read_permission_is_refused(tmp_path: Path) -> None:
+    """Issue 42: PermissionError was a traceback (root reads anything: skipped as root)."""
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root reads a file without read permission")
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    (folder / "good.json").write_bytes(canonical(report(1, occurred="2026-01-01T00:00:00Z")))
+    locked = folder / "locked.json"
+    locked.write_bytes(canonical(report(2, occurred="2026-01-01T00:00:01Z")))
+    locked.chmod(0)
+    misses = import_misses(folder)
+    assert misses.imported == 1
+    assert [(r.path.name, r.reason) for r in misses.refused] == [("locked.json", "malformed")]
+    assert misses.refused[0].problem.startswith("cannot be read (Permission denied")

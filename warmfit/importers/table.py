@@ -551,12 +551,12 @@ class _Rows:
             import numpy as np
 
             runs = frame.select(pl.col(LABEL).rle()).unnest(LABEL)
-            index = np.empty(frame.height, dtype=np.int64)
+            index = np.arange(frame.height, dtype=np.int64)
             start = 0
             for count, label in runs.iter_rows():
-                index[start : start + count] = start + np.array(
-                    shuffled_order(label, count, mapping.seed), dtype=np.int64
-                )
+                if count > 1:  # a run of one row stays as it is
+                    order = shuffled_order(label, count, mapping.seed)
+                    index[start : start + count] = start + np.array(order, dtype=np.int64)
                 start += count
             frame = frame[index]
         return frame.with_columns(pl.int_range(pl.len()).over(LABEL).alias(STEP))
