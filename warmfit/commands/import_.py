@@ -75,7 +75,7 @@ def table_command(
     output: OutputOpt,
     force: ForceOpt = False,
 ) -> None:
-    """Turn a CSV table into a trace through a declarative TOML mapping.
+    """Turn a CSV table into a trace through a TOML mapping of polars expressions.
 
     Example: warmfit import table runs.csv --map runs.toml -o traces/mine/runs.parquet
 
