@@ -573,6 +573,23 @@ def test_where_derive_and_templates_take_expressions(table: Path, tmp_path: Path
         code == 2
         and "fields.packed_tokens: 'seq_tokens +* 2' is not a polars SQL expression" in output
     )
+    # an expression polars cannot evaluate, or one that is no test, names the key
+    mapping.write_text(
+        mapping.read_text()
+        .replace("seq_tokens +* 2", "seq_tokens")
+        .replace("seq_tokens >= 1024", "seq_tokens = 'x'")
+    )
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2 and "where: cannot be evaluated: cannot compare string with numeric" in output
+    mapping.write_text(
+        mapping.read_text().replace("status = 'done' AND seq_tokens = 'x'", "seq_tokens + 1")
+    )
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2 and "where: gives Int64 values, not true or false" in output
 
 
 def test_an_output_never_lands_on_the_mapping_it_extends(table: Path, tmp_path: Path) -> None:

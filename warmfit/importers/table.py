@@ -257,10 +257,9 @@ class _Plan:
     def __init__(self, compiler: _Compiler) -> None:
         mapping = compiler.mapping
         self.compiler = compiler
-        keep = compiler.tests(mapping.filters, "filter")
+        self.keep = [("filter", compiler.tests(mapping.filters, "filter"))]
         if mapping.where is not None:
-            keep = keep & compiler.sql(mapping.where, "where")
-        self.keep = keep
+            self.keep.append(("where", compiler.sql(mapping.where, "where")))
         for name in mapping.require:
             compiler.column(name, f"require.{name}")
         self.require = (
@@ -344,7 +343,7 @@ class _Rows:
     def truth(self, frame: pl.DataFrame, expr: pl.Expr, key: str) -> pl.Series:
         held = self.evaluate(frame, expr, key)
         if held.dtype != pl.Boolean:
-            raise self.compiler.error(key, f"gives {held.dtype}, not true or false")
+            raise self.compiler.error(key, f"gives {held.dtype} values, not true or false")
         return held.fill_null(False)
 
     def first(self, mask: pl.Series) -> int | None:
@@ -461,7 +460,8 @@ class _Rows:
         """The rows ``where`` and ``[filter]`` keep, checked by ``require``, with the
         derived values and each row's run label (``LABEL``), in the table's order."""
         mapping, plan = self.compiler.mapping, self.plan
-        frame = frame.filter(self.truth(frame, plan.keep, "where"))
+        for key, expr in plan.keep:
+            frame = frame.filter(self.truth(frame, expr, key))
         for column, allowed in mapping.require.items():
             at = self.first(~frame[TEXT + column].is_in(sorted(allowed)))
             if at is not None:
