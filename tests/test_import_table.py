@@ -14,6 +14,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from warmfit.cli import app
@@ -706,3 +708,36 @@ def test_a_million_columns_import_in_memory_linear_in_the_table(tmp_path: Path) 
     )
     assert code == 0 and "1 reading in 1 run" in output, output
     assert peak < 2**20
+
+
+_CELL = st.one_of(
+    st.integers(min_value=0, max_value=10**9).map(str),
+    st.decimals(min_value=0, max_value=10**6, places=3, allow_nan=False).map(str),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(_CELL, _CELL, _CELL), min_size=1, max_size=8))
+def test_the_shorter_forms_are_the_expressions_they_stand_for(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[str, str, str]]
+) -> None:
+    """{ add, subtract, unit } and a bare column give exactly the readings of the
+    expressions the how-to says they stand for, on any table of numbers."""
+    folder = tmp_path_factory.mktemp("forms")
+    table = folder / "t.csv"
+    body = "".join(f"r,{i + 1},{a},{b},{c}\n" for i, (a, b, c) in enumerate(rows))
+    table.write_text("run,tokens,a,b,c\n" + body)
+    common = '[run]\nlabel = "{run}"\n[fields]\nsignature = "s"\npacked_tokens = "tokens"\n'
+    forms = {
+        "short": common + 'peak_bytes = { add = ["a", "b"], unit = "KiB" }\n'
+        '[extra]\nfloor = { column = "c", scale = 3 }\n',
+        "expression": common + 'peak_bytes = "(a + b) * 1024"\n[extra]\nfloor = "ROUND(c * 3)"\n',
+    }
+    frames = {}
+    for name, text in forms.items():
+        frames[name] = import_table(table, load_mapping(write_map(folder, text, f"{name}.toml")))
+    short, expression = frames["short"].readings, frames["expression"].readings
+    assert short.get_column("peak_bytes").to_list() == expression.get_column("peak_bytes").to_list()
+    assert short.get_column("floor").to_list() == [
+        round(v) for v in expression.get_column("floor").cast(pl.Float64).to_list()
+    ]
