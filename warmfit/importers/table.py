@@ -670,15 +670,14 @@ def import_table(table: str | Path, mapping: TableMapping) -> Imported:
         return cache[key]
 
     parts = []
+    fits = pl.repeat(False, kept, eager=True)  # no oom given: every reading fitted
     waves = len(mapping.waves)
     index = 0
     for sample, (wave_specs, readings) in enumerate(mapping.waves):
         for reading_specs in readings:
             specs = {**mapping.fields, **wave_specs, **reading_specs}
             got: dict[str, pl.Series] = {}
-            got["oom"] = (
-                value(specs["oom"]) if "oom" in specs else pl.repeat(False, kept, eager=True)
-            )
+            got["oom"] = value(specs["oom"]) if "oom" in specs else fits
             for name in (
                 "rank",
                 "packed_tokens",
