@@ -342,7 +342,7 @@ def test_min_priced_waves_met_exactly_when_written_regressed(tmp_path: Path) -> 
         f"warmfit: error: 1 of 2 expectations in {expect} regressed:\n"
         "  regressed  run warm-fit: priced waves 1 < allowed 2 (2 when the file was written)\n"
         "If the change is intended, rewrite the expectations with\n"
-        f"  warmfit check PATH... --write-expect {expect} --force\n"
+        f"  warmfit check {trace} --write-expect {expect} --force -p warm-fit -p max-merge\n"
         "and commit them with the change.\n"
     )
 
