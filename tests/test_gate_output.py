@@ -248,7 +248,7 @@ def test_the_expectations_file_spelled_out() -> None:
     figure is known, is equivalent: ``under_peak`` and ``priced_waves`` are counts,
     never missing from a summary, so every table has figures.)
     """
-    result = replay(frame(LONE, OVER), engine="scalar")
+    result = replay(frame(LONE, OVER), ["max-merge", "warm-fit"], engine="scalar")
     text = expectations_toml(result, ["traces"])
     head = (
         "# warmfit expectations: the CI gate of 'warmfit check' (docs/how-to/ci-gate.md).\n"

@@ -216,7 +216,9 @@ def test_replay_prices_every_wave_but_each_run_s_first(
     order: str, under_peak: dict[str, int]
 ) -> None:
     result = CliRunner().invoke(
-        app, ["replay", str(TRACE / f"{order}.parquet"), "--format", "json"]
+        app,
+        ["replay", str(TRACE / f"{order}.parquet"), "--format", "json"]
+        + ["-p", "max-merge", "-p", "warm-fit"],
     )
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)["results"]
