@@ -137,7 +137,7 @@ def test_a_bad_grouping_is_named(tmp_path: Path, text: str, words: str) -> None:
     path = tmp_path / "e.toml"
     path.write_text(text)
     code, out, err = invoke("check", str(tmp_path), "--expect", str(path))
-    assert code == 2 and words in err and len(err.splitlines()) == 1
+    assert code == 2 and out == "" and words in err and len(err.splitlines()) == 1
 
 
 def test_update_by_signature_adds_new_signatures_and_keeps_the_rest(tmp_path: Path) -> None:

@@ -33,8 +33,14 @@ def test_check_says_which_expectations_a_narrowing_p_leaves_unchecked(
     assert "max-merge" in done.stderr and "not checked" in done.stderr
     every = runner.invoke(
         app,
-        ["check", "traces/pr991", "--expect", str(expect)]
-        + ["-p", "warm-fit", "-p", "max-merge", "-p", "envelope"],
+        [
+            "check",
+            "traces/pr991",
+            "--expect",
+            str(expect),
+            *("-p", "warm-fit", "-p", "max-merge"),
+            *("-p", "envelope"),
+        ],
     )
     assert "not checked" not in every.stderr
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from tests.test_plot import COMMON, WORKED, worked
 from warmfit.cli import app
-from warmfit.format.trace import readings_frame, write_trace
+from warmfit.format.trace import readings_frame
 from warmfit.policies import PolicyError, get_policy
 from warmfit.replay import replay
 

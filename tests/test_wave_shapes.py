@@ -233,5 +233,5 @@ def test_equal_token_waves_at_the_largest_peak_are_no_error(tmp_path):
     ('conversion from f64 to i64'); a margin beyond Int64 holds every peak."""
     top = 2**63 - 1
     waves = [(128, 0, top, 1), (59, 0, top, 1), (59, 0, top - 10**17, 1)]
-    out, err = _validate(_rows_with_baselines(tmp_path, waves))
+    _, err = _validate(_rows_with_baselines(tmp_path, waves))
     assert "differ in peak" not in err and "error" not in err

@@ -50,7 +50,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from warmfit.errors import UsageError
 from warmfit.format.files import not_regular, write_atomically, write_bytes_atomically
@@ -58,6 +58,9 @@ from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, ReplayResult, check_
 from warmfit.report.sweep import safe_factors
 from warmfit.report.table import cell, percent, plain_table, table_text
 from warmfit.show.names import counted, printable, toml_string, waves_under
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 FORMATS = ("table", "csv", "json")
 JSON_SCHEMA = "warmfit.check/1"
@@ -1079,7 +1082,9 @@ def to_table(report: CheckReport) -> str:
     for r in report.results:
         key = (r.run, r.signature, r.policy)
         actual, allowed = r.shown()
-        group = ["" if previous is not None and previous[0] == r.run else cell(r.run)]
+        group: list[str | Text] = [
+            "" if previous is not None and previous[0] == r.run else cell(r.run)
+        ]
         if report.by != "run":
             same = previous is not None and previous[:2] == key[:2]
             group.append("" if same else cell(r.signature or ""))
