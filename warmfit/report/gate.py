@@ -155,9 +155,9 @@ class Expectations:
         one again: its policies (``-p``), ``--allow-under`` where a limit allows waves
         under their peak, ``--by`` and ``--safety`` where not the defaults.
 
-        >>> parse_expectations('safety_factor = 1.2\nby = "signature"\n'
-        ...     '[runs.EP1.eval.envelope]\nmax_under_peak = 1\n'
-        ...     '[runs.EP1.eval.recorded]\nmax_under_peak = 0\n').rewrite_options()
+        >>> parse_expectations('safety_factor = 1.2\\nby = "signature"\\n'
+        ...     '[runs.EP1.eval.envelope]\\nmax_under_peak = 1\\n'
+        ...     '[runs.EP1.eval.recorded]\\nmax_under_peak = 0\\n').rewrite_options()
         ['-p', 'envelope', '-p', 'recorded', '--allow-under', '--by', 'signature', '--safety', '1.2']
         """
         options: list[str] = []
