@@ -167,7 +167,8 @@ def test_update_by_signature_adds_new_signatures_and_keeps_the_rest(tmp_path: Pa
 
 
 def test_allow_under_and_minus_p_by_signature(tmp_path: Path) -> None:
-    """At safety 0.9 eval's two waves are priced 4_500 for 5_000: under their peak.
+    """At safety 0.9 eval's two waves are priced 4_500 for 5_000 and train's four of 10_000
+    at 9_000: under their peak.
     --write-expect --by signature refuses them naming the signature; --allow-under
     writes them; the hint of a regression then repeats --allow-under."""
     traces = trace(tmp_path / "t", 5_000)
@@ -176,8 +177,10 @@ def test_allow_under_and_minus_p_by_signature(tmp_path: Path) -> None:
     args += ["--by", "signature", "--safety", "0.9"]
     code, _, err = invoke(*args)
     assert code == 2 and "  R eval max-merge: 2 waves under their peak" in err
-    code, _, err = invoke(*args, "--allow-under")
+    code, out, err = invoke(*args, "--allow-under")
     assert code == 0, err
+    assert "now allows 6 waves under their peak for max-merge (in 2 run/signature pairs)" in err
+    assert "wrote expectations for 2 run/signature/policy tables (max-merge)" in out
     assert read_expectations(expect).limits[("R", "eval", "max-merge")]["max_under_peak"] == 2
     worse = trace(tmp_path / "worse", 6_000)  # at 0.9: eval priced 5_400: now +8%
     code, _, err = invoke(

@@ -164,14 +164,16 @@ def check_command(
             typer.echo(
                 f"warning: {printable(str(write_expect))} now allows {waves_under(waves)} "
                 f"for {printable(name)} (in "
-                f"{counted(len(offenders), 'run')}): the gate will pass {printable(name)} "
+                f"{counted(len(offenders), 'run' if by is By.run else 'run/signature pair')}): "
+                f"the gate will pass {printable(name)} "
                 "although it would have run out of memory on "
                 f"{'that wave' if waves == 1 else 'those waves'}.",
                 err=True,
             )
         count = sum(1 for _ in gate.expectations_from(result))
         typer.echo(
-            f"wrote expectations for {counted(count, 'run/policy pair')} "
+            f"wrote expectations for "
+            f"{counted(count, 'run/policy pair' if by is By.run else 'run/signature/policy table')} "
             f"({', '.join(result.policies)}) to {write_expect}"
         )
         return
