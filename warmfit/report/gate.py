@@ -54,7 +54,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from warmfit.errors import UsageError
 from warmfit.format.files import not_regular, write_atomically, write_bytes_atomically
-from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, ReplayResult, check_safety_factor
+from warmfit.replay import (
+    DEFAULT_SAFETY_FACTOR,
+    RECORDED,
+    ReplayResult,
+    check_safety_factor,
+    group_keys,
+)
 from warmfit.report.sweep import safe_factors
 from warmfit.report.table import cell, percent, plain_table, table_text
 from warmfit.show.names import counted, printable, toml_string, waves_under
@@ -601,20 +607,16 @@ def evaluate(result: ReplayResult, expectations: Expectations) -> CheckReport:
 
 def _summary_by_key(result: ReplayResult) -> dict[Key, dict[str, Any]]:
     """Each summary row of ``result`` by its key: (run, policy) or (run, signature, policy)."""
-    keys = _group_columns(result.by)
+    keys = group_keys(result.by)
     return {
         (*(row[k] for k in keys), row["policy"]): row
         for row in result.summary.iter_rows(named=True)
     }
 
 
-def _group_columns(by: str) -> list[str]:
-    return ["run"] if by == "run" else ["run", "signature"]
-
-
-def result_groups(result: ReplayResult) -> list[Key]:
+def _result_groups(result: ReplayResult) -> list[Key]:
     """The groups of ``result``'s summary (runs, or runs and signatures), in its order."""
-    keys = _group_columns(result.by)
+    keys = group_keys(result.by)
     return list(
         dict.fromkeys(tuple(row[k] for k in keys) for row in result.summary.iter_rows(named=True))
     )
@@ -737,7 +739,7 @@ def check_runs_held(result: ReplayResult, expectations: Expectations) -> None:
     ``result``, or an ExpectationsError."""
     check_grouping(expectations, result.by)
     trace_runs = list(dict.fromkeys(result.summary.get_column("run")))
-    held = set(result_groups(result))
+    held = set(_result_groups(result))
     for group in expectations.groups:
         if group[0] not in trace_runs:
             raise ExpectationsError(
@@ -760,7 +762,7 @@ def new_groups(result: ReplayResult, expectations: Expectations) -> list[Key]:
     """The groups of ``result`` (runs, or runs and signatures) that ``expectations``
     do not list, in summary order."""
     listed = set(expectations.groups)
-    return [group for group in result_groups(result) if group not in listed]
+    return [group for group in _result_groups(result) if group not in listed]
 
 
 def new_runs(result: ReplayResult, expectations: Expectations) -> list[str]:
