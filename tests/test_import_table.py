@@ -100,7 +100,7 @@ def test_a_users_own_table_imports_with_a_ten_line_mapping(table: Path, tmp_path
     assert json.loads(metadata[MAPPING_KEY.encode()])["run"] == {"label": "{job}-{card}"}
     # it replays
     code, output = invoke("replay", str(out), "--format", "json")
-    assert code == 0 and len(json.loads(output)["results"]) == 4
+    assert code == 0 and len(json.loads(output)["results"]) == 6  # 2 runs, 3 policies
 
 
 def test_the_output_is_never_the_input_and_needs_force_to_overwrite(

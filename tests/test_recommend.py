@@ -172,8 +172,8 @@ def test_the_json_fields() -> None:
     doc = json.loads(text)
     assert list(doc) == ["schema", "budget_bytes", "safety_factor", "search_cap_tokens", "results"]
     assert doc["search_cap_tokens"] == SEARCH_CAP_TOKENS == 2**40
-    assert {r["policy"] for r in doc["results"]} == {"max-merge", "warm-fit"}  # the defaults
-    assert len(doc["results"]) == 2 * 11  # one per run, signature and policy
+    assert {r["policy"] for r in doc["results"]} == {"max-merge", "warm-fit", "envelope"}
+    assert len(doc["results"]) == 3 * 11  # one per run, signature and policy (the defaults)
     for result in doc["results"]:
         assert tuple(result) == FIELDS
     assert FIELDS == (

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from warmfit.commands.options import (
+    By,
     Engine,
     EngineOpt,
     PathsArg,
@@ -29,7 +30,8 @@ PolicyOpt = Annotated[
         "--policy",
         "-p",
         help="Policy to check (repeatable): a registered name or module:Class. Default: those "
-        "the expectations name (with --write-expect: max-merge and warm-fit).",
+        "the expectations name (with --write-expect: max-merge, warm-fit and envelope, and "
+        "recorded where the trace carries prices; -p without recorded leaves it out).",
         show_default=False,
         metavar="POLICY",
     ),
@@ -68,6 +70,15 @@ def check_command(
         CheckFormat, typer.Option("--format", "-f", help="Output format.")
     ] = CheckFormat.table,
     engine: EngineOpt = Engine.auto,
+    by: Annotated[
+        By,
+        typer.Option(
+            "--by",
+            help="Check one result per run, or per run and signature (a regression of one "
+            "signature then shows). The expectations file records it; a check refuses a file "
+            "written with the other.",
+        ),
+    ] = By.run,
     safety: Annotated[
         float | None,
         typer.Option(
@@ -103,7 +114,8 @@ def check_command(
     Example: warmfit check traces --expect traces/expectations.toml
 
     Policies default to those the expectations name (with --write-expect:
-    max-merge and warm-fit). --update adds the traces' new runs to the file.
+    max-merge, warm-fit and envelope). --by signature gates each signature
+    alone. --update adds the traces' new runs to the file.
     --write-expect and --update refuse figures with waves under their peak
     unless given --allow-under. See docs/how-to/ci-gate.md for the file's
     format.
@@ -133,6 +145,8 @@ def check_command(
             policy,
             DEFAULT_SAFETY_FACTOR if safety is None else safety,
             engine.value,
+            by.value,
+            recorded=not policy or RECORDED in policy,  # -p without it: a file without it
         )
         with writing(write_expect):
             gate.write_expectations(
@@ -150,14 +164,16 @@ def check_command(
             typer.echo(
                 f"warning: {printable(str(write_expect))} now allows {waves_under(waves)} "
                 f"for {printable(name)} (in "
-                f"{counted(len(offenders), 'run')}): the gate will pass {printable(name)} "
+                f"{counted(len(offenders), 'run' if by is By.run else 'run/signature pair')}): "
+                f"the gate will pass {printable(name)} "
                 "although it would have run out of memory on "
                 f"{'that wave' if waves == 1 else 'those waves'}.",
                 err=True,
             )
         count = sum(1 for _ in gate.expectations_from(result))
         typer.echo(
-            f"wrote expectations for {counted(count, 'run/policy pair')} "
+            f"wrote expectations for "
+            f"{counted(count, 'run/policy pair' if by is By.run else 'run/signature/policy table')} "
             f"({', '.join(result.policies)}) to {write_expect}"
         )
         return
@@ -174,6 +190,7 @@ def check_command(
             "its figures were taken at (its 'safety_factor' key)."
         )
     expectations = gate.read_expectations(expect)
+    gate.check_grouping(expectations, by.value)
     if policy:
         names = lineup_names(*resolve_lineup(policy, RECORDED in policy))
         left_out = [name for name in expectations.policies if name not in names]
@@ -211,6 +228,8 @@ def check_command(
         policy or expectations.policies,
         expectations.safety_factor,
         engine.value,
+        by.value,
+        recorded=RECORDED in (policy or expectations.policies),
     )
     if update:
         with writing(expect):
@@ -224,11 +243,12 @@ def check_command(
     report = gate.evaluate(result, expectations)
     typer.echo(gate.render(report, format.value), nl=False)
     if not report.passed:
-        raise RegressionFound(report.regression_message())
+        raise RegressionFound(report.regression_message([str(p) for p in paths]))
 
 
-def _report_added(result: ReplayResult, added: list[str], expect: Path) -> None:
-    """One line per run ``--update`` added, with its figures per policy (stderr)."""
+def _report_added(result: ReplayResult, added: list[tuple[str, ...]], expect: Path) -> None:
+    """One line per run (and signature) ``--update`` added, with its figures per
+    policy (stderr)."""
     import polars as pl
 
     from warmfit.report.table import percent
@@ -236,11 +256,16 @@ def _report_added(result: ReplayResult, added: list[str], expect: Path) -> None:
     if not added:
         typer.echo(f"{printable(str(expect))}: no new run to add.", err=True)
         return
-    for run in added:
-        rows = result.summary.filter(pl.col("run") == run).iter_rows(named=True)
+    for group in added:
+        where = pl.col("run") == group[0]
+        named = f"run {printable(group[0])!r}"
+        if len(group) > 1:
+            where &= pl.col("signature") == group[1]
+            named += f" signature {printable(group[1])!r}"
+        rows = result.summary.filter(where).iter_rows(named=True)
         figures = "; ".join(
             f"{printable(r['policy'])} median {percent(r['median_over_estimate'])}, "
             f"{waves_under(r['under_peak'] or 0)}"
             for r in rows
         )
-        typer.echo(f"added run {printable(run)!r} to {printable(str(expect))}: {figures}", err=True)
+        typer.echo(f"added {named} to {printable(str(expect))}: {figures}", err=True)
