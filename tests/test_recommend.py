@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from tests.strategies import examples, traces
 from warmfit.cli import app
 from warmfit.format.trace import read_trace, readings_frame, write_trace
+from warmfit.replay.admission import SEARCH_CAP_TOKENS, largest_admitted
 from warmfit.report.recommend import (
     ABOVE_EVERY_PEAK,
     BELOW_EVERY_PEAK,
@@ -23,9 +24,7 @@ from warmfit.report.recommend import (
     INTERPOLATED,
     JSON_SCHEMA,
     NO_MEASURED_WAVE,
-    SEARCH_CAP_TOKENS,
     Recommendation,
-    largest_admitted,
     measured_limit,
     recommend,
 )
@@ -264,14 +263,14 @@ def _table(frame: pl.DataFrame, budget: str, *args: str) -> str:
 
 def test_a_trace_with_no_profile() -> None:
     """Every reading ran out of memory: no policy learned anything, there is no floor, and
-    no wave measured what fits."""
+    no wave fitted (SPEC §9: the smallest OOM size, 100, did not fit)."""
     frame = _trace([(100, 100_000), (200, 200_000)], oom=True)
     for row in recommend(frame, 10**9, ["max-merge", "warm-fit", "envelope"]).results:
         assert row["admitted_tokens"] is None and row["estimate_bytes"] is None
         assert row["rank"] is None and row["gap_tokens"] is None
-        assert row["measured"] == NO_MEASURED_WAVE
+        assert row["measured"] == BELOW_EVERY_PEAK and row["smallest_unfitted_tokens"] == 100
     out = _table(frame, "1GB")
-    assert "no profile" in out and "not measured (no wave)" in out
+    assert "no profile" in out and "not measured (none fit)" in out
 
 
 def test_a_floor_alone_admits_any_size_or_none() -> None:
