@@ -30,7 +30,6 @@ True
 from __future__ import annotations
 
 import gc
-import math
 import os
 import traceback
 import warnings
@@ -165,15 +164,13 @@ class Pricer:
                 argument="safety_factor",
             )
         try:
-            finite = math.isfinite(safety_factor)
-        except OverflowError:  # an int past a float's range
-            finite = False
-        if not finite:
+            float(safety_factor)
+        except OverflowError:  # an int past a float's range: no traceback, one line
             raise UsageError(
-                f"must be a positive finite number (1.1 adds a 10% margin); got "
-                f"{safety_factor if abs(safety_factor) < 10**30 else 'a number past 1e308'}.",
+                f"must be a positive number (1.1 adds a 10% margin); got an integer of "
+                f"{int(safety_factor).bit_length()} bits, past a float's range.",
                 argument="safety_factor",
-            )
+            ) from None
         #: The safety factor ``f`` of SPEC §3.
         self.safety_factor: float = check_safety_factor(safety_factor)
         self._profiles: dict[str, Policy] = {}
@@ -289,6 +286,8 @@ class Pricer:
                 signature, kind, phase, whole, oom, n, m, o, baseline, peak, s
             )
         if not is_observed(kind, phase, oom):
+            if signature not in self._profiles:
+                self._asked[signature] = -1  # a signature readings name: not a mistyped one
             return
         reading = Reading(n, m, max(0, peak - baseline), o, whole, phase, kind, s)
         profile = self._profiles.get(signature)
