@@ -306,6 +306,7 @@ def _rank_budget(rank: int, port: int, out: str) -> None:
     Path(out, f"rank{rank}").write_text(str(budget))
 
 
+@pytest.mark.slow
 def test_device_budget_is_the_min_over_a_gloo_groups_ranks(tmp_path: Path) -> None:
     """Two processes on CPU with gloo: rank 0 has 3 GB free, rank 1 4 GB; both get
     rank 0's budget, 4.2 GB."""

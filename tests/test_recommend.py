@@ -405,3 +405,38 @@ def test_the_recorded_prices_are_refused_with_their_own_reason() -> None:
     code, out, err = cli(str(ART), "--budget", "100GB", "-p", "recorded")
     assert (code, out) == (2, "")
     assert "policy 'recorded' is the trainer's own prices" in err and "unknown" not in err
+
+
+def test_an_oom_wave_is_evidence_the_measured_limit_lies_below_it() -> None:
+    """SPEC §9, the case of issue 39: waves of 4,096, 8,192 and 16,384 tokens fitted at
+    10 bytes a token, and one of 32,768 ran out of memory. Within 1,000,000 bytes the
+    measured limit is no longer "all fit, up to 16,384": the line from (16,384,
+    163,840) to the OOM size at one byte over the budget gives 16,384 + 836,160 ×
+    16,384 // 836,161 = 32,767 tokens, below the OOM size."""
+    waves = [(4_096, 40_960), (8_192, 81_920), (16_384, 163_840)]
+    rows = [dict(seq=i, wave=i, signature="s", packed_tokens=n, logical_tokens=n,
+                 peak_bytes=peak, whole=True) for i, (n, peak) in enumerate(waves)]  # fmt: skip
+    rows.append(dict(seq=3, wave=3, signature="s", packed_tokens=32_768, logical_tokens=32_768,
+                     peak_bytes=200_000, phase="forward", oom=True))  # fmt: skip
+    frame = readings_frame(rows)
+    (row,) = recommend(frame, 1_000_000, ["envelope"]).results
+    assert row["measured"] == INTERPOLATED and row["measured_limit_tokens"] == 32_767
+    assert (row["largest_fitted_tokens"], row["smallest_unfitted_tokens"]) == (16_384, 32_768)
+    assert 16_384 + 836_160 * 16_384 // 836_161 == 32_767
+    # a budget the fitting sizes already exceed: the OOM above them changes nothing
+    (row,) = recommend(frame, 100_000, ["envelope"]).results
+    # 8,192 + 18,080 * 8,192 // 81,920 = 10,000
+    assert (row["measured_limit_tokens"], row["smallest_unfitted_tokens"]) == (10_000, 16_384)
+    # without the OOM wave: every size fitted
+    (row,) = recommend(frame.filter(~pl.col("oom")), 1_000_000, ["envelope"]).results
+    assert row["measured"] == ABOVE_EVERY_PEAK
+    out = _table(frame, "1000000", "-p", "envelope")
+    assert "32,767" in out and "not measured" not in out
+
+
+def test_an_oom_below_the_largest_fitting_size_is_not_the_limit() -> None:
+    """An OOM at 100 tokens, below sizes that fitted (200 and 300), bounds nothing: the
+    smallest OOM size *above* the largest fitting one does (SPEC §9)."""
+    assert measured_limit([(200, 2_000), (300, 3_000)], 10_000, [100]).measured == ABOVE_EVERY_PEAK
+    limit = measured_limit([(200, 2_000), (300, 3_000)], 10_000, [100, 500, 400])
+    assert (limit.tokens, limit.smallest_unfitted) == (399, 400)  # 300 + 7,000 * 100 // 7,001
