@@ -381,7 +381,7 @@ class Recorder:
             if getattr(self.meter, "has_reserved", False)
             else None
         )
-        extras = (ESTIMATE_COLUMN, PADDED_COLUMN, SUM_SQ_COLUMN)
+        extras: tuple[str, ...] = (ESTIMATE_COLUMN, PADDED_COLUMN, SUM_SQ_COLUMN)
         extras += (RESERVED_COLUMN,) if self._reserved is not None else ()
         self._writer = None  # type: ignore[assignment]
         self._row_names = tuple(log_schema(extras).names)

@@ -61,7 +61,7 @@ def largest_admitted(admits: Callable[[int], bool], cap: int = SEARCH_CAP_TOKENS
     return low
 
 
-def oom_bound(ooms: Iterable[tuple[int, int | None]], budget_bytes: int) -> int | None:
+def oom_bound(ooms: Iterable[tuple[int, int | None]], budget_bytes: float) -> int | None:
     """The smallest packed-token count that ran out of memory under a budget at least
     ``budget_bytes`` (SPEC §9), of ``(packed_tokens, budget)`` OOM waves; None: none.
 
@@ -80,7 +80,7 @@ def oom_bound(ooms: Iterable[tuple[int, int | None]], budget_bytes: int) -> int 
 
 def max_admitted(
     estimate: EstimateFn,
-    budget_bytes: int,
+    budget_bytes: float,
     oom_tokens: int | None = None,
     cap: int = SEARCH_CAP_TOKENS,
 ) -> int | None:

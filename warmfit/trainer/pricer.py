@@ -481,7 +481,7 @@ class Pricer:
         return _budget_bytes(value)
 
     def oom_tokens(
-        self, signature: str, budget_bytes: int | str, *, kind: str = "flat"
+        self, signature: str, budget_bytes: float | str, *, kind: str = "flat"
     ) -> int | None:
         """The smallest packed-token count of ``signature`` (and ``kind``) that ran out of
         memory in :meth:`wave` under a budget at least ``budget_bytes``: no size at or
@@ -494,7 +494,7 @@ class Pricer:
         return oom_bound(
             ((w.packed_tokens, w.budget_bytes) for w in self.ooms
              if w.signature == signature and w.kind == kind),
-            budget,  # type: ignore[arg-type]
+            budget,
         )  # fmt: skip
 
     def max_tokens(
@@ -540,7 +540,7 @@ class Pricer:
             except EstimateOverflowError:
                 return OVERFLOW
 
-        return max_admitted(estimate, budget, self.oom_tokens(signature, budget, kind=kind), cap)  # type: ignore[arg-type]
+        return max_admitted(estimate, budget, self.oom_tokens(signature, budget, kind=kind), cap)
 
     # ------------------------------------------------------------------ measuring
 
@@ -592,7 +592,7 @@ class Pricer:
         count = (
             packed_tokens if type(packed_tokens) is int else _count(packed_tokens, "packed_tokens")
         )
-        return PricerWave(self, inner, signature, kind, count, budget)  # type: ignore[arg-type]
+        return PricerWave(self, inner, signature, kind, count, budget)
 
     def _meter_recorder(self) -> Recorder:
         """The recorder that measures this Pricer's waves and writes nothing (made once)."""
@@ -659,7 +659,8 @@ class PricerWave:
     @property
     def estimate_bytes(self) -> int | None:
         """The wave's price when it was entered (None: it had none)."""
-        return self._inner.estimate_bytes  # type: ignore[no-any-return]
+        estimate: int | None = self._inner.estimate_bytes
+        return estimate
 
     def __enter__(self) -> PricerWave:
         self._inner.__enter__()
