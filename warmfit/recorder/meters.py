@@ -314,7 +314,7 @@ class CappedCpuMeter(CpuMeter):
     >>> torch.empty(1, dtype=torch.float64)
     Traceback (most recent call last):
     ...
-    torch.OutOfMemoryError: simulated out of memory: 8 bytes more would hold ...
+    torch.OutOfMemoryError: Simulated CPU out of memory. 8 bytes more would hold ...
     >>> meter.close()
     """
 
@@ -338,10 +338,10 @@ class CappedCpuMeter(CpuMeter):
 
             self.ooms += 1
             over = self._live
-            raise torch.OutOfMemoryError(
-                f"simulated out of memory: {over - self.cap_bytes:,} bytes more would hold "
+            raise torch.OutOfMemoryError(  # worded as allocators word it (" out of memory.")
+                f"Simulated CPU out of memory. {over - self.cap_bytes:,} bytes more would hold "
                 f"{over:,} bytes of CPU tensors, over the cap of {self.cap_bytes:,} "
-                "(warmfit CappedCpuMeter)."
+                "(warmfit CappedCpuMeter, a simulation)."
             )
 
 
