@@ -797,13 +797,14 @@ class Recorder:
     def _metadata(self) -> dict[str, str]:
         import torch
 
-        import warmfit
-
+        # the package this module belongs to is loaded before it: read its version there
+        # rather than import it back (warmfit imports the Pricer, which measures with this)
+        version = sys.modules["warmfit"].__version__
         return {
             "warmfit.meter": self.meter.name,
             "warmfit.device": self.meter.device_name,
             "warmfit.torch_version": str(torch.__version__),
-            "warmfit.recorder": f"warmfit {warmfit.__version__}",
+            "warmfit.recorder": f"warmfit {version}",
         }
 
     def close(self) -> Compaction | None:
