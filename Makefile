@@ -122,7 +122,8 @@ mutants: $(STAMP) ## Plant each bug of mutants/mutants.toml in a copy; fail on a
 mutants-generated: $(STAMP) ## Generate mutants of the core modules (AST); fail on an unaccepted survivor.
 	$(PY) mutants/run.py --generate --workers $(or $(WORKERS),2) $(if $(REPORT),--report $(REPORT))
 
-bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too) beside a bare scan, plot 1e5 waves, Pricer.price per call; JSON: benchmarks/results/.
+bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too) beside a bare scan, plot 1e5 waves, Pricer.price per call, BudgetSampler vs a fixed batch under a simulated memory cap; JSON: benchmarks/results/.
 	$(PY) benchmarks/bench_replay.py $(if $(SIZES),--sizes $(SIZES))
 	$(PY) benchmarks/bench_plot.py
 	$(PY) benchmarks/bench_price.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_admission.py
