@@ -17,16 +17,21 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-12s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
+	@echo "make: creating the virtual environment $(VENV) (once; later runs reuse it)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "make: installing $(TORCH_SPEC), the CPU wheel (a few minutes the first time)"
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	@echo "make: installing warmfit with every extra: dev, torch, plot, lightning, transformers, cluster"
 	$(PY) -m pip install -q -e ".[dev,torch,plot,lightning,transformers,cluster]" "$(TORCH_SPEC)"
 	@touch $(STAMP)
+	@echo "make: $(VENV) is ready"
 
 venv: $(STAMP) ## Create .venv with every extra (torch pinned: TORCH_SPEC).
 
 # A .venv made by `make venv` already holds the core; otherwise install the core alone.
 $(CORE_STAMP): pyproject.toml
 	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
+		echo "make: installing warmfit's core (typer, polars, pyarrow) into $(VENV)"; \
 		$(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q -e . ; fi
 	@touch $(CORE_STAMP)
 
@@ -117,8 +122,9 @@ mutants: $(STAMP) ## Plant each bug of mutants/mutants.toml in a copy; fail on a
 mutants-generated: $(STAMP) ## Generate mutants of the core modules (AST); fail on an unaccepted survivor.
 	$(PY) mutants/run.py --generate --workers $(or $(WORKERS),2) $(if $(REPORT),--report $(REPORT))
 
-bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too) beside a bare scan, every command beside replay at 1e7, plot 1e5 waves, Pricer.price per call; JSON: benchmarks/results/.
+bench: $(STAMP) ## Replay 1e5-1e7 readings (SIZES="1e8" too) beside a bare scan, every command beside replay at 1e7, plot 1e5 waves, Pricer.price per call, BudgetSampler vs a fixed batch under a simulated memory cap; JSON: benchmarks/results/.
 	$(PY) benchmarks/bench_replay.py $(if $(SIZES),--sizes $(SIZES))
 	$(PY) benchmarks/bench_commands.py
 	$(PY) benchmarks/bench_plot.py
 	$(PY) benchmarks/bench_price.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_admission.py

@@ -97,13 +97,17 @@ def timed(command: list[str]) -> dict[str, Any]:
 
 def measure(trace: Path, runs: int, out: Path) -> list[dict[str, Any]]:
     """The cases of one trace, ``runs`` times each, in turn."""
+    two = ["-p", "max-merge", "-p", "warm-fit"]  # as measured before envelope was a default
     commands = {
-        "replay": [*warmfit_command(), "replay", str(trace)],
+        "replay": [*warmfit_command(), "replay", str(trace), *two],
         **{
-            fmt: [*warmfit_command(), "plot", str(trace), "-o", str(out / f"x.{fmt}"), "--force"]
+            fmt: [
+                *warmfit_command(), "plot", str(trace), "-o", str(out / f"x.{fmt}"), "--force",
+                *two,
+            ]
             for fmt in ("png", "svg")
         },
-    }
+    }  # fmt: skip
     walls: dict[str, list[float]] = {case: [] for case in commands}
     cpus: dict[str, list[float]] = {case: [] for case in commands}
     peaks: dict[str, list[int]] = {case: [] for case in commands}

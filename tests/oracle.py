@@ -615,7 +615,7 @@ class Result:
 
 def replay(
     rows: Sequence[Row],
-    policies: Sequence[str] = ("max-merge", "warm-fit"),
+    policies: Sequence[str] = ("max-merge", "warm-fit", "envelope"),  # SPEC §9's defaults
     safety_factor: float = DEFAULT_SAFETY_FACTOR,
     by: str = "run",
     budget_bytes: int | None = None,

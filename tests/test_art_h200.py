@@ -130,8 +130,8 @@ def test_replay_prints_one_row_per_configuration_and_policy() -> None:
     result = CliRunner().invoke(app, ["replay", str(SHIPPED), "--format", "json"])
     assert result.exit_code == 0, result.output
     results = json.loads(result.output)["results"]
-    assert len(results) == 11 * 2
-    # no wave of a real H200 run is priced under its peak by either policy
+    assert len(results) == 11 * 3  # the default policies: max-merge, warm-fit, envelope
+    # no wave of a real H200 run is priced under its peak by any of them
     assert all(r["under_peak"] == 0 for r in results)
 
 
@@ -233,7 +233,7 @@ def test_shuffled_order_differs_from_smallest_first_in_most_runs() -> None:
 def test_a_small_shape_after_large_ones_is_priced_under_its_peak() -> None:
     # Shuffled, a fixed cost that a large wave's per-token rate cannot cover: in 4 runs
     # one wave each is priced under its peak, by max-merge and warm-fit alike.
-    summary = replay(read_trace([SHUFFLED])).summary
+    summary = replay(read_trace([SHUFFLED]), ["max-merge", "warm-fit"]).summary
     under = summary.filter(pl.col("under_peak") > 0)
     assert under.height == 4 * 2
     assert set(under.get_column("under_peak")) == {1}

@@ -29,6 +29,9 @@ from warmfit.report.gate import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+#: The PR's two policies, named where a worked example gives their figures alone.
+PR_TWO = ["max-merge", "warm-fit"]
+PR_TWO_P = ("-p", "max-merge", "-p", "warm-fit")
 PR991 = REPO / "traces" / "pr991"
 
 # Two whole waves: the first unpriced, the second priced at 290 * 200 = 58_000 ->
@@ -171,10 +174,10 @@ def test_write_expect_round_trip(tmp_path: Path) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     code, out, _ = invoke("check", str(trace), "--write-expect", str(target), "--engine", "scalar")
-    assert code == 0 and "wrote expectations for 2 run/policy pairs" in out
+    assert code == 0 and "wrote expectations for 3 run/policy pairs" in out
     written = read_expectations(target)
     summary = replay(read_trace([trace]), engine="scalar").summary
-    assert written.runs == ["run"] and written.policies == ["max-merge", "warm-fit"]
+    assert written.runs == ["run"] and written.policies == ["max-merge", "warm-fit", "envelope"]
     for row in summary.iter_rows(named=True):
         limits = written.limits[(row["run"], row["policy"])]
         assert limits["max_median_over_estimate"] >= row["median_over_estimate"]
@@ -183,7 +186,7 @@ def test_write_expect_round_trip(tmp_path: Path) -> None:
         assert limits["min_priced_waves"] == row["priced_waves"]
     code, out, _ = invoke("check", str(trace), "--expect", str(target))
     assert code == 0, out
-    assert "8 of 8 expectations hold" in out
+    assert "12 of 12 expectations hold" in out  # 3 policies x 4 limits
     # never overwrites without --force
     code, _, err = invoke("check", str(trace), "--write-expect", str(target))
     assert code == 2 and "will not overwrite without --force" in err
@@ -202,12 +205,12 @@ def test_csv_and_json_outputs(tmp_path: Path) -> None:
         *("run", "policy", "expectation", "figure", "allowed", "actual", "holds"),
         *("verdict", "measured"),  # added at the end (issue 14)
     ]
-    assert len(rows) == 8 and {r["holds"] for r in rows} == {"true"}
+    assert len(rows) == 12 and {r["holds"] for r in rows} == {"true"}
     assert {r["verdict"] for r in rows} == {"ok"} and all(r["measured"] for r in rows)
     code, out, _ = invoke("check", str(trace), "--expect", str(target), "-f", "json")
     doc = json.loads(out)
     assert doc["schema"] == "warmfit.check/1" and doc["passed"] is True
-    assert doc["safety_factor"] == 1.1 and len(doc["results"]) == 8
+    assert doc["safety_factor"] == 1.1 and len(doc["results"]) == 12
 
 
 def test_table_fits_80_columns(tmp_path: Path) -> None:
@@ -219,7 +222,7 @@ def test_table_fits_80_columns(tmp_path: Path) -> None:
     assert code == 0 and max(len(line) for line in table) <= 80
     # issue 29 item 10: no blank line first; the header starts the output as replay's does
     assert table[0].startswith("run ") and table[1].startswith("─")
-    assert verdict == f"8 of 8 expectations hold ({target}, safety factor 1.1)"
+    assert verdict == f"12 of 12 expectations hold ({target}, safety factor 1.1)"
 
 
 def test_policy_option_restricts_the_check(tmp_path: Path) -> None:
@@ -314,7 +317,7 @@ def test_a_hand_tightened_limit_is_never_met_not_regressed(tmp_path: Path) -> No
     code, out, err = invoke("check", str(PR991), "--expect", str(expect))
     assert code == 1
     assert "regressed" not in err and "REGRESSED" not in out
-    assert f"1 of 16 expectations in {expect} fail (1 never met):" in err
+    assert f"1 of 24 expectations in {expect} fail (1 never met):" in err
     assert "never met  EP1 warm-fit: median over-estimate +15.8% > allowed +10.0% " in err
     assert "(+15.8% when the file was written)" in err and "NEVER MET" in out
     doc = json.loads(invoke("check", str(PR991), "--expect", str(expect), "-f", "json")[1])
@@ -374,7 +377,7 @@ def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path) -> None:
     trace = under_trace(tmp_path)
     # The per-wave rows the numbers above spell out: unscaled 59_000, 64_900 at 1.1.
     for factor, estimate in ((1.0, 59_000), (1.1, 64_900)):
-        rows = replay(read_trace([trace]), safety_factor=factor, engine="scalar").per_wave
+        rows = replay(read_trace([trace]), PR_TWO, factor, engine="scalar").per_wave
         priced = rows.filter(pl.col("estimate_bytes").is_not_null())
         assert sorted(priced.select("run", "policy", "estimate_bytes", "actual_bytes").rows()) == [
             ("EP1", "max-merge", estimate, 70_000),
@@ -388,7 +391,7 @@ def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path) -> None:
     assert int(59_000 * safe) == 70_000 and int(59_000 * math.nextafter(safe, 0)) == 69_999
 
     target = tmp_path / "expect.toml"
-    code, out, err = invoke("check", str(trace), "--write-expect", str(target))
+    code, out, err = invoke("check", str(trace), "--write-expect", str(target), *PR_TWO_P)
     assert code == 2 and out == "" and not target.exists()
     assert f"{target}: not written: at safety factor 1.1, waves are priced under their " in err
     assert "in 4 run/policy pairs:" in err
@@ -403,13 +406,20 @@ def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path) -> None:
     # An existing file is left as it was, byte for byte, even with --force.
     before = b"# kept by hand\r\n[runs.EP1.warm-fit]\nmax_under_peak = 0\n"
     target.write_bytes(before)
-    code, _, err = invoke("check", str(trace), "--write-expect", str(target), "--force")
+    code, _, err = invoke("check", str(trace), "--write-expect", str(target), "--force", *PR_TWO_P)
     assert code == 2 and "not written" in err
     assert target.read_bytes() == before
 
     # At the safe factor no wave is under its peak, and the file is written.
     code, _, err = invoke(
-        "check", str(trace), "--write-expect", str(target), "--force", "--safety", repr(safe)
+        "check",
+        str(trace),
+        "--write-expect",
+        str(target),
+        "--force",
+        "--safety",
+        repr(safe),
+        *PR_TWO_P,
     )
     assert code == 0 and err == ""
     assert {t["max_under_peak"] for t in read_expectations(target).limits.values()} == {0}
@@ -418,7 +428,9 @@ def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path) -> None:
 def test_allow_under_writes_the_count_and_warns(tmp_path: Path) -> None:
     trace = under_trace(tmp_path)
     target = tmp_path / "expect.toml"
-    code, out, err = invoke("check", str(trace), "--write-expect", str(target), "--allow-under")
+    code, out, err = invoke(
+        "check", str(trace), "--write-expect", str(target), "--allow-under", *PR_TWO_P
+    )
     assert code == 0 and "wrote expectations for 4 run/policy pairs" in out
     written = read_expectations(target)
     assert {key: t["max_under_peak"] for key, t in written.limits.items()} == {
@@ -443,7 +455,7 @@ def test_no_wave_under_its_peak_writes_as_before_without_a_warning(tmp_path: Pat
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     code, out, err = invoke("check", str(trace), "--write-expect", str(target))
-    assert code == 0 and err == "" and "wrote expectations for 2 run/policy pairs" in out
+    assert code == 0 and err == "" and "wrote expectations for 3 run/policy pairs" in out
     assert {t["max_under_peak"] for t in read_expectations(target).limits.values()} == {0}
     again = tmp_path / "again.toml"
     code, _, err = invoke("check", str(trace), "--write-expect", str(again), "--allow-under")
@@ -497,7 +509,7 @@ def test_update_adds_the_runs_the_file_does_not_list_and_keeps_every_byte(
     """
     target = tmp_path / "expect.toml"
     only_a = _runs_trace(tmp_path / "a", {"A": 60_000})
-    assert invoke("check", str(only_a), "--write-expect", str(target))[0] == 0
+    assert invoke("check", str(only_a), "--write-expect", str(target), *PR_TWO_P)[0] == 0
     by_hand = target.read_text().replace(
         "max_max_over_estimate = 0.2981", "max_max_over_estimate = 0.35  # loosened by hand"
     )

@@ -27,12 +27,12 @@ def invoke(*args: str) -> str:
 
 def test_markdown_reads_like_the_pr_table() -> None:
     assert invoke("replay", PR991, "--format", "markdown") == (
-        "| run | max-merge median (min) | warm-fit median (min) | waves under their peak "
-        "| under beyond the seen range |\n"
-        "|---|---|---|---|---|\n"
-        "| EP1 | +35% (+24%) | +16% (+9%) | 0 of 25 | 0 of 5 |\n"
-        "| EP2 | +43% (+14%) | +43% (+14%) | 0 of 17 | 0 of 1 |\n"
-        "| **all 2 runs** | +39% (+14%) | +29% (+9%) | 0 of 42 | 0 of 6 |\n"
+        "| run | max-merge median (min) | warm-fit median (min) | envelope median (min) "
+        "| waves under their peak | under beyond the seen range |\n"
+        "|---|---|---|---|---|---|\n"
+        "| EP1 | +35% (+24%) | +16% (+9%) | +10% (+5%) | 0 of 25 | 0 of 5 |\n"
+        "| EP2 | +43% (+14%) | +43% (+14%) | +43% (+14%) | 0 of 17 | 0 of 1 |\n"
+        "| **all 2 runs** | +39% (+14%) | +29% (+9%) | +26% (+5%) | 0 of 42 | 0 of 6 |\n"
         "\n"
         "All 2 runs: the median of their medians (the least of their minima); waves counted "
         "over all of them.\n"
@@ -42,7 +42,7 @@ def test_markdown_reads_like_the_pr_table() -> None:
 def test_json_follows_the_spec() -> None:
     doc = json.loads(invoke("replay", PR991, "-f", "json", "--safety", "1.1"))
     assert doc["schema"] == "warmfit.replay/1" and doc["safety_factor"] == 1.1
-    assert [tuple(r) for r in doc["results"]] == [SUMMARY_COLUMNS] * 4
+    assert [tuple(r) for r in doc["results"]] == [SUMMARY_COLUMNS] * 6  # 2 runs, 3 policies
     ep1_warm = doc["results"][1]
     assert (ep1_warm["run"], ep1_warm["policy"], ep1_warm["priced_waves"]) == (
         "EP1",
@@ -92,7 +92,7 @@ def test_per_wave_parquet_follows_the_spec_and_is_never_overwritten(tmp_path: Pa
     invoke("replay", PR991, "--per-wave", str(target))
     per_wave = pl.read_parquet(target)
     assert per_wave.schema == pl.Schema(PER_WAVE_SCHEMA)
-    assert per_wave.height == 2 * (26 + 17)  # every wave, twice: one row per policy
+    assert per_wave.height == 3 * (26 + 17)  # every wave, thrice: one row per policy
     result = CliRunner().invoke(app, ["replay", PR991, "--per-wave", str(target)])
     assert (
         result.exit_code == 2 and f"will not overwrite without --force: {target}" in result.output

@@ -45,6 +45,10 @@ FIX = "See docs/how-to/ci-gate.md for the format of an expectations file."
 MEDIAN, LARGEST, UNDER, PRICED = LIMITS  # the four limits, in file order
 
 
+#: The PR's two policies, named where a worked example gives their figures alone.
+PR_TWO = ["max-merge", "warm-fit"]
+
+
 def check(trace: Path, expect: Path, *args: str) -> tuple[int, str, str]:
     return invoke("check", str(trace), "--expect", str(expect), *args)
 
@@ -260,7 +264,8 @@ def test_minus_p_checks_that_policy_of_a_file_of_two(tmp_path: Path) -> None:
     expects max-merge, which ``-p`` did not replay: exit 2)."""
     trace = small_trace(tmp_path)
     expect = tmp_path / "e.toml"
-    assert invoke("check", str(trace), "--write-expect", str(expect))[0] == 0
+    two = ("-p", "max-merge", "-p", "warm-fit")
+    assert invoke("check", str(trace), "--write-expect", str(expect), *two)[0] == 0
     assert read_expectations(expect).policies == ["max-merge", "warm-fit"]
     code, out, err = check(trace, expect, "-p", "warm-fit")
     assert code == 0, err
@@ -342,7 +347,7 @@ def test_min_priced_waves_met_exactly_when_written_regressed(tmp_path: Path) -> 
         f"warmfit: error: 1 of 2 expectations in {expect} regressed:\n"
         "  regressed  run warm-fit: priced waves 1 < allowed 2 (2 when the file was written)\n"
         "If the change is intended, rewrite the expectations with\n"
-        f"  warmfit check PATH... --write-expect {expect} --force\n"
+        f"  warmfit check {trace} --write-expect {expect} --force -p warm-fit -p max-merge\n"
         "and commit them with the change.\n"
     )
 
@@ -551,7 +556,7 @@ def test_a_run_with_no_priced_wave_asks_for_no_factor() -> None:
     one unpriced wave, which every factor covers.
     """
     assert int(59_000 * SAFE_UNDER) == 70_000 > int(59_000 * math.nextafter(SAFE_UNDER, 0))
-    both = safe_factors(frame(LONE, UNDER_RUN), engine="scalar")
+    both = safe_factors(frame(LONE, UNDER_RUN), PR_TWO, engine="scalar")
     assert both == {"max-merge": SAFE_UNDER, "warm-fit": SAFE_UNDER}
 
 
@@ -568,7 +573,7 @@ def test_a_run_over_its_peak_at_1_still_gives_its_factor() -> None:
     Run ``over`` prices 59_000 for 50_000 at 1.0: safe from 0.847457627118644, below 1.
     """
     assert int(59_000 * SAFE_OVER) == 50_000 > int(59_000 * math.nextafter(SAFE_OVER, 0))
-    assert safe_factors(frame(OVER), engine="scalar") == {
+    assert safe_factors(frame(OVER), PR_TWO, engine="scalar") == {
         "max-merge": SAFE_OVER,
         "warm-fit": SAFE_OVER,
     }
@@ -581,7 +586,7 @@ def test_one_run_no_factor_covers_makes_the_policy_uncoverable(tmp_path: Path) -
 
     End to end: ``--write-expect`` refuses, saying no factor covers either policy.
     """
-    assert safe_factors(frame(ZERO, UNDER_RUN), engine="scalar") == {
+    assert safe_factors(frame(ZERO, UNDER_RUN), PR_TWO, engine="scalar") == {
         "max-merge": None,
         "warm-fit": None,
     }
@@ -589,7 +594,9 @@ def test_one_run_no_factor_covers_makes_the_policy_uncoverable(tmp_path: Path) -
     for run in (ZERO, UNDER_RUN):
         write_trace(readings_frame(run), folder / f"{run[0]['run']}.parquet")
     target = tmp_path / "e.toml"
-    code, out, err = invoke("check", str(folder), "--write-expect", str(target))
+    code, out, err = invoke(
+        "check", str(folder), "--write-expect", str(target), "-p", "max-merge", "-p", "warm-fit"
+    )
     assert (code, out) == (2, "") and not target.exists()
     assert "(the smallest that puts no wave of these traces under its peak: no factor " in err
     assert "no factor covers max-merge, no factor covers warm-fit)" in err

@@ -175,6 +175,7 @@ def test_a_csv_cell_is_text(value: object, text: str) -> None:
 JSON = """{
   "schema": "warmfit.check/1",
   "expect": "EXPECT",
+  "by": "run",
   "safety_factor": 1.1,
   "passed": false,
   "results": [
@@ -247,7 +248,7 @@ def test_the_expectations_file_spelled_out() -> None:
     figure is known, is equivalent: ``under_peak`` and ``priced_waves`` are counts,
     never missing from a summary, so every table has figures.)
     """
-    result = replay(frame(LONE, OVER), engine="scalar")
+    result = replay(frame(LONE, OVER), ["max-merge", "warm-fit"], engine="scalar")
     text = expectations_toml(result, ["traces"])
     head = (
         "# warmfit expectations: the CI gate of 'warmfit check' (docs/how-to/ci-gate.md).\n"
@@ -258,6 +259,7 @@ def test_the_expectations_file_spelled_out() -> None:
         "# meet, set by hand, is reported as 'never met' rather than 'regressed').\n"
         "version = 1\n"
         "safety_factor = 1.1\n"
+        'by = "run"\n'
     )
     lone = (
         "# no priced wave: no over-estimate figures to bound\n"
@@ -444,7 +446,7 @@ def test_update_expectations_as_a_library_call(tmp_path: Path) -> None:
     text = path.read_text()
     path.write_text(text.rstrip("\n"))  # a file whose last line has no newline
     both = replay(frame(OVER, LONE), ["warm-fit"], 1.0)
-    assert update_expectations(both, read_expectations(path)) == ["lone"]
+    assert update_expectations(both, read_expectations(path)) == [("lone",)]
     grown = path.read_text()
     assert grown.startswith(text.rstrip("\n") + "\n\n# Added by 'warmfit check --update'")
     assert read_expectations(path).runs == ["over", "lone"]

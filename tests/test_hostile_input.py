@@ -338,7 +338,7 @@ def test_markdown_escapes_pipes_and_newlines(tmp_path: Path) -> None:
     assert code == 0, err
     lines = out.splitlines()
     assert len(lines) == 3
-    assert all(line.count("|") - line.count("\\|") == 6 for line in lines)
+    assert all(line.count("|") - line.count("\\|") == 7 for line in lines)  # 3 policies
     assert lines[2].startswith("| a\\|b\\nc |")
 
 
@@ -368,7 +368,7 @@ def test_write_expect_round_trips_any_run_name(tmp_path: Path, run: str) -> None
     assert code == 0, err
     code, out, err = invoke("check", tmp_path, "--expect", toml)
     assert code == 0, err
-    assert out.splitlines()[-1].startswith("8 of 8 expectations hold")
+    assert out.splitlines()[-1].startswith("12 of 12 expectations hold")  # 3 policies x 4
 
 
 # --------------------------------------------------------------------------- checksums
@@ -459,14 +459,14 @@ def test_tables_never_break_a_label(tmp_path: Path, columns: str) -> None:
     code, out, err = invoke("replay", tmp_path, env=env)
     assert code == 0, err
     assert sum(LONG in line for line in out.splitlines()) == 1
-    for policy in ("max-merge", "warm-fit"):
+    for policy in ("max-merge", "warm-fit", "envelope"):
         assert sum(policy in line for line in out.splitlines()) == 1
     toml = tmp_path / "e.toml"
     assert invoke("check", tmp_path, "--write-expect", toml)[0] == 0
     code, out, err = invoke("check", tmp_path, "--expect", toml, env=env)
     assert code == 0, err
     assert sum(LONG in line for line in out.splitlines()) == 1
-    assert sum("median over-estimate" in line for line in out.splitlines()) == 2
+    assert sum("median over-estimate" in line for line in out.splitlines()) == 3
 
 
 def test_files_without_checksums_are_read_as_before(tmp_path: Path) -> None:

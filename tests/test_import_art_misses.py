@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
 from warmfit.cli import app
@@ -143,7 +144,13 @@ def test_good_reports_are_imported_and_every_other_one_named(tmp_path: Path) -> 
     # the observed peak, or an OOM's partial peak; ART's prediction is the recorded price
     assert rank0.get_column("peak_bytes").to_list() == [13_000_000, 15_000_000] + [13_000_000] * 2
     assert rank0.get_column("oom").to_list() == [False, True, False, False]
-    assert set(trace.get_column("estimate_bytes")) == {10_000_000, 9_000_000}
+    # the bytes admitted on (admission_peak_bytes here: no local figure), not the net prediction
+    assert set(trace.get_column("estimate_bytes")) == {10_001_000, 9_001_000}
+    assert set(trace.get_column("art_predicted_peak_bytes")) == {10_000_000, 9_000_000}
+    assert set(trace.get_column("art_estimate_from")) == {"admission_peak_bytes"}
+    assert "estimate_bytes (the bytes admitted on, replayed as 'recorded'): 5 from " in (
+        result.stdout
+    )
     # no whole reading: warm-fit learns nothing from misses
     assert set(trace.select("kind", "phase", "whole").rows()) == {("flat", "caller", False)}
     assert set(trace.get_column("output_bytes")) == {512}
@@ -165,8 +172,9 @@ def test_several_candidates_take_the_one_that_matches_the_prediction(tmp_path: P
         arguments = {"packed_tokens": packed, "logical_tokens": packed, "output_bytes": 0}
         return {"signature": "s", "arguments": arguments, "expected_required_bytes": expected}
 
+    # expected_required_bytes carries the safety factor, as admission_peak_bytes does
     one = report(
-        1, occurred="2026-01-01T00:00:00Z", estimates=[candidate(10, 5), candidate(20, 10_000_000)]
+        1, occurred="2026-01-01T00:00:00Z", estimates=[candidate(10, 5), candidate(20, 10_001_000)]
     )
     two = report(2, occurred="2026-01-01T00:00:01Z", estimates=[candidate(10, 5), candidate(20, 6)])
     (folder / "one.json").write_bytes(canonical(one))
@@ -233,3 +241,104 @@ def test_a_number_beyond_its_column_is_refused_as_malformed(tmp_path: Path) -> N
     assert len(result.output) < 2000  # no number printed in full
     trace = read_trace([out])
     assert trace.height == 1 and trace.get_column("art_report_id").to_list() == [f"{1:032x}"]
+
+
+def test_the_recorded_price_is_the_bytes_the_rank_admitted_on(tmp_path: Path) -> None:
+    """SPEC §9: a format-2 report with replay.local_admission_peak_bytes and two candidate
+    estimates. ART admitted on local = 11,000,000 bytes (its predicted_peak_bytes is
+    round(11,000,000 / 1.1) = 10,000,000, net of the factor); the candidate whose
+    expected_required_bytes is 11,000,000 ran. The wave peaked at 13,000,000, so the
+    recorded price is 2,000,000 under the peak, not 3,000,000."""
+    folder = tmp_path / "spool"
+    folder.mkdir()
+
+    def candidate(packed: int, expected: int) -> dict[str, Any]:
+        arguments = {"packed_tokens": packed, "logical_tokens": packed, "output_bytes": 0}
+        return {"signature": "s", "arguments": arguments, "expected_required_bytes": expected}
+
+    record = report(
+        1,
+        occurred="2026-01-01T00:00:00Z",
+        event="estimate_miss",
+        predicted=10_000_000,
+        observed=13_000_000,
+        estimates=[candidate(100, 10_000_000), candidate(200, 11_000_000)],
+    )
+    record["admission_peak_bytes"] = 12_000_000  # reduced over the ranks: another rank's
+    record["replay"]["local_admission_peak_bytes"] = 11_000_000
+    (folder / "one.json").write_bytes(canonical(record))
+    # without the local figure, the net prediction times the factor: 11,000,000 again,
+    # and the candidates compared net (round(11,000,000 / 1.1) == 10,000,000)
+    bare = report(
+        2,
+        occurred="2026-01-01T00:00:01Z",
+        predicted=10_000_000,
+        observed=13_000_000,
+        estimates=[candidate(100, 10_000_000), candidate(200, 11_000_000)],
+    )
+    del bare["admission_peak_bytes"]
+    (folder / "two.json").write_bytes(canonical(bare))
+    out = tmp_path / "m.parquet"
+    result = CliRunner().invoke(app, ["import", "art-misses", str(folder), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "1 from replay.local_admission_peak_bytes, 1 from predicted_peak_bytes x "
+        "replay.safety_factor" in result.stdout
+    )
+    trace = read_trace([out]).sort("seq")
+    assert trace.get_column("estimate_bytes").to_list() == [11_000_000, 11_000_000]
+    assert trace.get_column("packed_tokens").to_list() == [200, 200]
+    assert trace.get_column("art_predicted_peak_bytes").to_list() == [10_000_000] * 2
+    wave = tmp_path / "waves.csv"
+    replayed = CliRunner().invoke(
+        app, ["replay", str(out), "--policy", "max-merge", "--per-wave", str(wave)]
+    )
+    assert replayed.exit_code == 0, replayed.output
+    rows = pl.read_csv(wave).filter(pl.col("policy") == "recorded")
+    assert rows.get_column("estimate_bytes").to_list() == [11_000_000, 11_000_000]
+
+
+def test_a_report_that_cannot_be_read_is_refused_and_the_others_imported(tmp_path: Path) -> None:
+    """Issue 42: a lone surrogate, a report that is a directory or a FIFO, a report nested
+    thousands deep: each refused and named, the good one imported, no traceback."""
+    import os
+
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    (folder / "good.json").write_bytes(canonical(report(1, occurred="2026-01-01T00:00:00Z")))
+    text = canonical(report(2, occurred="2026-01-01T00:00:01Z")).decode()
+    (folder / "surrogate.json").write_text(text.replace("Qwen/Qwen3-1.7B", "Qwen\\ud800"))
+    (folder / "dir.json").mkdir()
+    os.mkfifo(folder / "fifo.json")
+    (folder / "deep.json").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    out = tmp_path / "m.parquet"
+    result = CliRunner().invoke(app, ["import", "art-misses", str(folder), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "1 report imported, 4 malformed" in result.stdout
+    for name, problem in [
+        ("surrogate.json", "holds a lone surrogate ('\\ud800')"),
+        ("dir.json", "is a directory"),
+        ("fifo.json", "is a FIFO"),
+        ("deep.json", "nests arrays or objects too deeply"),
+    ]:
+        assert f"warmfit: refused {folder / name} (malformed): {problem}" in result.output, name
+    assert read_trace([out]).height == 1
+
+
+def test_a_report_without_read_permission_is_refused(tmp_path: Path) -> None:
+    """Issue 42: PermissionError was a traceback (root reads anything: skipped as root)."""
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root reads a file without read permission")
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    (folder / "good.json").write_bytes(canonical(report(1, occurred="2026-01-01T00:00:00Z")))
+    locked = folder / "locked.json"
+    locked.write_bytes(canonical(report(2, occurred="2026-01-01T00:00:01Z")))
+    locked.chmod(0)
+    misses = import_misses(folder)
+    assert misses.imported == 1
+    assert [(r.path.name, r.reason) for r in misses.refused] == [("locked.json", "malformed")]
+    assert misses.refused[0].problem.startswith("cannot be read (Permission denied")

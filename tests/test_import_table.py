@@ -14,6 +14,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from warmfit.cli import app
@@ -98,7 +100,7 @@ def test_a_users_own_table_imports_with_a_ten_line_mapping(table: Path, tmp_path
     assert json.loads(metadata[MAPPING_KEY.encode()])["run"] == {"label": "{job}-{card}"}
     # it replays
     code, output = invoke("replay", str(out), "--format", "json")
-    assert code == 0 and len(json.loads(output)["results"]) == 4
+    assert code == 0 and len(json.loads(output)["results"]) == 6  # 2 runs, 3 policies
 
 
 def test_the_output_is_never_the_input_and_needs_force_to_overwrite(
@@ -400,7 +402,10 @@ def test_a_huge_number_is_refused_and_never_printed_in_full(
         # a template where the trace holds a number: refused with the mapping's key
         ('estimate_bytes = "{job}"', "extra.estimate_bytes: is a number column"),
         ('padded_tokens = "{padded_tokens}"', "extra.padded_tokens: is a number column"),
-        ("sum_sq_tokens = 1.5", "extra.sum_sq_tokens: must be an integer, a column name"),
+        (
+            "sum_sq_tokens = 1.5",
+            "extra.sum_sq_tokens: must be an integer, a column or an expression",
+        ),
         # a number that breaks the trace's own rule for the column: the table's row is
         # named (the first in the order of the runs and their waves: row 2 has the fewest tokens)
         ("sum_sq_tokens = 0", "column 'sum_sq_tokens', row 2: value 0 is not positive"),
@@ -459,3 +464,280 @@ def test_an_output_that_cannot_be_written_is_one_line(table: Path, tmp_path: Pat
     code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
     assert code == 2 and "Traceback" not in output
     assert output.startswith(f"warmfit: error: cannot write {out}: ")
+
+
+#: The table a team keeps (issue 40): sizes as two columns, MiB, an OOM cell, the weights.
+NEWCOMER = """\
+model,seq_len,batch,peak_mem_MiB,weights_MiB
+llama-8b,1024,2,20000,15000
+llama-8b,2048,2,26000,15000
+llama-8b,4096,2,OOM,15000
+llama-8b,512,4,19000,15000
+"""
+
+NEWCOMER_MAP = """\
+order = { by = ["seq_len", "batch"] }
+[run]
+label = "{model}"
+[fields]
+signature = "{model}"
+packed_tokens = "seq_len * batch"
+oom = "peak_mem_MiB = 'OOM'"
+peak_bytes = "TRY_CAST(peak_mem_MiB AS DOUBLE) * 1048576"
+baseline_bytes = "weights_MiB * 1048576"
+"""
+
+
+def test_the_newcomers_table_imports_with_expressions_and_an_oom_reading(tmp_path: Path) -> None:
+    assert len(NEWCOMER_MAP.splitlines()) <= 10
+    table = tmp_path / "team.csv"
+    table.write_text(NEWCOMER)
+    mapping = write_map(tmp_path, NEWCOMER_MAP)
+    out = tmp_path / "team.parquet"
+    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    assert "warning" not in output  # the baselines are set
+    trace = read_trace([out]).sort("seq")
+    # sorted by seq_len then batch: 512x4, 1024x2, 2048x2, 4096x2 (the OOM)
+    assert trace.get_column("packed_tokens").to_list() == [2048, 2048, 4096, 8192]
+    assert trace.get_column("peak_bytes").to_list() == [
+        19000 * 2**20,
+        20000 * 2**20,
+        26000 * 2**20,
+        15000 * 2**20,  # no peak: the OOM reading's peak is its baseline, a lower bound
+    ]
+    assert set(trace.get_column("baseline_bytes")) == {15000 * 2**20}
+    assert trace.get_column("oom").to_list() == [False, False, False, True]
+    assert trace.get_column("whole").to_list() == [True, True, True, False]
+    # a missing peak is refused where the reading is not an OOM
+    table.write_text(NEWCOMER.replace("2048,2,26000", "2048,2,n/a"))
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out), "--force"
+    )
+    assert (
+        code == 2
+        and "row 2: gives no value (NULL), where fields.peak_bytes needs a number" in output
+    )
+
+
+def test_all_zero_baselines_under_flat_peaks_are_warned_about(tmp_path: Path) -> None:
+    table = tmp_path / "team.csv"
+    table.write_text(NEWCOMER)
+    mapping = write_map(
+        tmp_path, NEWCOMER_MAP.replace('baseline_bytes = "weights_MiB * 1048576"\n', "")
+    )
+    out = tmp_path / "team.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(table), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    # 19000 / 26000 = 73%: the peaks hold the weights
+    assert (
+        "warning: every baseline_bytes is 0 (the mapping sets none), yet in the run 'llama-8b'"
+        in result.output
+    )
+    assert "smallest peak is 73% of the largest" in result.output
+    # saying baseline_bytes = 0 plainly is heard: no warning
+    mapping.write_text(mapping.read_text() + "baseline_bytes = 0\n")
+    result = CliRunner().invoke(
+        app, ["import", "table", str(table), "--map", str(mapping), "-o", str(out), "--force"]
+    )
+    assert result.exit_code == 0 and "warning" not in result.output
+
+
+def test_where_derive_and_templates_take_expressions(table: Path, tmp_path: Path) -> None:
+    mapping = write_map(
+        tmp_path,
+        "where = \"status = 'done' AND seq_tokens >= 1024\"\n"
+        "[derive]\nsize = \"CASE WHEN job = 'llama-8b' THEN '8b' ELSE '7b' END\"\n"
+        '[run]\nlabel = "{size}-{upper(card)}"\n[fields]\nsignature = "{job}"\n'
+        'packed_tokens = "seq_tokens"\npeak_bytes = "CAST(peak_gib * 1024 AS BIGINT) * 1048576"\n'
+        '[extra]\nratio = "padded_tokens / seq_tokens"\n',
+    )
+    imported = import_table(table, load_mapping(mapping))
+    frame = imported.readings.sort("run", "seq")
+    assert frame.get_column("run").to_list() == ["7b-A100", "8b-H100", "8b-H100", "8b-H100"]
+    assert frame.get_column("peak_bytes").to_list()[0] == 5888 * 2**20
+    assert frame.get_column("ratio").to_list()[0] == 2048 / 1536
+    # a NULL derived value names the row; an expression polars cannot parse names the key
+    mapping.write_text(mapping.read_text().replace(" ELSE '7b'", ""))
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert (
+        code == 2 and "row 6: gives no value (NULL) for derive.size; end a CASE with ELSE" in output
+    )
+    mapping.write_text(mapping.read_text().replace('"seq_tokens"', '"seq_tokens +* 2"'))
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert (
+        code == 2
+        and "fields.packed_tokens: 'seq_tokens +* 2' is not a polars SQL expression" in output
+    )
+    # an expression polars cannot evaluate, or one that is no test, names the key
+    mapping.write_text(
+        mapping.read_text()
+        .replace("seq_tokens +* 2", "seq_tokens")
+        .replace("seq_tokens >= 1024", "seq_tokens = 'x'")
+    )
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2 and "where: cannot be evaluated: cannot compare string with numeric" in output
+    mapping.write_text(
+        mapping.read_text().replace("status = 'done' AND seq_tokens = 'x'", "seq_tokens + 1")
+    )
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2 and "where: gives Int64 values, not true or false" in output
+
+
+def test_an_output_never_lands_on_the_mapping_it_extends(table: Path, tmp_path: Path) -> None:
+    """Issue 42: -o BASE --force, where the mapping extends BASE, is refused."""
+    base = write_map(tmp_path, MAPPING, "base.parquet")  # a TOML file named like a trace
+    mapping = write_map(tmp_path, 'extends = "base.parquet"\n', "m.toml")
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(base), "--force"
+    )
+    assert code == 2 and "never writes onto its input" in output
+    assert base.read_text() == MAPPING
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("x = " + "[" * 1500 + "]" * 1500 + "\n", "nests tables or lists too deeply"),
+        ("a = " + "{ b = " * 700 + "1" + " }" * 700 + "\n", "nests tables or lists too deeply"),
+        (MAPPING + f"rank = {2**63}\n", "fields.rank: must be at most 2,147,483,647"),
+        (
+            MAPPING + f"output_bytes = {2**63}\n",
+            "fields.output_bytes: must be at most 9,223,372,036,854,775,807",
+        ),
+    ],
+)
+def test_a_mapping_too_deep_or_a_constant_too_large_is_one_line(
+    table: Path, tmp_path: Path, text: str, said: str
+) -> None:
+    """Issue 42: RecursionError and a constant of 2**63 were tracebacks."""
+    mapping = write_map(tmp_path, text)
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2 and said in output, output
+    assert "Traceback" not in output and len(output.strip().splitlines()) == 1
+
+
+def test_a_wide_header_is_checked_in_linear_time(tmp_path: Path) -> None:
+    """Issue 42: the duplicate check counted each name with list.count (quadratic: 20,000
+    columns took 15 s). 200,000 columns: a duplicate is named, and a table that holds
+    none imports (quadratically, about 25 minutes)."""
+    names = [f"c{i}" for i in range(200_000)]
+    table = tmp_path / "wide.csv"
+    table.write_text(",".join([*names, "c7"]) + "\n" + ",".join(["1"] * 200_001) + "\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "c1"\npeak_bytes = "c2"\n',
+    )
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2 and "names a column twice in its header: c7." in output
+    table.write_text(",".join(names) + "\n" + ",".join(["1"] * 200_000) + "\n")
+    assert import_table(table, load_mapping(mapping)).readings.height == 1
+
+
+def test_a_mapping_that_makes_too_many_readings_is_refused(table: Path, tmp_path: Path) -> None:
+    """Issue 42: a mapping expanding each row into many readings is capped, early."""
+    readings = ", ".join(["{ peak_bytes = 1 }"] * 1001)
+    mapping = write_map(tmp_path, MAPPING + f"[[waves]]\nreadings = [{readings}]\n")
+    code, output = invoke(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert (
+        code == 2
+        and "waves: makes 1,001 readings of each row; warmfit takes at most 1,000" in output
+    )
+
+
+def _import_measured(tmp_path: Path, table: Path, mapping: str) -> tuple[int, str, int]:
+    """Run the import in its own process: exit code, output and peak memory in KiB."""
+    import resource
+    import subprocess
+    import sys
+
+    path = write_map(tmp_path, mapping, "big.toml")
+    out = tmp_path / "big.parquet"
+    args = ["-m", "warmfit", "import", "table", str(table), "--map", str(path), "-o", str(out)]
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=False)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return done.returncode, done.stdout + done.stderr, peak
+
+
+@pytest.mark.slow
+def test_a_million_rows_import_in_memory_linear_in_the_table(tmp_path: Path) -> None:
+    """Issue 42: 1,000,000 rows (22 MB of CSV) within 1 GiB (a 2-core VM: 8 s, 563 MiB)."""
+    table = tmp_path / "rows.csv"
+    with table.open("w") as handle:
+        handle.write("model,seq_len,batch,peak_mem_MiB,note\n")
+        for i in range(1_000_000):
+            handle.write(f"m{i % 50},{i % 4000 + 1},{i % 7 + 1},{1000 + i % 9999}.5,done\n")
+    code, output, peak = _import_measured(
+        tmp_path,
+        table,
+        '[run]\nlabel = "{model}"\n[fields]\nsignature = "{model}"\n'
+        'packed_tokens = "seq_len * batch"\npeak_bytes = "peak_mem_MiB * 1048576"\n'
+        "baseline_bytes = 0\n",
+    )
+    assert code == 0, output
+    assert "1,000,000 readings in 50 runs" in output
+    assert peak < 2**20  # KiB: 1 GiB
+
+
+@pytest.mark.slow
+def test_a_million_columns_import_in_memory_linear_in_the_table(tmp_path: Path) -> None:
+    """Issue 42: a header of 1,000,000 columns within 1 GiB (a 2-core VM: 3 s, 340 MiB)."""
+    table = tmp_path / "cols.csv"
+    names = [f"c{i}" for i in range(1_000_000)]
+    table.write_text(",".join(names) + "\n" + ",".join(["1"] * 1_000_000) + "\n")
+    code, output, peak = _import_measured(
+        tmp_path,
+        table,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "c1"\npeak_bytes = "c999999"\n',
+    )
+    assert code == 0 and "1 reading in 1 run" in output, output
+    assert peak < 2**20
+
+
+_CELL = st.one_of(
+    st.integers(min_value=0, max_value=10**9).map(str),
+    st.decimals(min_value=0, max_value=10**6, places=3, allow_nan=False).map(str),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(_CELL, _CELL, _CELL), min_size=1, max_size=8))
+def test_the_shorter_forms_are_the_expressions_they_stand_for(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[str, str, str]]
+) -> None:
+    """{ add, subtract, unit } and a bare column give exactly the readings of the
+    expressions the how-to says they stand for, on any table of numbers."""
+    folder = tmp_path_factory.mktemp("forms")
+    table = folder / "t.csv"
+    body = "".join(f"r,{i + 1},{a},{b},{c}\n" for i, (a, b, c) in enumerate(rows))
+    table.write_text("run,tokens,a,b,c\n" + body)
+    common = '[run]\nlabel = "{run}"\n[fields]\nsignature = "s"\npacked_tokens = "tokens"\n'
+    forms = {
+        "short": common + 'peak_bytes = { add = ["a", "b"], unit = "KiB" }\n'
+        '[extra]\nfloor = { column = "c", scale = 3 }\n',
+        "expression": common + 'peak_bytes = "(a + b) * 1024"\n[extra]\nfloor = "ROUND(c * 3)"\n',
+    }
+    frames = {}
+    for name, text in forms.items():
+        frames[name] = import_table(table, load_mapping(write_map(folder, text, f"{name}.toml")))
+    short, expression = frames["short"].readings, frames["expression"].readings
+    assert short.get_column("peak_bytes").to_list() == expression.get_column("peak_bytes").to_list()
+    assert short.get_column("floor").to_list() == [
+        round(v) for v in expression.get_column("floor").cast(pl.Float64).to_list()
+    ]

@@ -205,6 +205,10 @@ def test_a_size_measured_twice_in_one_series_is_refused(tmp_path: Path) -> None:
     assert "(line 2450)" in result.output and not out.exists()
 
 
+#: The PR's two policies: the figures below are theirs.
+PR_TWO_P = ("-p", "max-merge", "-p", "warm-fit")
+
+
 @pytest.mark.parametrize(
     ("order", "under_peak"),
     [
@@ -216,7 +220,8 @@ def test_replay_prices_every_wave_but_each_run_s_first(
     order: str, under_peak: dict[str, int]
 ) -> None:
     result = CliRunner().invoke(
-        app, ["replay", str(TRACE / f"{order}.parquet"), "--format", "json"]
+        app,
+        ["replay", str(TRACE / f"{order}.parquet"), "--format", "json", *PR_TWO_P],
     )
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)["results"]

@@ -32,7 +32,15 @@ def test_check_says_which_expectations_a_narrowing_p_leaves_unchecked(
     assert done.exit_code == 0, done.output
     assert "max-merge" in done.stderr and "not checked" in done.stderr
     every = runner.invoke(
-        app, ["check", "traces/pr991", "--expect", str(expect), "-p", "warm-fit", "-p", "max-merge"]
+        app,
+        [
+            "check",
+            "traces/pr991",
+            "--expect",
+            str(expect),
+            *("-p", "warm-fit", "-p", "max-merge"),
+            *("-p", "envelope"),
+        ],
     )
     assert "not checked" not in every.stderr
 
@@ -93,7 +101,7 @@ def test_recover_of_a_file_says_it_is_a_file(runner: CliRunner, tmp_path: Path) 
 def test_a_misspelt_policy_gets_a_suggestion() -> None:
     from warmfit.policies import get_policy
 
-    with pytest.raises(PolicyError, match="Did you mean 'warm-fit'"):
+    with pytest.raises(PolicyError, match=r"\(did you mean 'warm-fit'\?\); registered"):
         get_policy("warmfit")
     with pytest.raises(PolicyError, match="not its file: mypol:MeanWhole"):
         get_policy("mypol.py:MeanWhole")

@@ -486,7 +486,7 @@ def test_the_command_line_gives_the_oracles_figures_and_rows(tmp_path: Path) -> 
     assert (doc["schema"], doc["safety_factor"]) == ("warmfit.replay/1", WORKED_SAFETY)
     assert_same(doc["results"], WORKED_BY_SIGNATURE, "replay --format json")
     assert_same(rows_of(pl.read_parquet(per_wave)), worked_per_wave(), "replay --per-wave")
-    # the defaults: max-merge and warm-fit, f = 1.1, by run, no budget
+    # the defaults (SPEC §9): max-merge, warm-fit and envelope, f = 1.1, by run, no budget
     doc = invoke("replay", str(trace), "--format", "json")
     assert doc["safety_factor"] == 1.1
     assert_same(doc["results"], oracle.replay(WORKED).summary, "replay's defaults")

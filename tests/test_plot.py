@@ -535,7 +535,7 @@ def test_a_wave_under_its_peak_is_drawn_even_in_a_crowded_cell() -> None:
     common = {"run": "r", "rank": 0, "policy": "p"}
     peaks = pl.DataFrame(
         [{**common, "wave": i, "position": i, "actual_gb": y, "estimate_gb": y * 1.2,
-          "set_by": "profile", "under_peak": i == 3} for i, y in enumerate(ys)]
+          "set_by": "profile", "under_peak": i == 3, "oom": False} for i, y in enumerate(ys)]
     )  # fmt: skip
     rates = pl.DataFrame(
         [{"run": "r", "rank": 0, "signature": "s", "wave": i, "first_seq": i,

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from tests.strategies import examples, traces
 from warmfit.cli import app
 from warmfit.format.trace import read_trace, readings_frame, write_trace
+from warmfit.replay.admission import SEARCH_CAP_TOKENS, largest_admitted
 from warmfit.report.recommend import (
     ABOVE_EVERY_PEAK,
     BELOW_EVERY_PEAK,
@@ -23,9 +24,7 @@ from warmfit.report.recommend import (
     INTERPOLATED,
     JSON_SCHEMA,
     NO_MEASURED_WAVE,
-    SEARCH_CAP_TOKENS,
     Recommendation,
-    largest_admitted,
     measured_limit,
     recommend,
 )
@@ -172,8 +171,8 @@ def test_the_json_fields() -> None:
     doc = json.loads(text)
     assert list(doc) == ["schema", "budget_bytes", "safety_factor", "search_cap_tokens", "results"]
     assert doc["search_cap_tokens"] == SEARCH_CAP_TOKENS == 2**40
-    assert {r["policy"] for r in doc["results"]} == {"max-merge", "warm-fit"}  # the defaults
-    assert len(doc["results"]) == 2 * 11  # one per run, signature and policy
+    assert {r["policy"] for r in doc["results"]} == {"max-merge", "warm-fit", "envelope"}
+    assert len(doc["results"]) == 3 * 11  # one per run, signature and policy (the defaults)
     for result in doc["results"]:
         assert tuple(result) == FIELDS
     assert FIELDS == (
@@ -264,14 +263,14 @@ def _table(frame: pl.DataFrame, budget: str, *args: str) -> str:
 
 def test_a_trace_with_no_profile() -> None:
     """Every reading ran out of memory: no policy learned anything, there is no floor, and
-    no wave measured what fits."""
+    no wave fitted (SPEC §9: the smallest OOM size, 100, did not fit)."""
     frame = _trace([(100, 100_000), (200, 200_000)], oom=True)
     for row in recommend(frame, 10**9, ["max-merge", "warm-fit", "envelope"]).results:
         assert row["admitted_tokens"] is None and row["estimate_bytes"] is None
         assert row["rank"] is None and row["gap_tokens"] is None
-        assert row["measured"] == NO_MEASURED_WAVE
+        assert row["measured"] == BELOW_EVERY_PEAK and row["smallest_unfitted_tokens"] == 100
     out = _table(frame, "1GB")
-    assert "no profile" in out and "not measured (no wave)" in out
+    assert "no profile" in out and "not measured (none fit)" in out
 
 
 def test_a_floor_alone_admits_any_size_or_none() -> None:
@@ -406,3 +405,38 @@ def test_the_recorded_prices_are_refused_with_their_own_reason() -> None:
     code, out, err = cli(str(ART), "--budget", "100GB", "-p", "recorded")
     assert (code, out) == (2, "")
     assert "policy 'recorded' is the trainer's own prices" in err and "unknown" not in err
+
+
+def test_an_oom_wave_is_evidence_the_measured_limit_lies_below_it() -> None:
+    """SPEC §9, the case of issue 39: waves of 4,096, 8,192 and 16,384 tokens fitted at
+    10 bytes a token, and one of 32,768 ran out of memory. Within 1,000,000 bytes the
+    measured limit is no longer "all fit, up to 16,384": the line from (16,384,
+    163,840) to the OOM size at one byte over the budget gives 16,384 + 836,160 ×
+    16,384 // 836,161 = 32,767 tokens, below the OOM size."""
+    waves = [(4_096, 40_960), (8_192, 81_920), (16_384, 163_840)]
+    rows = [dict(seq=i, wave=i, signature="s", packed_tokens=n, logical_tokens=n,
+                 peak_bytes=peak, whole=True) for i, (n, peak) in enumerate(waves)]  # fmt: skip
+    rows.append(dict(seq=3, wave=3, signature="s", packed_tokens=32_768, logical_tokens=32_768,
+                     peak_bytes=200_000, phase="forward", oom=True))  # fmt: skip
+    frame = readings_frame(rows)
+    (row,) = recommend(frame, 1_000_000, ["envelope"]).results
+    assert row["measured"] == INTERPOLATED and row["measured_limit_tokens"] == 32_767
+    assert (row["largest_fitted_tokens"], row["smallest_unfitted_tokens"]) == (16_384, 32_768)
+    assert 16_384 + 836_160 * 16_384 // 836_161 == 32_767
+    # a budget the fitting sizes already exceed: the OOM above them changes nothing
+    (row,) = recommend(frame, 100_000, ["envelope"]).results
+    # 8,192 + 18,080 * 8,192 // 81,920 = 10,000
+    assert (row["measured_limit_tokens"], row["smallest_unfitted_tokens"]) == (10_000, 16_384)
+    # without the OOM wave: every size fitted
+    (row,) = recommend(frame.filter(~pl.col("oom")), 1_000_000, ["envelope"]).results
+    assert row["measured"] == ABOVE_EVERY_PEAK
+    out = _table(frame, "1000000", "-p", "envelope")
+    assert "32,767" in out and "not measured" not in out
+
+
+def test_an_oom_below_the_largest_fitting_size_is_not_the_limit() -> None:
+    """An OOM at 100 tokens, below sizes that fitted (200 and 300), bounds nothing: the
+    smallest OOM size *above* the largest fitting one does (SPEC §9)."""
+    assert measured_limit([(200, 2_000), (300, 3_000)], 10_000, [100]).measured == ABOVE_EVERY_PEAK
+    limit = measured_limit([(200, 2_000), (300, 3_000)], 10_000, [100, 500, 400])
+    assert (limit.tokens, limit.smallest_unfitted) == (399, 400)  # 300 + 7,000 * 100 // 7,001

@@ -14,7 +14,10 @@ spec-notes 23, not the code of ``warmfit/report/recommend.py``:
   ranks that can price (no profile, no floor: cannot), the lowest rank on a tie;
 - the measured limit: each size's largest actual bytes over the waves that did
   not run out of memory, sizes smallest first; the first over the budget did
-  not fit; a straight line between it and the size before, rounded down.
+  not fit; a straight line between it and the size before, rounded down. An
+  OOM wave's size did not fit either (SPEC §9): the smallest OOM size above
+  the largest size that fitted, when below the first size over the budget,
+  takes its place at one byte over the budget.
 
 warmfit's answer is read from the command line's JSON, so the test holds
 whatever the code behind it becomes. The search is checked by brute force:
@@ -134,6 +137,21 @@ def measured(rows: Sequence[Row], run: str, sig: str, budget: int) -> dict[str, 
     for key, bytes_ in actual.items():
         if key not in oom:
             peaks[size[key]] = max(peaks.get(size[key], 0), bytes_)
+    # SPEC §9: an OOM wave's size did not fit. The largest size that fitted (every
+    # size below the first over the budget), then the smallest OOM size above it.
+    fitted = 0
+    for n in sorted(peaks):
+        if peaks[n] > budget:
+            break
+        fitted = n
+    oom_sizes = [size[key] for key in oom if size[key] > fitted]
+    if oom_sizes:
+        first_over = min((n for n in peaks if peaks[n] > budget), default=None)
+        smallest_oom = min(oom_sizes)
+        if first_over is None or smallest_oom < first_over:
+            # the OOM size is the first that did not fit, at one byte over the budget
+            peaks = {n: a for n, a in peaks.items() if n <= fitted}
+            peaks[smallest_oom] = budget + 1
     if not peaks:
         return {"measured": "no measured wave", "measured_limit_tokens": None}
     sizes = sorted(peaks)

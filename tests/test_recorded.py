@@ -122,7 +122,7 @@ def test_the_worked_trace_gives_the_recorded_row_by_hand(
     """Every figure of SPEC §3, §7 and §8, at any safety factor (it never scales them)."""
     frame = read_trace([write_worked(tmp_path)])
     got = replay(frame, None, safety, engine, budget_bytes=BUDGET)
-    assert got.policies == ("max-merge", "warm-fit", "recorded")
+    assert got.policies == ("max-merge", "warm-fit", "envelope", "recorded")
     row = got.summary.filter(pl.col("policy") == "recorded").row(0, named=True)
     assert row == {**RECORDED_ROW, **BUDGET_FIGURES}
     assert recorded_rows(got.per_wave) == RECORDED_WAVES
@@ -187,7 +187,7 @@ def test_the_streamed_replay_gives_the_same_rows_in_any_batches(tmp_path: Path, 
         [tmp_path / "t"], None, budget_bytes=BUDGET, by="signature", batch_readings=batch,
         per_wave=parts.append,
     )  # fmt: skip
-    assert got.policies == ("max-merge", "warm-fit", "recorded")
+    assert got.policies == ("max-merge", "warm-fit", "envelope", "recorded")
     assert got.summary.equals(whole.summary)
     assert pl.concat(parts).equals(whole.per_wave)
     q = got.summary.filter((pl.col("run") == "Q") & (pl.col("policy") == "recorded"))
@@ -267,7 +267,7 @@ def test_the_orders_carry_each_waves_price_with_it(tmp_path: Path) -> None:
 def test_the_sweep_leaves_recorded_out(tmp_path: Path) -> None:
     """No safety factor scales the trainer's prices: nothing to sweep."""
     frame = read_trace([write_worked(tmp_path)])
-    assert {row["policy"] for row in sweep(frame).results} == {"max-merge", "warm-fit"}
+    assert {row["policy"] for row in sweep(frame).results} == {"max-merge", "warm-fit", "envelope"}
     with pytest.raises(UsageError, match="nothing to sweep"):
         sweep(frame, ["warm-fit", "recorded"])
     assert safe_factors(frame, ["recorded"]) == {}

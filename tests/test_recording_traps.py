@@ -149,7 +149,10 @@ def test_validate_shows_recovered_files_lost_readings_and_mixed_metadata(tmp_pat
     write_trace(frame.filter(pl.col("run") != "a"), tmp_path / "b.parquet", {"warmfit.meter": "x"})
     out = cli("validate", tmp_path).stdout
     assert "  meter       torch.cuda (1 of 2 files); x (1 of 2 files)\n" in out
-    assert "  torch       not recorded (no warmfit.torch_version metadata)\n" in out
+    assert (
+        "  not known   device, torch, recorder (no warmfit.device, warmfit.torch_version, "
+        "warmfit.recorder metadata: written by another tool or imported)\n" in out
+    )
     assert "  recovered   yes, 1 of 2 files" in out
     assert "30 readings lost" in out and "2 waves skipped" in out
 

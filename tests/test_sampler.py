@@ -312,3 +312,136 @@ def test_the_untaught_warning_names_the_signatures_the_pricer_has_learned() -> N
     sampler = BudgetSampler([5] * 10, pricer, 10**9, first_wave_samples=2, shuffle=False)
     with pytest.warns(SamplerWarning, match="It has learned 'train/GPT2LMHeadModel'"):
         list(sampler)
+
+
+# --------------------------------------------------------------------------- OOM survived (issue 39)
+
+
+def run_epoch(sampler: BudgetSampler, fits: int) -> list[list[int]]:
+    """A training loop over one epoch in which a wave over ``fits`` tokens runs out of
+    memory (raised inside the sampler's Pricer wave, as an allocator raises it)."""
+    ran = []
+    for wave in sampler:
+        with sampler.wave() as w:
+            w.forward_done()
+            if sampler.waves[-1].packed_tokens > fits:
+                raise torch.OutOfMemoryError("simulated: CUDA out of memory.")
+        if not w.oom:
+            ran.append(wave)
+    return ran
+
+
+def test_an_oom_wave_is_packed_again_into_smaller_waves_and_no_sample_is_lost() -> None:
+    """40 B/token priced (max-merge, factor 1) within 6,000 B packs up to 150 tokens; the
+    device fits 60: every wave over 60 runs out of memory, its samples are packed
+    again, and no later wave reaches the size that ran out of memory."""
+    pricer = taught(40)  # its waves are measured by its own meter (CPU storages here)
+    sampler = BudgetSampler(LENGTHS, pricer, 6_000, first_wave_samples=1, seed=3)
+    ran = run_epoch(sampler, fits=60)
+    assert sorted(i for wave in ran for i in wave) == list(range(len(LENGTHS)))  # each once
+    assert sampler.epoch == 1 and sampler.failed == []
+    oom_waves = [i for i, w in enumerate(sampler.waves) if w.oom]
+    assert oom_waves and all(sampler.waves[i].packed_tokens > 60 for i in oom_waves)
+    for i in oom_waves:  # no later wave of that size under that budget
+        assert all(w.packed_tokens < sampler.waves[i].packed_tokens for w in sampler.waves[i + 1 :])
+    assert [w.indices for w in sampler.waves if not w.oom] == [tuple(w) for w in ran]
+    assert all(len(w.indices) == w.samples for w in sampler.waves)
+    assert pricer.oom_tokens("train", 6_000) == min(
+        sampler.waves[i].packed_tokens for i in oom_waves
+    )
+    pricer.close()
+
+
+def test_a_sample_that_runs_out_of_memory_alone_is_not_retried() -> None:
+    pricer = taught(1)
+    lengths = [5, 50, 5, 5]
+    sampler = BudgetSampler(lengths, pricer, 10**6, first_wave_samples=1, shuffle=False)
+    with pytest.warns(SamplerWarning, match=r"sample 1 \(50 tokens\) ran out of memory alone"):
+        ran = run_epoch(sampler, fits=20)
+    assert sampler.failed == [1] and sorted(i for w in ran for i in w) == [0, 2, 3]
+    # a later epoch yields sample 1 alone, at or above the size that ran out of memory
+    with pytest.warns(SamplerWarning, match=r"sample 1 \(50 tokens\) is at or above 50 tokens"):
+        assert [1] in list(sampler)
+    pricer.close()
+
+
+def hf_trainer(tmp_path: Path, lengths: list[int], steps: int) -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    data = Recorded(lengths, vocab=64)
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=64, n_positions=128, n_embd=32, n_layer=1, n_head=2,
+                        bos_token_id=1, eos_token_id=1)  # fmt: skip
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=1, max_steps=steps,
+        learning_rate=1e-3, save_strategy="no", report_to="none", use_cpu=True,
+        dataloader_num_workers=0, disable_tqdm=True, logging_steps=100, seed=0, optim="sgd",
+    )  # fmt: skip
+    return Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=data,
+                   data_collator=flatten)  # fmt: skip
+
+
+def test_hf_trainer_without_warmfit_record_learns_from_the_pricers_own_readings(
+    tmp_path: Path,
+) -> None:
+    """No recorder at all (as outside 'warmfit record'): the Pricer measures each
+    training_step itself and packs beyond the first-wave size from the second wave on."""
+    pytest.importorskip("transformers")
+    rng = random.Random(0)
+    lengths = [rng.randint(8, 96) for _ in range(30)]
+    trainer = hf_trainer(tmp_path, lengths, steps=4)
+    pricer = Pricer("warm-fit")
+    sampler = BudgetSampler(lengths, pricer, 2_000_000, signature="train", first_wave_tokens=64)
+    use_sampler(trainer, sampler)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SamplerWarning)  # never "the pricer has learned nothing"
+        trainer.train()
+    pricer.close()
+    assert trainer.state.global_step == 4 and "train" in pricer.profiles
+    first, *later = sampler.waves
+    assert first.estimate_bytes is None and first.packed_tokens <= 64
+    assert all(w.estimate_bytes is not None and w.estimate_bytes <= 2_000_000 for w in later)
+    assert all(w.packed_tokens > 64 for w in later)  # packed beyond the first-wave size
+    assert list((tmp_path / "out").glob("**/*.parquet")) == []
+
+
+def test_hf_trainer_survives_an_oom_mid_epoch_uses_every_sample_once_and_records_it(
+    tmp_path: Path,
+) -> None:
+    """A simulated device (CappedCpuMeter: 1.2 MB above the weights) under a budget
+    set too high (2 MB): the priced waves run out of memory mid-epoch; the run goes on,
+    finishes the epoch with every sample once, admits no later wave at or above a size
+    that ran out of memory, and the trace holds the OOM readings."""
+    pytest.importorskip("transformers")
+    from warmfit.format.trace import read_trace
+    from warmfit.integrations.huggingface import record_trainer
+    from warmfit.recorder import Recorder
+    from warmfit.recorder.meters import CappedCpuMeter, meter_live
+
+    rng = random.Random(0)
+    lengths = [rng.randint(8, 96) for _ in range(30)]
+    trainer = hf_trainer(tmp_path, lengths, steps=24)
+    meter = CappedCpuMeter(meter_live() + 1_200_000)
+    pricer = Pricer("warm-fit")
+    recorder = Recorder(tmp_path / "trace", run="hf", meter=meter, pricer=pricer)
+    sampler = BudgetSampler(lengths, pricer, "2MB", signature="train", first_wave_tokens=64)
+    use_sampler(trainer, sampler)
+    record_trainer(trainer, recorder, signature="train")
+    trainer.train()
+    recorder.close()
+    assert trainer.state.global_step == 24 and meter.ooms >= 1
+    epoch0 = [w for w in sampler.waves if w.epoch == 0]
+    assert any(w.epoch == 1 for w in sampler.waves)  # the epoch finished
+    used = sorted(i for w in epoch0 if not w.oom for i in w.indices)
+    assert used == list(range(len(lengths)))  # every sample once
+    ooms = [i for i, w in enumerate(sampler.waves) if w.oom]
+    assert ooms and ooms[0] > 0  # mid-epoch, after a wave that fitted
+    for i in ooms:
+        assert all(w.packed_tokens < sampler.waves[i].packed_tokens for w in sampler.waves[i + 1 :])
+    readings = read_trace([tmp_path / "trace"])
+    oom_readings = readings.filter(readings["oom"])
+    assert sorted(set(oom_readings["packed_tokens"].to_list())) == sorted(
+        {sampler.waves[i].packed_tokens for i in ooms}
+    )
+    assert readings["wave"].n_unique() == len(sampler.waves)  # one recorded wave each

@@ -95,7 +95,7 @@ def test_oom_waves_counts_only_priced_waves(tmp_path: Path) -> None:
         assert {k: row[k] for k in expected} == expected, row["policy"]
         assert row["median_over_estimate"] == pytest.approx(0.1)
     summary = replay(read_trace([folder])).summary
-    assert summary.get_column("oom_waves").to_list() == [1, 1]
+    assert summary.get_column("oom_waves").to_list() == [1, 1, 1]  # the 3 default policies
 
 
 def test_set_by_floor_counts_only_figure_waves(tmp_path: Path) -> None:
@@ -138,14 +138,14 @@ def test_a_wave_priced_exactly_at_the_budget_is_admitted_in_the_per_wave_file(
     folder = _trace(tmp_path / "trace", [_wave(0, 400, 4), _wave(1, 400, 4), _wave(2, 500, 5)])
     out = tmp_path / "waves.parquet"
     rows = _json("replay", folder, "--budget", "440", "--per-wave", out)
-    assert [(r["admitted"], r["refused_fit"], r["admitted_oom"]) for r in rows] == [(1, 0, 0)] * 2
+    assert [(r["admitted"], r["refused_fit"], r["admitted_oom"]) for r in rows] == [(1, 0, 0)] * 3
     per_wave = pl.read_parquet(out)
     for policy in ("max-merge", "warm-fit"):
         assert _column(per_wave, policy, "estimate_bytes") == [None, 440, 550]
         assert _column(per_wave, policy, "admitted") == [None, True, False]
     result = replay(read_trace([folder]), budget_bytes=440)
     assert _column(result.per_wave, "warm-fit", "admitted") == [None, True, False]
-    assert result.summary.get_column("admitted").to_list() == [1, 1]
+    assert result.summary.get_column("admitted").to_list() == [1, 1, 1]  # 3 default policies
 
 
 # --------------------------------------------------------------------------- 4, 5: check
@@ -244,10 +244,10 @@ def test_the_safe_factor_ignores_waves_that_ran_out_of_memory(tmp_path: Path) ->
     folder = _trace(tmp_path, [_wave(0, 10_000), _wave(1, 10_000), _wave(2, 22_500, oom=True)])
     found = sweep(read_trace([folder]), grid=[1.0])
     assert [(r["policy"], r["safe_factor"]) for r in found.results] == [
-        ("max-merge", 1.0), ("warm-fit", 1.0),
+        ("max-merge", 1.0), ("warm-fit", 1.0), ("envelope", 1.0),
     ]  # fmt: skip
     rows = json.loads(_ok("sweep", folder, "--format", "json").stdout)["results"]
-    assert [(r["safe_factor"], r["under_peak_at_1"]) for r in rows] == [(1.0, 0)] * 2
+    assert [(r["safe_factor"], r["under_peak_at_1"]) for r in rows] == [(1.0, 0)] * 3
 
 
 # --------------------------------------------------------------------------- 8, 9: per-wave Parquet

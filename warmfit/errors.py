@@ -43,6 +43,12 @@ class UsageError(WarmfitError):
         return UsageError(f"{flag} {self.problem}")
 
 
+class EstimateOverflowError(UsageError):
+    """A wave priced above 2**63 bytes (a trace's int64 column cannot hold it): the
+    Pricer's answer; a recorder given such a price runs the wave unrecorded, as it
+    would run it unpriced, so recording never changes what the trainer does."""
+
+
 def whole_number(value: object, argument: str) -> int:
     """``value`` as an int (``operator.index``: an int, a numpy integer, a 0-d integer
     tensor), or a :class:`UsageError` naming ``argument``.

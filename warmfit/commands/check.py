@@ -10,6 +10,7 @@ import typer
 
 from warmfit.commands.options import (
     SAFETY,
+    By,
     ClusterOpt,
     Engine,
     EngineOpt,
@@ -33,7 +34,8 @@ PolicyOpt = Annotated[
         "--policy",
         "-p",
         help="Policy to check (repeatable): a registered name or module:Class. Default: those "
-        "the expectations name (with --write-expect: max-merge and warm-fit).",
+        "the expectations name (with --write-expect: max-merge, warm-fit and envelope, and "
+        "recorded where the trace carries prices; -p without recorded leaves it out).",
         show_default=False,
         metavar="POLICY",
     ),
@@ -87,6 +89,15 @@ AllowUnderOpt = Annotated[
         "since such a file passes a policy that would have run out of memory.",
     ),
 ]
+ByOpt = Annotated[
+    By,
+    typer.Option(
+        "--by",
+        help="Check one result per run, or per run and signature (a regression of one "
+        "signature then shows). The expectations file records it; a check refuses a file "
+        "written with the other.",
+    ),
+]
 UpdateOpt = Annotated[
     bool,
     typer.Option(
@@ -104,6 +115,7 @@ def check_command(
     policy: PolicyOpt = None,
     format: CheckFormatOpt = CheckFormat.table,
     engine: EngineOpt = Engine.auto,
+    by: ByOpt = By.run,
     safety: WriteSafetyOpt = None,
     force: WriteForceOpt = False,
     allow_under: AllowUnderOpt = False,
@@ -116,7 +128,8 @@ def check_command(
     Example: warmfit check traces --expect traces/expectations.toml
 
     Policies default to those the expectations name (with --write-expect:
-    max-merge and warm-fit). --update adds the traces' new runs to the file.
+    max-merge, warm-fit and envelope). --by signature gates each signature
+    alone. --update adds the traces' new runs to the file.
     --write-expect and --update refuse figures with waves under their peak
     unless given --allow-under. See docs/how-to/ci-gate.md for the file's
     format.
@@ -138,7 +151,7 @@ def check_command(
         check_new_file(write_expect, force, paths)
         with streaming(paths, jobs, cluster) as jobs:
             _write_expect(
-                paths, write_expect, policy=policy, safety=safety, engine=engine,
+                paths, write_expect, policy=policy, safety=safety, engine=engine, by=by,
                 allow_under=allow_under, jobs=jobs, cluster=cluster,
             )  # fmt: skip
         return
@@ -153,14 +166,17 @@ def check_command(
             f"--safety applies to --write-expect only; {expect} fixes the safety factor "
             "its figures were taken at (its 'safety_factor' key)."
         )
-    expectations = _expectations(expect, policy)
+    from warmfit.replay import RECORDED
+
+    expectations = _expectations(expect, policy, by)
+    policies = policy or expectations.policies
     with streaming(paths, jobs, cluster) as jobs:
         result = _replayed(
-            paths, policy or expectations.policies, expectations.safety_factor, engine,
-            jobs, cluster,
+            paths, policies, expectations.safety_factor, engine, jobs, cluster,
+            by=by.value, recorded=RECORDED in policies,
         )  # fmt: skip
     _check(
-        result, expect, expectations, policy=policy, format=format, update=update,
+        result, expect, expectations, paths, policy=policy, format=format, update=update,
         allow_under=allow_under,
     )  # fmt: skip
 
@@ -172,17 +188,20 @@ def _replayed(
     engine: Engine,
     jobs: int | None,
     cluster: str | None,
-    by: str = "run",
+    *,
+    by: str,
+    recorded: bool,
 ) -> StreamedReplay:
     """The figures the gate needs, from the one streamed replay of the traces (``by``:
-    the summary's grouping, ``run`` or ``signature``, as replay's --by)."""
+    the summary's grouping, ``run`` or ``signature``, as replay's --by; ``recorded``:
+    whether the trainer's recorded prices are reported)."""
     from warmfit.replay.stream import replay_stream
     from warmfit.show.progress import progress_bar
 
     with progress_bar("replaying", unit="batches") as progress:
         return replay_stream(
             paths, policies, safety, engine.value, by, jobs=jobs, cluster=cluster,
-            progress=progress,
+            progress=progress, recorded=recorded,
         )  # fmt: skip
 
 
@@ -193,16 +212,18 @@ def _write_expect(
     policy: list[str] | None,
     safety: float | None,
     engine: Engine,
+    by: By,
     allow_under: bool,
     jobs: int | None,
     cluster: str | None,
 ) -> None:
     """``--write-expect``: the current figures as a new expectations file."""
-    from warmfit.replay import DEFAULT_SAFETY_FACTOR
+    from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED
     from warmfit.report import gate
 
     factor = DEFAULT_SAFETY_FACTOR if safety is None else safety
-    result = _replayed(paths, policy, factor, engine, jobs, cluster)
+    recorded = not policy or RECORDED in policy  # -p without it: a file without it
+    result = _replayed(paths, policy, factor, engine, jobs, cluster, by=by.value, recorded=recorded)
     with writing(write_expect):
         gate.write_expectations(
             result, write_expect, [str(p) for p in paths], allow_under=allow_under
@@ -215,19 +236,21 @@ def _write_expect(
         typer.echo(
             f"warning: {printable(str(write_expect))} now allows {waves_under(waves)} "
             f"for {printable(name)} (in "
-            f"{counted(len(offenders), 'run')}): the gate will pass {printable(name)} "
+            f"{counted(len(offenders), 'run' if by is By.run else 'run/signature pair')}): "
+            f"the gate will pass {printable(name)} "
             "although it would have run out of memory on "
             f"{'that wave' if waves == 1 else 'those waves'}.",
             err=True,
         )
     count = sum(1 for _ in gate.expectations_from(result))
+    tables = "run/policy pair" if by is By.run else "run/signature/policy table"
     typer.echo(
-        f"wrote expectations for {counted(count, 'run/policy pair')} "
+        f"wrote expectations for {counted(count, tables)} "
         f"({', '.join(result.policies)}) to {write_expect}"
     )
 
 
-def _expectations(expect: Path, policy: list[str] | None) -> Expectations:
+def _expectations(expect: Path, policy: list[str] | None, by: By) -> Expectations:
     """The expectations file, narrowed to the policies of ``-p`` (said on stderr), or
     checked to name registered policies only."""
     from warmfit.policies import policy_names
@@ -236,6 +259,7 @@ def _expectations(expect: Path, policy: list[str] | None) -> Expectations:
     from warmfit.report import gate
 
     expectations = gate.read_expectations(expect)
+    gate.check_grouping(expectations, by.value)
     if policy:
         names = lineup_names(*resolve_lineup(policy, RECORDED in policy))
         left_out = [name for name in expectations.policies if name not in names]
@@ -273,6 +297,7 @@ def _check(
     result: StreamedReplay,
     expect: Path,
     expectations: Expectations,
+    paths: list[Path],
     *,
     policy: list[str] | None,
     format: CheckFormat,
@@ -293,11 +318,12 @@ def _check(
     report = gate.evaluate(result, expectations)
     typer.echo(gate.render(report, format.value), nl=False)
     if not report.passed:
-        raise RegressionFound(report.regression_message())
+        raise RegressionFound(report.regression_message([str(p) for p in paths]))
 
 
-def _report_added(result: StreamedReplay, added: list[str], expect: Path) -> None:
-    """One line per run ``--update`` added, with its figures per policy (stderr)."""
+def _report_added(result: StreamedReplay, added: list[tuple[str, ...]], expect: Path) -> None:
+    """One line per run (and signature) ``--update`` added, with its figures per
+    policy (stderr)."""
     import polars as pl
 
     from warmfit.report.table import percent
@@ -305,11 +331,16 @@ def _report_added(result: StreamedReplay, added: list[str], expect: Path) -> Non
     if not added:
         typer.echo(f"{printable(str(expect))}: no new run to add.", err=True)
         return
-    for run in added:
-        rows = result.summary.filter(pl.col("run") == run).iter_rows(named=True)
+    for group in added:
+        where = pl.col("run") == group[0]
+        named = f"run {printable(group[0])!r}"
+        if len(group) > 1:
+            where &= pl.col("signature") == group[1]
+            named += f" signature {printable(group[1])!r}"
+        rows = result.summary.filter(where).iter_rows(named=True)
         figures = "; ".join(
             f"{printable(r['policy'])} median {percent(r['median_over_estimate'])}, "
             f"{waves_under(r['under_peak'] or 0)}"
             for r in rows
         )
-        typer.echo(f"added run {printable(run)!r} to {printable(str(expect))}: {figures}", err=True)
+        typer.echo(f"added {named} to {printable(str(expect))}: {figures}", err=True)

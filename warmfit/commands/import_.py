@@ -75,23 +75,25 @@ def table_command(
     output: OutputOpt,
     force: ForceOpt = False,
 ) -> None:
-    """Turn a CSV table into a trace through a declarative TOML mapping.
+    """Turn a CSV table into a trace through a TOML mapping of polars expressions.
 
     Example: warmfit import table runs.csv --map runs.toml -o traces/mine/runs.parquet
 
-    The mapping names the columns that make each run's label and each wave's
-    signature, tokens and peak (with a unit or scale), the rows kept (equality
-    and membership tests only), the order of each run's waves and how many
-    waves and readings a row becomes. A broken mapping is refused naming its
+    The mapping gives each run's label and each wave's signature, tokens and
+    peak as polars SQL expressions over the table's columns ("seq_len * batch",
+    "peak_mem_MiB = 'OOM'"), the rows kept (where = "..."), the order of each
+    run's waves and how many waves and readings a row becomes. A broken mapping is refused naming its
     key and column, a bad row naming the file, column and row, and nothing is
     written. The trace carries the mapping and the table's SHA-256.
     """
     from warmfit.format.writer import write_trace
     from warmfit.importers.table import import_table, load_mapping
 
-    _check_output(output, force, [table, mapping])
     loaded = load_mapping(mapping)
+    _check_output(output, force, [table, *loaded.sources])
     imported = import_table(table, loaded)
+    for warning in imported.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     if imported.readings.height == 0:
         raise UsageError(
             f"{mapping}: no row of {table} passes [filter] ({imported.rows} rows read); "
@@ -101,7 +103,7 @@ def table_command(
         write_trace(imported.readings, output, imported.metadata)
     typer.echo(
         f"wrote {output}: {counted(imported.readings.height, 'reading')} in "
-        f"{counted(imported.runs, 'run')} from {imported.kept} of {counted(imported.rows, 'row')} "
+        f"{counted(imported.runs, 'run')} from {imported.kept:,} of {counted(imported.rows, 'row')} "
         f"of {table}. Replay it: warmfit replay {output}"
     )
 
@@ -122,7 +124,9 @@ def art_misses_command(
 
     Each report (ART_TRAINER_RANK_PLANNER_MISS_THRESHOLD_PCT) becomes a flat
     wave of one caller reading, not whole, in occurred_at order per rank, with
-    ART's prediction as the recorded price (estimate_bytes). A report that
+    the bytes the rank admitted on as the recorded price (estimate_bytes:
+    replay.local_admission_peak_bytes, else admission_peak_bytes, else
+    predicted_peak_bytes times replay.safety_factor; the summary says which). A report that
     cannot be read (malformed, cut short, over 16 MiB) or that holds no wave is
     named on stderr and the others are imported; warmfit then exits 2.
     """
@@ -142,6 +146,12 @@ def art_misses_command(
     tally = f"{counted(misses.imported, 'report')} imported, " + ", ".join(
         f"{counts[r]} {r}" for r in REASONS
     )
+    if misses.imported:
+        sources = misses.sources()
+        typer.echo(
+            "estimate_bytes (the bytes admitted on, replayed as 'recorded'): "
+            + ", ".join(f"{n} from {source}" for source, n in sources.items() if n)
+        )
     if misses.imported == 0:
         raise TraceError(f"no report could be imported ({tally}); nothing written.", path=directory)
     with writing(output):

@@ -41,7 +41,7 @@ PolicyOpt = Annotated[
         "--policy",
         "-p",
         help="Policy to replay (repeatable): a registered name or module:Class. "
-        "Default: max-merge and warm-fit.",
+        "Default: max-merge, warm-fit and envelope.",
         show_default=False,
         metavar="POLICY",
     ),

@@ -81,11 +81,13 @@ def _metadata_lines(metadata: list[dict[str, str]]) -> list[str]:
 
     total = len(metadata)
     lines = []
+    missing = []  # said in one line: an imported trace lacks them all
     for label, key in _RECORDED:
         values = Counter(meta.get(key) for meta in metadata)
         if set(values) == {None}:
-            text = f"not recorded (no {key} metadata)"
-        elif len(values) == 1:
+            missing.append((label, key))
+            continue
+        if len(values) == 1:
             text = printable(next(iter(values)) or "")
         else:
             text = "; ".join(
@@ -93,6 +95,12 @@ def _metadata_lines(metadata: list[dict[str, str]]) -> list[str]:
                 for value, count in sorted(values.items(), key=lambda kv: (kv[0] is None, kv[0]))
             )
         lines.append(f"  {label:<11} {text}")
+    if missing:
+        lines.append(
+            f"  {'not known':<11} {', '.join(label for label, _ in missing)} (no "
+            f"{', '.join(key for _, key in missing)} metadata: written by another tool or "
+            "imported)"
+        )
     recovered = sum(meta.get("warmfit.recovered") == "true" for meta in metadata)
     lines.append(
         f"  {'recovered':<11} "

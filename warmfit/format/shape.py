@@ -98,9 +98,18 @@ def unequal_peaks(frame: pl.DataFrame, safety_factor: float) -> pl.DataFrame:
     ``packed_tokens``, ``logical_tokens`` and ``output_bytes`` (every policy's
     inputs); a group is named when its largest peak is above ``int(smallest *
     safety_factor)``, the price a perfect estimate of the smallest would give.
-    Columns: ``run``, ``signature``, ``packed_tokens``, ``waves``, ``low``, ``high``
-    and, when the trace has the column, ``low_sum_sq`` and ``high_sum_sq`` (the
-    ``sum_sq_tokens`` of those two waves); sorted by run, signature, then widest first.
+    Columns: ``run``, ``signature``, ``packed_tokens``, ``waves``, ``low``, ``high``;
+    ``low_baseline`` and ``high_baseline`` (the baseline of those two waves' first
+    readings), ``high_kept`` (what the wave of the high peak left allocated: the next
+    wave's baseline on its rank less its own; null for a rank's last wave) and
+    ``by_baseline`` (true when the baselines explain the gap: the wave of the high
+    peak started lower, by enough that its peak less that difference is within the
+    margin, as when it allocated the gradients that the next wave found held, after
+    ``zero_grad(set_to_none=True)``); and, when the trace has the column,
+    ``low_sum_sq`` and ``high_sum_sq`` (the ``sum_sq_tokens`` of those two waves);
+    sorted by run, signature, then widest first.
+
+    Bytes near 2**63 are no error: a margin beyond the largest Int64 holds every peak.
     """
     has_sum_sq = _integer_column(frame, SUM_SQ_COLUMN)
     delta = pl.max_horizontal(pl.col("peak_bytes") - pl.col("baseline_bytes"), pl.lit(0))
@@ -112,6 +121,7 @@ def unequal_peaks(frame: pl.DataFrame, safety_factor: float) -> pl.DataFrame:
         delta.max().alias("actual"),
         pl.col("oom").any().alias("oom"),
         pl.col("seq").min().alias("first_seq"),
+        pl.col("baseline_bytes").sort_by("seq").first().alias("baseline"),
     ]
     if has_sum_sq:
         per_wave.append(pl.col(SUM_SQ_COLUMN).max())
@@ -119,6 +129,9 @@ def unequal_peaks(frame: pl.DataFrame, safety_factor: float) -> pl.DataFrame:
         pl.len().cast(pl.Int64).alias("waves"),
         pl.col("actual").min().alias("low"),
         pl.col("actual").max().alias("high"),
+        pl.col("baseline").sort_by("actual").first().alias("low_baseline"),
+        pl.col("baseline").sort_by("actual").last().alias("high_baseline"),
+        pl.col("kept").sort_by("actual").last().alias("high_kept"),
     ]
     if has_sum_sq:
         groups += [
@@ -127,10 +140,17 @@ def unequal_peaks(frame: pl.DataFrame, safety_factor: float) -> pl.DataFrame:
         ]
     if frame.height == 0:
         return frame.select("run", "signature", "packed_tokens").clear()
-    margin = (pl.col("low").cast(pl.Float64) * safety_factor).floor().cast(pl.Int64)
+    # int(low * f): null where it is beyond Int64, which then holds every peak
+    margin = (pl.col("low").cast(pl.Float64) * safety_factor).floor().cast(pl.Int64, strict=False)
+    base_gap = pl.col("low_baseline") - pl.col("high_baseline")
+    by_baseline = (base_gap > 0) & (pl.col("high") - base_gap <= margin)
     return (
         frame.group_by("run", "rank", "wave")
         .agg(per_wave)
+        .sort("run", "rank", "first_seq")
+        .with_columns(  # what each wave left allocated: the next one's start less its own
+            (pl.col("baseline").shift(-1).over("run", "rank") - pl.col("baseline")).alias("kept")
+        )
         .filter(  # not the signature's first wave on its rank: it pays one-time costs
             pl.col("first_seq").rank("ordinal").over("run", "rank", "signature") > 1
         )
@@ -138,7 +158,10 @@ def unequal_peaks(frame: pl.DataFrame, safety_factor: float) -> pl.DataFrame:
         .group_by("run", "signature", "packed_tokens", "logical_tokens", "output_bytes")
         .agg(groups)
         .filter(pl.col("high") > margin)
-        .with_columns((pl.col("high") / pl.col("low")).alias("ratio"))
+        .with_columns(
+            (pl.col("high") / pl.col("low")).alias("ratio"),
+            by_baseline.fill_null(False).alias("by_baseline"),
+        )
         .sort(["run", "signature", "ratio"], descending=[False, False, True])
         .drop("logical_tokens", "output_bytes")
     )
@@ -165,12 +188,40 @@ def unequal_peaks_warning(frame: pl.DataFrame, safety_factor: float, shown: int 
         )
         if has_sum_sq and widest["low_sum_sq"] is not None and widest["high_sum_sq"] is not None:
             text += f"; sum_sq_tokens {widest['low_sum_sq']:,} and {widest['high_sum_sq']:,}"
+        if widest["by_baseline"]:
+            gap = widest["low_baseline"] - widest["high_baseline"]
+            text += (
+                f"; the wave of the higher peak started {format_bytes(gap)} lower, at a "
+                f"baseline of {format_bytes(widest['high_baseline'])} against "
+                f"{format_bytes(widest['low_baseline'])}"
+            )
+            if widest["high_kept"] is not None and widest["high_kept"] > 0:
+                text += f", and left {format_bytes(widest['high_kept'])} allocated after it"
         text += ")"
         if group.height > 1:
             text += f" and {counted(group.height - 1, 'more set')} of equal tokens"
         parts.append(text)
     if len(pairs) > shown:
         parts.append(f"and {len(pairs) - shown} more signatures")
+    shown_groups = [group.row(0, named=True) for group in pairs[:shown]]
+    if all(row["by_baseline"] for row in shown_groups):
+        return (
+            "warmfit: warning: waves with the same tokens differ in peak by more than the "
+            f"safety margin ({safety_factor - 1:.0%}, safety factor {safety_factor:g}): "
+            + "; ".join(parts)
+            + ". Their baselines explain it, not their tokens' shape: the wave of the higher "
+            "peak allocated memory that a later wave found already held (the gradients, for "
+            "one, when the first wave of each step allocates them after "
+            "zero_grad(set_to_none=True)), so its delta above its baseline counts that "
+            "memory too. Give the first wave of each step its own signature, or keep the "
+            f"gradients allocated (zero_grad(set_to_none=False)) ({SHAPE_DOCS})."
+        )
+    if any(row["by_baseline"] for row in shown_groups):
+        parts.append(
+            "where the higher peak started lower, the baselines explain the gap (memory "
+            "that wave allocated and kept, such as the gradients after "
+            "zero_grad(set_to_none=True)), not attention"
+        )
     if has_sum_sq:
         column = (
             f"The trace has the column {SUM_SQ_COLUMN} (the sum of each wave's squared "

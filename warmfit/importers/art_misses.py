@@ -4,9 +4,9 @@ ART (OpenPipe/ART) writes one canonical JSON report per *miss* when
 ``ART_TRAINER_RANK_PLANNER_MISS_THRESHOLD_PCT`` is set: a wave whose observed
 peak differed from ART's prediction by more than the threshold, or that ran
 out of memory. Each report becomes one flat wave of one caller reading, not
-whole, in ``occurred_at`` order per rank, with ART's prediction kept as the
-price the trainer used (``estimate_bytes``, SPEC §8: replay reports it as
-the policy ``recorded``). docs/how-to/bring-your-own-measurements.md gives the
+whole, in ``occurred_at`` order per rank, with the bytes the rank admitted on as
+the price the trainer used (``estimate_bytes``, SPEC §8 and §9: replay reports
+it as the policy ``recorded``). docs/how-to/bring-your-own-measurements.md gives the
 mapping field by field and what the reports cannot give.
 
 Reports are read one by one: a file that is not a report warmfit can read
@@ -54,7 +54,15 @@ EXTRAS = {
     "art_safety_factor": "float",
     "art_admission_peak_bytes": "int",
     "art_expected_required_bytes": "int",
+    "art_estimate_from": "text",
+    "art_predicted_peak_bytes": "int",
 }
+#: Where ``estimate_bytes`` comes from, the first a report has (SPEC §9).
+ADMITTED = (
+    "replay.local_admission_peak_bytes",
+    "admission_peak_bytes",
+    "predicted_peak_bytes x replay.safety_factor",
+)
 
 
 class _Refused(Exception):
@@ -81,6 +89,11 @@ class Misses:
     metadata: dict[str, str]
     imported: int
     refused: list[Refused] = field(default_factory=list)
+
+    def sources(self) -> dict[str, int]:
+        """How many waves took ``estimate_bytes`` from each of :data:`ADMITTED`."""
+        column = self.readings.get_column("art_estimate_from").to_list()
+        return {source: column.count(source) for source in ADMITTED}
 
     def counts(self) -> dict[str, int]:
         """How many reports were refused for each reason (:data:`REASONS`)."""
@@ -142,13 +155,16 @@ def _load(path: Path) -> tuple[dict[str, Any], bytes]:
     problem = not_regular(path)
     if problem is not None:
         raise _malformed(f"{problem}.")
-    size = os.stat(path).st_size
-    if size > MAX_REPORT_BYTES:
-        raise _Refused(
-            OVERSIZED, f"is {size:,} bytes, over ART's cap of {MAX_REPORT_BYTES:,} (16 MiB)."
-        )
-    with path.open("rb") as handle:
-        raw = handle.read(MAX_REPORT_BYTES + 1)
+    try:
+        size = os.stat(path).st_size
+        if size > MAX_REPORT_BYTES:
+            raise _Refused(
+                OVERSIZED, f"is {size:,} bytes, over ART's cap of {MAX_REPORT_BYTES:,} (16 MiB)."
+            )
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise _malformed(f"cannot be read ({exc.strerror or exc}).") from None
     if len(raw) > MAX_REPORT_BYTES:
         raise _Refused(
             OVERSIZED, f"holds more than ART's cap of {MAX_REPORT_BYTES:,} bytes (16 MiB)."
@@ -170,6 +186,16 @@ def _load(path: Path) -> tuple[dict[str, Any], bytes]:
         ) from None
     except ValueError:  # a number of more than 4,300 digits (sys.get_int_max_str_digits)
         raise _malformed("holds a number too long to read (over 4,300 digits).") from None
+    except RecursionError:
+        raise _malformed("nests arrays or objects too deeply to read.") from None
+    try:  # JSON may escape a lone surrogate (\\ud800), which no text column can hold
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _malformed(
+            f"holds a lone surrogate ({exc.object[exc.start : exc.end]!a}), which is not text."
+        ) from None
+    except RecursionError:
+        raise _malformed("nests arrays or objects too deeply to read.") from None
     if not isinstance(record, dict):
         raise _malformed("is JSON but not an object.")
     return record, raw
@@ -241,6 +267,22 @@ def _wave(record: dict[str, Any]) -> _Wave:
         device if isinstance(device, str) or device is None else json.dumps(device, sort_keys=True)
     )
     safety = _number(replay, "safety_factor")
+    local = _integer(replay, "local_admission_peak_bytes", where="replay.", optional=True)
+    # the bytes the rank admitted on (SPEC §9): ART's predicted_peak_bytes is its
+    # prediction net of the safety factor, round(local_required / factor)
+    if local is not None:
+        estimate, source = local, ADMITTED[0]
+    elif admission is not None:
+        estimate, source = admission, ADMITTED[1]
+    elif safety is not None and safety > 0 and predicted is not None:
+        estimate, source = round(predicted * safety), ADMITTED[2]
+        if estimate > LARGEST[0]:
+            raise _malformed(f"predicted_peak_bytes x replay.safety_factor is beyond {LARGEST[1]}.")
+    else:
+        raise _malformed(
+            "says no bytes admitted: neither replay.local_admission_peak_bytes, "
+            "admission_peak_bytes nor a positive replay.safety_factor."
+        )
     memory = replay.get("memory_replay")
     estimates = memory.get("estimates") if isinstance(memory, dict) else None
     if not isinstance(estimates, list) or not estimates:
@@ -250,12 +292,22 @@ def _wave(record: dict[str, Any]) -> _Wave:
     checked = [_estimate(e, i) for i, e in enumerate(estimates)]
     chosen = checked[0]
     if len(checked) > 1:
-        matching = [e for e in checked if e[3] == predicted]
+        # like with like: an estimate's expected_required_bytes carries the safety factor,
+        # as the admitted bytes do; the net prediction is compared net, as ART rounds it
+        tries = [(local, lambda e: e == local), (admission, lambda e: e == admission)]
+        if safety is not None and safety > 0:
+            tries.append((predicted, lambda e: round(e / safety) == predicted))
+        matching: list[tuple[str, dict[str, int], int, int]] = []
+        for target, match in tries:
+            if target is not None:
+                matching = [e for e in checked if match(e[3])]
+                if matching:
+                    break
         if len(matching) != 1:
             raise _Refused(
                 NOT_A_WAVE,
                 f"lists {len(checked)} candidate estimates and {len(matching)} of them match "
-                f"predicted_peak_bytes ({predicted:,}): which one ran is not known.",
+                f"the admitted bytes ({estimate:,}, {source}): which one ran is not known.",
             )
         chosen = matching[0]
     signature, arguments, _index, expected = chosen
@@ -267,7 +319,9 @@ def _wave(record: dict[str, Any]) -> _Wave:
         "output_bytes": arguments["output_bytes"],
         "peak_bytes": peak,
         "oom": oom,
-        "estimate_bytes": predicted,
+        "estimate_bytes": estimate,
+        "art_estimate_from": source,
+        "art_predicted_peak_bytes": predicted,
         "art_report_id": record["id"],
         "art_occurred_at": record["occurred_at"],
         "art_event": event,

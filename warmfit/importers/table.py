@@ -1,11 +1,16 @@
-"""A table of measurements (CSV) as a trace, through a declarative TOML mapping.
+"""A table of measurements (CSV) as a trace, through a TOML mapping of polars expressions.
 
-The mapping says which columns make each run's label and each wave's
-signature, which give the tokens, peaks and other numbers (with a unit or a
-scale), which rows are kept (equality and membership tests on columns, never
-an expression that runs code), in which order each run's rows become waves
-(by columns, ascending, or a fixed shuffle) and how many waves and readings a
-row becomes. docs/how-to/bring-your-own-measurements.md describes every key;
+The mapping says which rows are kept (``where``), which expressions give each
+run's label and each wave's signature, tokens, peaks and other numbers, in
+which order each run's rows become waves (by columns, ascending, or a fixed
+shuffle) and how many waves and readings a row becomes. A value is a polars
+SQL expression over the table's columns (:func:`polars.sql_expr`: arithmetic,
+``CASE WHEN``, string functions, casts), evaluated by polars on the whole
+table at once; text (labels, signatures) is a template whose ``{...}`` holds a
+column or an expression. The shorter forms of earlier mappings (``[filter]``,
+``[require]`` tests, ``[derive.NAME]`` cases, ``{ column, unit, scale, add,
+subtract }``) are read as the expressions they stand for.
+docs/how-to/bring-your-own-measurements.md describes every key;
 ``traces/art-h200/source/*.toml`` and ``traces/liger-gpu/source/*.toml`` are
 two real mappings.
 
@@ -23,596 +28,42 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import itertools
 import json
-import re
-import tomllib
 import zlib
-from collections.abc import Iterator, Mapping
+from array import array
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation, Overflow, localcontext
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from warmfit.errors import TraceError, UsageError
 from warmfit.format.files import not_regular
-from warmfit.format.schema import (
-    ESTIMATE_COLUMN,
-    OPTIONAL_COLUMNS,
-    PADDED_COLUMN,
-    SHAPE_COLUMNS,
-    SUM_SQ_COLUMN,
+from warmfit.importers.mapping import (
+    _FALSE,
+    _LARGEST,
+    _LARGEST_RANK,
+    _NAME,
+    _NUMBER,
+    _ROW,
+    _TRUE,
+    MAPPING_KEY,
+    MAX_READINGS,
+    SHA256_KEY,
+    SOURCE_KEY,
+    TEXT,
+    TYPED_EXTRA,
+    Derived,
+    Spec,
+    TableMapping,
+    load_mapping,
 )
 
-#: The Parquet metadata keys an import writes (a mapping's ``[metadata]`` may not set them).
-MAPPING_KEY = "warmfit.import.mapping"
-SOURCE_KEY = "warmfit.import.source"
-SHA256_KEY = "warmfit.import.source_sha256"
-#: Metadata keys a mapping may not set: the schema's, the per-wave marker and the import's own.
-RESERVED_METADATA = frozenset(
-    {"warmfit.schema", "warmfit.per_wave", MAPPING_KEY, SOURCE_KEY, SHA256_KEY}
-)
+__all__ = ["MAPPING_KEY", "SHA256_KEY", "SOURCE_KEY", "Imported", "import_table", "load_mapping"]
 
-#: Units a number may be given in (``unit = "MiB"``), in bytes.
-UNITS: dict[str, int] = {
-    "B": 1,
-    "KiB": 2**10,
-    "MiB": 2**20,
-    "GiB": 2**30,
-    "TiB": 2**40,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-}
-
-#: The reading fields, by the level that may set them: ``[fields]`` sets any, a
-#: ``[[waves]]`` entry those of a wave and its readings, a reading its own.
-NUMBER_FIELDS = (
-    "rank",
-    "packed_tokens",
-    "logical_tokens",
-    "output_bytes",
-    "baseline_bytes",
-    "peak_bytes",
-    "static_floor_bytes",
-)
-TEXT_FIELDS = ("signature", "kind", "phase")
-BOOL_FIELDS = ("whole", "oom")
-READING_LEVEL = ("phase", "whole", "peak_bytes", "baseline_bytes", "oom")
-WAVE_LEVEL = (
-    "signature",
-    "kind",
-    "packed_tokens",
-    "logical_tokens",
-    "output_bytes",
-    "static_floor_bytes",
-    *READING_LEVEL,
-)
-ALL_FIELDS = ("rank", *WAVE_LEVEL)
-
-_TOP_KEYS = (
-    "extends",
-    "description",
-    "filter",
-    "require",
-    "derive",
-    "run",
-    "order",
-    "fields",
-    "waves",
-    "extra",
-    "metadata",
-)
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_RENDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
-#: The optional trace columns with a type and rules (SPEC §8, the batch's shape) that
-#: ``[extra]`` may set: numbers only, as ``[fields]`` takes them, with what each holds.
-TYPED_EXTRA = {
-    ESTIMATE_COLUMN: "the price the trainer used, in bytes",
-    PADDED_COLUMN: "the batch's tokens, padding included",
-    SUM_SQ_COLUMN: "the sum of the squared sequence lengths",
-}
-assert set(TYPED_EXTRA) == {*OPTIONAL_COLUMNS, *SHAPE_COLUMNS}
-#: The largest number a trace holds (int64); a rank must fit int32.
-_LARGEST = 2**63 - 1
-_LARGEST_RANK = 2**31 - 1
-_TRUE = frozenset({"true", "1", "yes"})
-_FALSE = frozenset({"false", "0", "no"})
-
-
-# --------------------------------------------------------------------------- mapping
-
-
-class _Keys:
-    """Names a key of the mapping file in an error (``map.toml: fields.peak_bytes: ...``)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def error(self, key: str, problem: str) -> UsageError:
-        return UsageError(f"{self.path}: {key}: {problem}")
-
-
-@dataclass(frozen=True)
-class Template:
-    """Text with ``{column}`` placeholders (``{{`` and ``}}`` are literal braces)."""
-
-    text: str
-    names: tuple[str, ...]
-
-    def render(self, values: Mapping[str, str]) -> str:
-        def one(match: re.Match[str]) -> str:
-            name = match.group(1)
-            return match.group(0)[0] if name is None else values[name]
-
-        return _RENDER.sub(one, self.text)
-
-
-@dataclass(frozen=True)
-class Number:
-    """An integer: a constant, or the sum of columns less others, times a scale."""
-
-    key: str
-    constant: int | None = None
-    add: tuple[str, ...] = ()
-    subtract: tuple[str, ...] = ()
-    scale: Decimal = Decimal(1)
-    nullable: bool = False
-
-    def columns(self) -> tuple[str, ...]:
-        return (*self.add, *self.subtract)
-
-
-@dataclass(frozen=True)
-class Flag:
-    """A boolean: a constant, or a column holding true/false, 1/0 or yes/no."""
-
-    key: str
-    constant: bool | None = None
-    column: str | None = None
-
-
-Spec = Number | Flag | Template
-
-
-@dataclass(frozen=True)
-class Case:
-    when: dict[str, frozenset[str]]
-    value: Template
-
-
-@dataclass(frozen=True)
-class TableMapping:
-    """A mapping read and checked: every key known, every value of its kind."""
-
-    path: Path
-    resolved: dict[str, Any]
-    filters: dict[str, frozenset[str]]
-    require: dict[str, frozenset[str]]
-    derive: dict[str, tuple[Case, ...]]
-    label: Template
-    identity: tuple[str, ...]
-    order_by: tuple[str, ...]
-    distinct: bool
-    shuffle: bool
-    seed: int
-    fields: dict[str, Spec]
-    waves: tuple[tuple[dict[str, Spec], tuple[dict[str, Spec], ...]], ...]
-    extra: dict[str, Number | Template] = field(default_factory=dict)
-    metadata: dict[str, str] = field(default_factory=dict)
-
-    def columns(self) -> dict[str, str]:
-        """Every table column the mapping names, with the key that names it (first)."""
-        named: dict[str, str] = {}
-
-        def note(column: str, key: str) -> None:
-            named.setdefault(column, key)
-
-        for column in self.filters:
-            note(column, f"filter.{column}")
-        for column in self.require:
-            note(column, f"require.{column}")
-        for name, cases in self.derive.items():
-            for i, case in enumerate(cases):
-                for column in case.when:
-                    note(column, f"derive.{name}.cases[{i}].when.{column}")
-        for column in self.identity:
-            note(column, "run.identity")
-        for column in self.order_by:
-            note(column, "order.by")
-        specs: list[Spec] = [*self.fields.values(), *self.extra.values()]
-        for wave, readings in self.waves:
-            specs += [*wave.values()] + [s for r in readings for s in r.values()]
-        for spec in specs:
-            if isinstance(spec, Number):
-                for column in spec.columns():
-                    note(column, spec.key)
-            elif isinstance(spec, Flag) and spec.column is not None:
-                note(spec.column, spec.key)
-        return named
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    problem = not_regular(path)
-    if problem is not None:
-        raise UsageError(f"{path}: the mapping {problem}.")
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: the mapping is not valid TOML ({exc}).") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: the mapping cannot be read ({exc.strerror or exc}).") from None
-
-
-def load_mapping(path: str | Path) -> TableMapping:
-    """Read and check a mapping file (``extends`` resolved), before any row is read."""
-    path = Path(path)
-    keys = _Keys(path)
-    raw = _read_toml(path)
-    if "extends" in raw:
-        base_name = raw["extends"]
-        if not isinstance(base_name, str):
-            raise keys.error("extends", "must be the path of another mapping file, as a string.")
-        base_path = path.parent / base_name
-        base = _read_toml(base_path)
-        if "extends" in base:
-            raise keys.error(
-                "extends", f"{base_path} extends another mapping itself; one level only."
-            )
-        raw = _merge(base, {k: v for k, v in raw.items() if k != "extends"})
-    for key in raw:
-        if key not in _TOP_KEYS:
-            raise keys.error(key, f"is not a mapping key; the keys are {', '.join(_TOP_KEYS[1:])}.")
-    return _compile(raw, keys, path)
-
-
-def _table(raw: dict[str, Any], key: str, keys: _Keys) -> dict[str, Any]:
-    value = raw.get(key, {})
-    if not isinstance(value, dict):
-        raise keys.error(key, "must be a table.")
-    return value
-
-
-def _tests(table: dict[str, Any], where: str, keys: _Keys) -> dict[str, frozenset[str]]:
-    tests: dict[str, frozenset[str]] = {}
-    for column, value in table.items():
-        values = value if isinstance(value, list) else [value]
-        if not values or not all(type(v) in (str, int) for v in values):
-            raise keys.error(
-                f"{where}.{column}",
-                "must be a string or an integer (the cell equals it) or a list of them "
-                "(the cell is one of them); a test compares the cell's text, no expression "
-                "is evaluated.",
-            )
-        tests[column] = frozenset(str(v) for v in values)
-    return tests
-
-
-def _template(value: Any, key: str, keys: _Keys) -> Template:
-    if not isinstance(value, str):
-        raise keys.error(key, 'must be a string, a template such as "{model}-tp{tp}".')
-    bare = value.replace("{{", "").replace("}}", "")
-    names = tuple(m.group(1) for m in _PLACEHOLDER.finditer(bare))
-    if (
-        any(not n for n in names)
-        or "{" in _PLACEHOLDER.sub("", bare)
-        or "}" in _PLACEHOLDER.sub("", bare)
-    ):
-        raise keys.error(
-            key,
-            f"{value!r} is not a template: name a column in braces, {{column}}; "
-            "write {{ or }} for a brace.",
-        )
-    return Template(value, names)
-
-
-def _number(value: Any, key: str, keys: _Keys, *, nullable: bool = False) -> Number:
-    if type(value) is int:
-        if value < 0:
-            raise keys.error(key, f"must not be negative; got {value}.")
-        return Number(key, constant=value, nullable=nullable)
-    if isinstance(value, str):
-        return Number(key, add=(value,), nullable=nullable)
-    if not isinstance(value, dict):
-        raise keys.error(
-            key,
-            "must be an integer, a column name, or a table such as "
-            '{ column = "peak_mb", unit = "MiB" }.',
-        )
-    allowed = {"column", "add", "subtract", "unit", "scale"}
-    for name in value:
-        if name not in allowed:
-            raise keys.error(
-                f"{key}.{name}",
-                f"is not a key of a number; the keys are {', '.join(sorted(allowed))}.",
-            )
-    if ("column" in value) == ("add" in value):
-        raise keys.error(key, "give either column (one column) or add (a list of columns).")
-    if "column" in value:
-        if not isinstance(value["column"], str):
-            raise keys.error(f"{key}.column", "must be a column name.")
-        add: tuple[str, ...] = (value["column"],)
-    else:
-        add = _names(value["add"], f"{key}.add", keys)
-    subtract = _names(value.get("subtract", []), f"{key}.subtract", keys, empty=True)
-    scale = Decimal(1)
-    if "unit" in value and "scale" in value:
-        raise keys.error(key, "give unit or scale, not both.")
-    if "unit" in value:
-        if value["unit"] not in UNITS:
-            raise keys.error(
-                f"{key}.unit", f"must be one of {', '.join(UNITS)}; got {value['unit']!r}."
-            )
-        scale = Decimal(UNITS[value["unit"]])
-    if "scale" in value:
-        given = value["scale"]
-        if type(given) not in (int, float) or not given > 0 or given == float("inf"):
-            raise keys.error(f"{key}.scale", f"must be a positive number; got {given!r}.")
-        scale = Decimal(str(given)) if isinstance(given, float) else Decimal(given)
-    return Number(key, add=add, subtract=subtract, scale=scale, nullable=nullable)
-
-
-def _names(value: Any, key: str, keys: _Keys, *, empty: bool = False) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise keys.error(key, "must be a list of column names.")
-    if not value and not empty:
-        raise keys.error(key, "must name at least one column.")
-    return tuple(value)
-
-
-def _flag(value: Any, key: str, keys: _Keys) -> Flag:
-    if isinstance(value, bool):
-        return Flag(key, constant=value)
-    if isinstance(value, str):
-        return Flag(key, column=value)
-    raise keys.error(key, "must be true, false, or a column holding true/false (1/0, yes/no).")
-
-
-def _spec(name: str, value: Any, key: str, keys: _Keys) -> Spec:
-    if name in NUMBER_FIELDS:
-        return _number(value, key, keys, nullable=name == "static_floor_bytes")
-    if name in BOOL_FIELDS:
-        return _flag(value, key, keys)
-    return _template(value, key, keys)
-
-
-def _fields(table: Any, key: str, keys: _Keys, allowed: tuple[str, ...]) -> dict[str, Spec]:
-    if not isinstance(table, dict):
-        raise keys.error(key, "must be a table.")
-    specs: dict[str, Spec] = {}
-    for name, value in table.items():
-        if name == "readings" and key.startswith("waves["):
-            continue
-        if name not in allowed:
-            hint = (
-                f"a {'reading' if allowed is READING_LEVEL else 'wave'} sets only "
-                + ", ".join(allowed)
-                if name in ALL_FIELDS
-                else "the fields are " + ", ".join(ALL_FIELDS)
-            )
-            raise keys.error(f"{key}.{name}", f"is not a field here: {hint}.")
-        specs[name] = _spec(name, value, f"{key}.{name}", keys)
-    return specs
-
-
-def _compile(raw: dict[str, Any], keys: _Keys, path: Path) -> TableMapping:
-    filters = _tests(_table(raw, "filter", keys), "filter", keys)
-    require = _tests(_table(raw, "require", keys), "require", keys)
-    derive: dict[str, tuple[Case, ...]] = {}
-    for name, spec in _table(raw, "derive", keys).items():
-        where = f"derive.{name}"
-        if (
-            not isinstance(spec, dict)
-            or set(spec) != {"cases"}
-            or not isinstance(spec["cases"], list)
-        ):
-            raise keys.error(
-                where,
-                'must be a table with one key, cases = [{ when = {...}, value = "..." }, ...].',
-            )
-        cases = []
-        for i, case in enumerate(spec["cases"]):
-            at = f"{where}.cases[{i}]"
-            if not isinstance(case, dict) or "value" not in case or set(case) - {"when", "value"}:
-                raise keys.error(
-                    at,
-                    'must be { when = { column = value, ... }, value = "template" } (when may be left out).',
-                )
-            when = case.get("when", {})
-            if not isinstance(when, dict):
-                raise keys.error(f"{at}.when", "must be a table of tests, { column = value }.")
-            cases.append(
-                Case(
-                    _tests(when, f"{at}.when", keys), _template(case["value"], f"{at}.value", keys)
-                )
-            )
-        if not cases:
-            raise keys.error(where, "has no cases.")
-        derive[name] = tuple(cases)
-
-    run = _table(raw, "run", keys)
-    for name in run:
-        if name not in ("label", "identity"):
-            raise keys.error(
-                f"run.{name}", "is not a key of [run]; the keys are label and identity."
-            )
-    if "label" not in run:
-        raise keys.error(
-            "run.label", 'is missing: every mapping names its runs, e.g. label = "{model}-tp{tp}".'
-        )
-    label = _template(run["label"], "run.label", keys)
-    identity = _names(run.get("identity", []), "run.identity", keys, empty=True)
-
-    order = _table(raw, "order", keys)
-    for name in order:
-        if name not in ("by", "distinct", "shuffle", "seed"):
-            raise keys.error(
-                f"order.{name}",
-                "is not a key of [order]; the keys are by, distinct, shuffle and seed.",
-            )
-    order_by = _names(order.get("by", []), "order.by", keys, empty=True)
-    for name in ("distinct", "shuffle"):
-        if not isinstance(order.get(name, False), bool):
-            raise keys.error(f"order.{name}", "must be true or false.")
-    seed = order.get("seed", 0)
-    if type(seed) is not int or not 0 <= seed < 2**32:
-        raise keys.error("order.seed", f"must be an integer from 0 to 2**32 - 1; got {seed!r}.")
-    if order.get("distinct", False) and not order_by:
-        raise keys.error("order.distinct", "needs order.by: the columns that must differ.")
-
-    fields = _fields(raw.get("fields", {}), "fields", keys, ALL_FIELDS)
-    waves_raw = raw.get("waves", [{}])
-    if not isinstance(waves_raw, list) or not waves_raw:
-        raise keys.error(
-            "waves", "must be a list of tables, [[waves]], one per wave a row becomes."
-        )
-    waves = []
-    for i, wave in enumerate(waves_raw):
-        at = f"waves[{i}]"
-        wave_specs = _fields(wave, at, keys, WAVE_LEVEL)
-        readings_raw = wave.get("readings", [{}]) if isinstance(wave, dict) else None
-        if not isinstance(readings_raw, list) or not readings_raw:
-            raise keys.error(
-                f"{at}.readings", "must be a list of tables, one per reading of the wave."
-            )
-        readings = tuple(
-            _fields(r, f"{at}.readings[{j}]", keys, READING_LEVEL)
-            for j, r in enumerate(readings_raw)
-        )
-        waves.append((wave_specs, readings))
-    for name in ("signature", "packed_tokens", "peak_bytes"):
-        if name not in fields and not all(
-            name in wave or all(name in r for r in readings) for wave, readings in waves
-        ):
-            raise keys.error(f"fields.{name}", "is missing: every reading needs it.")
-
-    extra: dict[str, Number | Template] = {}
-    for name, value in _table(raw, "extra", keys).items():
-        at = f"extra.{name}"
-        if name in ALL_FIELDS or name in ("run", "seq", "step", "wave"):
-            raise keys.error(
-                at, "is a column of the trace format; set it under [fields], not [extra]."
-            )
-        if name in TYPED_EXTRA:
-            if isinstance(value, str) and ("{" in value or "}" in value):
-                raise keys.error(
-                    at,
-                    f"is a number column of the trace format ({TYPED_EXTRA[name]}): give a "
-                    'whole number, a column name ("col") or { column = "col", unit = "MiB" }, '
-                    f"as [fields] takes, not the template {value[:40]!r}.",
-                )
-            extra[name] = _number(value, at, keys, nullable=True)
-        elif isinstance(value, str):
-            extra[name] = _template(value, at, keys)
-        else:
-            extra[name] = _number(value, at, keys, nullable=True)
-
-    metadata: dict[str, str] = {}
-    for name, value in _table(raw, "metadata", keys).items():
-        if name in RESERVED_METADATA:
-            raise keys.error(
-                f"metadata.{name}", "is written by warmfit itself; choose another key."
-            )
-        if not isinstance(value, str):
-            raise keys.error(
-                f"metadata.{name}",
-                'must be a string; quote a key with dots in it ("warmfit.device" = "...").',
-            )
-        metadata[name] = value
-    if "description" in raw and not isinstance(raw["description"], str):
-        raise keys.error("description", "must be a string.")
-
-    return TableMapping(
-        path=path,
-        resolved=raw,
-        filters=filters,
-        require=require,
-        derive=derive,
-        label=label,
-        identity=identity,
-        order_by=order_by,
-        distinct=bool(order.get("distinct", False)),
-        shuffle=bool(order.get("shuffle", False)),
-        seed=seed,
-        fields=fields,
-        waves=tuple(waves),
-        extra=extra,
-        metadata=metadata,
-    )
-
-
-def check_columns(mapping: TableMapping, header: list[str], table: Path) -> None:
-    """Refuse a mapping that names a column the table lacks, or a template name that is
-    neither a column nor a derived value (defined before it)."""
-    known = set(header)
-    for column, key in mapping.columns().items():
-        if column not in known:
-            raise mapping_error(
-                mapping, key, f"names the column '{column}', which {table} lacks", header
-            )
-    available = set(header)
-    for name, cases in mapping.derive.items():
-        if name in known:
-            raise mapping_error(
-                mapping,
-                f"derive.{name}",
-                f"'{name}' is already a column of {table}; name the derived value otherwise",
-                header,
-            )
-        for i, case in enumerate(cases):
-            _check_template(
-                mapping, case.value, f"derive.{name}.cases[{i}].value", available, table, header
-            )
-        available.add(name)
-    _check_template(mapping, mapping.label, "run.label", available, table, header)
-    for key, spec in _templates_with_keys(mapping):
-        _check_template(mapping, spec, key, available, table, header)
-
-
-def _templates_with_keys(mapping: TableMapping) -> Iterator[tuple[str, Template]]:
-    for name, spec in mapping.fields.items():
-        if isinstance(spec, Template):
-            yield f"fields.{name}", spec
-    for name, spec in mapping.extra.items():
-        if isinstance(spec, Template):
-            yield f"extra.{name}", spec
-    for i, (wave, readings) in enumerate(mapping.waves):
-        for name, spec in wave.items():
-            if isinstance(spec, Template):
-                yield f"waves[{i}].{name}", spec
-        for j, reading in enumerate(readings):
-            for name, spec in reading.items():
-                if isinstance(spec, Template):
-                    yield f"waves[{i}].readings[{j}].{name}", spec
-
-
-def _check_template(
-    mapping: TableMapping,
-    template: Template,
-    key: str,
-    available: set[str],
-    table: Path,
-    header: list[str],
-) -> None:
-    for name in template.names:
-        if name not in available:
-            raise mapping_error(
-                mapping,
-                key,
-                f"names '{name}' in braces, which is neither a column of {table} nor a value derived before it",
-                header,
-            )
+# --------------------------------------------------------------------------- compiling
 
 
 def mapping_error(mapping: TableMapping, key: str, problem: str, header: list[str]) -> UsageError:
@@ -620,19 +71,115 @@ def mapping_error(mapping: TableMapping, key: str, problem: str, header: list[st
     return UsageError(f"{mapping.path}: {key}: {problem} (its columns: {shown}).")
 
 
-# --------------------------------------------------------------------------- rows
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 200 else line[:199] + "…"
 
 
-@dataclass
-class _Row:
-    number: int  # counted from 1, the first row under the header
-    line: int  # the file's line where the row starts
-    cells: dict[str, str]
+class _Compiler:
+    """Turns the mapping's values into polars expressions over one table's columns.
+
+    A column's text as written is the column ``TEXT + name``; its typed value (a
+    number where every cell of the table is one, else text) is ``name``; a derived
+    value is both, once defined.
+    """
+
+    def __init__(self, mapping: TableMapping, header: list[str], table: Path) -> None:
+        self.mapping = mapping
+        self.header = header
+        self.columns = set(header)
+        self.table = table
+        self.derived: set[str] = set()
+        self.used: dict[str, None] = {}  # the table's columns the mapping reads, in order
+
+    def error(self, key: str, problem: str) -> UsageError:
+        return mapping_error(self.mapping, key, problem, self.header)
+
+    def column(self, name: str, key: str, *, derived: bool = False) -> str:
+        if derived and name in self.derived:
+            return name
+        if name not in self.columns:
+            raise self.error(key, f"names the column '{name}', which {self.table} lacks")
+        self.used[name] = None
+        return name
+
+    def sql(self, text: str, key: str) -> pl.Expr:
+        if text in self.columns or text in self.derived:  # a column, whatever its name
+            return pl.col(self.column(text, key, derived=True))
+        try:
+            expr = pl.sql_expr(text)
+            names = expr.meta.root_names()
+        except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:
+            raise self.error(
+                key, f"{_cut(text)} is not a polars SQL expression ({_first_line(exc)})"
+            ) from None
+        for name in names:
+            self.column(name, key, derived=True)
+        return expr
+
+    def tests(self, tests: Mapping[str, frozenset[str]], key: str) -> pl.Expr:
+        held = pl.lit(True)
+        for name, values in tests.items():
+            self.column(name, f"{key}.{name}")
+            held = held & pl.col(TEXT + name).is_in(sorted(values))
+        return held
+
+    def template(self, spec: Spec) -> pl.Expr:
+        pieces: list[pl.Expr] = []
+        for text, placeholder in spec.parts:
+            if not placeholder:
+                pieces.append(pl.lit(text))
+            elif text in self.columns or text in self.derived:
+                pieces.append(pl.col(TEXT + self.column(text, spec.key, derived=True)))
+            elif _NAME.fullmatch(text):
+                raise self.error(
+                    spec.key,
+                    f"names '{text}' in braces, which is neither a column of {self.table} "
+                    "nor a value derived before it",
+                )
+            else:
+                pieces.append(self.sql(text, spec.key).cast(pl.String).fill_null(""))
+        return pl.concat_str(pieces) if pieces else pl.lit("")
+
+    def spec(self, spec: Spec) -> pl.Expr:
+        """The expression of a value (numbers and flags as given, before their checks)."""
+        if spec.kind == "text":
+            return self.template(spec)
+        if spec.constant is not None:
+            return pl.lit(spec.constant, dtype=pl.Boolean if spec.kind == "flag" else pl.Int64)
+        if spec.expression is not None and not (
+            spec.kind == "number" and spec.expression in self.columns
+        ):
+            return self.sql(spec.expression, spec.key)
+        # a column, or the table form: the cells' text read as numbers (row by row checks)
+        terms = spec.add or (spec.expression or "",)
+        for name in (*terms, *spec.subtract):
+            self.column(name, spec.key)
+        total = pl.col(terms[0])  # null when a cell is empty
+        for name in terms[1:]:
+            total = total + pl.col(name)
+        for name in spec.subtract:
+            total = total - pl.col(name)
+        return total if spec.scale == 1 else total * spec.scale
+
+    def parsed(self, spec: Spec) -> bool:
+        """Whether a number reads its columns' text cell by cell (a column, the table form)."""
+        return spec.kind == "number" and bool(spec.add or spec.expression in self.columns)
 
 
-def read_table(path: Path) -> tuple[list[str], list[_Row], str]:
-    """The header and rows of a CSV file (UTF-8, a byte-order mark allowed), and the
-    SHA-256 of the bytes they were read from."""
+def _cut(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def read_table(
+    path: Path, choose: Callable[[list[str]], list[str]]
+) -> tuple[list[str], dict[str, pl.Series], array[int], str]:
+    """The header, the cells of the columns ``choose(header)`` names, the line each row
+    starts on and the SHA-256 of the bytes read (UTF-8, a byte-order mark allowed).
+
+    Time and memory grow with the table: a blank line is skipped, a row of another
+    width is refused naming its line."""
     problem = not_regular(path)
     if problem is not None:
         raise TraceError(f"the table {problem}.", path=path)
@@ -645,152 +192,378 @@ def read_table(path: Path) -> tuple[list[str], list[_Row], str]:
         ) from None
     except OSError as exc:
         raise TraceError(f"cannot be read ({exc.strerror or exc}).", path=path) from None
+    digest = hashlib.sha256(raw).hexdigest()
+    del raw
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader, None)
         if not header:
             raise TraceError("has no header row: the first line must name the columns.", path=path)
-        duplicated = sorted({c for c in header if header.count(c) > 1})
+        duplicated = sorted(c for c, n in Counter(header).items() if n > 1)
         if duplicated:
-            raise TraceError(
-                f"names a column twice in its header: {', '.join(duplicated)}.", path=path
-            )
-        rows: list[_Row] = []
+            shown = ", ".join(duplicated[:10]) + (" ..." if len(duplicated) > 10 else "")
+            raise TraceError(f"names a column twice in its header: {shown}.", path=path)
+        wanted = choose(header)
+        index = {name: i for i, name in enumerate(header)}
+        picks = [index[name] for name in wanted]
+        cells: list[list[str]] = [[] for _ in wanted]  # the rows not yet in chunks
+        chunks: list[list[pl.Series]] = [[] for _ in wanted]  # polars holds text compactly
+        lines = array("q")  # the line each row starts on: 8 bytes a row
         line = reader.line_num + 1
-        for cells in reader:
-            number = len(rows) + 1
-            if len(cells) != len(header):
-                if not cells:  # a blank line
+        for row in reader:
+            if len(row) != len(header):
+                if not row:  # a blank line
                     line = reader.line_num + 1
                     continue
                 raise TraceError(
-                    f"has {len(cells)} cells where the header names {len(header)} columns "
+                    f"has {len(row)} cells where the header names {len(header)} columns "
                     f"(line {line}).",
                     path=path,
-                    row=number,
+                    row=len(lines) + 1,
                 )
-            rows.append(_Row(number, line, dict(zip(header, cells, strict=True))))
+            for column, i in zip(cells, picks, strict=True):
+                column.append(row[i])
+            lines.append(line)
             line = reader.line_num + 1
+            if len(lines) % _CHUNK == 0:
+                _flush(cells, chunks)
     except csv.Error as exc:
         raise TraceError(
             f"is not valid CSV near line {reader.line_num}: {exc}.", path=path
         ) from None
-    return header, rows, hashlib.sha256(raw).hexdigest()
+    _flush(cells, chunks)
+    columns = {
+        n: pl.concat(c) if c else pl.Series([], dtype=pl.String)
+        for n, c in zip(wanted, chunks, strict=True)
+    }
+    return header, columns, lines, digest
 
 
-class _Refuse:
-    """Raises the error for one cell of one row."""
+_CHUNK = 65_536
 
-    def __init__(self, table: Path) -> None:
+
+def _flush(cells: list[list[str]], chunks: list[list[pl.Series]]) -> None:
+    for column, chunk in zip(cells, chunks, strict=True):
+        if column:
+            chunk.append(pl.Series(column, dtype=pl.String))
+            column.clear()
+
+
+class _Plan:
+    """Every expression of a mapping, compiled against a table's header before a row is
+    read: a column the table lacks, or an expression polars cannot parse, is refused
+    naming its key."""
+
+    def __init__(self, compiler: _Compiler) -> None:
+        mapping = compiler.mapping
+        self.compiler = compiler
+        self.keep = [("filter", compiler.tests(mapping.filters, "filter"))]
+        if mapping.where is not None:
+            self.keep.append(("where", compiler.sql(mapping.where, "where")))
+        for name in mapping.require:
+            compiler.column(name, f"require.{name}")
+        self.require = (
+            None if mapping.require_sql is None else compiler.sql(mapping.require_sql, "require")
+        )
+        self.derive: list[tuple[Derived, pl.Expr]] = []
+        for derived in mapping.derive:
+            key = f"derive.{derived.name}"
+            if derived.name in compiler.columns:
+                raise compiler.error(
+                    key,
+                    f"'{derived.name}' is already a column of {compiler.table}; name the "
+                    "derived value otherwise",
+                )
+            if derived.expression is not None:
+                expr = compiler.sql(derived.expression, key)
+            else:
+                expr = pl.lit(None, dtype=pl.String)
+                for i, (tests, value) in reversed(list(enumerate(derived.cases))):
+                    held = compiler.tests(tests, f"{key}.cases[{i}].when")
+                    expr = pl.when(held).then(compiler.template(value)).otherwise(expr)
+            self.derive.append((derived, expr))
+            compiler.derived.add(derived.name)
+        self.label = compiler.template(mapping.label)
+        for name in mapping.identity:
+            compiler.column(name, "run.identity")
+        for name in mapping.order_by:
+            compiler.column(name, "order.by")
+        self.specs: dict[str, pl.Expr] = {}
+        levels = [mapping.fields, mapping.extra]
+        for wave, readings in mapping.waves:
+            levels += [wave, *readings]
+        for level in levels:
+            for spec in level.values():
+                self.specs[spec.key] = compiler.spec(spec)
+
+
+def _typed(text: pl.Series) -> pl.Series:
+    """A column's cells as numbers when every non-empty one is (integers exact), else text;
+    an empty cell is null."""
+    stripped = text.str.strip_chars()
+    empty = stripped == ""
+    integers = stripped.cast(pl.Int64, strict=False)
+    if (integers.is_not_null() | empty).all():
+        return integers
+    if (stripped.str.contains(_NUMBER) | empty).all():
+        return stripped.cast(pl.Float64, strict=False)
+    frame = pl.DataFrame({"t": text, "e": empty})
+    return frame.select(pl.when(pl.col("e")).then(None).otherwise(pl.col("t")).alias("t"))["t"]
+
+
+def _float(value: Any) -> float:
+    try:
+        return abs(float(value))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+class _Rows:
+    """Evaluates a plan on the kept rows of a table; raises the error of one row, naming
+    the table, the column and the row (counted from 1 under the header) and its line."""
+
+    def __init__(self, table: Path, lines: array[int], plan: _Plan) -> None:
         self.table = table
+        self.lines = lines
+        self.plan = plan
+        self.compiler = plan.compiler
 
-    def __call__(self, row: _Row, column: str | None, problem: str) -> TraceError:
+    def refuse(self, frame: pl.DataFrame, at: int, column: str | None, problem: str) -> TraceError:
+        row = int(frame[_ROW][at])
         return TraceError(
-            f"{problem} (line {row.line}).", path=self.table, column=column, row=row.number
+            f"{problem} (line {self.lines[row - 1]}).", path=self.table, column=column, row=row
         )
 
+    def evaluate(self, frame: pl.DataFrame, expr: pl.Expr, key: str) -> pl.Series:
+        try:
+            return frame.with_columns(expr.alias("\x00value"))["\x00value"]
+        except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:
+            raise self.compiler.error(key, f"cannot be evaluated: {_first_line(exc)}") from None
 
-def _passes(cells: Mapping[str, str], tests: Mapping[str, frozenset[str]]) -> bool:
-    return all(cells[column] in values for column, values in tests.items())
+    def truth(self, frame: pl.DataFrame, expr: pl.Expr, key: str) -> pl.Series:
+        held = self.evaluate(frame, expr, key)
+        if held.dtype != pl.Boolean:
+            raise self.compiler.error(key, f"gives {held.dtype} values, not true or false")
+        return held.fill_null(False)
 
+    def first(self, mask: pl.Series) -> int | None:
+        hits = mask.fill_null(False).arg_true()
+        return int(hits[0]) if len(hits) else None
 
-def _parse(text: str) -> Decimal | None:
-    try:
-        value = Decimal(text.strip())
-    except InvalidOperation:
-        return None
-    return value if value.is_finite() else None
+    def numeric(
+        self, frame: pl.DataFrame, text: pl.Series, column: str | None, key: str
+    ) -> pl.Series:
+        """Text as numbers (integers exact, an empty cell null), or the first that is not one
+        refused."""
+        stripped = text.str.strip_chars().replace("", None)
+        at = self.first(~stripped.str.contains(_NUMBER))
+        if at is not None:
+            said = f"holds {text[at].strip()[:40]!r}" if column else f"gives {text[at][:40]!r}"
+            raise self.refuse(frame, at, column, f"{said}, where {key} needs a number")
+        integers = stripped.cast(pl.Int64, strict=False)
+        exact = integers.null_count() == stripped.null_count()
+        return (integers if exact else stripped.cast(pl.Float64, strict=False)).alias(text.name)
 
+    def number(
+        self, frame: pl.DataFrame, spec: Spec, allowed: pl.Series | bool = False
+    ) -> pl.Series:
+        """A whole number per row within int64 (int32 for a rank), or the row refused;
+        null only where ``allowed``."""
+        expr, key = self.plan.specs[spec.key], spec.key
+        roots = list(dict.fromkeys(expr.meta.root_names()))
+        one = roots[0] if len(roots) == 1 else None
+        base = frame
+        if self.compiler.parsed(spec):  # a column, the table form: each cell's text as written
+            base = pl.DataFrame(
+                [self.numeric(frame, frame[TEXT + c].alias(c), c, key) for c in roots]
+            )
+        values = self.evaluate(base, expr, key)
+        if values.dtype == pl.String:  # text that holds numbers (a text column, a CASE)
+            values = self.numeric(frame, values, one, key)
+        elif not (values.dtype.is_numeric() or values.dtype == pl.Null):
+            raise self.compiler.error(key, f"gives {values.dtype} values, where a number is needed")
+        floating = values.cast(pl.Float64)
+        ints = [c for c in roots if base.schema[c].is_integer()]
+        if values.dtype.is_integer() and ints:  # int64 arithmetic wraps: redo it in floats
+            shadow = self.evaluate(base.with_columns(pl.col(ints).cast(pl.Float64)), expr, key)
+            beyond = (shadow.cast(pl.Float64) - floating).abs() > 2.0**62
+        else:
+            beyond = floating.abs() >= 2.0**63  # the float nearest 2**63 - 1 is 2**63
+        largest = _LARGEST_RANK if key.endswith(".rank") else _LARGEST
+        at = self.first(floating.is_nan() | beyond | (floating.abs() > largest))
+        if at is not None:
+            hit: int = at
+            column = max(roots, key=lambda c: _float(base[c][hit]), default=None)
+            cell = str(frame[TEXT + column][at]).strip() if column else str(values[at])
+            shown = cell if len(cell) <= 40 else cell[:37] + "..."
+            bits = 64 if largest == _LARGEST else 32
+            raise self.refuse(
+                frame,
+                at,
+                column,
+                f"holds {shown!r}, which gives {key} beyond {bits} bits "
+                f"(a trace holds at most {largest:,})",
+            )
+        values = values.round(0, mode="half_to_even") if values.dtype.is_float() else values
+        values = values.cast(pl.Int64)
+        at = self.first(values < 0)
+        if at is not None:
+            column = roots[0] if roots else None
+            raise self.refuse(frame, at, column, f"gives {key} = {values[at]}, below 0")
+        missing = values.is_null() & (~allowed if isinstance(allowed, pl.Series) else not allowed)
+        at = self.first(missing)
+        if at is not None:
+            empty = one is not None and not str(frame[TEXT + one][at] or "").strip()
+            said = "is empty" if empty else "gives no value (NULL)"
+            raise self.refuse(frame, at, one, f"{said}, where {key} needs a number")
+        return values
 
-def _evaluate(spec: Number, row: _Row, refuse: _Refuse) -> int | None:
-    if spec.constant is not None:
-        return spec.constant
-    cells: list[tuple[int, str, str, Decimal]] = []  # sign, column, text, value
-    for sign, columns in ((1, spec.add), (-1, spec.subtract)):
-        for column in columns:
-            text = row.cells[column].strip()
-            if text == "":
-                if spec.nullable and len(spec.columns()) == 1:
-                    return None
-                raise refuse(row, column, f"is empty, where {spec.key} needs a number")
-            value = _parse(text)
-            if value is None:
-                raise refuse(row, column, f"holds {text[:40]!r}, where {spec.key} needs a number")
-            cells.append((sign, column, text, value))
-    rounded: Decimal | None
-    try:
-        # the default context, whatever the caller's: an exponent beyond its Emax overflows
-        with localcontext(Context(prec=28, traps=[Overflow, InvalidOperation])):
-            total = sum((sign * value for sign, _, _, value in cells), Decimal(0))
-            rounded = (total * spec.scale).to_integral_value(rounding=ROUND_HALF_EVEN)
-    except Overflow:
-        rounded = None
-    if rounded is None or rounded.copy_abs() > _LARGEST:
-        # compared as a Decimal: never int() or print a number of thousands of digits
-        _, column, text, _ = max(cells, key=lambda cell: cell[3].copy_abs())
-        shown = text if len(text) <= 40 else text[:37] + "..."
-        raise refuse(
-            row,
+    def flag(self, frame: pl.DataFrame, spec: Spec) -> pl.Series:
+        """True or false per row: a boolean, or true/false, 1/0, yes/no."""
+        column = spec.expression if spec.expression in self.compiler.columns else None
+        if column is not None:  # a column's text as written
+            values = frame[TEXT + column]
+        else:
+            values = self.evaluate(frame, self.plan.specs[spec.key], spec.key)
+        if values.dtype != pl.Boolean:
+            text = values.cast(pl.String).str.strip_chars().str.to_lowercase()
+            truth = text.is_in(list(_TRUE))
+            at = self.first(text.is_not_null() & ~truth & ~text.is_in(list(_FALSE)))
+            if at is not None:
+                raise self.refuse(
+                    frame,
+                    at,
+                    column,
+                    f"holds {text[at][:40]!r}, where {spec.key} needs true or false (1/0, yes/no)",
+                )
+            values = truth
+        at = self.first(values.is_null())
+        if at is not None:
+            raise self.refuse(
+                frame, at, column, f"gives no value (NULL), where {spec.key} needs true or false"
+            )
+        return values
+
+    def value(
+        self, frame: pl.DataFrame, spec: Spec, allowed: pl.Series | bool = False
+    ) -> pl.Series:
+        """A value of any kind: a number, a flag, a text, or an extra column as it comes."""
+        if spec.kind == "number":
+            return self.number(frame, spec, allowed)
+        if spec.kind == "flag":
+            return self.flag(frame, spec)
+        if spec.kind == "value" and spec.expression in self.compiler.columns:
+            return frame[spec.expression]
+        return self.evaluate(frame, self.plan.specs[spec.key], spec.key)
+
+    def kept(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """The rows ``where`` and ``[filter]`` keep, checked by ``require``, with the
+        derived values and each row's run label (``LABEL``), in the table's order."""
+        mapping, plan = self.compiler.mapping, self.plan
+        for key, expr in plan.keep:
+            frame = frame.filter(self.truth(frame, expr, key))
+        for column, allowed in mapping.require.items():
+            at = self.first(~frame[TEXT + column].is_in(sorted(allowed)))
+            if at is not None:
+                shown = ", ".join(repr(v) for v in sorted(allowed))
+                raise self.refuse(
+                    frame,
+                    at,
+                    column,
+                    f"holds {frame[TEXT + column][at][:40]!r}, where require.{column} allows only {shown}",
+                )
+        if plan.require is not None:
+            at = self.first(~self.truth(frame, plan.require, "require"))
+            if at is not None:
+                roots = list(dict.fromkeys(plan.require.meta.root_names()))
+                cells = ", ".join(f"{c}={str(frame[TEXT + c][at])[:40]!r}" for c in roots)
+                raise self.refuse(
+                    frame,
+                    at,
+                    roots[0] if roots else None,
+                    f"fails require ({_cut(mapping.require_sql or '')}: {cells})",
+                )
+        for derived, expr in plan.derive:
+            values = self.evaluate(frame, expr, f"derive.{derived.name}")
+            at = self.first(values.is_null())
+            if at is not None:
+                tested = sorted({c for tests, _ in derived.cases for c in tests})
+                if derived.cases:
+                    shown = ", ".join(f"{c}={frame[TEXT + c][at]!r}" for c in tested)
+                    problem = f"matches no case of derive.{derived.name} ({shown})"
+                else:
+                    problem = (
+                        f"gives no value (NULL) for derive.{derived.name}; end a CASE with ELSE"
+                    )
+                raise self.refuse(frame, at, tested[0] if tested else None, problem)
+            frame = frame.with_columns(
+                values.alias(derived.name), values.cast(pl.String).alias(TEXT + derived.name)
+            )
+        labels = self.evaluate(frame, plan.label, "run.label")
+        at = self.first(labels == "")
+        if at is not None:
+            raise self.refuse(frame, at, None, "gives an empty run label (run.label)")
+        return frame.with_columns(labels.alias(LABEL))
+
+    def check_identity(self, frame: pl.DataFrame) -> None:
+        """Refuse two rows of one label that differ in a column of ``run.identity``."""
+        identity = self.compiler.mapping.identity
+        if not identity or frame.height == 0:
+            return
+        differs = frame.select(
+            (pl.col(TEXT + c) != pl.col(TEXT + c).first().over(LABEL)).alias(c) for c in identity
+        )
+        at = self.first(differs.select(pl.any_horizontal(pl.all())).to_series())
+        if at is None:
+            return
+        column = next(c for c in identity if differs[c][at])
+        label = frame[LABEL][at]
+        first = frame.filter(pl.col(LABEL) == label).row(0, named=True)
+        raise self.refuse(
+            frame,
+            at,
             column,
-            f"holds {shown!r}, which gives {spec.key} beyond 64 bits (a trace holds at most "
-            f"{_LARGEST:,})",
+            f"gives the run label {label!r} of row {first[_ROW]}, but another {column} "
+            f"({frame[TEXT + column][at][:40]!r}, not {first[TEXT + column][:40]!r}): "
+            "run.label must tell the runs of run.identity apart",
         )
-    result = int(rounded)
-    if result < 0:
-        raise refuse(row, spec.columns()[0], f"gives {spec.key} = {result}, below 0")
-    return result
+
+    def ordered(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Runs sorted by label, each run's rows by ``order.by`` (numbers as numbers) and
+        then shuffled if asked, with each row's ``step`` in its run."""
+        mapping = self.compiler.mapping
+        frame = frame.sort([LABEL, *mapping.order_by], maintain_order=True, nulls_last=False)
+        if mapping.distinct and frame.height > 1:
+            same = pl.col(LABEL) == pl.col(LABEL).shift(1)
+            for name in mapping.order_by:
+                same = same & pl.col(name).eq_missing(pl.col(name).shift(1))
+            at = self.first(frame.select(same).to_series())
+            if at is not None:
+                raise self.refuse(
+                    frame,
+                    at,
+                    mapping.order_by[0],
+                    f"repeats the {', '.join(mapping.order_by)} of row {frame[_ROW][at - 1]} in "
+                    f"the run {frame[LABEL][at]!r} (order.distinct): keep one, or tell them "
+                    "apart in run.label",
+                )
+        if mapping.shuffle and frame.height:
+            import numpy as np
+
+            runs = frame.select(pl.col(LABEL).rle()).unnest(LABEL)
+            index = np.arange(frame.height, dtype=np.int64)
+            start = 0
+            for count, label in runs.iter_rows():
+                if count > 1:  # a run of one row stays as it is
+                    order = shuffled_order(label, count, mapping.seed)
+                    index[start : start + count] = start + np.array(order, dtype=np.int64)
+                start += count
+            frame = frame[index]
+        return frame.with_columns(pl.int_range(pl.len()).over(LABEL).alias(STEP))
 
 
-def _truth(spec: Flag, row: _Row, refuse: _Refuse) -> bool:
-    if spec.constant is not None:
-        return spec.constant
-    assert spec.column is not None
-    text = row.cells[spec.column].strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise refuse(
-        row, spec.column, f"holds {text[:40]!r}, where {spec.key} needs true or false (1/0, yes/no)"
-    )
-
-
-def _values(mapping: TableMapping, row: _Row, refuse: _Refuse) -> dict[str, str]:
-    values = dict(row.cells)
-    for name, cases in mapping.derive.items():
-        for case in cases:
-            if _passes(values, case.when):
-                values[name] = case.value.render(values)
-                break
-        else:
-            tested = sorted({c for case in mapping.derive[name] for c in case.when})
-            column = tested[0] if tested else None
-            shown = ", ".join(f"{c}={values[c]!r}" for c in tested)
-            raise refuse(row, column, f"matches no case of derive.{name} ({shown})")
-    return values
-
-
-def _reading_fields(
-    specs: Mapping[str, Spec], values: dict[str, str], row: _Row, refuse: _Refuse
-) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for name, spec in specs.items():
-        if isinstance(spec, Number):
-            out[name] = _evaluate(spec, row, refuse)
-        elif isinstance(spec, Flag):
-            out[name] = _truth(spec, row, refuse)
-        else:
-            out[name] = spec.render(values)
-    return out
-
-
-def _sort_key(columns: tuple[str, ...], rows: list[_Row]) -> Any:
-    numeric = {c: all(_parse(r.cells[c]) is not None for r in rows) for c in columns}
-
-    def key(row: _Row) -> tuple[Any, ...]:
-        return tuple(_parse(row.cells[c]) if numeric[c] else row.cells[c] for c in columns)
-
-    return key
+LABEL = "\x00label"
+STEP = "\x00step"
 
 
 def shuffled_order(label: str, count: int, seed: int = 0) -> list[int]:
@@ -811,171 +584,215 @@ def shuffled_order(label: str, count: int, seed: int = 0) -> list[int]:
 
 @dataclass
 class Imported:
-    """The readings of a table, and what was done with its rows."""
+    """The readings of a table, what was done with its rows, and what to warn about."""
 
     readings: Any  # a polars DataFrame
     metadata: dict[str, str]
     rows: int
     kept: int
     runs: int
+    warnings: list[str] = field(default_factory=list)
+
+
+#: The trace's columns, in the order an import writes them, with their types.
+_SCHEMA: dict[str, Any] = {
+    "run": pl.String,
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "wave": pl.Int64,
+    "signature": pl.String,
+    "kind": pl.String,
+    "packed_tokens": pl.Int64,
+    "logical_tokens": pl.Int64,
+    "output_bytes": pl.Int64,
+    "baseline_bytes": pl.Int64,
+    "static_floor_bytes": pl.Int64,
+    "oom": pl.Boolean,
+    "seq": pl.Int64,
+    "phase": pl.String,
+    "whole": pl.Boolean,
+    "peak_bytes": pl.Int64,
+}
+_DEFAULTS: dict[str, Any] = {
+    "rank": 0,
+    "kind": "flat",
+    "phase": "caller",
+    "output_bytes": 0,
+    "baseline_bytes": 0,
+    "static_floor_bytes": None,
+    "oom": False,
+}
+#: The share of a run's largest peak above which a smallest peak, with every baseline 0,
+#: says the peaks include memory held before each wave (the weights).
+BASELINE_SHARE = 0.25
 
 
 def import_table(table: str | Path, mapping: TableMapping) -> Imported:
     """The readings ``mapping`` makes of ``table``'s rows, and the trace's metadata."""
     import numpy as np
-    import polars as pl
 
     from warmfit.format.trace import conform
 
     table = Path(table)
-    header, rows, digest = read_table(table)
-    check_columns(mapping, header, table)
-    refuse = _Refuse(table)
-    runs: dict[str, list[tuple[_Row, dict[str, str]]]] = {}
-    identities: dict[str, tuple[_Row, tuple[str, ...]]] = {}
-    kept = 0
-    for row in rows:
-        if not _passes(row.cells, mapping.filters):
-            continue
-        for column, allowed in mapping.require.items():
-            if row.cells[column] not in allowed:
-                shown = ", ".join(repr(v) for v in sorted(allowed))
-                raise refuse(
-                    row,
-                    column,
-                    f"holds {row.cells[column][:40]!r}, where require.{column} allows only {shown}",
-                )
-        kept += 1
-        values = _values(mapping, row, refuse)
-        label = mapping.label.render(values)
-        if not label:
-            raise refuse(row, None, "gives an empty run label (run.label)")
-        identity = tuple(row.cells[c] for c in mapping.identity)
-        first = identities.setdefault(label, (row, identity))
-        if first[1] != identity:
-            column = next(
-                c for c, a, b in zip(mapping.identity, first[1], identity, strict=True) if a != b
-            )
-            raise refuse(
-                row,
-                column,
-                f"gives the run label {label!r} of row {first[0].number}, but another {column} "
-                f"({row.cells[column][:40]!r}, not {first[1][mapping.identity.index(column)][:40]!r}): "
-                "run.label must tell the runs of run.identity apart",
-            )
-        runs.setdefault(label, []).append((row, values))
+    plans: list[_Plan] = []
 
-    readings: list[dict[str, object]] = []
-    sources: list[int] = []  # per reading, its table row (counted from 1)
-    for label in sorted(runs):
-        members = runs[label]
-        if mapping.order_by:
-            key = _sort_key(mapping.order_by, [r for r, _ in members])
-            members = sorted(members, key=lambda m: key(m[0]))
-            if mapping.distinct:
-                for (a, _), (b, _) in itertools.pairwise(members):
-                    if key(a) == key(b):
-                        raise refuse(
-                            b,
-                            mapping.order_by[0],
-                            f"repeats the {', '.join(mapping.order_by)} of row {a.number} in the run "
-                            f"{label!r} (order.distinct): keep one, or tell them apart in run.label",
-                        )
-        if mapping.shuffle:
-            members = [members[i] for i in shuffled_order(label, len(members), mapping.seed)]
-        seq = 0
-        for index, (row, values) in enumerate(members):
-            base = _reading_fields(mapping.fields, values, row, refuse)
-            extras = _reading_fields(mapping.extra, values, row, refuse)
-            for sample, (wave_specs, reading_specs) in enumerate(mapping.waves):
-                wave = base | _reading_fields(wave_specs, values, row, refuse)
-                for reading_spec in reading_specs:
-                    reading = wave | _reading_fields(reading_spec, values, row, refuse)
-                    readings.append(
-                        _reading(
-                            reading,
-                            label,
-                            index,
-                            index * len(mapping.waves) + sample,
-                            seq,
-                            row,
-                            refuse,
-                        )
-                        | extras
-                    )
-                    sources.append(row.number)
-                    seq += 1
-    schema: dict[str, Any] = {
-        "run": pl.String,
-        "rank": pl.Int64,
-        "step": pl.Int64,
-        "wave": pl.Int64,
-        "signature": pl.String,
-        "kind": pl.String,
-        "packed_tokens": pl.Int64,
-        "logical_tokens": pl.Int64,
-        "output_bytes": pl.Int64,
-        "baseline_bytes": pl.Int64,
-        "static_floor_bytes": pl.Int64,
-        "oom": pl.Boolean,
-        "seq": pl.Int64,
-        "phase": pl.String,
-        "whole": pl.Boolean,
-        "peak_bytes": pl.Int64,
-    }
+    def choose(header: list[str]) -> list[str]:
+        plans.append(_Plan(_Compiler(mapping, header, table)))
+        return list(plans[0].compiler.used)
+
+    _, cells, lines, digest = read_table(table, choose)
+    plan = plans[0]
+    rows = _Rows(table, lines, plan)
+    frame = pl.DataFrame({_ROW: pl.int_range(1, len(lines) + 1, eager=True)})
+    texts = [values.alias(TEXT + name) for name, values in cells.items()]
+    del cells
+    frame = frame.with_columns(texts).with_columns(
+        _typed(t).alias(t.name[len(TEXT) :]) for t in texts
+    )
+    frame = rows.kept(frame)
+    kept = frame.height
+    per_row = mapping.readings_per_row()
+    if kept * per_row > MAX_READINGS:
+        raise UsageError(
+            f"{mapping.path}: {kept:,} rows of {table} kept, {per_row:,} readings each, make "
+            f"{kept * per_row:,} readings; warmfit imports at most {MAX_READINGS:,} at once. "
+            "Import part of the table (where = ...), or fewer readings per row."
+        )
+    rows.check_identity(frame)
+    frame = rows.ordered(frame)
+
+    cache: dict[str, pl.Series] = {}
+
+    def value(spec: Spec, allowed: pl.Series | bool = False) -> pl.Series:
+        key = f"{spec.key}\x00{allowed if isinstance(allowed, bool) else id(allowed)}"
+        if key not in cache:
+            cache[key] = rows.value(frame, spec, allowed)
+        return cache[key]
+
+    parts = []
+    fits = pl.repeat(False, kept, eager=True)  # no oom given: every reading fitted
+    waves = len(mapping.waves)
+    index = 0
+    for sample, (wave_specs, readings) in enumerate(mapping.waves):
+        for reading_specs in readings:
+            specs = {**mapping.fields, **wave_specs, **reading_specs}
+            got: dict[str, pl.Series] = {}
+            got["oom"] = value(specs["oom"]) if "oom" in specs else fits
+            for name in (
+                "rank",
+                "packed_tokens",
+                "logical_tokens",
+                "output_bytes",
+                "baseline_bytes",
+            ):
+                if name in specs:
+                    got[name] = value(specs[name])
+            if "static_floor_bytes" in specs:
+                got["static_floor_bytes"] = value(specs["static_floor_bytes"], True)
+            for name in ("signature", "kind", "phase"):
+                if name in specs:
+                    got[name] = value(specs[name])
+            # an OOM reading may lack its peak (the size did not fit): its peak is then
+            # the memory held before the wave, its baseline, a lower bound
+            peak = value(specs["peak_bytes"], got["oom"])
+            part = pl.DataFrame(got).with_columns(
+                peak.alias("peak_bytes"),
+                frame[LABEL].alias("run"),
+                frame[STEP].alias("step"),
+                (frame[STEP] * waves + sample).alias("wave"),
+                (frame[STEP] * per_row + index).alias("seq"),
+                frame[_ROW],
+                pl.int_range(kept, eager=True).alias("\x00at"),
+            )
+            part = part.with_columns(
+                pl.lit(v, dtype=_SCHEMA[k]).alias(k) for k, v in _DEFAULTS.items() if k not in got
+            )
+            if "logical_tokens" not in got:
+                part = part.with_columns(pl.col("packed_tokens").alias("logical_tokens"))
+            part = part.with_columns(
+                pl.col("peak_bytes").fill_null(pl.col("baseline_bytes")),
+                (
+                    value(specs["whole"])
+                    if "whole" in specs
+                    else (pl.col("phase") == "caller") & (pl.col("kind") == "flat") & ~pl.col("oom")
+                ).alias("whole"),
+            )
+            _check_readings(rows, frame, part)
+            extras = [value(spec, True).alias(name) for name, spec in mapping.extra.items()]
+            parts.append(
+                part.select(*_SCHEMA, *extras, _ROW, "\x00at").with_columns(
+                    pl.lit(index).alias("\x00c")
+                )
+            )
+            index += 1
+    trace = pl.concat(parts).sort("\x00at", "\x00c") if len(parts) > 1 else parts[0]
+    sources = trace[_ROW].to_numpy().astype(np.int64)
+    trace = trace.drop(_ROW, "\x00at", "\x00c")
     for name, spec in mapping.extra.items():
-        schema[name] = pl.Int64 if isinstance(spec, Number) else pl.String
-    frame = pl.DataFrame(readings, schema=schema)
+        if name in TYPED_EXTRA or spec.kind == "number":
+            trace = trace.with_columns(pl.col(name).cast(pl.Int64))
     # the trace's own row rules (estimate_bytes >= 0, padded_tokens >= packed_tokens,
     # sum_sq_tokens > 0, ...), naming the table's row: nothing 'warmfit validate' refuses
-    conform(frame, table, np.array(sources, dtype=np.int64))
+    conform(trace, table, sources)
     metadata = dict(mapping.metadata)
     metadata[MAPPING_KEY] = json.dumps(mapping.resolved, ensure_ascii=False, separators=(",", ":"))
     metadata[SOURCE_KEY] = table.name
     metadata[SHA256_KEY] = digest
-    return Imported(frame, metadata, rows=len(rows), kept=kept, runs=len(runs))
+    warnings = [] if mapping.baseline_given() else _baseline_warning(trace)
+    runs = trace["run"].n_unique() if trace.height else 0
+    return Imported(trace, metadata, rows=len(lines), kept=kept, runs=runs, warnings=warnings)
 
 
-def _reading(
-    values: dict[str, object], run: str, step: int, wave: int, seq: int, row: _Row, refuse: _Refuse
-) -> dict[str, object]:
-    kind = values.get("kind", "flat")
-    phase = values.get("phase", "caller")
-    packed = values["packed_tokens"]
-    logical = values.get("logical_tokens", packed)
-    assert isinstance(packed, int) and isinstance(logical, int)
-    if packed <= 0:
-        raise refuse(row, None, f"gives packed_tokens = {packed}; a wave has at least one token")
-    if logical < packed:
-        raise refuse(row, None, f"gives logical_tokens = {logical}, below packed_tokens = {packed}")
-    if kind not in ("flat", "split_child", "dp_rank_forward"):
-        raise refuse(row, None, f"gives kind {kind!r}: flat, split_child or dp_rank_forward")
-    if phase not in ("forward", "caller"):
-        raise refuse(row, None, f"gives phase {phase!r}: forward or caller")
-    rank = values.get("rank", 0)
-    assert isinstance(rank, int)
-    if rank > _LARGEST_RANK:
-        raise refuse(row, None, f"gives rank = {rank}, beyond int32")
-    whole = values.get("whole", phase == "caller" and kind == "flat")
-    if whole and not (phase == "caller" and kind == "flat"):
-        raise refuse(
-            row, None, "gives a whole reading that is not the caller reading of a flat wave"
+def _check_readings(rows: _Rows, frame: pl.DataFrame, part: pl.DataFrame) -> None:
+    """The rules of one reading a mapping can break (the trace's others: conform)."""
+    checks = [
+        (
+            pl.col("packed_tokens") <= 0,
+            "gives packed_tokens = {packed_tokens}; a wave has at least one token",
+        ),
+        (
+            pl.col("logical_tokens") < pl.col("packed_tokens"),
+            "gives logical_tokens = {logical_tokens}, below packed_tokens = {packed_tokens}",
+        ),
+        (
+            ~pl.col("kind").is_in(["flat", "split_child", "dp_rank_forward"]),
+            "gives kind {kind!r}: flat, split_child or dp_rank_forward",
+        ),
+        (~pl.col("phase").is_in(["forward", "caller"]), "gives phase {phase!r}: forward or caller"),
+        (
+            pl.col("whole") & ((pl.col("phase") != "caller") | (pl.col("kind") != "flat")),
+            "gives a whole reading that is not the caller reading of a flat wave",
+        ),
+    ]
+    for broken, problem in checks:
+        at = rows.first(part.select(broken).to_series())
+        if at is not None:
+            raise rows.refuse(frame, at, None, problem.format(**part.row(at, named=True)))
+
+
+def _baseline_warning(readings: pl.DataFrame) -> list[str]:
+    """A warning when every baseline is 0 and a run's smallest peak is a large share of its
+    largest: the peaks then likely include memory held before each wave (the weights)."""
+    fitting = readings.filter(~pl.col("oom"))
+    if fitting.height == 0 or fitting["baseline_bytes"].max() != 0:
+        return []
+    shares = (
+        fitting.group_by("run")
+        .agg(
+            pl.len().alias("n"),
+            (pl.col("peak_bytes").min() / pl.col("peak_bytes").max()).alias("share"),
         )
-    return {
-        "run": run,
-        "rank": rank,
-        "step": step,
-        "wave": wave,
-        "signature": values["signature"],
-        "kind": kind,
-        "packed_tokens": packed,
-        "logical_tokens": logical,
-        "output_bytes": values.get("output_bytes", 0),
-        "baseline_bytes": values.get("baseline_bytes", 0),
-        "static_floor_bytes": values.get("static_floor_bytes"),
-        "oom": values.get("oom", False),
-        "seq": seq,
-        "phase": phase,
-        "whole": whole,
-        "peak_bytes": values["peak_bytes"],
-    }
+        .filter((pl.col("n") > 1) & (pl.col("share") >= BASELINE_SHARE))
+        .sort("share", "run", descending=[True, False])
+    )
+    if shares.height == 0:
+        return []
+    run, _, share = shares.row(0)
+    return [
+        f"every baseline_bytes is 0 (the mapping sets none), yet in the run {run!r} the smallest "
+        f"peak is {share:.0%} of the largest ({shares.height} of "
+        f"{fitting['run'].n_unique()} runs at {BASELINE_SHARE:.0%} or more): the peaks likely "
+        "include memory held before each wave, such as the weights, and every price will be "
+        "too high. Set fields.baseline_bytes to a column or a constant (the weights' bytes), "
+        "or to 0 to say the peaks hold only the wave's own memory."
+    ]

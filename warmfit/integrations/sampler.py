@@ -48,7 +48,7 @@ import operator
 import random
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 try:
@@ -61,8 +61,8 @@ except ImportError as exc:  # pragma: no cover - exercised by the core install
     ) from exc
 
 from warmfit.errors import UsageError
-from warmfit.show.units import parse_bytes
-from warmfit.trainer.pricer import Pricer
+from warmfit.trainer.budget import budget_bytes as _budget_bytes
+from warmfit.trainer.pricer import Pricer, PricerWave
 
 #: Waves packed at the first-wave size in a row before a :class:`SamplerWarning` says the
 #: pricer learns nothing (a loader that fetches ahead packs one or two before it learns).
@@ -91,6 +91,11 @@ class PackedWave:
     #: The pricer's price of the wave when it was packed; None: packed by the first-wave
     #: size, with no price yet.
     estimate_bytes: int | None
+    #: Its samples' indices, in the order yielded.
+    indices: tuple[int, ...] = ()
+    #: Whether it ran out of memory (in a :meth:`BudgetSampler.wave`): its samples were
+    #: packed again into smaller waves (a wave of one sample is not retried).
+    oom: bool = False
 
 
 def padded_tokens(multiple: int = 1) -> TokensFn:
@@ -162,17 +167,7 @@ class BudgetSampler(Sampler[list[int]]):
                 f"must be a warmfit.Pricer; got {type(pricer).__name__}.", argument="pricer"
             )
         self.pricer = pricer
-        if isinstance(budget_bytes, str):
-            try:
-                budget_bytes = parse_bytes(budget_bytes)
-            except ValueError as exc:
-                raise UsageError(str(exc), argument="budget_bytes") from None
-        if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
-            raise UsageError(
-                f"must be a number of bytes >= 0 or a size such as '70GiB'; got {budget_bytes!r}.",
-                argument="budget_bytes",
-            )
-        self.budget_bytes: int = budget_bytes
+        self.budget_bytes: int = _budget_bytes(budget_bytes)
         if not isinstance(signature, str) or not signature:
             raise UsageError(f"must be a non-empty str; got {signature!r}.", argument="signature")
         self.signature = signature
@@ -203,6 +198,8 @@ class BudgetSampler(Sampler[list[int]]):
         self.waves: list[PackedWave] = []
         #: Samples yielded alone although their price was over the budget.
         self.oversized = 0
+        #: Indices of samples that ran out of memory alone (not retried), in order.
+        self.failed: list[int] = []
         self._unpriced_in_a_row = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -258,18 +255,26 @@ class BudgetSampler(Sampler[list[int]]):
         order = self.order(epoch)
         lengths = self.lengths
         budget = self.budget_bytes
+        pricer = self.pricer
         position = 0
         while position < len(order):
-            # the wave starts here, priced as the pricer stands now (after the last wave ran)
+            # the wave starts here, priced as the pricer stands now (after the last wave ran);
+            # no size at or above one that ran out of memory under this budget (SPEC §9)
+            bound = pricer.oom_tokens(self.signature, budget)
             wave = [order[position]]
             sizes = [lengths[wave[0]]]
             position += 1
             tokens, price = self._price(sizes)
-            if price is None:  # no profile yet: the first-wave size
+            if bound is not None and tokens >= bound:
+                self._alone(wave[0], sizes[0], f"at or above {bound:,} tokens, a size that ran "
+                            f"out of memory under this budget")  # fmt: skip
+            elif price is None:  # no profile yet: the first-wave size
                 self._untaught()
                 while position < len(order):
                     grown = [*sizes, lengths[order[position]]]
-                    if not self._fits_first_wave(grown):
+                    if not self._fits_first_wave(grown) or (
+                        bound is not None and self.tokens(grown) >= bound
+                    ):
                         break
                     sizes = grown
                     wave.append(order[position])
@@ -277,26 +282,75 @@ class BudgetSampler(Sampler[list[int]]):
                 tokens = self.tokens(sizes)
             elif price > budget:
                 self._unpriced_in_a_row = 0
-                self.oversized += 1
-                warnings.warn(
-                    f"warmfit: sample {wave[0]} ({sizes[0]} tokens) is priced {price:,} bytes "
-                    f"alone, over the budget of {budget:,}: it is yielded alone.",
-                    SamplerWarning,
-                    stacklevel=2,
-                )
+                self._alone(wave[0], sizes[0], f"priced {price:,} bytes alone, over the budget")
             else:
                 self._unpriced_in_a_row = 0
                 while position < len(order):
                     grown = [*sizes, lengths[order[position]]]
                     grown_tokens, grown_price = self._price(grown)
-                    if grown_price is None or grown_price > budget:
+                    if (
+                        grown_price is None
+                        or grown_price > budget
+                        or (bound is not None and grown_tokens >= bound)
+                    ):
                         break
                     sizes, tokens, price = grown, grown_tokens, grown_price
                     wave.append(order[position])
                     position += 1
-            self.waves.append(PackedWave(epoch, len(wave), tokens, price))
+            ooms = len(pricer.ooms)
+            self.waves.append(PackedWave(epoch, len(wave), tokens, price, tuple(wave)))
             yield wave
+            # the trainer ran it: did it run out of memory?
+            if any(w.signature == self.signature for w in pricer.ooms[ooms:]):
+                self.waves[-1] = replace(self.waves[-1], oom=True)
+                if len(wave) > 1:  # pack its samples again, into smaller waves
+                    order[position:position] = wave
+                else:
+                    self.failed.append(wave[0])
+                    warnings.warn(
+                        f"warmfit: sample {wave[0]} ({sizes[0]} tokens) ran out of memory "
+                        "alone: it is not retried (BudgetSampler.failed lists it).",
+                        SamplerWarning,
+                        stacklevel=2,
+                    )
         self.epoch = epoch + 1
+
+    def _alone(self, index: int, length: int, why: str) -> None:
+        """A sample yielded alone, though nothing says it fits: count it and warn."""
+        self.oversized += 1
+        warnings.warn(
+            f"warmfit: sample {index} ({length} tokens) is {why} of {self.budget_bytes:,} "
+            "bytes: it is yielded alone.",
+            SamplerWarning,
+            stacklevel=3,
+        )
+
+    def wave(
+        self, *, padded_tokens: int | None = None, sum_sq_tokens: int | None = None
+    ) -> PricerWave:
+        """The :meth:`warmfit.Pricer.wave` of the wave last yielded: its signature, packed
+        tokens, output bytes and the sampler's budget, so its readings teach the pricer
+        and an out-of-memory error in it is survived (``w.oom``) and its samples packed
+        again::
+
+            for batch in loader:                      # DataLoader(batch_sampler=sampler)
+                with sampler.wave() as w:
+                    loss = model(**batch).loss
+                    w.forward_done()
+                    loss.backward()
+                if not w.oom:
+                    optimizer.step()
+                optimizer.zero_grad()
+        """
+        if not self.waves:
+            raise UsageError("BudgetSampler.wave(): no wave has been yielded yet.")
+        last = self.waves[-1]
+        n = last.packed_tokens
+        o = 0 if self.output_bytes is None else self.output_bytes(n)
+        return self.pricer.wave(
+            self.signature, n, output_bytes=o, budget_bytes=self.budget_bytes,
+            padded_tokens=padded_tokens, sum_sq_tokens=sum_sq_tokens,
+        )  # fmt: skip
 
 
 def use_sampler(trainer: Any, sampler: BudgetSampler) -> None:
@@ -311,6 +365,13 @@ def use_sampler(trainer: Any, sampler: BudgetSampler) -> None:
     epoch holds is known only as it is packed) and one process; with
     ``gradient_accumulation_steps > 1`` the trainer collects a step's waves
     before it runs them, so their prices lag (a :class:`SamplerWarning`).
+
+    Each ``training_step`` then runs inside :meth:`BudgetSampler.wave`: the
+    pricer takes the wave's readings itself, with or without ``warmfit record``
+    (with :func:`~warmfit.integrations.huggingface.record_trainer` and
+    ``Recorder(pricer=sampler.pricer)``, the recorder's, written to its trace),
+    and a wave that runs out of memory is survived: its gradients are dropped,
+    its loss is 0, and its samples are packed again into smaller waves.
     """
     args = trainer.args
     if not getattr(args, "max_steps", -1) > 0:
@@ -344,6 +405,10 @@ def use_sampler(trainer: Any, sampler: BudgetSampler) -> None:
         )
 
     trainer.get_train_dataloader = get_train_dataloader
+    if hasattr(trainer, "training_step") and hasattr(trainer, "compute_loss"):
+        from warmfit.integrations.huggingface import measure_with_sampler
+
+        measure_with_sampler(trainer, sampler)
 
 
 __all__ = ["BudgetSampler", "PackedWave", "SamplerWarning", "padded_tokens", "use_sampler"]

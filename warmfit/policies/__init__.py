@@ -118,9 +118,9 @@ def get_policy(spec: str) -> type[Policy]:
         import difflib
 
         close = difflib.get_close_matches(spec, list(_REGISTRY), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise PolicyError(
-            f"unknown policy {spec!r};{hint} registered policies: {', '.join(_REGISTRY)}. "
+            f"unknown policy {spec!r}{hint}; registered policies: {', '.join(_REGISTRY)}. "
             "Run 'warmfit policies' to list them, or give 'module:Class'."
         ) from None
 

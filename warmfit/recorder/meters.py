@@ -301,6 +301,59 @@ class CpuMeter:
             self._mode.meter = None
 
 
+class CappedCpuMeter(CpuMeter):
+    """A :class:`CpuMeter` that simulates a device of ``cap_bytes``: an operator whose
+    outputs take the live CPU tensor bytes past the cap raises
+    ``torch.OutOfMemoryError`` (its outputs are dropped, as an allocation that failed),
+    so that running out of memory, and surviving it, can be tried on a CPU. A
+    simulation: a real allocator also fails on fragmentation and its own scratch space.
+
+    >>> import torch
+    >>> meter = CappedCpuMeter(meter_live() + 4_000)
+    >>> ok = torch.empty(500, dtype=torch.float64)          # 4,000 bytes: at the cap
+    >>> torch.empty(1, dtype=torch.float64)
+    Traceback (most recent call last):
+    ...
+    torch.OutOfMemoryError: Simulated CPU out of memory. 8 bytes more would hold ...
+    >>> meter.close()
+    """
+
+    name = "warmfit.cpu-storages-capped"
+
+    def __init__(self, cap_bytes: int) -> None:
+        if isinstance(cap_bytes, bool) or not isinstance(cap_bytes, int) or cap_bytes < 0:
+            raise UsageError(
+                f"must be a number of bytes >= 0; got {cap_bytes!r}.", argument="cap_bytes"
+            )
+        #: The live bytes past which an operator runs out of memory.
+        self.cap_bytes = cap_bytes
+        #: Operators that ran out of memory so far.
+        self.ooms = 0
+        super().__init__()
+
+    def _track_outputs(self, out: Any) -> None:
+        super()._track_outputs(out)
+        if self._live > self.cap_bytes:
+            import torch
+
+            self.ooms += 1
+            over = self._live
+            raise torch.OutOfMemoryError(  # worded as allocators word it (" out of memory.")
+                f"Simulated CPU out of memory. {over - self.cap_bytes:,} bytes more would hold "
+                f"{over:,} bytes of CPU tensors, over the cap of {self.cap_bytes:,} "
+                "(warmfit CappedCpuMeter, a simulation)."
+            )
+
+
+def meter_live() -> int:
+    """The bytes of live CPU tensor storages now (a meter opened and closed at once)."""
+    meter = CpuMeter()
+    try:
+        return meter.allocated_bytes()
+    finally:
+        meter.close()
+
+
 def _cpu_name() -> str:
     model = platform.processor() or platform.machine()
     try:

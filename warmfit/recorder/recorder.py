@@ -47,7 +47,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Protocol
 
-from warmfit.errors import RecordingError, UsageError, whole_number
+from warmfit.errors import EstimateOverflowError, RecordingError, UsageError, whole_number
 from warmfit.format.schema import (
     ESTIMATE_COLUMN,
     KINDS,
@@ -62,6 +62,7 @@ from warmfit.recorder.log import (
     check_run_label,
     compact_log,
     existing_recording,
+    log_schema,
     rank_dir,
     write_lost_readings,
 )
@@ -75,6 +76,9 @@ ENV_FLUSH: Final = "WARMFIT_RECORD_FLUSH_S"
 
 #: Readings buffered before a flush is forced, whatever the time.
 MAX_BUFFERED = 65_536
+
+#: What ``_priced`` gives for a price that cannot be recorded (the wave runs unrecorded).
+_SKIP: Final = -(2**64)
 
 
 class WavePricer(Protocol):
@@ -350,6 +354,46 @@ class Recorder:
         )
         self._flusher.start()
         atexit.register(_close_at_exit, weakref.ref(self))
+        attach = getattr(pricer, "_use_recorder", None)
+        if attach is not None:  # a warmfit.Pricer's own waves take their readings here
+            attach(self)
+
+    @classmethod
+    def meter_only(
+        cls, pricer: WavePricer, meter: Meter | None = None, device: Any = None
+    ) -> Recorder:
+        """A recorder that takes readings and hands them to ``pricer`` only: no file,
+        no log, no thread (``warmfit.Pricer.wave`` outside a recording). Its readings
+        are those an enabled recorder takes, by the same code."""
+        self = cls.__new__(cls)
+        self.enabled = True
+        self.pricer = pricer
+        self._step = 0
+        self._closed = False
+        self._compaction = None
+        self._skipped = {}
+        self.output_dir = None
+        self.run = ""
+        self.rank = 0
+        self.meter = meter if meter is not None else make_meter(device)
+        self._reserved = (
+            getattr(self.meter, "reserved_peak_bytes", None)
+            if getattr(self.meter, "has_reserved", False)
+            else None
+        )
+        extras: tuple[str, ...] = (ESTIMATE_COLUMN, PADDED_COLUMN, SUM_SQ_COLUMN)
+        extras += (RESERVED_COLUMN,) if self._reserved is not None else ()
+        self._writer = None  # type: ignore[assignment]
+        self._row_names = tuple(log_schema(extras).names)
+        self._rows = deque()
+        self._active = []
+        self._seq = 0
+        self._next_wave = 0
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._flush_failure = None
+        self._flush_at = MAX_BUFFERED
+        return self
 
     # ------------------------------------------------------------------ construction
 
@@ -471,6 +515,8 @@ class Recorder:
             estimate_bytes = self._priced(
                 signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes, kind
             )
+            if estimate_bytes is _SKIP:
+                return _NullWave()
             if estimate_bytes is not None and estimate_bytes < 0:
                 return self._skip(
                     signature, packed_tokens, logical_tokens, output_bytes, static_floor_bytes,
@@ -515,10 +561,16 @@ class Recorder:
     ) -> int | None:
         """The pricer's price of a wave (an int, or None: it has none)."""
         assert self.pricer is not None
-        price = self.pricer.price(
-            signature, packed_tokens, logical_tokens, output_bytes=output_bytes,
-            static_floor_bytes=static_floor_bytes, kind=kind,
-        )  # fmt: skip
+        try:
+            price = self.pricer.price(
+                signature, packed_tokens, logical_tokens, output_bytes=output_bytes,
+                static_floor_bytes=static_floor_bytes, kind=kind,
+            )  # fmt: skip
+        except EstimateOverflowError as exc:
+            # Unrecorded, the wave would run unpriced: recorded, it runs unrecorded (a
+            # price past int64 cannot be recorded), never stopped by the recording.
+            self._warn_skipped(signature, "estimate_bytes", f"the pricer's price is {exc}")
+            return _SKIP
         if price is None or type(price) is int:
             return price
         try:
@@ -669,7 +721,9 @@ class Recorder:
         if self.pricer is not None:  # the reading as the log holds it, to learn from
             values = (self.run, self.rank, *row)  # (the flush thread may have taken it)
             self.pricer.observe_row(dict(zip(self._row_names, values, strict=True)))
-        if len(self._rows) >= self._flush_at:
+        if self._writer is None:  # meter_only(): the pricer's reading, not kept
+            self._rows.clear()
+        elif len(self._rows) >= self._flush_at:
             self._flush_or_warn()
 
     # ------------------------------------------------------------------ steps and files
@@ -743,13 +797,14 @@ class Recorder:
     def _metadata(self) -> dict[str, str]:
         import torch
 
-        import warmfit
-
+        # the package this module belongs to is loaded before it: read its version there
+        # rather than import it back (warmfit imports the Pricer, which measures with this)
+        version = sys.modules["warmfit"].__version__
         return {
             "warmfit.meter": self.meter.name,
             "warmfit.device": self.meter.device_name,
             "warmfit.torch_version": str(torch.__version__),
-            "warmfit.recorder": f"warmfit {warmfit.__version__}",
+            "warmfit.recorder": f"warmfit {version}",
         }
 
     def close(self) -> Compaction | None:
@@ -766,6 +821,10 @@ class Recorder:
         """
         if not self.enabled or self._closed or os.getpid() != self._pid:
             return self._compaction
+        if self._writer is None:  # meter_only(): nothing to write
+            self._closed = True
+            self.meter.close()
+            return None
         self._stop.set()
         self._flusher.join()
         writer = self._writer

@@ -153,7 +153,7 @@ def replay(
     """Replay validated readings through policies and summarize, per SPEC §3, §7 and §8.
 
     ``policies`` are registered names, ``module:Class`` specs or policy
-    classes (default: max-merge and warm-fit). ``engine`` is ``auto``, ``scalar`` or
+    classes (default: max-merge, warm-fit and envelope). ``engine`` is ``auto``, ``scalar`` or
     ``vectorized``; every engine gives identical results, and ``auto`` picks
     the vectorized one when every policy is declared; :attr:`ReplayResult.engine`
     says which engine ran (the reference one also where the vectorized one could

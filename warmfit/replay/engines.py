@@ -18,7 +18,8 @@ from warmfit.replay.semantics import RECORDED, ProfileKey
 from warmfit.replay.summary import SummaryFold, group_keys, per_wave_arrays
 from warmfit.replay.vectorized import per_wave_frame, price_waves
 
-DEFAULT_POLICIES = ("max-merge", "warm-fit")
+#: Without --policy (SPEC §9): the PR's two, then the policy the README recommends.
+DEFAULT_POLICIES = ("max-merge", "warm-fit", "envelope")
 ENGINES = ("auto", "scalar", "vectorized")
 
 

@@ -12,6 +12,11 @@ policy, the figures of a replay summary (SPEC §3 "Report")::
     max_under_peak = 0
     min_priced_waves = 25
 
+A file written ``--by signature`` (SPEC §9) says so with ``by = "signature"``
+and keys its tables ``[runs.RUN.SIGNATURE.POLICY]``, one per run, signature
+and policy; a file without ``by`` was written ``--by run``. A check compares a
+file only with figures of its own grouping.
+
 Every key of a ``[runs.RUN.POLICY]`` table is optional; the known ones are in
 :data:`LIMITS`. A figure *fails* its limit when it is worse: above a ``max_``
 limit, below a ``min_`` one, or missing (a run with no priced wave has no
@@ -36,20 +41,30 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
 import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from warmfit.errors import UsageError
 from warmfit.format.files import not_regular, write_atomically, write_bytes_atomically
-from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, Replayed, check_safety_factor
+from warmfit.replay import (
+    DEFAULT_SAFETY_FACTOR,
+    RECORDED,
+    Replayed,
+    check_safety_factor,
+    group_keys,
+)
 from warmfit.report.formats import Report, csv_text, json_text
 from warmfit.report.formats import render as render_report
 from warmfit.report.table import cell, percent, plain_table, table_text
 from warmfit.show.names import counted, printable, toml_string, waves_under
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 FORMATS = ("table", "csv", "json")  # (formats.FORMATS but markdown)
 JSON_SCHEMA = "warmfit.check/1"
@@ -84,7 +99,11 @@ MEASURED_KEY = "measured"
 #: written and fails now, the figure written then already failed it, or the
 #: file records no figure to tell.
 VERDICTS = ("ok", "regressed", "never met", "fails")
-_TOP_KEYS = ("version", "safety_factor", "runs")
+_TOP_KEYS = ("version", "safety_factor", "by", "runs")
+#: The groupings a file may be written with (SPEC §9), as ``--by`` names them.
+BY_VALUES = ("run", "signature")
+#: One result's key: its group (the run, or the run and signature), then its policy.
+Key = tuple[str, ...]
 
 
 class ExpectationsError(UsageError):
@@ -105,24 +124,56 @@ _FIX = "See docs/how-to/ci-gate.md for the format of an expectations file."
 
 @dataclass(frozen=True)
 class Expectations:
-    """A parsed expectations file: limits per (run, policy) and key."""
+    """A parsed expectations file: limits per (run, policy) and key.
+
+    With ``by == "signature"`` the keys are (run, signature, policy): the
+    policy is always last, the group (:attr:`groups`) before it.
+    """
 
     path: str
     safety_factor: float
-    limits: Mapping[tuple[str, str], Mapping[str, float | int]]
+    limits: Mapping[Key, Mapping[str, float | int]]
     #: Per (run, policy), the figures measured when the file was written
     #: (summary column -> value); empty where the file records none.
-    measured: Mapping[tuple[str, str], Mapping[str, float | int]] = field(default_factory=dict)
+    measured: Mapping[Key, Mapping[str, float | int]] = field(default_factory=dict)
+    #: The grouping the file was written with (:data:`BY_VALUES`).
+    by: str = "run"
 
     @property
     def runs(self) -> list[str]:
         """Runs named in the file, in file order."""
-        return list(dict.fromkeys(run for run, _ in self.limits))
+        return list(dict.fromkeys(key[0] for key in self.limits))
+
+    @property
+    def groups(self) -> list[Key]:
+        """The groups named in the file (runs, or runs and signatures), in file order."""
+        return list(dict.fromkeys(key[:-1] for key in self.limits))
 
     @property
     def policies(self) -> list[str]:
         """Policies named in the file, in order of first appearance."""
-        return list(dict.fromkeys(policy for _, policy in self.limits))
+        return list(dict.fromkeys(key[-1] for key in self.limits))
+
+    def rewrite_options(self) -> list[str]:
+        """The options of ``warmfit check --write-expect`` that write a file like this
+        one again: its policies (``-p``), ``--allow-under`` where a limit allows waves
+        under their peak, ``--by`` and ``--safety`` where not the defaults.
+
+        >>> parse_expectations('safety_factor = 1.2\\nby = "signature"\\n'
+        ...     '[runs.EP1.eval.envelope]\\nmax_under_peak = 1\\n'
+        ...     '[runs.EP1.eval.recorded]\\nmax_under_peak = 0\\n').rewrite_options()
+        ['-p', 'envelope', '-p', 'recorded', '--allow-under', '--by', 'signature', '--safety', '1.2']
+        """
+        options: list[str] = []
+        for policy in self.policies:
+            options += ["-p", policy]
+        if any(limits.get("max_under_peak", 0) > 0 for limits in self.limits.values()):
+            options.append("--allow-under")
+        if self.by != "run":
+            options += ["--by", self.by]
+        if self.safety_factor != DEFAULT_SAFETY_FACTOR:
+            options += ["--safety", repr(self.safety_factor)]
+        return options
 
     def restricted_to(self, policies: Sequence[str]) -> Expectations:
         """Only the limits of ``policies``; each must have some in the file."""
@@ -135,12 +186,33 @@ class Expectations:
                 "Add them with 'warmfit check PATH... -p POLICY --write-expect NEW.toml', or "
                 "drop that -p.",
             )
-        kept = {key: v for key, v in self.limits.items() if key[1] in policies}
-        return Expectations(self.path, self.safety_factor, kept, self.measured)
+        kept = {key: v for key, v in self.limits.items() if key[-1] in policies}
+        return Expectations(self.path, self.safety_factor, kept, self.measured, self.by)
 
 
-def _where(run: str, policy: str | None = None) -> str:
-    return f"[runs.{_toml_key(run)}" + ("" if policy is None else f".{_toml_key(policy)}") + "]"
+def check_grouping(expectations: Expectations, by: str) -> None:
+    """Refuse to compare a file written with one grouping against figures of the
+    other (SPEC §9), naming both."""
+    if expectations.by == by:
+        return
+    raise ExpectationsError(
+        expectations.path,
+        f"was written --by {expectations.by} (one table per "
+        f"{_GROUP_WORDS[expectations.by]} and policy), and these figures are grouped "
+        f"--by {by}: they cannot be compared.",
+        f"Check with --by {expectations.by}, or write a file --by {by} with "
+        f"'warmfit check PATH... --by {by} --write-expect FILE'.",
+    )
+
+
+_GROUP_WORDS = {"run": "run", "signature": "run, signature"}
+
+
+def _where(group: str | Sequence[str], policy: str | None = None) -> str:
+    names = [group] if isinstance(group, str) else list(group)
+    if policy is not None:
+        names.append(policy)
+    return "[runs." + ".".join(_toml_key(name) for name in names) + "]"
 
 
 def parse_expectations(text: str, path: str | os.PathLike[str] = "<expectations>") -> Expectations:
@@ -185,6 +257,14 @@ def parse_expectations(text: str, path: str | os.PathLike[str] = "<expectations>
         raise ExpectationsError(
             path, f"safety_factor must be a positive number; got {safety!r}.", _FIX
         ) from None
+    by = doc.get("by", "run")
+    if by not in BY_VALUES:
+        raise ExpectationsError(
+            path,
+            f"by must be one of {', '.join(map(repr, BY_VALUES))} (the grouping it was "
+            f"written with, as 'warmfit check --by' names it); got {by!r}.",
+            _FIX,
+        )
     runs = doc.get("runs")
     if runs is not None and not isinstance(runs, dict):
         raise ExpectationsError(
@@ -198,36 +278,59 @@ def parse_expectations(text: str, path: str | os.PathLike[str] = "<expectations>
             "holds no expectations: it needs at least one [runs.RUN.POLICY] table.",
             "Write one with 'warmfit check PATH... --write-expect FILE'. " + _FIX,
         )
-    limits: dict[tuple[str, str], dict[str, float | int]] = {}
-    measured: dict[tuple[str, str], dict[str, float | int]] = {}
-    for run, policies in runs.items():
-        if not isinstance(policies, dict) or not policies:
-            raise ExpectationsError(
-                path,
-                f"{_where(run)} must hold one table per policy, like {_where(run, 'warm-fit')}.",
-                _FIX,
-            )
+    limits: dict[Key, dict[str, float | int]] = {}
+    measured: dict[Key, dict[str, float | int]] = {}
+    for group, policies in _groups(path, runs, by):
         for policy, table in policies.items():
             if not isinstance(table, dict):
                 raise ExpectationsError(
                     path,
-                    f"{_where(run)} {policy} = {table!r} is not a table of limits; write it as "
-                    f"{_where(run, policy)} followed by its limits.",
+                    f"{_where(group)} {policy} = {table!r} is not a table of limits; write it "
+                    f"as {_where(group, policy)} followed by its limits.",
                     _FIX,
                 )
             figures = table.get(MEASURED_KEY, {})
-            limits[(run, policy)] = _parse_limits(
-                path, run, policy, {k: v for k, v in table.items() if k != MEASURED_KEY}
+            limits[(*group, policy)] = _parse_limits(
+                path, group, policy, {k: v for k, v in table.items() if k != MEASURED_KEY}
             )
-            measured[(run, policy)] = _parse_measured(path, run, policy, figures)
-    return Expectations(str(path), safety, limits, measured)
+            measured[(*group, policy)] = _parse_measured(path, group, policy, figures)
+    return Expectations(str(path), safety, limits, measured, by)
+
+
+def _groups(
+    path: str | os.PathLike[str], runs: Mapping[str, Any], by: str
+) -> list[tuple[Key, Mapping[str, Any]]]:
+    """Each group of the file (a run, or a run and signature) with its policy tables."""
+    groups: list[tuple[Key, Mapping[str, Any]]] = []
+    for run, inner in runs.items():
+        example = _where(run if by == "run" else (run, "SIGNATURE"), "warm-fit")
+        if not isinstance(inner, dict) or not inner:
+            what = "one table per policy" if by == "run" else "one table per signature"
+            raise ExpectationsError(path, f"{_where(run)} must hold {what}, like {example}.", _FIX)
+        if by == "run":
+            groups.append(((run,), inner))
+            continue
+        for signature, policies in inner.items():
+            if (
+                not isinstance(policies, dict)
+                or not policies
+                or not all(isinstance(table, dict) for table in policies.values())
+            ):
+                raise ExpectationsError(
+                    path,
+                    f"{_where((run, signature))} must hold one table per policy: a file "
+                    f'written --by signature (by = "signature") keys its tables like {example}.',
+                    _FIX,
+                )
+            groups.append(((run, signature), policies))
+    return groups
 
 
 def _parse_limits(
-    path: str | os.PathLike[str], run: str, policy: str, table: Mapping[str, Any]
+    path: str | os.PathLike[str], group: Key, policy: str, table: Mapping[str, Any]
 ) -> dict[str, float | int]:
     parsed: dict[str, float | int] = {}
-    where = _where(run, policy)
+    where = _where(group, policy)
     for key, value in table.items():
         limit = _BY_KEY.get(key)
         if limit is None:
@@ -250,9 +353,9 @@ def _parse_limits(
 
 
 def _parse_measured(
-    path: str | os.PathLike[str], run: str, policy: str, figures: object
+    path: str | os.PathLike[str], group: Key, policy: str, figures: object
 ) -> dict[str, float | int]:
-    where = f"{_where(run, policy)} {MEASURED_KEY}"
+    where = f"{_where(group, policy)} {MEASURED_KEY}"
     if not isinstance(figures, dict):
         raise ExpectationsError(
             path, f"{where} must be a table of figures like {{ under_peak = 0 }}.", _FIX
@@ -307,6 +410,8 @@ class CheckResult:
     holds: bool
     #: The figure measured when the file was written (None: not recorded).
     measured: float | int | None = None
+    #: The signature, for a file written ``--by signature``; None ``--by run``.
+    signature: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -334,7 +439,9 @@ class CheckResult:
             else (">" if self.limit.upper else "<")
         )
         actual, allowed = self.shown()
-        who = f"{printable(self.run)} {printable(self.policy)}"
+        who = " ".join(
+            printable(name) for name in (self.run, self.signature, self.policy) if name is not None
+        )
         if self.actual is None:
             line = (
                 f"{who}: {self.limit.label} is missing (no priced wave); "
@@ -378,6 +485,10 @@ class CheckReport:
     expect_path: str
     safety_factor: float
     results: tuple[CheckResult, ...]
+    #: The grouping of the file and figures (:data:`BY_VALUES`).
+    by: str = "run"
+    #: The options that write the file again (:meth:`Expectations.rewrite_options`).
+    rewrite: tuple[str, ...] = ()
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -393,8 +504,10 @@ class CheckReport:
     def passed(self) -> bool:
         return not self.failures
 
-    def regression_message(self) -> str:
-        """The paragraph ``warmfit check`` prints on stderr when limits fail."""
+    def regression_message(self, paths: Sequence[str] = ()) -> str:
+        """The paragraph ``warmfit check`` prints on stderr when limits fail; its
+        rewrite command names ``paths`` (the traces checked; ``PATH...`` without) and
+        every option the file was written with (:attr:`rewrite`)."""
         failing = self.failures
         counts = {v: sum(r.verdict == v for r in failing) for v in VERDICTS[1:]}
         if counts["regressed"] == len(failing):
@@ -414,10 +527,23 @@ class CheckReport:
         if counts["regressed"] or counts["fails"]:
             lines += [
                 "If the change is intended, rewrite the expectations with",
-                f"  warmfit check PATH... --write-expect {self.expect_path} --force",
+                "  " + rewrite_command(self.expect_path, paths, self.rewrite),
                 "and commit them with the change.",
             ]
         return "\n".join(lines)
+
+
+def rewrite_command(path: str, paths: Sequence[str], options: Sequence[str]) -> str:
+    """The ``warmfit check`` line that writes the expectations file ``path`` again,
+    quoted for a POSIX shell.
+
+    >>> rewrite_command("e.toml", ["my traces"], ["-p", "warm-fit", "--allow-under"])
+    "warmfit check 'my traces' --write-expect e.toml --force -p warm-fit --allow-under"
+    """
+    words = [shlex.quote(printable(p)) for p in paths] or ["PATH..."]
+    words += ["--write-expect", shlex.quote(printable(path)), "--force"]
+    words += [shlex.quote(printable(option)) for option in options]
+    return " ".join(["warmfit", "check", *words])
 
 
 def evaluate(result: Replayed, expectations: Expectations) -> CheckReport:
@@ -429,26 +555,28 @@ def evaluate(result: Replayed, expectations: Expectations) -> CheckReport:
     compared exactly: a figure equal to its limit holds.
     """
     path = expectations.path
-    summary = {(r["run"], r["policy"]): r for r in result.summary.iter_rows(named=True)}
+    check_grouping(expectations, result.by)
+    summary = _summary_by_key(result)
     check_runs_held(result, expectations)
-    missing = new_runs(result, expectations)
+    missing = new_groups(result, expectations)
     if missing:
         raise ExpectationsError(
             path,
-            f"has no expectations for {'run' if len(missing) == 1 else 'runs'} "
-            f"{', '.join(repr(printable(run)) for run in missing)} of the trace.",
+            f"has no expectations for {_groups_named(missing, result.by)} of the trace.",
             "Add them with 'warmfit check PATH... --expect FILE --update' (their current "
             "figures become their limits; the other runs' tables stay as they are), or leave "
             "those traces out of the paths.",
         )
     results = []
-    for (run, policy), limits in expectations.limits.items():
-        row = summary.get((run, policy))
+    for key, limits in expectations.limits.items():
+        run, policy = key[0], key[-1]
+        signature = key[1] if len(key) == 3 else None
+        row = summary.get(key)
         if row is None:
             raise ExpectationsError(
                 path,
-                f"expects policy {policy!r} for run {run!r}, but it was not replayed "
-                f"(replayed: {', '.join(result.policies)}).",
+                f"expects policy {printable(policy)!r} for {_group_named(key[:-1])}, but it "
+                f"was not replayed (replayed: {', '.join(map(printable, result.policies))}).",
                 "Drop the -p options, or add that policy to them.",
             )
         for limit in LIMITS:
@@ -462,9 +590,52 @@ def evaluate(result: Replayed, expectations: Expectations) -> CheckReport:
                 holds = actual <= allowed
             else:
                 holds = actual >= allowed
-            measured = expectations.measured.get((run, policy), {}).get(limit.figure)
-            results.append(CheckResult(run, policy, limit, allowed, actual, holds, measured))
-    return CheckReport(path, expectations.safety_factor, tuple(results))
+            measured = expectations.measured.get(key, {}).get(limit.figure)
+            results.append(
+                CheckResult(run, policy, limit, allowed, actual, holds, measured, signature)
+            )
+    return CheckReport(
+        path,
+        expectations.safety_factor,
+        tuple(results),
+        expectations.by,
+        tuple(expectations.rewrite_options()),
+    )
+
+
+def _summary_by_key(result: Replayed) -> dict[Key, dict[str, Any]]:
+    """Each summary row of ``result`` by its key: (run, policy) or (run, signature, policy)."""
+    keys = group_keys(result.by)
+    return {
+        (*(row[k] for k in keys), row["policy"]): row
+        for row in result.summary.iter_rows(named=True)
+    }
+
+
+def _result_groups(result: Replayed) -> list[Key]:
+    """The groups of ``result``'s summary (runs, or runs and signatures), in its order."""
+    keys = group_keys(result.by)
+    return list(
+        dict.fromkeys(tuple(row[k] for k in keys) for row in result.summary.iter_rows(named=True))
+    )
+
+
+def _group_named(group: Key) -> str:
+    """``run 'EP1'`` or ``run 'EP1' signature 'eval'``."""
+    text = f"run {printable(group[0])!r}"
+    if len(group) > 1:
+        text += f" signature {printable(group[1])!r}"
+    return text
+
+
+def _groups_named(groups: Sequence[Key], by: str) -> str:
+    if by == "run":
+        runs = [group[0] for group in groups]
+        return (
+            f"{'run' if len(runs) == 1 else 'runs'} "
+            f"{', '.join(repr(printable(run)) for run in runs)}"
+        )
+    return ", ".join(_group_named(group) for group in groups)
 
 
 # --------------------------------------------------------------------------- write
@@ -498,17 +669,24 @@ def _round_limit(value: float, upper: bool) -> float:
     return k / scale
 
 
-def expectations_from(result: Replayed) -> dict[tuple[str, str], dict[str, float | int]]:
-    """The current figures of a replay, as limits that all hold on it."""
-    limits: dict[tuple[str, str], dict[str, float | int]] = {}
-    for row in result.summary.iter_rows(named=True):
+def expectations_from(result: Replayed) -> dict[Key, dict[str, float | int]]:
+    """The current figures of a replay, as limits that all hold on it, keyed (run,
+    policy), or (run, signature, policy) for a replay ``--by signature``.
+
+    ``recorded`` (SPEC §8) gets no table where the trainer recorded no price
+    (no priced wave): there is nothing of its own to bound.
+    """
+    limits: dict[Key, dict[str, float | int]] = {}
+    for key, row in _summary_by_key(result).items():
+        if key[-1] == RECORDED and not row["priced_waves"]:
+            continue
         table: dict[str, float | int] = {}
         for limit in LIMITS:
             value = row[limit.figure]
             if value is None:
                 continue
             table[limit.key] = _round_limit(value, limit.upper) if limit.fraction else int(value)
-        limits[(row["run"], row["policy"])] = table
+        limits[key] = table
     return limits
 
 
@@ -525,20 +703,22 @@ def expectations_toml(result: Replayed, sources: Sequence[str] = ()) -> str:
         "# meet, set by hand, is reported as 'never met' rather than 'regressed').",
         f"version = {EXPECT_VERSION}",
         f"safety_factor = {result.safety_factor!r}",
+        f"by = {toml_string(result.by)}",
     ]
     return "\n".join(lines + run_tables(result)) + "\n"
 
 
-def run_tables(result: Replayed, runs: Sequence[str] | None = None) -> list[str]:
-    """The lines of the ``[runs.RUN.POLICY]`` tables of ``result``'s current figures
-    (of ``runs`` only, when given), each table after a blank line."""
+def run_tables(result: Replayed, groups: Sequence[Key] | None = None) -> list[str]:
+    """The lines of the ``[runs.RUN.POLICY]`` tables (``[runs.RUN.SIGNATURE.POLICY]``
+    ``--by signature``) of ``result``'s current figures (of ``groups`` only, when
+    given), each table after a blank line."""
     lines: list[str] = []
-    summary = {(r["run"], r["policy"]): r for r in result.summary.iter_rows(named=True)}
-    for (run, policy), table in expectations_from(result).items():
-        if runs is not None and run not in runs:
+    summary = _summary_by_key(result)
+    for key, table in expectations_from(result).items():
+        if groups is not None and key[:-1] not in groups:
             continue
-        row = summary[(run, policy)]
-        lines += ["", f"[runs.{_toml_key(run)}.{_toml_key(policy)}]"]
+        row = summary[key]
+        lines += ["", _where(key[:-1], key[-1])]
         if row["median_over_estimate"] is None:
             lines.append("# no priced wave: no over-estimate figures to bound")
         lines += [f"{key} = {value!r}" for key, value in table.items()]
@@ -553,16 +733,34 @@ def run_tables(result: Replayed, runs: Sequence[str] | None = None) -> list[str]
 
 
 def check_runs_held(result: Replayed, expectations: Expectations) -> None:
-    """Every run the expectations name is in ``result``, or an ExpectationsError."""
+    """Every run (and signature, ``--by signature``) the expectations name is in
+    ``result``, or an ExpectationsError."""
+    check_grouping(expectations, result.by)
     trace_runs = list(dict.fromkeys(result.summary.get_column("run")))
-    for run in expectations.runs:
-        if run not in trace_runs:
+    held = set(_result_groups(result))
+    for group in expectations.groups:
+        if group[0] not in trace_runs:
             raise ExpectationsError(
                 expectations.path,
-                f"expects run {printable(run)!r}, which the trace does not hold (its runs: "
-                f"{', '.join(map(printable, trace_runs))}).",
+                f"expects run {printable(group[0])!r}, which the trace does not hold (its "
+                f"runs: {', '.join(map(printable, trace_runs))}).",
                 "Pass the trace that holds it, or remove its tables from the file.",
             )
+        if group not in held:
+            signatures = [g[1] for g in held if g[0] == group[0]]
+            raise ExpectationsError(
+                expectations.path,
+                f"expects {_group_named(group)}, which the trace does not hold (its "
+                f"signatures in that run: {', '.join(map(printable, sorted(signatures)))}).",
+                "Pass the trace that holds it, or remove its tables from the file.",
+            )
+
+
+def new_groups(result: Replayed, expectations: Expectations) -> list[Key]:
+    """The groups of ``result`` (runs, or runs and signatures) that ``expectations``
+    do not list, in summary order."""
+    listed = set(expectations.groups)
+    return [group for group in _result_groups(result) if group not in listed]
 
 
 def new_runs(result: Replayed, expectations: Expectations) -> list[str]:
@@ -576,26 +774,27 @@ def update_expectations(
     expectations: Expectations,
     *,
     allow_under: bool = False,
-) -> list[str]:
+) -> list[Key]:
     """Add to the expectations file the tables of the runs of ``result`` it does not
-    list (their current figures, as :func:`write_expectations` writes them) and
-    return those runs; every byte already in the file stays (hand-set limits,
+    list (their current figures, as :func:`write_expectations` writes them; runs and
+    signatures ``--by signature``) and return those groups (``(run,)`` or ``(run,
+    signature)``); every byte already in the file stays (hand-set limits,
     comments). ``result`` must be replayed at the file's safety factor. Figures with
     waves under their peak are refused as :func:`write_expectations` refuses them,
     unless ``allow_under``. The file is replaced atomically; nothing is written
     when no run is new."""
     check_runs_held(result, expectations)  # before anything is written: the check would fail
-    added = new_runs(result, expectations)
+    added = new_groups(result, expectations)
     if not added:
         return []
     if result.safety_factor != expectations.safety_factor:
         raise ValueError("replay at the expectations' safety factor to update them")
     if not allow_under:
-        offenders = [o for o in under_peak(result) if o.run in added]
+        offenders = [o for o in under_peak(result) if o.group in added]
         if offenders:
             raise UnderPeakError(
                 expectations.path, result.safety_factor, offenders, result.safe_factors,
-                updating=True,
+                updating=True, lineup=result.policies,
             )  # fmt: skip
     # A link is kept: the file it names is the one updated. Its mode and line endings
     # stay, and every byte already there.
@@ -613,8 +812,9 @@ def update_expectations(
         data += newline
     lines = [
         "",
-        f"# Added by 'warmfit check --update': {counted(len(added), 'run')} the file did not "
-        "list, at their current figures.",
+        f"# Added by 'warmfit check --update': "
+        f"{counted(len(added), 'run' if result.by == 'run' else 'run/signature')} "
+        "the file did not list, at their current figures.",
         *run_tables(result, added)[1:],  # the comment takes the first table's blank line
     ]
     data += newline.join(line.encode("utf-8") for line in lines) + newline
@@ -649,7 +849,10 @@ def write_expectations(
     if not allow_under:
         offenders = under_peak(result)
         if offenders:
-            raise UnderPeakError(path, result.safety_factor, offenders, result.safe_factors)
+            raise UnderPeakError(
+                path, result.safety_factor, offenders, result.safe_factors,
+                lineup=result.policies,
+            )  # fmt: skip
     text = expectations_toml(result, sources)
     return write_bytes_atomically(path, text.encode("utf-8"))
 
@@ -667,12 +870,20 @@ class UnderPeak:
     run: str
     policy: str
     waves: int
+    #: The signature, for figures ``--by signature``.
+    signature: str | None = None
+
+    @property
+    def group(self) -> Key:
+        """``(run,)``, or ``(run, signature)`` ``--by signature``."""
+        return (self.run,) if self.signature is None else (self.run, self.signature)
 
 
 def under_peak(result: Replayed) -> list[UnderPeak]:
-    """Every (run, policy) of ``result`` with a wave under its peak, in summary order."""
+    """Every (run, policy) of ``result`` with a wave under its peak, in summary order
+    (every (run, signature, policy) ``--by signature``)."""
     return [
-        UnderPeak(row["run"], row["policy"], int(row["under_peak"]))
+        UnderPeak(row["run"], row["policy"], int(row["under_peak"]), row.get("signature"))
         for row in result.summary.iter_rows(named=True)
         if (row["under_peak"] or 0) > 0
     ]
@@ -692,11 +903,12 @@ class UnderPeakError(UsageError):
         offenders: Sequence[UnderPeak],
         safe: Mapping[str, float | None],
         updating: bool = False,
+        lineup: Sequence[str] = (),
     ) -> None:
         self.path = str(path)
         self.offenders = tuple(offenders)
         self.safe = dict(safe)
-        super().__init__(under_peak_message(path, safety_factor, offenders, safe, updating))
+        super().__init__(under_peak_message(path, safety_factor, offenders, safe, updating, lineup))
 
 
 def under_peak_message(
@@ -705,9 +917,12 @@ def under_peak_message(
     offenders: Sequence[UnderPeak],
     safe: Mapping[str, float | None],
     updating: bool = False,
+    lineup: Sequence[str] = (),
 ) -> str:
     """Why expectations were not written: one line per offender (the first
     :data:`SHOWN_OFFENDERS`, then a count), and one paragraph of why and what to do.
+    Where ``recorded`` is among them, it says how to leave it out: ``-p`` for every
+    other policy of ``lineup`` (the replay's policies).
 
     >>> print(under_peak_message("e.toml", 1.1, [UnderPeak("EP1", "warm-fit", 2)],
     ...                          {"warm-fit": 1.25}))  # doctest: +NORMALIZE_WHITESPACE
@@ -725,7 +940,7 @@ def under_peak_message(
         f"are priced under their peak in {counted(len(offenders), 'run/policy pair')}:"
     ]
     lines += [
-        f"  {printable(o.run)} {printable(o.policy)}: {waves_under(o.waves)}"
+        f"  {' '.join(map(printable, (*o.group, o.policy)))}: {waves_under(o.waves)}"
         for o in offenders[:SHOWN_OFFENDERS]
     ]
     if len(offenders) > SHOWN_OFFENDERS:
@@ -758,6 +973,13 @@ def under_peak_message(
             f"Raise the safety factor with --safety ({smallest}), choose another policy "
             "(-p), or pass --allow-under to record the figures anyway."
         )
+    others = [p for p in lineup if p != RECORDED]
+    if RECORDED in offending and others:
+        options = " ".join(f"-p {shlex.quote(printable(p))}" for p in others)
+        advice += (
+            f" To leave {RECORDED}, the trainer's own prices, out of the file, name the "
+            f"other policies alone: {options}."
+        )
     lines.append(
         "An expectation that allows waves under their peak makes the gate pass a policy "
         f"that would have run out of memory on those waves. {advice}"
@@ -769,6 +991,7 @@ def under_peak_message(
 
 COLUMNS = (
     "run",
+    "signature",
     "policy",
     "expectation",
     "figure",
@@ -781,9 +1004,12 @@ COLUMNS = (
 
 
 def _records(report: CheckReport) -> list[dict[str, Any]]:
+    """One record per limit; ``signature`` only ``--by signature`` (SPEC §7's JSON
+    results gain it the same way)."""
     return [
         {
             "run": r.run,
+            **({} if report.by == "run" else {"signature": r.signature}),
             "policy": r.policy,
             "expectation": r.limit.key,
             "figure": r.limit.figure,
@@ -802,6 +1028,7 @@ def _document(report: CheckReport) -> dict[str, Any]:
     return {
         "schema": JSON_SCHEMA,
         "expect": report.expect_path,
+        "by": report.by,
         "safety_factor": report.safety_factor,
         "passed": report.passed,
         "results": _records(report),
@@ -813,9 +1040,14 @@ def to_json(report: CheckReport) -> str:
     return json_text(_document(report))
 
 
+def _columns(report: CheckReport) -> list[str]:
+    """:data:`COLUMNS`, ``signature`` only ``--by signature``."""
+    return [c for c in COLUMNS if c != "signature" or report.by != "run"]
+
+
 def to_csv(report: CheckReport) -> str:
     """One header line and one line per limit; fractions in full precision."""
-    return csv_text(COLUMNS, (list(r.values()) for r in _records(report)))
+    return csv_text(_columns(report), (list(r.values()) for r in _records(report)))
 
 
 def to_table(report: CheckReport) -> str:
@@ -823,6 +1055,8 @@ def to_table(report: CheckReport) -> str:
     table = plain_table("")
     table.caption = None  # the verdict line follows the table
     table.add_column("run", no_wrap=True)
+    if report.by != "run":
+        table.add_column("signature", no_wrap=True)
     table.add_column("policy", no_wrap=True)
     table.add_column("figure", no_wrap=True)
     table.add_column("allowed", justify="right", no_wrap=True)
@@ -830,10 +1064,16 @@ def to_table(report: CheckReport) -> str:
     table.add_column("", no_wrap=True)
     previous = None
     for r in report.results:
-        key = (r.run, r.policy)
+        key = (r.run, r.signature, r.policy)
         actual, allowed = r.shown()
+        group: list[str | Text] = [
+            "" if previous is not None and previous[0] == r.run else cell(r.run)
+        ]
+        if report.by != "run":
+            same = previous is not None and previous[:2] == key[:2]
+            group.append("" if same else cell(r.signature or ""))
         table.add_row(
-            "" if previous is not None and previous[0] == r.run else cell(r.run),
+            *group,
             "" if key == previous else cell(r.policy),
             r.limit.label,
             ("≤ " if r.limit.upper else "≥ ") + allowed,
@@ -854,7 +1094,7 @@ def check_report(report: CheckReport) -> Report:
     """A check report as a :class:`~warmfit.report.formats.Report` (no markdown form)."""
     return Report(
         table=lambda: to_table(report),
-        header=COLUMNS,
+        header=_columns(report),
         rows=lambda: (list(r.values()) for r in _records(report)),
         document=lambda: _document(report),
     )

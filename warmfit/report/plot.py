@@ -102,7 +102,8 @@ def peak_series(result: ReplayResult) -> pl.DataFrame:
 
     Columns: ``run, rank, wave, position`` (0, 1, ... within the run),
     ``policy, actual_gb, estimate_gb`` (null when unpriced), ``set_by``
-    (profile, floor or null) and ``under_peak``.
+    (profile, floor or null), ``under_peak`` and ``oom`` (the wave ran out of memory:
+    its actual peak is where it stopped, not what it needed).
     """
     per_wave = result.per_wave
     order = (
@@ -120,6 +121,7 @@ def peak_series(result: ReplayResult) -> pl.DataFrame:
         (pl.col("estimate_bytes") / GB).alias("estimate_gb"),
         "set_by",
         pl.col("under_peak").fill_null(False),
+        pl.col("oom").fill_null(False),
     )
 
 
@@ -472,7 +474,8 @@ def _thin_peaks(peaks: pl.DataFrame, runs: Sequence[str], large: Sequence[str]) 
         # a stable sort: the first row of each wave is the one is_first_distinct picked
         starts = np.flatnonzero(np.r_[True, position[1:] != position[:-1]])
         actual = part.get_column("actual_gb").to_numpy()[order][starts]
-        keep = line_keep(position[starts], actual) | np.logical_or.reduceat(under, starts)
+        oom = part.get_column("oom").to_numpy()[order][starts]
+        keep = line_keep(position[starts], actual) | np.logical_or.reduceat(under, starts) | oom
         draw_actual[rows] = False
         draw_actual[rows[starts[keep]]] = True
         estimate = part.get_column("estimate_gb").to_numpy()[order]
@@ -803,6 +806,25 @@ _ROLE_STYLE = {
 }
 
 
+#: The most characters of a panel title's line: the width of a panel at 10 points.
+TITLE_CHARS = 48
+
+
+def shortened(name: str, limit: int) -> str:
+    """``name``, or its start and end around an ellipsis when longer than ``limit``
+    characters (at least 9 are kept), so that a title fits its panel.
+
+    >>> shortened("train/packed/seq-4096/bucket-07/eval", 20), shortened("eval", 20)
+    ('train/pac…et-07/eval', 'eval')
+    """
+    limit = max(limit, 9)
+    if len(name) <= limit:
+        return name
+    head = (limit - 1) // 2
+    tail = limit - 1 - head
+    return name[:head] + "…" + name[-tail:]
+
+
 def _label(name: str) -> str:
     """A name from a trace as matplotlib text: shown literally, never as mathtext."""
     return mathtext_literal(name)
@@ -957,6 +979,19 @@ def _draw_peaks(ax: Any, data: PlotData, run: str) -> None:
         label="actual peak",
         zorder=4,
     )
+    oom = actual.filter(pl.col("oom"))
+    if oom.height:  # not an ordinary peak: where the wave stopped, not what it needed
+        ax.scatter(
+            oom.get_column("position").to_numpy(),
+            (oom.get_column("actual_gb") * scale).to_numpy(),
+            marker="X",
+            s=140,
+            color="black",
+            edgecolors="white",
+            linewidths=0.8,
+            label="ran out of memory (its peak so far)",
+            zorder=7,
+        )
     under_labelled = False
     for name in data.policies:
         mine = drawn.filter(pl.col("policy") == name)
@@ -1040,10 +1075,11 @@ def _draw_rates(ax: Any, data: PlotData, run: str) -> None:
                 **_ROLE_STYLE[role],
                 **label,
             )
-    where = f" (rank {rank}, signature {_label(signature)})" if profiles > 1 else ""
-    ax.set_title(
-        f"{_label(run)}: rate per packed token{where}", **({"fontsize": 10} if where else {})
-    )
+    title = f"{_label(shortened(run, TITLE_CHARS))}: rate per packed token"
+    if profiles > 1:  # on a line of its own, the signature shortened to fit the panel
+        limit = TITLE_CHARS - len(f"rank {rank}, signature ")
+        title += f"\nrank {rank}, signature {_label(shortened(signature, limit))}"
+    ax.set_title(title, **({"fontsize": 10} if profiles > 1 else {}))
     ax.set_xlabel("packed tokens")
     _token_ticks(ax.xaxis)
     ax.set_ylabel("compute bytes per packed token (KB/token)")

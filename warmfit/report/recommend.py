@@ -7,7 +7,8 @@ replay leaves them after the last wave):
 - ``admitted_tokens``: the largest packed-token count ``n`` a policy prices
   within the budget (``estimate <= budget``, SPEC §7's admission rule), found
   by an exponential then a binary search (exact to the token; every built-in
-  policy's price is monotone non-decreasing in ``n``). A wave must fit on
+  policy's price is monotone non-decreasing in ``n``): the search
+  :meth:`warmfit.Pricer.max_tokens` runs, :mod:`warmfit.replay.admission`. A wave must fit on
   every rank, so it is the smallest over the ranks that can price it. The
   price at ``n`` is replay's own (:func:`warmfit.replay.reference.checked_price`
   and :func:`warmfit.replay.semantics.estimate_bytes`) for a ``flat`` wave of
@@ -16,7 +17,9 @@ replay leaves them after the last wave):
   output bytes and static floor of the rank's last wave of the signature;
 - ``measured_limit_tokens``: the largest packed-token count the measured
   waves show would have fitted (:func:`measured_limit`), interpolated between
-  the two measured sizes around the budget, never extrapolated;
+  the two measured sizes around the budget, never extrapolated; a wave that
+  ran out of memory is evidence that its size did not fit (SPEC §9), so the
+  limit lies below the smallest OOM size above the largest fitting one;
 - ``gap_tokens``: the measured limit minus the admitted tokens (the throughput
   a policy leaves unused; negative: it admits more than fitted, an OOM risk),
   and ``gap_fraction``, that over the measured limit; where the budget lies
@@ -31,7 +34,7 @@ The choices the contract leaves open are spec-notes 23
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +44,7 @@ import polars as pl
 from warmfit.errors import UsageError
 from warmfit.policies import Policy, PriceRequest
 from warmfit.replay import DEFAULT_SAFETY_FACTOR, RECORDED, replay, resolve_policies
+from warmfit.replay.admission import OVERFLOW, SEARCH_CAP_TOKENS, max_admitted
 from warmfit.replay.engines import Priced
 from warmfit.replay.reference import checked_price
 from warmfit.replay.semantics import ProfileKey, check_budget, estimate_bytes
@@ -51,9 +55,6 @@ from warmfit.show.names import markdown_cell
 from warmfit.show.units import format_bytes
 
 JSON_SCHEMA = "warmfit.recommend/1"
-#: The most packed tokens the search tries (2**40, about 1.1e12): a policy that prices
-#: every size up to it within the budget admits "no limit".
-SEARCH_CAP_TOKENS = 2**40
 
 #: How the measured limit was found (``measured`` in every result).
 INTERPOLATED = "interpolated"
@@ -68,36 +69,6 @@ FIELDS = (
     "static_floor_bytes", "measured_limit_tokens", "measured", "largest_fitted_tokens",
     "smallest_unfitted_tokens", "gap_tokens", "gap_fraction", "gap_at_least_tokens",
 )  # fmt: skip
-
-
-def largest_admitted(admits: Callable[[int], bool], cap: int = SEARCH_CAP_TOKENS) -> int:
-    """The largest ``n`` in ``1..cap`` with ``admits(n)``, for a predicate that holds up
-    to some size and not beyond (0 when it fails at 1; ``cap`` when it holds there):
-    doubling until it fails, then halving the interval, so ``admits(n)`` and not
-    ``admits(n + 1)`` (or ``n == cap``).
-
-    >>> largest_admitted(lambda n: 7 * n <= 1000), largest_admitted(lambda n: False)
-    (142, 0)
-    >>> largest_admitted(lambda n: True, cap=1000)
-    1000
-    """
-    if cap < 1 or not admits(1):
-        return 0
-    low = 1  # admitted
-    while True:
-        high = min(2 * low, cap)
-        if high == low:
-            return cap
-        if not admits(high):
-            break
-        low = high
-    while high - low > 1:  # admits(low), not admits(high)
-        middle = (low + high) // 2
-        if admits(middle):
-            low = middle
-        else:
-            high = middle
-    return low
 
 
 def logical_tokens(packed_tokens: int, logical_sum: int, packed_sum: int) -> int:
@@ -125,9 +96,12 @@ class MeasuredLimit:
     smallest_unfitted: int | None
 
 
-def measured_limit(points: Sequence[tuple[int, int]], budget_bytes: int) -> MeasuredLimit:
+def measured_limit(
+    points: Sequence[tuple[int, int]], budget_bytes: int, oom_tokens: Sequence[int] = ()
+) -> MeasuredLimit:
     """The largest packed-token count the measured ``(packed_tokens, actual_bytes)``
-    points show would fit ``budget_bytes``.
+    points show would fit ``budget_bytes``, below the sizes in ``oom_tokens`` that ran
+    out of memory (SPEC §9).
 
     Each size's bytes are the largest measured at it; sizes are taken smallest
     first. The first size whose bytes exceed the budget did not fit, and no
@@ -137,25 +111,39 @@ def measured_limit(points: Sequence[tuple[int, int]], budget_bytes: int) -> Meas
     extrapolated: a budget above every peak or below the smallest size's gives
     no limit (``largest_fitted`` says how far the waves fitted).
 
+    An OOM wave is evidence that its size did not fit (SPEC §9): the smallest OOM
+    size above the largest size that fitted, when it is smaller than the first
+    size measured not to fit, is that first size, and the line runs to it at
+    one byte over the budget (an OOM's own reading stops where the allocator
+    gave up, so it measures no peak): the limit lies below it.
+
     >>> measured_limit([(100, 1_000), (300, 3_000), (100, 1_200)], 2_000)  # 100 + 800 * 200 // 1800
     MeasuredLimit(tokens=188, measured='interpolated', largest_fitted=100, smallest_unfitted=300)
     >>> measured_limit([(100, 1_000)], 2_000).measured, measured_limit([], 1).measured
     ('budget above every peak', 'no measured wave')
+    >>> measured_limit([(100, 1_000)], 2_000, [300])  # 100 + 1,000 * 200 // 1,001
+    MeasuredLimit(tokens=299, measured='interpolated', largest_fitted=100, smallest_unfitted=300)
     """
     peaks: dict[int, int] = {}
     for n, actual in points:
         peaks[n] = max(actual, peaks.get(n, actual))
     sizes = sorted(peaks)
+    unfitted = next((i for i, n in enumerate(sizes) if peaks[n] > budget_bytes), len(sizes))
+    fitted = sizes[unfitted - 1] if unfitted else 0
+    oom = min((n for n in oom_tokens if n > fitted), default=None)
+    if oom is not None and (unfitted == len(sizes) or oom < sizes[unfitted]):
+        sizes = [*sizes[:unfitted], oom]  # the OOM is the first size that did not fit
+        peaks[oom] = budget_bytes + 1
     if not sizes:
         return MeasuredLimit(None, NO_MEASURED_WAVE, None, None)
-    for i, n in enumerate(sizes):
-        if peaks[n] > budget_bytes:
-            if i == 0:
-                return MeasuredLimit(None, BELOW_EVERY_PEAK, None, n)
-            n0, a0, a1 = sizes[i - 1], peaks[sizes[i - 1]], peaks[n]
-            limit = n0 + (budget_bytes - a0) * (n - n0) // (a1 - a0)
-            return MeasuredLimit(limit, INTERPOLATED, n0, n)
-    return MeasuredLimit(None, ABOVE_EVERY_PEAK, sizes[-1], None)
+    if unfitted == len(sizes):
+        return MeasuredLimit(None, ABOVE_EVERY_PEAK, sizes[-1], None)
+    n = sizes[unfitted]
+    if unfitted == 0:
+        return MeasuredLimit(None, BELOW_EVERY_PEAK, None, n)
+    n0, a0, a1 = sizes[unfitted - 1], peaks[sizes[unfitted - 1]], peaks[n]
+    limit = n0 + (budget_bytes - a0) * (n - n0) // (a1 - a0)
+    return MeasuredLimit(limit, INTERPOLATED, n0, n)
 
 
 @dataclass(frozen=True)
@@ -184,16 +172,15 @@ class Profile:
             return None, "overflow"
 
     def admitted(self, budget_bytes: int, safety_factor: float) -> int | None:
-        """The largest admitted ``n`` (:func:`largest_admitted`); None when the profile
+        """The largest admitted ``n``, by the search :meth:`warmfit.Pricer.max_tokens`
+        runs (:func:`warmfit.replay.admission.max_admitted`); None when the profile
         cannot price a wave (no profile, no floor)."""
-        if self.estimate(1, safety_factor) == (None, None):
-            return None
 
-        def admits(n: int) -> bool:
-            estimate, _ = self.estimate(n, safety_factor)
-            return estimate is not None and estimate <= budget_bytes
+        def estimate(n: int) -> int | None:
+            price, set_by = self.estimate(n, safety_factor)
+            return OVERFLOW if set_by == "overflow" else price
 
-        return largest_admitted(admits)
+        return max_admitted(estimate, budget_bytes)
 
 
 @dataclass(frozen=True)
@@ -239,6 +226,12 @@ class MeasuredWaves:
 
     def finish(self, summary: pl.DataFrame) -> MeasuredWaves:
         return self
+
+    def ooms(self, key: Key) -> list[int]:
+        """The packed-token counts of the waves that ran out of memory: evidence that
+        each did not fit (SPEC §9, :func:`measured_limit`)."""
+        arrays = self.waves.get(key, [])
+        return [int(n) for a in arrays for n in a[0][a[2]]]
 
     def points(self, key: Key) -> list[tuple[int, int]]:
         """The measured waves that did not run out of memory as :func:`measured_limit`
@@ -410,7 +403,9 @@ def recommendation(
             continue
         logical_sum, packed_sum = totals[(run, sig)]
         if (run, sig) not in limits:  # one per run and signature, whatever the policy
-            limits[(run, sig)] = measured_limit(found.points((run, sig)), budget_bytes)
+            limits[(run, sig)] = measured_limit(
+                found.points((run, sig)), budget_bytes, found.ooms((run, sig))
+            )
         limit = limits[(run, sig)]
         best: tuple[int, Profile] | None = None  # the smallest over the ranks, lowest rank
         for rank, wave, o, s in last_waves[(run, sig)]:

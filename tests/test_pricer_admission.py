@@ -1,0 +1,411 @@
+"""The Pricer as an admission controller (issue 39) and its value checks (issue 42).
+
+- ``max_tokens``: the largest admitted wave, exact to the token, by the one search
+  ``recommend`` runs: equal to ``recommend``'s admitted tokens on every stored trace;
+- ``wave()``: the Pricer's own readings, with or without a trace being written, the
+  same readings either way; an out-of-memory wave survived and learned (SPEC §9);
+- ``device_budget``: torch's counters, the MIN over a process group's ranks;
+- every value the Pricer takes is checked by the trace's column rules.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from warmfit.errors import UsageError
+from warmfit.format.trace import read_trace
+from warmfit.recorder import Recorder, RecorderWarning
+from warmfit.recorder.meters import CappedCpuMeter, CpuMeter, meter_live
+from warmfit.replay import replay
+from warmfit.replay.admission import SEARCH_CAP_TOKENS
+from warmfit.report.recommend import logical_tokens, recommend
+from warmfit.trainer import device_budget
+from warmfit.trainer.pricer import OomWave, Pricer, PricerWarning
+
+from .strategies import examples, traces
+
+REPO = Path(__file__).resolve().parent.parent
+TRACES = sorted(p for p in (REPO / "traces").iterdir() if p.is_dir() and any(p.rglob("*.parquet")))
+BUILT_IN = ["max-merge", "warm-fit", "warm-affine", "envelope"]
+
+
+def row(n: int, peak: int, **fields: Any) -> dict[str, Any]:
+    """One reading as the recorder writes it (baseline 0, flat caller, whole)."""
+    base = dict(signature="train", kind="flat", phase="caller", whole=True, packed_tokens=n,
+                logical_tokens=n, output_bytes=0, baseline_bytes=0, peak_bytes=peak,
+                static_floor_bytes=None, oom=False)  # fmt: skip
+    return {**base, **fields}
+
+
+# --------------------------------------------------------------------------- max_tokens
+
+
+def test_max_tokens_worked_example_and_budget_strings() -> None:
+    pricer = Pricer("warm-fit", safety_factor=1.1)
+    assert pricer.max_tokens("train", 66_000) is None  # no profile, no floor: no price
+    pricer.observe_row(row(100, 30_000))  # 300 B/token: int(300 n * 1.1) <= 66,000 up to n = 200
+    assert pricer.max_tokens("train", 66_000) == 200
+    assert pricer.price("train", 200) == 66_000 and pricer.price("train", 201) == 66_330
+    assert pricer.max_tokens("train", 65_999) == 199
+    assert pricer.max_tokens("train", "66KB") == 200  # the one parser: 66 KB = 66,000 bytes
+    assert pricer.admits("train", 200, budget_bytes="66KB")
+    assert not pricer.admits("train", 201, budget_bytes="66KB")
+    # outputs as a function of the size: int((300 n + 10 n) * 1.1) <= 66,000 up to n = 193
+    assert pricer.max_tokens("train", 66_000, output_bytes=lambda n: 10 * n) == 193
+    assert pricer.max_tokens("train", 0) == 0  # not even one token
+    assert pricer.max_tokens("x", 10, static_floor_bytes=0) == SEARCH_CAP_TOKENS  # a floor of 0
+
+
+def stream_pricers(readings: pl.DataFrame, policy: str) -> dict[tuple[str, int], Pricer]:
+    """A Pricer per (run, rank) that observed that stream's readings in trace order."""
+    pricers: dict[tuple[str, int], Pricer] = {}
+    for r in readings.iter_rows(named=True):
+        key = (r["run"], r["rank"])
+        if key not in pricers:
+            pricers[key] = Pricer(policy, safety_factor=1.1)
+        pricers[key].observe_row(r)
+    return pricers
+
+
+def pricer_admitted(readings: pl.DataFrame, pricers: dict, run: str, sig: str, budget: int) -> Any:
+    """The smallest over the ranks of ``max_tokens`` at the trace's own sharing (the sum
+    of the waves' logical over packed tokens) with the outputs and floor of each rank's
+    last wave (the last begun, in trace order): what recommend documents it computes."""
+    waves = readings.filter(run=run, signature=sig).unique(["rank", "wave"], keep="first")
+    total_m, total_n = int(waves["logical_tokens"].sum()), int(waves["packed_tokens"].sum())
+    best = None
+    for (r, rank), pricer in sorted(pricers.items(), key=lambda kv: kv[0]):
+        if r != run:
+            continue
+        mine = readings.filter(run=run, rank=rank, signature=sig)
+        if mine.is_empty():
+            continue
+        # the last wave begun (the one whose first reading comes last), at that reading
+        last = mine.unique("wave", keep="first", maintain_order=True).row(-1, named=True)
+        admitted = pricer.max_tokens(
+            sig, budget, logical_tokens=lambda n: logical_tokens(n, total_m, total_n),
+            output_bytes=last["output_bytes"], static_floor_bytes=last["static_floor_bytes"],
+        )  # fmt: skip
+        if admitted is not None and (best is None or admitted < best):
+            best = admitted
+    return best
+
+
+def check_equal(readings: pl.DataFrame, policy: str, budgets: list[int]) -> None:
+    pricers = stream_pricers(readings, policy)
+    for budget in budgets:
+        for result in recommend(readings, budget, [policy]).results:
+            run, sig = result["run"], result["signature"]
+            ours = pricer_admitted(readings, pricers, run, sig, budget)  # type: ignore[arg-type]
+            assert ours == result["admitted_tokens"], (run, sig, budget)
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("policy", BUILT_IN)
+def test_max_tokens_is_recommends_admitted_tokens_on_every_stored_trace(
+    trace: Path, policy: str
+) -> None:
+    readings = read_trace([trace]).sort("run", "rank", "seq", maintain_order=True)
+    deltas = (readings["peak_bytes"] - readings["baseline_bytes"]).clip(0)
+    budgets = [int(deltas.median()), int(deltas.max()) * 3, 12_345]  # type: ignore[arg-type]
+    check_equal(readings, policy, budgets)
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(frame=traces(max_waves=12), policy=st.sampled_from(BUILT_IN), budget=st.integers(0, 10**7))
+def test_max_tokens_is_recommends_on_generated_traces_with_oom_split_and_floors(
+    frame: pl.DataFrame, policy: str, budget: int
+) -> None:
+    check_equal(frame.sort("run", "rank", "seq", maintain_order=True), policy, [budget])
+
+
+# --------------------------------------------------------------------------- the Pricer's own readings
+
+
+class Workload:
+    """A deterministic CPU wave: a linear layer's forward and backward on n rows."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(32, 32)
+
+    def run(self, wave: Any, n: int) -> None:
+        x = torch.ones(n, 32)
+        y = self.model(x).relu().sum()
+        wave.forward_done()
+        y.backward()
+        self.model.zero_grad(set_to_none=True)
+
+
+SIZES = [8, 16, 40, 24, 64, 12]
+
+
+def test_the_pricer_learns_from_its_own_readings_and_writes_nothing(tmp_path: Path) -> None:
+    """No recorder at all: the Pricer measures each wave itself (its meter is the
+    recorder's CpuMeter); the first wave has no price, every later one has."""
+    os.chdir(tmp_path)
+    work = Workload()
+    pricer = Pricer("warm-fit", meter=CpuMeter())
+    prices = []
+    for n in SIZES:
+        with pricer.wave("train", n) as w:
+            work.run(w, n)
+        prices.append(w.estimate_bytes)
+        assert not w.oom
+    pricer.close()
+    assert prices[0] is None and all(isinstance(p, int) and p > 0 for p in prices[1:])
+    assert set(pricer.profiles) == {"train"}
+    assert list(tmp_path.iterdir()) == []  # no trace, no log, no file
+
+
+def test_with_an_enabled_recorder_the_two_share_readings_and_the_trace_replays_to_the_prices(
+    tmp_path: Path,
+) -> None:
+    """The same waves measured by the Pricer alone and through an enabled
+    Recorder(pricer=): the same readings, so the same prices; the trace holds one wave
+    per Pricer wave (no second meter, no nested wave) and replays to those prices."""
+    alone = Pricer("warm-fit", meter=CpuMeter())
+    work = Workload()
+    prices_alone = []
+    for n in SIZES:
+        with alone.wave("train", n) as w:
+            work.run(w, n)
+        prices_alone.append(w.estimate_bytes)
+    alone.close()
+
+    shared = Pricer("warm-fit")
+    work = Workload()
+    recorder = Recorder(tmp_path / "t", run="r", device="cpu", pricer=shared)
+    prices = []
+    for n in SIZES:
+        with shared.wave("train", n) as w:
+            work.run(w, n)
+        prices.append(w.estimate_bytes)
+    recorder.close()
+    assert shared._metering is None  # the recorder's meter took the readings
+    assert prices == prices_alone
+    readings = read_trace([tmp_path / "t"])
+    assert readings["wave"].n_unique() == len(SIZES) and readings.height == 2 * len(SIZES)
+    per_wave = replay(readings, ["warm-fit"], 1.1).per_wave.filter(policy="warm-fit").sort("wave")
+    assert per_wave["estimate_bytes"].to_list() == prices
+    recorded = readings.group_by("wave").agg(pl.col("estimate_bytes").first()).sort("wave")
+    assert recorded["estimate_bytes"].to_list() == prices
+
+
+def test_an_out_of_memory_wave_is_survived_and_learned(tmp_path: Path) -> None:
+    """Under a capped meter (a simulated device) a wave too large runs out of memory:
+    the block's error is survived, the reading is an OOM reading in the trace, and no
+    wave at or above that size is admitted under a budget not larger than its own."""
+    work = Workload()
+    meter = CappedCpuMeter(meter_live() + 60_000)
+    pricer = Pricer("max-merge")
+    recorder = Recorder(tmp_path / "t", run="r", meter=meter, pricer=pricer)
+    with pricer.wave("train", 16, budget_bytes=50_000) as w:
+        work.run(w, 16)
+    assert not w.oom and pricer.admits("train", 2_000, budget_bytes=10**9)
+    with pricer.wave("train", 2_000, budget_bytes=50_000) as w:  # 2,000 x 32 x 4 B: over the cap
+        work.run(w, 2_000)
+        raise AssertionError("not reached: the forward ran out of memory")
+    assert w.oom and meter.ooms == 1
+    assert pricer.ooms == [OomWave("train", "flat", 2_000, 50_000)]
+    assert pricer.oom_tokens("train", 50_000) == 2_000
+    assert pricer.oom_tokens("train", 50_001) is None  # a larger budget: no evidence
+    assert not pricer.admits("train", 2_000, budget_bytes=50_000)
+    assert not pricer.admits("train", 5_000, budget_bytes=40_000)
+    assert pricer.admits("train", 2_000, budget_bytes=10**9)
+    assert pricer.max_tokens("train", 10**9) > 2_000  # type: ignore[operator]
+    assert pricer.max_tokens("train", 50_000) < 2_000  # type: ignore[operator]
+    with pricer.wave("train", 16, budget_bytes=50_000) as w:  # the loop goes on
+        work.run(w, 16)
+    assert not w.oom
+    recorder.close()
+    readings = read_trace([tmp_path / "t"])
+    ooms = readings.filter(pl.col("oom"))
+    assert ooms["packed_tokens"].to_list() == [2_000] and ooms["phase"].to_list() == ["forward"]
+
+
+def test_an_error_that_is_not_out_of_memory_passes() -> None:
+    pricer = Pricer("max-merge", meter=CpuMeter())
+    with pytest.raises(ValueError, match="bad batch"), pricer.wave("train", 4):
+        raise ValueError("bad batch")
+    assert pricer.ooms == []
+    pricer.close()
+
+
+def test_a_never_seen_signature_is_said_once_naming_the_known_ones() -> None:
+    pricer = Pricer("max-merge")
+    pricer.observe_row(row(10, 1_000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pricer.price("trian", 10) is None  # asked once: perhaps a new signature
+        pricer.observe_row(row(10, 1_000, signature="eval"))  # a new one, taught at once
+    pricer.observe_row(row(10, 1_000))
+    with pytest.warns(PricerWarning, match=r"none of signature 'trian'.*It knows 'eval', 'train'"):
+        assert not pricer.admits("trian", 10, budget_bytes=10**9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only
+        assert pricer.max_tokens("trian", 10**9) is None
+
+
+# --------------------------------------------------------------------------- device_budget
+
+
+class FakeCuda:
+    """torch.cuda's counters, patched: 10 GB total, 3 GB free, 2 GB reserved of which
+    0.5 GB allocated."""
+
+    def __init__(self, free: int = 3 * 10**9) -> None:
+        self.free = free
+
+    def apply(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i=0: (self.free, 10 * 10**9))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i=0: 2 * 10**9)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i=0: 5 * 10**8)
+
+
+def test_device_budget_from_torchs_counters(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeCuda().apply(monkeypatch)
+    # free 3 GB + reusable 1.5 GB - 3% of 10 GB = 4.2 GB
+    assert device_budget() == 4_200_000_000
+    assert device_budget(reserve=0) == 4_500_000_000
+    assert device_budget(reserve=0.5) == 0  # never below 0
+    with pytest.raises(UsageError, match=r"^reserve must be a fraction"):
+        device_budget(reserve=1.5)
+    with pytest.raises(UsageError, match=r"^reserve must be a fraction"):
+        device_budget(reserve=float("nan"))
+
+
+def test_device_budget_without_a_gpu_says_to_give_one() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    with pytest.raises(UsageError, match="no CUDA device"):
+        device_budget()
+
+
+def _rank_budget(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    FakeCuda(free=(3 + rank) * 10**9).apply(pytest.MonkeyPatch())
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        budget = device_budget()
+    finally:
+        dist.destroy_process_group()
+    Path(out, f"rank{rank}").write_text(str(budget))
+
+
+@pytest.mark.slow
+def test_device_budget_is_the_min_over_a_gloo_groups_ranks(tmp_path: Path) -> None:
+    """Two processes on CPU with gloo: rank 0 has 3 GB free, rank 1 4 GB; both get
+    rank 0's budget, 4.2 GB."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = mp.get_context("spawn")
+    procs = [context.Process(target=_rank_budget, args=(r, port, str(tmp_path))) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert [(tmp_path / f"rank{r}").read_text() for r in (0, 1)] == ["4200000000"] * 2
+
+
+# --------------------------------------------------------------------------- values (issue 42)
+
+BAD_ROWS = [
+    (row(float("nan"), 1_000), r"^observe_row\(\): packed_tokens must be an integer; got nan"),
+    (row(-5, 1_000), r"^observe_row\(\): packed_tokens must be > 0; got -5"),
+    (row(10.0, 1_000), r"^observe_row\(\): packed_tokens must be an integer; got 10\.0"),
+    (row(True, 1_000), r"^observe_row\(\): packed_tokens must be an integer; got True .*bool"),
+    (row(10, 1_000, logical_tokens=5), r"logical_tokens must be >= packed_tokens \(10\); got 5"),
+    (row(10, -1), r"^observe_row\(\): peak_bytes must be >= 0; got -1"),
+    (row(10, 2**63), r"^observe_row\(\): peak_bytes must be below 2\*\*63"),
+    (row(10, 1_000, output_bytes=True), r"output_bytes must be an integer; got True"),
+    (row(10, 1_000, static_floor_bytes=True), r"static_floor_bytes must be an integer; got True"),
+    (row(10, 1_000, kind="fused"), r"^observe_row\(\): kind must be one of flat, split_child"),
+    (row(10, 1_000, phase="backward"), r"^observe_row\(\): phase must be one of forward, caller"),
+    (row(10, 1_000, whole=1), r"^observe_row\(\): whole must be a bool; got 1"),
+    (row(10, 1_000, oom="no"), r"^observe_row\(\): oom must be a bool; got 'no'"),
+    (row(10, 1_000, signature=7), r"^observe_row\(\): signature must be a non-empty str"),
+    ([1, 2, 3], r"^observe_row\(\): a reading is a mapping .* got list"),
+    ("signature", r"^observe_row\(\): a reading is a mapping .* got str"),
+    (b"signature", r"^observe_row\(\): a reading is a mapping .* got bytes"),
+    (None, r"^observe_row\(\): a reading is a mapping .* got NoneType"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), BAD_ROWS)
+def test_observe_row_refuses_what_a_trace_could_not_hold_and_learns_nothing(
+    bad: Any, message: str
+) -> None:
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(row(10, 1_000))
+    with pytest.raises(UsageError, match=message):
+        pricer.observe_row(bad)
+    assert pricer.price("train", 10) == 1_000  # unchanged
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda p: p.price("s", True), r"^packed_tokens must be an integer; got True"),
+        (lambda p: p.price("s", 5, static_floor_bytes=True), r"^static_floor_bytes must be an int"),
+        (lambda p: p.price("s", 5, output_bytes=False), r"^output_bytes must be an integer"),
+        (lambda p: p.price("s", 2**64), r"^packed_tokens must be below 2\*\*63"),
+        (lambda p: p.admits("s", True, budget_bytes=10), r"^packed_tokens must be an integer"),
+        (lambda p: p.admits("s", 5, budget_bytes=True), r"^budget_bytes must be a number"),
+        (lambda p: p.max_tokens("s", float("nan")), r"^budget_bytes must be a number"),
+        (lambda p: p.max_tokens("s", 10, kind="fused"), r"^kind must be one of"),
+        (lambda p: p.wave("s", 5, budget_bytes="lots"), r"^budget_bytes 'lots' is not a size"),
+    ],
+)  # fmt: skip
+def test_price_admits_and_max_tokens_refuse_bools_and_values_past_int64(
+    call: Any, message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        call(Pricer("max-merge"))
+
+
+@pytest.mark.parametrize(
+    "factor", [2**1100, -(2**1100), 10**5000], ids=["2**1100", "-2**1100", "1e5000"]
+)
+def test_a_safety_factor_past_a_float_is_one_line(factor: int) -> None:
+    with pytest.raises(UsageError, match=r"^safety_factor must be a positive number .* bits"):
+        Pricer("max-merge", safety_factor=factor)
+
+
+def test_a_wave_priced_past_int64_runs_the_same_recorded_or_not(tmp_path: Path) -> None:
+    """2**61 tokens at 300 B/token price past 2**63 bytes: recording must not change
+    what the trainer does, so the wave runs both ways (recorded: unrecorded, warned)."""
+    ran = []
+    for enabled in (False, True):
+        pricer = Pricer("max-merge")
+        pricer.observe_row(row(100, 30_000))
+        out = tmp_path / f"t{enabled}" if enabled else None
+        recorder = Recorder(out, run="r", device="cpu", pricer=pricer, enabled=enabled)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with recorder.wave("train", 2**61):
+                ran.append(enabled)
+            with recorder.wave("train", 10) as wave:
+                wave.forward_done()
+        recorder.close()
+        if enabled:
+            assert any(issubclass(w.category, RecorderWarning) for w in caught)
+            assert read_trace([out])["packed_tokens"].to_list() == [10, 10]  # type: ignore[list-item]
+    assert ran == [False, True]
