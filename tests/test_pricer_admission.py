@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import warnings
 from pathlib import Path
@@ -150,10 +149,12 @@ class Workload:
 SIZES = [8, 16, 40, 24, 64, 12]
 
 
-def test_the_pricer_learns_from_its_own_readings_and_writes_nothing(tmp_path: Path) -> None:
+def test_the_pricer_learns_from_its_own_readings_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No recorder at all: the Pricer measures each wave itself (its meter is the
     recorder's CpuMeter); the first wave has no price, every later one has."""
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     work = Workload()
     pricer = Pricer("warm-fit", meter=CpuMeter())
     prices = []
