@@ -20,7 +20,9 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -113,13 +115,29 @@ def fork_context(jobs: int | None = None) -> Any:
     with (
         polars_keeps_freed_memory(),
         environment(POLARS_THREADS, threads),
-        environment(FORK_SERVER, str(os.getpid())),
+        environment(FORK_SERVER, _server_value()),
         _without_ctrl_c(),
     ):
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
     return context
+
+
+def _server_value() -> str:
+    """:data:`FORK_SERVER`'s value: the command's process id, then ``+`` where the
+    server is started from the main thread (the kernel may then end the server
+    with the command: :func:`die_with_parent`), ``-`` where not."""
+    main = threading.current_thread() is threading.main_thread()
+    return f"{os.getpid()}{'+' if main else '-'}"
+
+
+def told_fork_server(value: str | None) -> tuple[int, bool] | None:
+    """What :data:`FORK_SERVER` says: the command's process id and whether the server
+    was started from its main thread; None where it says nothing."""
+    if not value or value[-1] not in "+-" or not value[:-1].isdigit():
+        return None
+    return int(value[:-1]), value[-1] == "+"
 
 
 def _without_ctrl_c() -> contextlib.AbstractContextManager[None]:
@@ -182,9 +200,57 @@ def patience() -> float:
 
 
 def start_worker() -> None:
-    """A worker process: keep freed memory; leave Ctrl-C to the parent, which stops it."""
+    """A worker process: keep freed memory; leave Ctrl-C to the parent, which stops it;
+    end when the fork server, its parent, ends (the fork server ends with the command:
+    :func:`die_with_parent`)."""
+    die_with_parent(os.getppid())
     keep_freed_memory()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+#: prctl(2)'s option that asks the kernel to signal a process when its parent ends.
+PR_SET_PDEATHSIG = 1
+#: How often a process without that option looks whether its parent has ended.
+PARENT_POLL_S = 0.5
+
+
+def die_with_parent(parent: int, kernel: bool = True) -> None:
+    """End this process (SIGKILL) as soon as ``parent``, the process that started it,
+    ends, however it ends (SIGKILL included: nothing of the parent's runs then).
+
+    On Linux the kernel does it (``prctl(PR_SET_PDEATHSIG)``, asked for through
+    ctypes); ``kernel=False``, or where that cannot be asked, a daemon thread looks
+    every :data:`PARENT_POLL_S` whether this process was handed to another parent.
+    The kernel's signal comes when the *thread* that started this process ends, so
+    a process started from another thread than its parent's main one passes
+    ``kernel=False``. A parent that has ended already ends this process now.
+    """
+    asked = kernel and _kernel_signals_parent_death()
+    if os.getppid() != parent:  # it ended before the kernel was asked
+        os._exit(1)
+    if not asked:
+        threading.Thread(
+            target=_watch_parent, args=(parent,), name="warmfit-parent", daemon=True
+        ).start()
+
+
+def _kernel_signals_parent_death() -> bool:
+    """Ask the kernel for SIGKILL when the parent ends; whether it was asked."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # no libc to ask: the thread watches instead
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def index_task(path: str) -> Any:

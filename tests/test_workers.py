@@ -1,0 +1,88 @@
+"""The worker processes and their fork server end with the command, however it ends.
+
+Issue 42: ``replay --jobs 2`` whose command got SIGKILL (at 0.3, 1.0 and 2.5 s),
+SIGHUP or SIGQUIT left the fork server and the workers running (the workers
+hold the write end of their own task queue, so they never see it close, and
+the fork server waits for them). Each test here starts the command in its own
+session (:class:`tests.test_faults.Started`) and looks at every process of
+that session.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_faults import Started, trace  # noqa: F401  (the fixture, shared)
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc, uses sessions")
+
+#: How long the processes of a killed command may outlive it.
+GRACE_S = 5
+
+
+def when(started: Started, moment: str) -> None:
+    """Wait for ``moment``: a time in seconds after the start, or "workers" (both
+    workers forked and replaying)."""
+    if moment == "workers":
+        while len(started.workers()) < 2:
+            assert started.process.poll() is None, started.process.communicate()
+            time.sleep(0.02)
+        time.sleep(0.3)  # replaying, a task each
+    else:
+        time.sleep(float(moment))
+
+
+def left_after_grace(started: Started) -> list[int]:
+    """The command's session after :data:`GRACE_S` (what is left then is killed)."""
+    deadline = time.monotonic() + GRACE_S
+    while started.session() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = started.session()
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+@pytest.mark.parametrize(
+    "moment, per_wave",
+    [
+        ("0.3", False),
+        ("workers", False),
+        ("workers", True),
+        pytest.param("1.0", False, marks=pytest.mark.slow),
+        pytest.param("2.5", False, marks=pytest.mark.slow),
+        pytest.param("2.5", True, marks=pytest.mark.slow),
+    ],
+)
+def test_a_command_killed_with_sigkill_leaves_no_process(
+    trace: Path,  # noqa: F811
+    tmp_path: Path,
+    moment: str,
+    per_wave: bool,
+) -> None:
+    extra = ["--per-wave", str(tmp_path / "waves.parquet")] if per_wave else []
+    started = Started(trace, tmp_path, *extra)
+    when(started, moment)
+    os.kill(started.process.pid, signal.SIGKILL)
+    started.process.wait()  # not its output: what it left would hold that open
+    left = left_after_grace(started)
+    started.process.communicate()
+    assert left == []
+
+
+def test_a_killed_fork_server_takes_its_workers_with_it(trace: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The workers' parent is the fork server: it ending ends them (and the command
+    then says a worker died: exit 2, one line)."""
+    started = Started(trace, tmp_path)
+    when(started, "workers")
+    server = int(Path(f"/proc/{started.workers()[0]}/stat").read_text().rpartition(")")[2].split()[1])
+    os.kill(server, signal.SIGKILL)
+    code, out, err = started.finish(limit=60)
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
