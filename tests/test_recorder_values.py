@@ -69,9 +69,7 @@ def test_a_value_beyond_int64_is_a_usage_error_at_wave_recording_or_not(
 
 @pytest.mark.parametrize("value", TOO_LARGE)
 @pytest.mark.parametrize("name", ["estimate_bytes", "padded_tokens", "sum_sq_tokens"])
-def test_the_readings_before_and_after_a_refused_value_are_all_in_the_trace(
-    tmp_path, name, value
-):
+def test_the_readings_before_and_after_a_refused_value_are_all_in_the_trace(tmp_path, name, value):
     recorder = Recorder(tmp_path / "out", run="t", device="cpu", flush_interval_s=3600)
     one_wave(recorder, "before")
     recorder.step()  # a flush between them, and one after

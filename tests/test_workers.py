@@ -81,8 +81,10 @@ def test_a_killed_fork_server_takes_its_workers_with_it(trace: Path, tmp_path: P
     then says a worker died: exit 2, one line)."""
     started = Started(trace, tmp_path)
     when(started, "workers")
-    server = int(Path(f"/proc/{started.workers()[0]}/stat").read_text().rpartition(")")[2].split()[1])
+    server = int(
+        Path(f"/proc/{started.workers()[0]}/stat").read_text().rpartition(")")[2].split()[1]
+    )
     os.kill(server, signal.SIGKILL)
-    code, out, err = started.finish(limit=60)
+    code, _, err = started.finish(limit=60)
     assert code == 2, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err

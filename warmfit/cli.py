@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import signal
 import sys
 import threading
 from typing import Annotated, Any, NoReturn
@@ -34,6 +33,7 @@ from warmfit.commands import (
     validate,
 )
 from warmfit.errors import UsageError, WarmfitError
+from warmfit.run import signals
 
 #: The flag of each library argument a command passes on (UsageError.argument).
 FLAGS = {
@@ -148,11 +148,12 @@ class _Group(TyperGroup):
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().make_context(*args, **kwargs)
+            context = super().make_context(*args, **kwargs)
         except KeyboardInterrupt as stop:  # typer would exit 130 without a word
             raise typer.Exit(stopped(stop)) from None
         except ClickUsageError as exc:
             raise typer.Exit(_usage_error(exc)) from None
+        return context
 
     def invoke(self, ctx: Any) -> Any:  # click.Context (typer vendors click)
         try:
@@ -239,39 +240,35 @@ import_app.command("art-misses", cls=_Command)(import_.art_misses_command)
 app.add_typer(import_app, name="import")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the command is, as Ctrl-C raises KeyboardInterrupt: the
-    command then ends the same way, its workers stopped and its temporary files and
-    unfinished outputs removed on the way out."""
-
-
-def _terminated(signum: int, frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the clean-up is under way
-    raise Terminated
-
-
 def main() -> None:
     """Run the command line (``sys.argv``); exits with ``SystemExit``, as click does.
 
-    Ctrl-C ends a command with exit 130 and SIGTERM with 143, each with one
-    line on stderr (never a traceback). Both unwind the command, so that what
-    it started (worker processes, temporary files, an output being written) is
-    ended or removed on the way out.
+    Ctrl-C ends a command with exit 130, SIGTERM with 143, SIGHUP with 129 and
+    SIGQUIT with 131, each with one line on stderr (never a traceback). Each
+    unwinds the command, so that what it started (worker processes, temporary
+    files, an output being written) is ended or removed on the way out. A signal
+    whose exception vanished on the way (:mod:`warmfit.run.signals`) still ends
+    the command with its line and its exit code.
     """
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminated)
+    signals.install()
     try:
+        signals.raise_if_received()
         app(prog_name="warmfit")
+        signals.raise_if_received()
     except KeyboardInterrupt as stop:  # outside a command: while the program starts
         sys.exit(stopped(stop))
+    except SystemExit:
+        late = signals.received()  # the command ended, but a signal came first
+        if late is not None:
+            sys.exit(stopped(late))
+        raise
 
 
 def stopped(stop: KeyboardInterrupt) -> int:
     """Say that the command was stopped, in one line (what it started has been ended
-    on the way here); its exit code: 130 for Ctrl-C, 143 for SIGTERM."""
-    ended = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
-    print(f"\nwarmfit: {ended}; nothing more was written.", file=sys.stderr, flush=True)
-    return 143 if isinstance(stop, Terminated) else 130
+    on the way here); its exit code: 128 plus the signal's number (130 for Ctrl-C,
+    143 for SIGTERM)."""
+    return signals.report(stop)
 
 
 def run() -> NoReturn:
