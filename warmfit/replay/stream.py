@@ -77,6 +77,7 @@ from warmfit.replay.summary import (
     number_groups,
     with_admitted,
 )
+from warmfit.run.cluster import ANSWER_SECONDS, connect
 from warmfit.run.workers import (
     PATIENCE,
     EarlyPool,
@@ -611,14 +612,7 @@ class _Runner:
             self._client = self.cluster
             return self._client
         _quiet_dask_logs()
-        try:
-            self._client = Client(self.cluster, timeout="10s")
-        except (OSError, TimeoutError, ValueError) as exc:  # ValueError: a malformed address
-            raise UsageError(
-                f"cannot reach the Dask scheduler at {self.cluster!r} ({exc}); start one "
-                "('dask scheduler', then 'dask worker ADDRESS' on each machine) or check the "
-                "address."
-            ) from None
+        self._client = connect(Client, self.cluster, patience() * ANSWER_SECONDS)
         self._own_client = True
         return self._client
 
