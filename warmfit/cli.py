@@ -34,6 +34,7 @@ from warmfit.commands import (
 )
 from warmfit.errors import UsageError, WarmfitError
 from warmfit.run import signals
+from warmfit.show.names import printable
 
 #: The flag of each library argument a command passes on (UsageError.argument).
 FLAGS = {
@@ -167,6 +168,75 @@ class _Group(TyperGroup):
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt as stop:  # typer would exit 130 without a word
             raise typer.Exit(stopped(stop)) from None
+        except (OSError, EOFError, MemoryError) as exc:  # what no command turned into a line
+            said = resource_limit(exc)
+            if said is None:
+                raise
+            typer.echo(f"warmfit: error: {said}", err=True)
+            raise typer.Exit(2) from None
+
+
+def _limit(name: str) -> str:
+    """A resource limit of this process, as a person reads it."""
+    import resource
+
+    soft = resource.getrlimit(getattr(resource, name))[0]
+    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft:,}"
+
+
+def resource_limit(exc: BaseException) -> str | None:
+    """The line for an error that a resource limit (or an exhausted resource) caused,
+    naming the limit and what to do; None for any other error (a bug: its traceback
+    is shown)."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return (
+            f"too many open files ({exc.strerror}): this process may open "
+            f"{_limit('RLIMIT_NOFILE')} (ulimit -n, RLIMIT_NOFILE); nothing was written. "
+            "Raise the limit (ulimit -n 4096), or run with --jobs 1."
+        )
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        where = f" writing {printable(str(exc.filename))}" if exc.filename else ""
+        return (
+            f"a file grew past the file-size limit{where} ({_limit('RLIMIT_FSIZE')} bytes: "
+            "ulimit -f, RLIMIT_FSIZE); nothing was written. Raise the limit (ulimit -f "
+            "unlimited)."
+        )
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f" at {printable(str(exc.filename))}" if exc.filename else ""
+        return f"no space left on the device{where} ({exc.strerror}); free some, and run again."
+    if isinstance(exc, FileNotFoundError) and "No usable temporary directory" in str(exc):
+        return (
+            "no folder for temporary files can be written (TMPDIR, /tmp, /var/tmp, this "
+            f"folder; the file-size limit is {_limit('RLIMIT_FSIZE')} bytes: ulimit -f); "
+            "nothing was written. Point TMPDIR at a folder with room, or raise the limit."
+        )
+    if isinstance(exc, EOFError):  # a worker process's hand-off cut short
+        return (
+            "a worker process could not be started or handed its work (EOFError); nothing "
+            f"was written. This process may open {_limit('RLIMIT_NOFILE')} files (ulimit -n) "
+            "and use memory up to " + _limit("RLIMIT_AS") + " bytes (ulimit -v): raise them, "
+            "or run with --jobs 1."
+        )
+    if isinstance(exc, MemoryError):
+        return (
+            f"out of memory (this process may use {_limit('RLIMIT_AS')} bytes: ulimit -v, "
+            "RLIMIT_AS); nothing was written. Raise the limit, run where there is more "
+            "memory, or replay fewer files at once."
+        )
+    return None
+
+
+def pin_temporary_folder() -> None:
+    """Make ``TMPDIR``, where it names a folder, the temporary folder of this process and
+    of the processes it starts, whether or not it has room: Python's own choice skips a
+    full one for /tmp, and a full TMPDIR was then reported as /tmp."""
+    import tempfile
+
+    folder = os.environ.get("TMPDIR")
+    if folder and os.path.isdir(folder):
+        tempfile.tempdir = os.path.abspath(folder)
 
 
 app = typer.Typer(
@@ -251,6 +321,7 @@ def main() -> None:
     the command with its line and its exit code.
     """
     signals.install()
+    pin_temporary_folder()
     try:
         signals.raise_if_received()
         app(prog_name="warmfit")

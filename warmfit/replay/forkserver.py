@@ -55,10 +55,17 @@ def _quiet_when_the_command_left(kind: type[BaseException], value: BaseException
     """The fork server's ``sys.excepthook``: silent for a worker that could not start
     because the command ended as it was starting it (stopped, or failing): the
     worker finds its start-up data gone (an ``OSError`` or ``EOFError`` raised
-    while :mod:`multiprocessing` reads it). Anything else is printed as Python would."""
+    while :mod:`multiprocessing` reads it); and for the server when it cannot take a
+    new worker's descriptors (too many open files). Anything else is printed as
+    Python would."""
     frames = traceback.extract_tb(tb)
     starting = any(f.name == "_main" and f.filename.endswith("spawn.py") for f in frames)
     if starting and issubclass(kind, (OSError, EOFError)):
+        return
+    # The server itself, out of file descriptors (a low ulimit -n), cannot take the
+    # descriptors of a worker to start: the command names the limit, in one line.
+    receiving = any(f.name == "recvfds" for f in frames)
+    if receiving and issubclass(kind, (OSError, EOFError, AssertionError)):
         return
     sys.__excepthook__(kind, value, tb)
 

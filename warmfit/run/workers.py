@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -204,6 +205,9 @@ def start_worker() -> None:
     end when the fork server, its parent, ends (the fork server ends with the command:
     :func:`die_with_parent`)."""
     die_with_parent(os.getppid())
+    folder = os.environ.get("TMPDIR")  # as the command's (warmfit.cli.pin_temporary_folder)
+    if folder and os.path.isdir(folder):
+        tempfile.tempdir = os.path.abspath(folder)
     keep_freed_memory()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
