@@ -177,3 +177,54 @@ def test_a_signal_whose_exception_vanishes_still_ends_the_command(
         "WARMFIT_TEST_SIGNAL": str(int(sent)),
     }
     assert_stopped_cleanly(check_update(expect, env=env), sent, expect, before)
+
+
+#: A signal that lands while a class is made, in a descriptor's ``__set_name__``: Python
+#: 3.11 wraps the stop in ``RuntimeError: Error calling __set_name__`` (issue 42: Ctrl-C
+#: to the process group at 0.85 s of ``replay --jobs 2``, a traceback).
+WRAPPER = textwrap.dedent(
+    """
+    import os, signal, sys
+    wrap, sent = os.environ["WARMFIT_TEST_WRAP"], int(os.environ["WARMFIT_TEST_SIGNAL"])
+
+    class Field:
+        def __set_name__(self, owner, name):
+            os.kill(os.getpid(), sent)
+            for _ in range(10**6):
+                pass
+
+    class Wrapper:
+        def find_spec(self, name, path=None, target=None):
+            global wrap
+            if name == wrap:
+                wrap = None
+
+                class Points:
+                    x = Field()
+
+            return None
+
+    sys.meta_path.insert(0, Wrapper())
+    """
+)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 no longer wraps the error")
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("module", ["typer", "polars"], ids=["start-up", "command"])
+def test_a_signal_wrapped_in_another_error_still_ends_the_command(
+    base: Path, tmp_path: Path, sent: int, module: str
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(WRAPPER)
+    expect = tmp_path / "e.toml"
+    shutil.copy(base, expect)
+    before = expect.read_bytes()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "WARMFIT_TEST_WRAP": module,
+        "WARMFIT_TEST_SIGNAL": str(int(sent)),
+    }
+    assert_stopped_cleanly(check_update(expect, env=env), sent, expect, before)

@@ -88,3 +88,23 @@ def test_a_killed_fork_server_takes_its_workers_with_it(trace: Path, tmp_path: P
     code, _, err = started.finish(limit=60)
     assert code == 2, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("sent, code", [(signal.SIGHUP, 129), (signal.SIGQUIT, 131)])
+def test_sighup_and_sigquit_end_the_command_like_sigterm(
+    trace: Path,  # noqa: F811
+    tmp_path: Path,
+    sent: int,
+    code: int,
+) -> None:
+    """Before: SIGHUP killed the command at once (no line) and SIGQUIT dumped core,
+    each leaving the fork server and the workers running."""
+    started = Started(trace, tmp_path)
+    when(started, "workers")
+    os.kill(started.process.pid, sent)
+    status, out, err = started.finish(limit=60)
+    assert status == code, err
+    assert "Traceback" not in err and out == ""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "terminated (SIG" in lines[0], err
+    assert list(started.tmp.iterdir()) == []

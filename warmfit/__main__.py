@@ -19,7 +19,12 @@ def run() -> None:
         from warmfit.cli import run as program
 
         signals.raise_if_received()  # one that vanished inside an import
-    except KeyboardInterrupt as stop:
+    except (KeyboardInterrupt, Exception) as exc:
+        # a stop, or another error it became (Python wraps one raised in __set_name__
+        # while a class is made in a RuntimeError)
+        stop = exc if isinstance(exc, KeyboardInterrupt) else signals.received()
+        if stop is None:
+            raise
         code = signals.report(stop, " as it started; nothing was written")
         sys.stdout.flush()
         raise SystemExit(code) from None

@@ -168,7 +168,10 @@ class _Group(TyperGroup):
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt as stop:  # typer would exit 130 without a word
             raise typer.Exit(stopped(stop)) from None
-        except (OSError, EOFError, MemoryError) as exc:  # what no command turned into a line
+        except Exception as exc:  # what no command turned into a line
+            late = signals.received()  # a stop that became another error (RuntimeError
+            if late is not None:  # "Error calling __set_name__", say) on its way here
+                raise typer.Exit(stopped(late)) from None
             said = resource_limit(exc)
             if said is None:
                 raise
@@ -328,7 +331,7 @@ def main() -> None:
         signals.raise_if_received()
     except KeyboardInterrupt as stop:  # outside a command: while the program starts
         sys.exit(stopped(stop))
-    except SystemExit:
+    except (SystemExit, Exception):
         late = signals.received()  # the command ended, but a signal came first
         if late is not None:
             sys.exit(stopped(late))
