@@ -108,3 +108,35 @@ def test_sighup_and_sigquit_end_the_command_like_sigterm(
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "terminated (SIG" in lines[0], err
     assert list(started.tmp.iterdir()) == []
+
+
+def fork_server(started: Started) -> int:
+    """The command's fork server, once it runs (the process of the session that the
+    command started with multiprocessing's forkserver main)."""
+    while True:
+        assert started.process.poll() is None, started.process.communicate()
+        for pid in started.session():
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()
+                parent = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+            except OSError:
+                continue
+            if b"forkserver import main" in command and parent == started.process.pid:
+                return pid
+        time.sleep(0.005)
+
+
+def test_a_stopped_fork_server_ends_the_command_with_exit_2(
+    trace: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Before: the command waited forever for the stopped server to start a worker."""
+    started = Started(trace, tmp_path)
+    server = fork_server(started)
+    os.kill(server, signal.SIGSTOP)
+    code, out, err = started.finish(limit=60)
+    assert code == 2, err
+    assert "Traceback" not in err and out == ""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"fork server (process {server}) was stopped" in lines[0], err
+    assert list(started.tmp.iterdir()) == []

@@ -172,11 +172,17 @@ class _Group(TyperGroup):
             late = signals.received()  # a stop that became another error (RuntimeError
             if late is not None:  # "Error calling __set_name__", say) on its way here
                 raise typer.Exit(stopped(late)) from None
-            said = resource_limit(exc)
+            said = _workers_failed() or resource_limit(exc)
             if said is None:
                 raise
             typer.echo(f"warmfit: error: {said}", err=True)
             raise typer.Exit(2) from None
+
+
+def _workers_failed() -> str | None:
+    """Why the worker processes failed, where warmfit ended them (a stopped fork server)."""
+    workers = sys.modules.get("warmfit.run.workers")
+    return None if workers is None else workers.stopped_server_message()
 
 
 def _limit(name: str) -> str:

@@ -113,6 +113,9 @@ def fork_context(jobs: int | None = None) -> Any:
     context.set_forkserver_preload(PRELOAD)
     jobs = default_jobs() if jobs is None else jobs
     threads = os.environ.get(POLARS_THREADS) or str(max(1, usable_cores() // jobs))
+    said = stopped_server_message()
+    if said is not None:  # killed by the watch below: no other server is started
+        raise UsageError(said)
     with (
         polars_keeps_freed_memory(),
         environment(POLARS_THREADS, threads),
@@ -122,7 +125,63 @@ def fork_context(jobs: int | None = None) -> Any:
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+        _watch_server(getattr(forkserver._forkserver, "_forkserver_pid", None))
     return context
+
+
+#: Seconds the fork server may stay stopped (SIGSTOP) before it is killed.
+SERVER_STOPPED_SECONDS = 5.0
+_watched: set[int] = set()
+_stopped_server: int | None = None
+
+
+def stopped_server_message() -> str | None:
+    """What to say when the fork server was killed for being stopped (None: it was not)."""
+    if _stopped_server is None:
+        return None
+    return (
+        f"the workers' fork server (process {_stopped_server}) was stopped (SIGSTOP, a "
+        f"debugger, job control) for {SERVER_STOPPED_SECONDS:g} s, so no worker could "
+        "start; nothing was written. Let it continue (kill -CONT) next time, or run with "
+        "--jobs 1."
+    )
+
+
+def _watch_server(pid: int | None) -> None:
+    """Watch the fork server from a daemon thread: stopped for :data:`SERVER_STOPPED_SECONDS`,
+    it is killed, so that the command, waiting on it to start a worker, ends instead
+    of waiting forever (its error then says why: :func:`stopped_server_message`)."""
+    if pid is None or pid in _watched:
+        return
+    _watched.add(pid)
+
+    def watch() -> None:
+        global _stopped_server
+        since: float | None = None
+        while True:
+            state = process_state(pid)
+            if state is None or state in (b"Z", b"X"):
+                return
+            now = time.monotonic()
+            since = (since or now) if state in (b"T", b"t") else None
+            if since is not None and now - since >= SERVER_STOPPED_SECONDS:
+                _stopped_server = pid
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.25)
+
+    threading.Thread(target=watch, name="warmfit-fork-server", daemon=True).start()
+
+
+def process_state(pid: int) -> bytes | None:
+    """A process's state letter from ``/proc`` (``T``: stopped), or None: gone, or no
+    ``/proc`` to read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def _server_value() -> str:
