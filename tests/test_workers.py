@@ -140,3 +140,23 @@ def test_a_stopped_fork_server_ends_the_command_with_exit_2(
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and f"fork server (process {server}) was stopped" in lines[0], err
     assert list(started.tmp.iterdir()) == []
+
+
+def test_a_killed_resource_tracker_prints_no_traceback(
+    trace: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Before: multiprocessing started a new tracker with a warning, and the new one
+    printed a KeyError traceback for each semaphore the killed one held."""
+    started = Started(trace, tmp_path)
+    when(started, "workers")
+    trackers = [
+        pid
+        for pid in started.session()
+        if b"resource_tracker import main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    assert trackers, "no resource tracker in the session"
+    os.kill(trackers[0], signal.SIGKILL)
+    code, _, err = started.finish(limit=120)
+    assert code == 0, err
+    assert "Traceback" not in err and "resource_tracker" not in err, err

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -126,7 +127,42 @@ def fork_context(jobs: int | None = None) -> Any:
 
         forkserver.ensure_running()
         _watch_server(getattr(forkserver._forkserver, "_forkserver_pid", None))
+    _quiet_tracker_relaunch()
     return context
+
+
+def _quiet_tracker_relaunch() -> None:
+    """A killed resource tracker is started again by :mod:`multiprocessing` at the next
+    resource, with a warning, and the new one prints a ``KeyError`` traceback for each
+    resource the old one held: the relaunch is made with stderr on /dev/null and its
+    warning dropped (the workers' semaphores are the only resources, and they end with
+    the command)."""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    original = tracker.ensure_running
+    if getattr(original, "warmfit", False):
+        return
+
+    def ensure_running() -> None:
+        pid = getattr(tracker, "_pid", None)
+        if pid is None or process_state(pid) not in (None, b"Z", b"X"):
+            original()  # first start, or alive: as multiprocessing does
+            return
+        saved = os.dup(2)
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                original()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(null)
+
+    ensure_running.warmfit = True  # type: ignore[attr-defined]
+    tracker.ensure_running = ensure_running  # type: ignore[method-assign]
 
 
 #: Seconds the fork server may stay stopped (SIGSTOP) before it is killed.
