@@ -378,6 +378,9 @@ def run() -> NoReturn:
     else:  # as Python does with sys.exit("message")
         print(code, file=sys.stderr)
         status = 1
+    # From here a signal is only looked at, not raised: raised in the exit hooks, one
+    # could vanish (a hook that swallows errors), or end in a traceback.
+    ending = signals.hold()
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
@@ -385,6 +388,9 @@ def run() -> NoReturn:
         status = 120
     except ValueError:  # stdout closed: nothing to flush, as Python does
         pass
+    late = signals.received() or signals.held(ending)
+    if late is not None:  # the command had ended: it says so, with the signal's code
+        status = signals.report(late, " as it ended")
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.flush()
     os._exit(status)

@@ -128,6 +128,25 @@ def report(stop: KeyboardInterrupt, how: str = "; nothing more was written") -> 
     return stop.exit_code
 
 
+def hold() -> set[int]:
+    """Block :data:`ENDING`'s signals (in this thread: the main one, at the end of the
+    program); the signals blocked now that were not before."""
+    try:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, ENDING)
+    except (AttributeError, OSError, ValueError):  # no signal masks here
+        return set()
+    return {int(s) for s in ENDING if s not in before}
+
+
+def held(blocked: set[int]) -> Stopped | None:
+    """The stop of a signal that came while :func:`hold` blocked it (None: none did)."""
+    try:
+        pending = {int(s) for s in signal.sigpending()} & blocked
+    except (AttributeError, OSError):
+        return None
+    return stop_for(min(pending)) if pending else None
+
+
 @contextlib.contextmanager
 def ctrl_c_ignored() -> Iterator[None]:
     """Ctrl-C (SIGINT) ignored inside the block, then handled as before; processes
