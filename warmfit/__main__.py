@@ -1,28 +1,33 @@
 """``python -m warmfit`` and the ``warmfit`` console script: the ``warmfit`` program.
 
-:func:`run` catches Ctrl-C and SIGTERM from the first moment, while the command
-line's modules are still being imported, so that a command stopped as it
-starts ends with one line and exit 130 or 143, never a traceback; then it
-runs :func:`warmfit.cli.run`, which handles them from there on.
+:func:`run` makes Ctrl-C, SIGTERM, SIGHUP and SIGQUIT end the command from the
+first moment (:func:`warmfit.run.signals.install`), while the command line's
+modules are still being imported, so that a command stopped as it starts ends
+with one line and exit 130, 143, 129 or 131, never a traceback; then it runs
+:func:`warmfit.cli.run`, which handles them from there on.
 """
 
-import signal
 import sys
 
-
-def _terminated(signum: int, frame: object) -> None:
-    raise SystemExit(143)
+from warmfit.run import signals
 
 
 def run() -> None:
     """The ``warmfit`` program."""
-    signal.signal(signal.SIGTERM, _terminated)
+    signals.install()
     try:
         from warmfit.cli import run as program
-    except (KeyboardInterrupt, SystemExit) as stop:
-        ended = "interrupted (Ctrl-C)" if isinstance(stop, KeyboardInterrupt) else "terminated"
-        print(f"\nwarmfit: {ended} as it started; nothing was written.", file=sys.stderr)
-        raise SystemExit(130 if isinstance(stop, KeyboardInterrupt) else 143) from None
+
+        signals.raise_if_received()  # one that vanished inside an import
+    except (KeyboardInterrupt, Exception) as exc:
+        # a stop, or another error it became (Python wraps one raised in __set_name__
+        # while a class is made in a RuntimeError)
+        stop = exc if isinstance(exc, KeyboardInterrupt) else signals.received()
+        if stop is None:
+            raise
+        code = signals.report(stop, " as it started; nothing was written")
+        sys.stdout.flush()
+        raise SystemExit(code) from None
     program()
 
 

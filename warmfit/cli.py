@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import signal
 import sys
 import threading
 from typing import Annotated, Any, NoReturn
@@ -34,6 +33,8 @@ from warmfit.commands import (
     validate,
 )
 from warmfit.errors import UsageError, WarmfitError
+from warmfit.run import signals
+from warmfit.show.names import printable
 
 #: The flag of each library argument a command passes on (UsageError.argument).
 FLAGS = {
@@ -148,11 +149,12 @@ class _Group(TyperGroup):
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().make_context(*args, **kwargs)
+            context = super().make_context(*args, **kwargs)
         except KeyboardInterrupt as stop:  # typer would exit 130 without a word
             raise typer.Exit(stopped(stop)) from None
         except ClickUsageError as exc:
             raise typer.Exit(_usage_error(exc)) from None
+        return context
 
     def invoke(self, ctx: Any) -> Any:  # click.Context (typer vendors click)
         try:
@@ -166,6 +168,84 @@ class _Group(TyperGroup):
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt as stop:  # typer would exit 130 without a word
             raise typer.Exit(stopped(stop)) from None
+        except Exception as exc:  # what no command turned into a line
+            late = signals.received()  # a stop that became another error (RuntimeError
+            if late is not None:  # "Error calling __set_name__", say) on its way here
+                raise typer.Exit(stopped(late)) from None
+            said = _workers_failed() or resource_limit(exc)
+            if said is None:
+                raise
+            typer.echo(f"warmfit: error: {said}", err=True)
+            raise typer.Exit(2) from None
+
+
+def _workers_failed() -> str | None:
+    """Why the worker processes failed, where warmfit ended them (a stopped fork server)."""
+    workers = sys.modules.get("warmfit.run.workers")
+    return None if workers is None else workers.stopped_server_message()
+
+
+def _limit(name: str) -> str:
+    """A resource limit of this process, as a person reads it."""
+    import resource
+
+    soft = resource.getrlimit(getattr(resource, name))[0]
+    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft:,}"
+
+
+def resource_limit(exc: BaseException) -> str | None:
+    """The line for an error that a resource limit (or an exhausted resource) caused,
+    naming the limit and what to do; None for any other error (a bug: its traceback
+    is shown)."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return (
+            f"too many open files ({exc.strerror}): this process may open "
+            f"{_limit('RLIMIT_NOFILE')} (ulimit -n, RLIMIT_NOFILE); nothing was written. "
+            "Raise the limit (ulimit -n 4096), or run with --jobs 1."
+        )
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        where = f" writing {printable(str(exc.filename))}" if exc.filename else ""
+        return (
+            f"a file grew past the file-size limit{where} ({_limit('RLIMIT_FSIZE')} bytes: "
+            "ulimit -f, RLIMIT_FSIZE); nothing was written. Raise the limit (ulimit -f "
+            "unlimited)."
+        )
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f" at {printable(str(exc.filename))}" if exc.filename else ""
+        return f"no space left on the device{where} ({exc.strerror}); free some, and run again."
+    if isinstance(exc, FileNotFoundError) and "No usable temporary directory" in str(exc):
+        return (
+            "no folder for temporary files can be written (TMPDIR, /tmp, /var/tmp, this "
+            f"folder; the file-size limit is {_limit('RLIMIT_FSIZE')} bytes: ulimit -f); "
+            "nothing was written. Point TMPDIR at a folder with room, or raise the limit."
+        )
+    if isinstance(exc, EOFError):  # a worker process's hand-off cut short
+        return (
+            "a worker process could not be started or handed its work (EOFError); nothing "
+            f"was written. This process may open {_limit('RLIMIT_NOFILE')} files (ulimit -n) "
+            "and use memory up to " + _limit("RLIMIT_AS") + " bytes (ulimit -v): raise them, "
+            "or run with --jobs 1."
+        )
+    if isinstance(exc, MemoryError):
+        return (
+            f"out of memory (this process may use {_limit('RLIMIT_AS')} bytes: ulimit -v, "
+            "RLIMIT_AS); nothing was written. Raise the limit, run where there is more "
+            "memory, or replay fewer files at once."
+        )
+    return None
+
+
+def pin_temporary_folder() -> None:
+    """Make ``TMPDIR``, where it names a folder, the temporary folder of this process and
+    of the processes it starts, whether or not it has room: Python's own choice skips a
+    full one for /tmp, and a full TMPDIR was then reported as /tmp."""
+    import tempfile
+
+    folder = os.environ.get("TMPDIR")
+    if folder and os.path.isdir(folder):
+        tempfile.tempdir = os.path.abspath(folder)
 
 
 app = typer.Typer(
@@ -239,39 +319,36 @@ import_app.command("art-misses", cls=_Command)(import_.art_misses_command)
 app.add_typer(import_app, name="import")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the command is, as Ctrl-C raises KeyboardInterrupt: the
-    command then ends the same way, its workers stopped and its temporary files and
-    unfinished outputs removed on the way out."""
-
-
-def _terminated(signum: int, frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the clean-up is under way
-    raise Terminated
-
-
 def main() -> None:
     """Run the command line (``sys.argv``); exits with ``SystemExit``, as click does.
 
-    Ctrl-C ends a command with exit 130 and SIGTERM with 143, each with one
-    line on stderr (never a traceback). Both unwind the command, so that what
-    it started (worker processes, temporary files, an output being written) is
-    ended or removed on the way out.
+    Ctrl-C ends a command with exit 130, SIGTERM with 143, SIGHUP with 129 and
+    SIGQUIT with 131, each with one line on stderr (never a traceback). Each
+    unwinds the command, so that what it started (worker processes, temporary
+    files, an output being written) is ended or removed on the way out. A signal
+    whose exception vanished on the way (:mod:`warmfit.run.signals`) still ends
+    the command with its line and its exit code.
     """
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminated)
+    signals.install()
+    pin_temporary_folder()
     try:
+        signals.raise_if_received()
         app(prog_name="warmfit")
+        signals.raise_if_received()
     except KeyboardInterrupt as stop:  # outside a command: while the program starts
         sys.exit(stopped(stop))
+    except (SystemExit, Exception):
+        late = signals.received()  # the command ended, but a signal came first
+        if late is not None:
+            sys.exit(stopped(late))
+        raise
 
 
 def stopped(stop: KeyboardInterrupt) -> int:
     """Say that the command was stopped, in one line (what it started has been ended
-    on the way here); its exit code: 130 for Ctrl-C, 143 for SIGTERM."""
-    ended = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
-    print(f"\nwarmfit: {ended}; nothing more was written.", file=sys.stderr, flush=True)
-    return 143 if isinstance(stop, Terminated) else 130
+    on the way here); its exit code: 128 plus the signal's number (130 for Ctrl-C,
+    143 for SIGTERM)."""
+    return signals.report(stop)
 
 
 def run() -> NoReturn:
@@ -301,6 +378,9 @@ def run() -> NoReturn:
     else:  # as Python does with sys.exit("message")
         print(code, file=sys.stderr)
         status = 1
+    # From here a signal is only looked at, not raised: raised in the exit hooks, one
+    # could vanish (a hook that swallows errors), or end in a traceback.
+    ending = signals.hold()
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
@@ -308,6 +388,9 @@ def run() -> NoReturn:
         status = 120
     except ValueError:  # stdout closed: nothing to flush, as Python does
         pass
+    late = signals.received() or signals.held(ending)
+    if late is not None:  # the command had ended: it says so, with the signal's code
+        status = signals.report(late, " as it ended")
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.flush()
     os._exit(status)

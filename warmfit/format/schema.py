@@ -27,6 +27,10 @@ PER_WAVE_MARKERS: Final = ("policy", "estimate_bytes", "over_estimate")
 #: Columns every trace has and a per-wave file has not.
 READING_MARKERS: Final = ("seq", "phase", "peak_bytes")
 
+#: The largest value of a trace's integer columns (every one is int64): a larger count
+#: or byte size cannot be written, so whatever takes one in refuses it there.
+LARGEST_INT: Final = 2**63 - 1
+
 KINDS: Final = ("flat", "split_child", "dp_rank_forward")
 PHASES: Final = ("forward", "caller")
 

@@ -262,10 +262,36 @@ class LogWriter:
         self.size = header.size  # the end of the last complete batch
         _OPEN_WRITERS.add(self)
 
-    def append(self, rows: list[tuple[Any, ...]]) -> None:
-        """Write reading tuples (in :data:`ROW_COLUMNS` order, then the extras) as one batch."""
+    def append(self, rows: list[tuple[Any, ...]]) -> list[tuple[tuple[Any, ...], str]]:
+        """Write reading tuples (in :data:`ROW_COLUMNS` order, then the extras) as one batch.
+
+        A reading the log's columns cannot hold (a value beyond int64, a wrong type) does
+        not cost the others: it is left out, and returned with why; every other reading
+        is written. A failed write raises (the file cut back to its last batch).
+        """
         if not rows:
-            return
+            return []
+        try:
+            batch = self._batch(rows)
+        except _UNCONVERTIBLE:  # find the readings at fault, one by one
+            kept: list[tuple[Any, ...]] = []
+            refused: list[tuple[tuple[Any, ...], str]] = []
+            for row in rows:
+                try:
+                    self._batch([row])
+                except _UNCONVERTIBLE as exc:
+                    refused.append((row, f"{type(exc).__name__}: {exc}"))
+                else:
+                    kept.append(row)
+            if kept:
+                self._write(self._batch(kept).serialize())
+                self.readings += len(kept)
+            return refused
+        self._write(batch.serialize())
+        self.readings += len(rows)
+        return []
+
+    def _batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
         count = len(rows)
         columns = list(zip(*rows, strict=True))
         arrays = [
@@ -275,8 +301,7 @@ class LogWriter:
         arrays += [
             pa.array(values, type=dtype) for values, dtype in zip(columns, self._types, strict=True)
         ]
-        self._write(pa.RecordBatch.from_arrays(arrays, schema=self.schema).serialize())
-        self.readings += count
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _write(self, data: pa.Buffer | bytes) -> None:
         if self._fd < 0:
@@ -333,6 +358,11 @@ class LogWriter:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.release()
+
+
+#: What converting a reading the log's columns cannot hold raises (pyarrow's errors
+#: derive from these: ArrowInvalid is a ValueError, ArrowTypeError a TypeError).
+_UNCONVERTIBLE: Final = (OverflowError, TypeError, ValueError)
 
 
 def _taken_message(path: Path) -> str:
@@ -814,6 +844,32 @@ def _remove_stale_temporaries(directory: Path) -> None:
                 stale.unlink()
 
 
+def _remove_unborn_logs(root: Path) -> None:
+    """Remove what a recorder killed while creating its log left: ``.readings.arrows.*.tmp``
+    that no live process holds (its creator keeps it locked until it is the log), then
+    the rank and run directories left empty, so that a recording that never wrote is
+    not taken for one."""
+    for stale in list(root.rglob(f".{LOG_NAME}.*.tmp")):
+        if stale.is_symlink() or not stale.is_file():
+            continue
+        try:
+            fd = os.open(stale, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if not _lock(fd):
+                continue  # its recorder is alive, creating the log now
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        finally:
+            os.close(fd)
+        for directory in (stale.parent, stale.parent.parent):
+            if directory == root:
+                break
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only when empty
+
+
 def find_logs(directory: str | os.PathLike[str]) -> list[Path]:
     """Every write-ahead log (``readings.arrows``) under ``directory``, sorted."""
     return sorted(p for p in Path(directory).rglob(LOG_NAME) if p.is_file() and not p.is_symlink())
@@ -910,6 +966,7 @@ def recover_all(
     if not root.is_dir():
         what = "is a file, not a directory" if root.exists() else "no such directory"
         raise UsageError(f"{what}: {root}. Name the -o directory of a 'warmfit record' run.")
+    _remove_unborn_logs(root)
     logs = find_logs(root)
     if not logs and not holds_recording(root):
         raise UsageError(

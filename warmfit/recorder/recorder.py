@@ -51,6 +51,7 @@ from warmfit.errors import EstimateOverflowError, RecordingError, UsageError, wh
 from warmfit.format.schema import (
     ESTIMATE_COLUMN,
     KINDS,
+    LARGEST_INT,
     PADDED_COLUMN,
     RESERVED_COLUMN,
     SUM_SQ_COLUMN,
@@ -235,6 +236,18 @@ def _count(name: str, value: Any) -> int:
         raise UsageError(f"wave(): {exc}") from None
 
 
+def _too_large(signature: str, **values: int | None) -> None:
+    """Raise the UsageError for the first of ``values`` above :data:`LARGEST_INT`."""
+    for name, value in values.items():
+        if value is not None and value > LARGEST_INT:
+            raise UsageError(
+                f"wave({signature!r}): {name}={value:,} is above 2**63 - 1 ({LARGEST_INT:,}), "
+                "the largest value a trace's column holds (int64). Pass the wave's real "
+                "count or byte size (None where it has none)."
+            )
+    raise AssertionError("no value too large")  # pragma: no cover
+
+
 def _detect_rank() -> int:
     try:
         import torch.distributed as dist
@@ -344,6 +357,7 @@ class Recorder:
         self._next_wave = 0
         self._lock = threading.Lock()
         self._flush_failure: str | None = None  # the last failed flush, until one succeeds
+        self._unwritable = 0  # readings the log's columns could not hold, left out
         self._flush_at = MAX_BUFFERED  # buffered readings that force a flush
         self._stop = threading.Event()
         self._flusher = threading.Thread(
@@ -494,6 +508,35 @@ class Recorder:
             static_floor_bytes = _count("static_floor_bytes", static_floor_bytes)
         if estimate_bytes is not None and type(estimate_bytes) is not int:
             estimate_bytes = _count("estimate_bytes", estimate_bytes)
+        if padded_tokens is not None and type(padded_tokens) is not int:
+            padded_tokens = _count("padded_tokens", padded_tokens)
+        if sum_sq_tokens is not None and type(sum_sq_tokens) is not int:
+            sum_sq_tokens = _count("sum_sq_tokens", sum_sq_tokens)
+        # The trace's integer columns are int64: a larger value could never be written,
+        # and taken in it would fail the log's flush of the readings around it. One
+        # max() over the values given is the fast path.
+        if (
+            max(
+                packed_tokens,
+                logical_tokens,
+                output_bytes,
+                static_floor_bytes or 0,
+                estimate_bytes or 0,
+                padded_tokens or 0,
+                sum_sq_tokens or 0,
+            )
+            > LARGEST_INT
+        ):
+            _too_large(
+                signature,
+                packed_tokens=packed_tokens,
+                logical_tokens=logical_tokens,
+                output_bytes=output_bytes,
+                static_floor_bytes=static_floor_bytes,
+                estimate_bytes=estimate_bytes,
+                padded_tokens=padded_tokens,
+                sum_sq_tokens=sum_sq_tokens,
+            )
         if (
             not (0 < packed_tokens <= logical_tokens)
             or output_bytes < 0
@@ -534,12 +577,8 @@ class Recorder:
         padded_tokens: int | None,
         sum_sq_tokens: int | None,
     ) -> tuple[int | None, int | None] | None:
-        """``(padded_tokens, sum_sq_tokens)`` as ints, or None: a value that cannot be
-        recorded (the wave runs unrecorded, as for the other arguments)."""
-        if padded_tokens is not None and type(padded_tokens) is not int:
-            padded_tokens = _count("padded_tokens", padded_tokens)
-        if sum_sq_tokens is not None and type(sum_sq_tokens) is not int:
-            sum_sq_tokens = _count("sum_sq_tokens", sum_sq_tokens)
+        """``(padded_tokens, sum_sq_tokens)`` (ints already), or None: a value that cannot
+        be recorded (the wave runs unrecorded, as for the other arguments)."""
         if padded_tokens is not None and padded_tokens < packed_tokens:
             argument = "padded_tokens"
             rule = f"padded_tokens={padded_tokens} is below packed_tokens={packed_tokens}"
@@ -571,16 +610,24 @@ class Recorder:
             # price past int64 cannot be recorded), never stopped by the recording.
             self._warn_skipped(signature, "estimate_bytes", f"the pricer's price is {exc}")
             return _SKIP
-        if price is None or type(price) is int:
+        if price is None:
             return price
-        try:
-            return operator.index(price)
-        except TypeError:
+        if type(price) is not int:
+            try:
+                price = operator.index(price)
+            except TypeError:
+                raise UsageError(
+                    f"wave({signature!r}): the pricer's price() must return an integer number "
+                    f"of bytes or None; {type(self.pricer).__name__}.price() returned "
+                    f"{price!r} of type {type(price).__name__}."
+                ) from None
+        if price > LARGEST_INT:
             raise UsageError(
-                f"wave({signature!r}): the pricer's price() must return an integer number of "
-                f"bytes or None; {type(self.pricer).__name__}.price() returned {price!r} of "
-                f"type {type(price).__name__}."
-            ) from None
+                f"wave({signature!r}): {type(self.pricer).__name__}.price() returned {price:,} "
+                f"bytes, above the trace's largest value 2**63 - 1 ({LARGEST_INT:,}); a price "
+                "is a number of bytes a device could hold."
+            )
+        return price
 
     def _skip(
         self,
@@ -764,10 +811,20 @@ class Recorder:
                 return
             batch = [rows.popleft() for _ in range(count)]
             try:
-                self._writer.append(batch)
+                refused = self._writer.append(batch)
             except BaseException:
                 rows.extendleft(reversed(batch))  # keep them for the next try
                 raise
+        if refused:  # never again: each would fail every later flush with it
+            self._unwritable += len(refused)
+            row, why = refused[0]
+            print(
+                f"warmfit: warning: {len(refused):,} readings could not be written to "
+                f"{self._writer.path} and are left out (the first: wave {row[2]} "
+                f"{row[3]!r} {row[5]}: {why}); the readings around them are written. "
+                "Check the values the trainer gave that wave.",
+                file=sys.stderr,
+            )
 
     def _flush_or_warn(self) -> None:
         """:meth:`flush`, warning once per run of failures instead of raising."""

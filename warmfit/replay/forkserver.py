@@ -25,53 +25,51 @@ import sys
 import traceback
 from typing import Any
 
-import numpy.ma  # noqa: F401  (polars imports it at a worker's first Series from numpy)
-
-import warmfit.replay.stream  # noqa: F401  (what the workers run)
-from warmfit.run.workers import FORK_SERVER
+# First, before the imports that take half a second: a command killed meanwhile (even
+# by SIGKILL) must not leave this server, nor its workers, running.
+from warmfit.run.workers import FORK_SERVER, die_with_parent, told_fork_server
 
 
 def _told_it_is_the_fork_server() -> bool:
     """Whether the command that started this process named it its fork server (the
-    variable is removed either way): the command is its parent, or has ended
-    already (interrupted while this server was importing its preload)."""
-    command = os.environ.pop(FORK_SERVER, None)
-    if command is None or not command.isdigit():
+    variable is removed either way). If so, this process ends when the command does,
+    and at once where the command has ended already (interrupted while this server
+    was starting)."""
+    told = told_fork_server(os.environ.pop(FORK_SERVER, None))
+    if told is None:
         return False
-    return command == str(os.getppid()) or not _running(int(command))
+    command, from_main_thread = told
+    die_with_parent(command, kernel=from_main_thread)  # exits if the command has ended
+    return True
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, ended but not yet waited for, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except OSError:
-            return True
-        return True
+#: Whether this process is the fork server (and the workers it forked).
+SERVER = _told_it_is_the_fork_server()
+
+import numpy.ma  # noqa: E402, F401  (polars imports it at a worker's first Series from numpy)
+
+import warmfit.replay.stream  # noqa: E402, F401  (what the workers run)
 
 
 def _quiet_when_the_command_left(kind: type[BaseException], value: BaseException, tb: Any) -> None:
     """The fork server's ``sys.excepthook``: silent for a worker that could not start
     because the command ended as it was starting it (stopped, or failing): the
     worker finds its start-up data gone (an ``OSError`` or ``EOFError`` raised
-    while :mod:`multiprocessing` reads it). Anything else is printed as Python would."""
+    while :mod:`multiprocessing` reads it); and for the server when it cannot take a
+    new worker's descriptors (too many open files). Anything else is printed as
+    Python would."""
     frames = traceback.extract_tb(tb)
     starting = any(f.name == "_main" and f.filename.endswith("spawn.py") for f in frames)
     if starting and issubclass(kind, (OSError, EOFError)):
         return
+    # The server itself, out of file descriptors (a low ulimit -n), cannot take the
+    # descriptors of a worker to start: the command names the limit, in one line.
+    receiving = any(f.name == "recvfds" for f in frames)
+    if receiving and issubclass(kind, (OSError, EOFError, AssertionError)):
+        return
     sys.__excepthook__(kind, value, tb)
 
 
-#: Whether this process is the fork server (and the workers it forked).
-SERVER = _told_it_is_the_fork_server()
 if SERVER:
     atexit.register(os._exit, 0)
     sys.excepthook = _quiet_when_the_command_left

@@ -61,6 +61,7 @@ from warmfit.replay import (
 from warmfit.report.formats import Report, csv_text, json_text
 from warmfit.report.formats import render as render_report
 from warmfit.report.table import cell, percent, plain_table, table_text
+from warmfit.run import signals
 from warmfit.show.names import counted, printable, toml_string, waves_under
 
 if TYPE_CHECKING:
@@ -799,12 +800,21 @@ def update_expectations(
     # A link is kept: the file it names is the one updated. Its mode and line endings
     # stay, and every byte already there.
     target = Path(os.path.realpath(expectations.path))
-    mode = stat.S_IMODE(target.stat().st_mode)
+    status = target.stat()
+    mode = stat.S_IMODE(status.st_mode)
     if not mode & stat.S_IWUSR:
         raise ExpectationsError(
             expectations.path,
             "is read-only, so --update leaves it as it is.",
             "Make it writable (chmod u+w) to add the new runs to it.",
+        )
+    if status.st_nlink > 1:  # a new file in its place would leave the other names old
+        raise ExpectationsError(
+            expectations.path,
+            f"has {status.st_nlink} names (hard links), so --update leaves it as it is: it "
+            "replaces the file whole, which would update this name alone.",
+            "Update a copy (cp, then --update on the copy), then put the copy in place of "
+            "each name, or make the other names symbolic links.",
         )
     data = target.read_bytes()
     newline = b"\r\n" if b"\r\n" in data else b"\n"
@@ -822,9 +832,26 @@ def update_expectations(
     def write(sink: BinaryIO) -> None:
         sink.write(data)
         os.fchmod(sink.fileno(), mode)
+        if (status.st_uid, status.st_gid) != (os.geteuid(), os.getegid()):
+            _keep_owner(sink.fileno(), status, expectations.path)
+        signals.raise_if_received()  # a stop whose exception vanished: the file stays
 
     write_atomically(target, write)
     return added
+
+
+def _keep_owner(fd: int, status: os.stat_result, path: str | os.PathLike[str]) -> None:
+    """Give the new file the owner and group of the one it replaces (as root, say, on
+    another user's file), or refuse: the file would change hands."""
+    try:
+        os.fchown(fd, status.st_uid, status.st_gid)
+    except PermissionError:
+        raise ExpectationsError(
+            path,
+            f"belongs to user {status.st_uid} and group {status.st_gid}, which --update "
+            "cannot give the new file, so it leaves the file as it is.",
+            "Run it as the file's owner, or on a copy.",
+        ) from None
 
 
 def write_expectations(

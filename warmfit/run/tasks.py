@@ -21,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from warmfit.errors import UsageError
+from warmfit.run.cluster import ANSWER_SECONDS, connect
 from warmfit.run.workers import (
     PATIENCE,
     EarlyPool,
@@ -247,14 +248,7 @@ class Runner:
             self._client = self.cluster
             return self._client
         _quiet_dask_logs()
-        try:
-            self._client = Client(self.cluster, timeout="10s")
-        except (OSError, TimeoutError, ValueError) as exc:  # ValueError: a malformed address
-            raise UsageError(
-                f"cannot reach the Dask scheduler at {self.cluster!r} ({exc}); start one "
-                "('dask scheduler', then 'dask worker ADDRESS' on each machine) or check the "
-                "address."
-            ) from None
+        self._client = connect(Client, self.cluster, patience() * ANSWER_SECONDS)
         self._own_client = True
         return self._client
 

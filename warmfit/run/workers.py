@@ -20,7 +20,11 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
+import tempfile
 import threading
+import time
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -110,16 +114,126 @@ def fork_context(jobs: int | None = None) -> Any:
     context.set_forkserver_preload(PRELOAD)
     jobs = default_jobs() if jobs is None else jobs
     threads = os.environ.get(POLARS_THREADS) or str(max(1, usable_cores() // jobs))
+    said = stopped_server_message()
+    if said is not None:  # killed by the watch below: no other server is started
+        raise UsageError(said)
     with (
         polars_keeps_freed_memory(),
         environment(POLARS_THREADS, threads),
-        environment(FORK_SERVER, str(os.getpid())),
+        environment(FORK_SERVER, _server_value()),
         _without_ctrl_c(),
     ):
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+        _watch_server(getattr(forkserver._forkserver, "_forkserver_pid", None))
+    _quiet_tracker_relaunch()
     return context
+
+
+def _quiet_tracker_relaunch() -> None:
+    """A killed resource tracker is started again by :mod:`multiprocessing` at the next
+    resource, with a warning, and the new one prints a ``KeyError`` traceback for each
+    resource the old one held: the relaunch is made with stderr on /dev/null and its
+    warning dropped (the workers' semaphores are the only resources, and they end with
+    the command)."""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    original = tracker.ensure_running
+    if getattr(original, "warmfit", False):
+        return
+
+    def ensure_running() -> None:
+        pid = getattr(tracker, "_pid", None)
+        if pid is None or process_state(pid) not in (None, b"Z", b"X"):
+            original()  # first start, or alive: as multiprocessing does
+            return
+        saved = os.dup(2)
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                original()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(null)
+
+    ensure_running.warmfit = True  # type: ignore[attr-defined]
+    tracker.ensure_running = ensure_running  # type: ignore[method-assign]
+
+
+#: Seconds the fork server may stay stopped (SIGSTOP) before it is killed.
+SERVER_STOPPED_SECONDS = 5.0
+_watched: set[int] = set()
+_stopped_server: int | None = None
+
+
+def stopped_server_message() -> str | None:
+    """What to say when the fork server was killed for being stopped (None: it was not)."""
+    if _stopped_server is None:
+        return None
+    return (
+        f"the workers' fork server (process {_stopped_server}) was stopped (SIGSTOP, a "
+        f"debugger, job control) for {SERVER_STOPPED_SECONDS:g} s, so no worker could "
+        "start; nothing was written. Let it continue (kill -CONT) next time, or run with "
+        "--jobs 1."
+    )
+
+
+def _watch_server(pid: int | None) -> None:
+    """Watch the fork server from a daemon thread: stopped for :data:`SERVER_STOPPED_SECONDS`,
+    it is killed, so that the command, waiting on it to start a worker, ends instead
+    of waiting forever (its error then says why: :func:`stopped_server_message`)."""
+    if pid is None or pid in _watched:
+        return
+    _watched.add(pid)
+
+    def watch() -> None:
+        global _stopped_server
+        since: float | None = None
+        while True:
+            state = process_state(pid)
+            if state is None or state in (b"Z", b"X"):
+                return
+            now = time.monotonic()
+            since = (since or now) if state in (b"T", b"t") else None
+            if since is not None and now - since >= SERVER_STOPPED_SECONDS:
+                _stopped_server = pid
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.25)
+
+    threading.Thread(target=watch, name="warmfit-fork-server", daemon=True).start()
+
+
+def process_state(pid: int) -> bytes | None:
+    """A process's state letter from ``/proc`` (``T``: stopped), or None: gone, or no
+    ``/proc`` to read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _server_value() -> str:
+    """:data:`FORK_SERVER`'s value: the command's process id, then ``+`` where the
+    server is started from the main thread (the kernel may then end the server
+    with the command: :func:`die_with_parent`), ``-`` where not."""
+    main = threading.current_thread() is threading.main_thread()
+    return f"{os.getpid()}{'+' if main else '-'}"
+
+
+def told_fork_server(value: str | None) -> tuple[int, bool] | None:
+    """What :data:`FORK_SERVER` says: the command's process id and whether the server
+    was started from its main thread; None where it says nothing."""
+    if not value or value[-1] not in "+-" or not value[:-1].isdigit():
+        return None
+    return int(value[:-1]), value[-1] == "+"
 
 
 def _without_ctrl_c() -> contextlib.AbstractContextManager[None]:
@@ -182,9 +296,60 @@ def patience() -> float:
 
 
 def start_worker() -> None:
-    """A worker process: keep freed memory; leave Ctrl-C to the parent, which stops it."""
+    """A worker process: keep freed memory; leave Ctrl-C to the parent, which stops it;
+    end when the fork server, its parent, ends (the fork server ends with the command:
+    :func:`die_with_parent`)."""
+    die_with_parent(os.getppid())
+    folder = os.environ.get("TMPDIR")  # as the command's (warmfit.cli.pin_temporary_folder)
+    if folder and os.path.isdir(folder):
+        tempfile.tempdir = os.path.abspath(folder)
     keep_freed_memory()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+#: prctl(2)'s option that asks the kernel to signal a process when its parent ends.
+PR_SET_PDEATHSIG = 1
+#: How often a process without that option looks whether its parent has ended.
+PARENT_POLL_S = 0.5
+
+
+def die_with_parent(parent: int, kernel: bool = True) -> None:
+    """End this process (SIGKILL) as soon as ``parent``, the process that started it,
+    ends, however it ends (SIGKILL included: nothing of the parent's runs then).
+
+    On Linux the kernel does it (``prctl(PR_SET_PDEATHSIG)``, asked for through
+    ctypes); ``kernel=False``, or where that cannot be asked, a daemon thread looks
+    every :data:`PARENT_POLL_S` whether this process was handed to another parent.
+    The kernel's signal comes when the *thread* that started this process ends, so
+    a process started from another thread than its parent's main one passes
+    ``kernel=False``. A parent that has ended already ends this process now.
+    """
+    asked = kernel and _kernel_signals_parent_death()
+    if os.getppid() != parent:  # it ended before the kernel was asked
+        os._exit(1)
+    if not asked:
+        threading.Thread(
+            target=_watch_parent, args=(parent,), name="warmfit-parent", daemon=True
+        ).start()
+
+
+def _kernel_signals_parent_death() -> bool:
+    """Ask the kernel for SIGKILL when the parent ends; whether it was asked."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # no libc to ask: the thread watches instead
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def index_task(path: str) -> Any:

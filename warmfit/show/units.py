@@ -22,6 +22,8 @@ UNITS = {
     "GIB": 2**30,
     "TIB": 2**40,
 }
+#: The largest size: a trace's byte counts are int64, and so is what they are compared with.
+LARGEST = 2**63 - 1
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
 
 
@@ -30,6 +32,8 @@ def parse_bytes(text: str) -> int:
 
     >>> parse_bytes("128.8 GB"), parse_bytes("80GiB"), parse_bytes("1024")
     (128800000000, 85899345920, 1024)
+    >>> parse_bytes("9223372036854775807"), parse_bytes("8 TiB") // 2**40
+    (9223372036854775807, 8)
     >>> parse_bytes("12 parsecs")
     Traceback (most recent call last):
     ...
@@ -43,9 +47,16 @@ def parse_bytes(text: str) -> int:
             "GiB or TiB (e.g. 128.8GB)."
         )
     try:
-        return int(Decimal(match.group(1)) * unit)
+        size = Decimal(match.group(1)) * unit
     except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
         raise ValueError(f"{text!r} is not a size.") from None
+    if size > LARGEST:  # compared as a decimal: 5,000 digits never become an int
+        shown = text if len(text) <= 40 else f"{text[:20]}...({len(text):,} characters)"
+        raise ValueError(
+            f"{shown!r} is above the largest size warmfit counts, 2**63 - 1 bytes "
+            f"({LARGEST:,}, about 9.2 EB): give a size a device could hold, such as 128.8GB."
+        )
+    return int(size)
 
 
 def format_bytes(count: int | None) -> str:
