@@ -118,7 +118,6 @@ def plot_command(
     its title names the rank and signature shown, and --signature NAME picks
     another. --rank N draws rank N's waves alone.
     """
-    from warmfit.format.trace import find_trace_files
     from warmfit.replay.stream import replay_stream
     from warmfit.report.plot import (
         PlotFold,
@@ -137,8 +136,8 @@ def plot_command(
             cluster=cluster, progress=bar,
         )  # fmt: skip
     result, roles, every_run = streamed.folded[0].result(streamed)
-    if caption is None:
-        caption = provenance_caption(find_trace_files(paths))
+    if caption is None:  # the files the replay found (each one's metadata is read here)
+        caption = provenance_caption(streamed.files)
     data = build_plot_data(result, caption, signature, rank, roles)
     with writing(output):
         render_plot(data, output)
