@@ -458,7 +458,7 @@ _REPLAY_TESTS = (
     "tests/test_vectorized.py",
     "tests/test_permute.py",
     "tests/test_permute_oracle.py",  # issue 38
-    "tests/test_edges.py",  # issue 38
+    "tests/test_replay_edges.py",  # issue 38
     "tests/test_seen_range.py",
     "tests/test_mutant_killers.py",
     "tests/test_mutant_killers_2.py",
