@@ -159,8 +159,13 @@ def point_streams(draw: st.DrawFn) -> list[dict[str, Any]]:
     elif shape == "descending":
         sizes = sorted(set(sizes), reverse=True)
     return [
-        reading(i, draw(st.sampled_from(["s", "s", "t"])), n, draw(computes),
-                whole=draw(st.integers(0, 4)) > 0)  # fmt: skip
+        reading(
+            i,
+            draw(st.sampled_from(["s", "s", "t"])),
+            n,
+            draw(computes),
+            whole=draw(st.integers(0, 4)) > 0,
+        )
         for i, n in enumerate(sizes)
     ]
 
