@@ -445,6 +445,7 @@ _IMPORTER_TESTS = (
     "tests/test_import_table.py",
     "tests/test_import_art_misses.py",
     "tests/test_importer_oracle.py",  # issue 38: a plain reading of the same CSV/JSON
+    "tests/test_import_messages.py",  # issue 38: the messages, whole
 )
 _REPLAY_TESTS = (
     "tests/test_replay.py",

@@ -1,0 +1,81 @@
+"""``warmfit import table``'s messages, exactly (issue 38: the generated mutants of
+warmfit/importers/table.py that changed a message and no test saw).
+
+Each message is checked whole, from the how-to's promise (the file, the key or
+row, the line, what to do), on tables sized at the edges the message cuts at:
+40 columns shown, 10 duplicated names shown, a line counted across a blank
+line and a quoted cell over two lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+
+MAPPING = """\
+[run]
+label = "r"
+[fields]
+signature = "s"
+packed_tokens = "{tokens}"
+peak_bytes = "peak"
+baseline_bytes = 0
+"""
+
+
+def run_import(tmp_path: Path, table: str, tokens: str = "n") -> tuple[int, str, Path, Path]:
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(table)
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(MAPPING.format(tokens=tokens))
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert not out.exists()
+    return result.exit_code, result.output, csv_path, mapping
+
+
+@pytest.mark.parametrize("extra", [38, 39, 40])
+def test_a_missing_column_names_the_first_40_columns_and_counts_the_rest(
+    tmp_path: Path, extra: int
+) -> None:
+    header = ["n", "peak", *(f"c{i}" for i in range(extra))]
+    code, output, csv_path, mapping = run_import(
+        tmp_path, ",".join(header) + "\n" + ",".join("1" for _ in header) + "\n", tokens="nn"
+    )
+    shown = ", ".join(header[:40]) + (f" and {len(header) - 40} more" if len(header) > 40 else "")
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {mapping}: fields.packed_tokens: names the column 'nn', "
+        f"which {csv_path} lacks (its columns: {shown}).\n"
+    )
+    assert ("more" in output) == (len(header) > 40)
+
+
+@pytest.mark.parametrize("twice", [10, 11])
+def test_a_header_naming_columns_twice_shows_ten_of_them(tmp_path: Path, twice: int) -> None:
+    names = [f"d{i:02d}" for i in range(twice)]
+    header = ["n", "peak", *names, *names]
+    code, output, csv_path, _ = run_import(
+        tmp_path, ",".join(header) + "\n" + ",".join("1" for _ in header) + "\n"
+    )
+    shown = ", ".join(names[:10]) + (" ..." if twice > 10 else "")
+    assert code == 2
+    assert output == f"warmfit: error: {csv_path}: names a column twice in its header: {shown}.\n"
+
+
+def test_a_short_row_is_named_by_row_and_line_across_blank_lines_and_quoted_newlines(
+    tmp_path: Path,
+) -> None:
+    # line 1 header, 2 a row, 3 blank, 4-5 one row (a quoted cell over two lines), 6 short
+    code, output, csv_path, _ = run_import(tmp_path, 'n,peak\n1,5\n\n"2\n",5\n3\n')
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {csv_path}, row 3: has 1 cells where the header names 2 columns "
+        "(line 6).\n"
+    )
