@@ -79,3 +79,74 @@ def test_a_short_row_is_named_by_row_and_line_across_blank_lines_and_quoted_newl
         f"warmfit: error: {csv_path}, row 3: has 1 cells where the header names 2 columns "
         "(line 6).\n"
     )
+
+
+ROWS = """\
+model,unit,gpu,n,peak
+a,MB,h100,1,5
+a,MB,h100,2,6
+a,GB,a100,3,7
+"""
+FIELDS = """\
+[fields]
+signature = "s"
+packed_tokens = "n"
+peak_bytes = "peak"
+baseline_bytes = 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("before", "run", "message"),
+    [
+        (
+            '[require]\nunit = "MB"\n',
+            "",
+            "column 'unit', row 3: holds 'GB', where require.unit allows only 'MB' (line 4).",
+        ),
+        (
+            "require = \"unit = 'MB'\"\n",
+            "",
+            "column 'unit', row 3: fails require (\"unit = 'MB'\": unit='GB') (line 4).",
+        ),
+        (
+            '[derive.card]\ncases = [{ when = { gpu = "h100" }, value = "H" }]\n',
+            "",
+            "column 'gpu', row 3: matches no case of derive.card (gpu='a100') (line 4).",
+        ),
+        (
+            "",
+            'identity = ["gpu"]\n',
+            "column 'gpu', row 3: gives the run label 'a' of row 1, but another gpu "
+            "('a100', not 'h100'): run.label must tell the runs of run.identity apart (line 4).",
+        ),
+        (
+            'order = { by = ["model"], distinct = true }\n',
+            "",
+            "column 'model', row 2: repeats the model of row 1 in the run 'a' "
+            "(order.distinct): keep one, or tell them apart in run.label (line 3).",
+        ),
+    ],
+)
+def test_a_kept_row_that_breaks_a_rule_is_named_with_its_cell_and_line(
+    tmp_path: Path, before: str, run: str, message: str
+) -> None:
+    """require (both forms), a derived value no case gives, run.identity and
+    order.distinct: each refuses the first row that breaks it, naming it whole."""
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(ROWS)
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(f'{before}[run]\nlabel = "{{model}}"\n{run}{FIELDS}')
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output == f"warmfit: error: {csv_path}, {message}\n"
+    assert not out.exists()
+    # the same mapping on the rows that keep the rule imports them
+    csv_path.write_text(ROWS.replace("a,GB,a100,3,7\n", "b,MB,h100,3,7\n"))
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert (result.exit_code == 0) == ("distinct" not in before), result.output
