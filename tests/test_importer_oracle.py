@@ -582,3 +582,76 @@ def test_the_16_mib_cap_is_exact(tmp_path: Path) -> None:
     assert code == 2, output
     assert "over-cap.json" in output and "oversized" in output
     assert [r["art_report_id"] for r in art_written(out2)] == ["c" * 32]
+
+
+def plain_report(number: int, **changes: Any) -> dict[str, Any]:
+    """A format-1 report with the documented fields; ``replay_*`` keys change ``replay``."""
+    record: dict[str, Any] = {
+        "format": 1,
+        "kind": "art-planner-miss",
+        "id": f"{number:032x}",
+        "occurred_at": "2026-01-01T10:00:00+00:00",
+        "phase": "train_step",
+        "oom": False,
+        "threshold_pct": 5.0,
+        "predicted_peak_bytes": 1000,
+        "admission_peak_bytes": 1100,
+        "observed_peak_bytes": 1500,
+        "partial_peak_bytes": None,
+        "replay": {
+            "rank": 0,
+            "model": "m",
+            "safety_factor": 1.1,
+            "memory_replay": {
+                "estimates": [
+                    {
+                        "signature": "s",
+                        "arguments": {"packed_tokens": 10, "logical_tokens": 10, "output_bytes": 0},
+                        "expected_required_bytes": 1000,
+                    }
+                ]
+            },
+        },
+    }
+    for key, value in changes.items():
+        if key.startswith("replay_"):
+            record["replay"][key.removeprefix("replay_")] = value
+        else:
+            record[key] = value
+    return record
+
+
+def test_art_fields_at_the_trace_columns_limits(tmp_path: Path) -> None:
+    """Bytes up to 2**63 - 1 and a rank up to 2**31 - 1 are imported to the byte; one
+    more, a boolean or a float for bytes, a negative rank, a safety factor that is
+    not finite, is malformed and named (the others still imported)."""
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    good = {
+        "bytes": plain_report(1, observed_peak_bytes=2**63 - 1, admission_peak_bytes=2**63 - 1),
+        "rank": plain_report(2, replay_rank=2**31 - 1),
+    }
+    bad = {
+        "bytes-over": plain_report(3, observed_peak_bytes=2**63),
+        "rank-over": plain_report(4, replay_rank=2**31),
+        "rank-negative": plain_report(5, replay_rank=-1),
+        "bytes-bool": plain_report(6, observed_peak_bytes=True),
+        "bytes-float": plain_report(7, observed_peak_bytes=1500.0),
+        "factor-inf": plain_report(8, admission_peak_bytes=None, replay_safety_factor=1e400),
+    }
+    for name, record in {**good, **bad}.items():
+        (folder / f"{name}.json").write_text(json.dumps(record) + "\n")
+    out = tmp_path / "misses.parquet"
+    code, output = invoke("import", "art-misses", str(folder), "-o", str(out))
+    assert code == 2, output
+    for name in bad:
+        (line,) = [x for x in output.splitlines() if f"{name}.json" in x]
+        assert "malformed" in line, line
+    for name in good:
+        assert f"{name}.json" not in output
+    rows = {r["art_report_id"]: r for r in pq.read_table(out).to_pylist()}
+    assert set(rows) == {f"{1:032x}", f"{2:032x}"}
+    assert rows[f"{1:032x}"]["peak_bytes"] == 2**63 - 1
+    assert rows[f"{1:032x}"]["estimate_bytes"] == 2**63 - 1
+    assert rows[f"{2:032x}"]["rank"] == 2**31 - 1
+    assert "2 reports imported, 6 malformed" in output
