@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -150,3 +151,26 @@ def test_a_kept_row_that_breaks_a_rule_is_named_with_its_cell_and_line(
         app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
     )
     assert (result.exit_code == 0) == ("distinct" not in before), result.output
+
+
+def test_a_column_whose_name_is_no_identifier_is_read_as_that_column(tmp_path: Path) -> None:
+    """A value that is a column's name is that column, whatever the name ("seq len",
+    "out-of-mem" would be a subtraction in SQL): the how-to's shorter form."""
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("seq len,peak,out-of-mem,gpu name\n10,5,no,h100\n20,6,yes,a100\n")
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "seq len"\n'
+        'peak_bytes = "peak"\nbaseline_bytes = 0\noom = "out-of-mem"\n'
+        '[extra]\ngpu = "gpu name"\n'
+    )
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    rows = pq.read_table(out).select(["packed_tokens", "oom", "gpu"]).to_pylist()
+    assert rows == [
+        {"packed_tokens": 10, "oom": False, "gpu": "h100"},
+        {"packed_tokens": 20, "oom": True, "gpu": "a100"},
+    ]
