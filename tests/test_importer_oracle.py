@@ -134,7 +134,7 @@ def mapping_text(case: dict[str, Any]) -> str:
     tokens = {
         "expr": '"seq * batch"',
         "column": '"seq"',
-        "add-scale": '{ add = ["seq", "batch"], scale = 3 }',
+        "add-scale": '{ add = ["seq", "batch"], scale = 2 }',
         "add-subtract": '{ add = ["seq", "batch"], subtract = ["batch"] }',
     }[case["tokens_form"]]
     peak = (
@@ -185,8 +185,8 @@ def table_oracle(csv_path: Path, map_path: Path, unit: str) -> list[dict[str, An
                 packed = seq * batch
             elif tokens == "seq":
                 packed = seq
-            elif tokens.get("scale") == 3:
-                packed = (seq + batch) * 3
+            elif tokens.get("scale") == 2:
+                packed = (seq + batch) * 2
             else:
                 packed = seq + batch - batch
             baseline = half_even(Decimal(row["w"]) * 2)
