@@ -33,6 +33,7 @@ from tests import oracle
 from tests.strategies import oracle_traces
 from warmfit.cli import app
 from warmfit.format.trace import readings_frame, write_trace
+from warmfit.policies.rule import COMPUTE, PACKED, WHOLE, DeclaredPolicy, Points
 
 POLICIES = ("max-merge", "warm-fit", "warm-affine", "envelope")
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,13 +41,13 @@ BUDGET_FIELDS = ("budget_bytes", "admitted", "refused_fit", "admitted_oom")
 
 
 def cli_replay(
-    rows: Sequence[dict[str, Any]], *args: str
+    rows: Sequence[dict[str, Any]], *args: str, policies: Sequence[str] = POLICIES
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The JSON results and the per-wave rows of ``warmfit replay`` on ``rows``."""
     with tempfile.TemporaryDirectory() as tmp:
         trace = write_trace(readings_frame(list(rows)), Path(tmp) / "trace" / "t.parquet")
         per_wave = Path(tmp) / "waves.parquet"
-        policy_args = [a for p in POLICIES for a in ("-p", p)]
+        policy_args = [a for p in policies for a in ("-p", p)]
         result = CliRunner().invoke(
             app,
             ["replay", str(trace.parent), *policy_args, "--format", "json",
@@ -215,3 +216,58 @@ def test_a_peak_of_2_63_minus_1_bytes_is_kept_to_the_byte() -> None:
     rows = [reading(0, "s", 100, 1000), reading(1, "s", 100, 2**63 - 1)]
     _, per_wave = cli_replay(rows, "--safety", "1.0")
     assert {r["actual_bytes"] for r in per_wave if r["wave"] == 1} == {2**63 - 1}
+
+
+class AboveTop(DeclaredPolicy):
+    """A user's policy asking the point queries where they may have no answer: the
+    largest compute at a size not above the nearest measured size at or above the
+    wave's (``top(above(x))``), and below it (``top(below(x))``); NaN (no profile)
+    where there is no such point (docs/reference/policy-api.md)."""
+
+    name = "above-top"
+    summary = "top(above(x)) + top(below(x)) / 2**20 (a test's probe of the point queries)"
+    points = Points(COMPUTE, at=PACKED, where=WHOLE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        points = state.points
+        x = n * 1.0
+        return points.top(points.above(x)) + points.top(points.below(x)) / 2.0**20
+
+
+@SETTINGS
+@given(rows=point_streams())
+def test_a_user_policy_sees_nan_where_no_point_answers_on_both_engines(
+    rows: list[dict[str, Any]],
+) -> None:
+    """A wave above every measured size has no ``above``: the policy's price is NaN
+    and the wave unpriced, on the vectorized engine as on the scalar one; elsewhere
+    both give the bytes the points give."""
+    for row in rows:
+        row["peak_bytes"] = row["peak_bytes"] % 2**40  # far from int64's end
+    per_engine = {}
+    for engine in ("scalar", "vectorized"):
+        _, per_wave = cli_replay(
+            rows, "--safety", "1.0", "--engine", engine,
+            policies=("tests.test_replay_edges:AboveTop",),
+        )  # fmt: skip
+        per_engine[engine] = [(r["wave"], r["estimate_bytes"], r["set_by"]) for r in per_wave]
+    assert per_engine["scalar"] == per_engine["vectorized"]
+    # the oracle of the queries: the whole readings seen before each wave, by signature
+    seen: dict[str, list[tuple[int, int]]] = {}
+    want = []
+    for row in rows:
+        mine = seen.setdefault(row["signature"], [])
+        n = row["packed_tokens"]
+        ups = [size for size, _ in mine if size >= n]
+        downs = [size for size, _ in mine if size <= n]
+        if ups and downs:
+            above, below = min(ups), max(downs)
+            top_above = max(float(c) for size, c in mine if size <= above)
+            top_below = max(float(c) for size, c in mine if size <= below)
+            want.append((row["wave"], int(top_above + top_below / 2.0**20), "profile"))
+        else:
+            want.append((row["wave"], None, None))
+        if row["whole"]:
+            mine.append((n, row["peak_bytes"]))
+    assert per_engine["vectorized"] == want
