@@ -655,3 +655,85 @@ def test_art_fields_at_the_trace_columns_limits(tmp_path: Path) -> None:
     assert rows[f"{1:032x}"]["estimate_bytes"] == 2**63 - 1
     assert rows[f"{2:032x}"]["rank"] == 2**31 - 1
     assert "2 reports imported, 6 malformed" in output
+
+
+def _with_replay(number: int, **replay: Any) -> dict[str, Any]:
+    record = plain_report(number)
+    record["replay"] = record["replay"] | replay
+    return record
+
+
+def _estimate(number: int, **changes: Any) -> dict[str, Any]:
+    record = plain_report(number)
+    record["replay"]["memory_replay"]["estimates"][0] |= changes
+    return record
+
+
+#: Reports the how-to says are refused, each with its reason (name: (record, reason)).
+REFUSED: dict[str, tuple[Any, str]] = {
+    "a-list": ([1, 2], "malformed"),
+    "other-kind": (plain_report(20, kind="art-planner-hit"), "malformed"),
+    "format-text": (plain_report(21, format="1"), "malformed"),
+    "format-3": (plain_report(22, format=3), "malformed"),
+    "id-number": (plain_report(23, id=23), "malformed"),
+    "oom-text": (plain_report(24, oom="yes"), "malformed"),
+    "event-number": (plain_report(25, format=2, event=5), "malformed"),
+    "event-disagrees": (
+        plain_report(26, format=2, event="estimate_miss", oom=True, partial_peak_bytes=9),
+        "malformed",
+    ),
+    "oom-no-partial": (plain_report(27, oom=True, observed_peak_bytes=None), "not a wave"),
+    "replay-list": (plain_report(28, replay=[]), "malformed"),
+    "model-empty": (_with_replay(29, model=""), "malformed"),
+    "model-number": (_with_replay(30, model=7), "malformed"),
+    "no-estimates": (_with_replay(31, memory_replay={"estimates": []}), "not a wave"),
+    "estimate-number": (_with_replay(32, memory_replay={"estimates": [5]}), "malformed"),
+    "arguments-list": (_estimate(33, arguments=[10, 10, 0]), "malformed"),
+    "zero-tokens": (
+        _estimate(34, arguments={"packed_tokens": 0, "logical_tokens": 0, "output_bytes": 0}),
+        "malformed",
+    ),
+    "logical-below": (
+        _estimate(35, arguments={"packed_tokens": 10, "logical_tokens": 9, "output_bytes": 0}),
+        "malformed",
+    ),
+    "factor-zero": (
+        plain_report(36, admission_peak_bytes=None)
+        | {"replay": plain_report(36)["replay"] | {"safety_factor": 0}},
+        "malformed",
+    ),
+    "price-past-int64": (
+        plain_report(37, admission_peak_bytes=None, predicted_peak_bytes=2**62)
+        | {"replay": plain_report(37)["replay"] | {"safety_factor": 2.0}},
+        "malformed",
+    ),
+    "same-id": (plain_report(1), "malformed"),  # repeats good.json's id
+}
+
+
+def test_every_report_the_how_to_refuses_is_named_with_its_reason(tmp_path: Path) -> None:
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    good = plain_report(1)
+    good["replay"]["device"] = {"name": "H200", "index": 0}  # an object: canonical JSON
+    good["replay"]["memory_replay"]["estimates"][0]["signature"] = {"z": 1, "a": [2]}
+    (folder / "good.json").write_text(json.dumps(good) + "\n")
+    for name, (record, _) in REFUSED.items():
+        (folder / f"{name}.json").write_text(json.dumps(record) + "\n")
+    (folder / "key-twice.json").write_text(
+        json.dumps(plain_report(40)).replace('"kind"', '"id": "x", "kind"', 1) + "\n"
+    )
+    out = tmp_path / "misses.parquet"
+    code, output = invoke("import", "art-misses", str(folder), "-o", str(out))
+    assert code == 2, output
+    reasons = {**{name: reason for name, (_, reason) in REFUSED.items()}, "key-twice": "malformed"}
+    for name, reason in reasons.items():
+        (line,) = [x for x in output.splitlines() if f"/{name}.json" in x]
+        assert f"({reason})" in line, line
+    assert "/good.json" not in output
+    (row,) = pq.read_table(out).to_pylist()
+    assert row["art_device"] == '{"index": 0, "name": "H200"}'
+    assert row["signature"] == digest({"z": 1, "a": [2]})
+    malformed = sum(r == "malformed" for r in reasons.values())
+    waveless = sum(r == "not a wave" for r in reasons.values())
+    assert f"1 report imported, {malformed} malformed, 0 oversized, {waveless} not a wave" in output
