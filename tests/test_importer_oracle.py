@@ -669,6 +669,21 @@ def _estimate(number: int, **changes: Any) -> dict[str, Any]:
     return record
 
 
+def _several(number: int, *, local: int | None, admission: int, factor: float) -> dict[str, Any]:
+    """Two candidate estimates, of 10 and 20 tokens, expecting 1,100 and 1,200 bytes."""
+    record = plain_report(number, admission_peak_bytes=admission)
+    record["replay"]["safety_factor"] = factor
+    if local is not None:
+        record["replay"]["local_admission_peak_bytes"] = local
+    one = record["replay"]["memory_replay"]["estimates"][0]
+    record["replay"]["memory_replay"]["estimates"] = [
+        one | {"expected_required_bytes": 1100},
+        one | {"expected_required_bytes": 1200,
+               "arguments": {"packed_tokens": 20, "logical_tokens": 20, "output_bytes": 0}},
+    ]  # fmt: skip
+    return record
+
+
 #: Reports the how-to says are refused, each with its reason (name: (record, reason)).
 REFUSED: dict[str, tuple[Any, str]] = {
     "a-list": ([1, 2], "malformed"),
@@ -708,6 +723,11 @@ REFUSED: dict[str, tuple[Any, str]] = {
         "malformed",
     ),
     "same-id": (plain_report(1), "malformed"),  # repeats good.json's id
+    "no-observed": (plain_report(41, observed_peak_bytes=None), "malformed"),
+    "signature-number": (_estimate(42, signature=5), "malformed"),
+    "memory-list": (_with_replay(43, memory_replay=[]), "not a wave"),
+    # two candidates, no admitted figure to match and no factor to compare net with
+    "several-no-factor": (_several(44, local=None, admission=1150, factor=0), "not a wave"),
 }
 
 
@@ -718,6 +738,9 @@ def test_every_report_the_how_to_refuses_is_named_with_its_reason(tmp_path: Path
     good["replay"]["device"] = {"name": "H200", "index": 0}  # an object: canonical JSON
     good["replay"]["memory_replay"]["estimates"][0]["signature"] = {"z": 1, "a": [2]}
     (folder / "good.json").write_text(json.dumps(good) + "\n")
+    # local matches no candidate: the admission figure (reduced over ranks) is tried next
+    several = _several(2, local=1000, admission=1200, factor=1.1)
+    (folder / "several.json").write_text(json.dumps(several) + "\n")
     for name, (record, _) in REFUSED.items():
         (folder / f"{name}.json").write_text(json.dumps(record) + "\n")
     (folder / "key-twice.json").write_text(
@@ -730,10 +753,14 @@ def test_every_report_the_how_to_refuses_is_named_with_its_reason(tmp_path: Path
     for name, reason in reasons.items():
         (line,) = [x for x in output.splitlines() if f"/{name}.json" in x]
         assert f"({reason})" in line, line
-    assert "/good.json" not in output
-    (row,) = pq.read_table(out).to_pylist()
+    assert "/good.json" not in output and "/several.json" not in output
+    row, other = pq.read_table(out).to_pylist()
+    assert (other["art_report_id"], other["packed_tokens"]) == (f"{2:032x}", 20)
+    assert other["estimate_bytes"] == 1000  # the local figure, though no candidate matched it
     assert row["art_device"] == '{"index": 0, "name": "H200"}'
     assert row["signature"] == digest({"z": 1, "a": [2]})
     malformed = sum(r == "malformed" for r in reasons.values())
     waveless = sum(r == "not a wave" for r in reasons.values())
-    assert f"1 report imported, {malformed} malformed, 0 oversized, {waveless} not a wave" in output
+    assert (
+        f"2 reports imported, {malformed} malformed, 0 oversized, {waveless} not a wave" in output
+    )
