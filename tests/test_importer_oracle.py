@@ -570,10 +570,14 @@ def test_the_16_mib_cap_is_exact(tmp_path: Path) -> None:
     padded = json.dumps(record | {"incomplete_reasons": ["x" * (pad - 2)]}) + "\n"
     assert len(padded.encode()) == MAX_REPORT
     (folder / "at-cap.json").write_text(padded)
+    # complete JSON with no final newline, at the cap too: every byte of it is read
+    bare = json.dumps(record | {"id": "e" * 32, "incomplete_reasons": ["x" * (pad - 1)]})
+    assert len(bare.encode()) == MAX_REPORT
+    (folder / "at-cap-bare.json").write_text(bare)
     out = tmp_path / "a.parquet"
     code, output = invoke("import", "art-misses", str(folder), "-o", str(out))
     assert code == 0, output
-    assert len(art_written(out)) == 1
+    assert len(art_written(out)) == 2
     over = json.dumps(record | {"id": "d" * 32, "incomplete_reasons": ["x" * (pad - 1)]}) + "\n"
     assert len(over.encode()) == MAX_REPORT + 1
     (folder / "over-cap.json").write_text(over)
@@ -581,7 +585,7 @@ def test_the_16_mib_cap_is_exact(tmp_path: Path) -> None:
     code, output = invoke("import", "art-misses", str(folder), "-o", str(out2))
     assert code == 2, output
     assert "over-cap.json" in output and "oversized" in output
-    assert [r["art_report_id"] for r in art_written(out2)] == ["c" * 32]
+    assert [r["art_report_id"] for r in art_written(out2)] == ["c" * 32, "e" * 32]
 
 
 def plain_report(number: int, **changes: Any) -> dict[str, Any]:
