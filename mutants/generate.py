@@ -549,6 +549,14 @@ class _Walker:
                 edits = (Edit(src.start(node), src.start(node), "("), *edits,
                          Edit(src.end(node), src.end(node), ")"))  # fmt: skip
                 mutated = apply(src.text, edits)
+            if _dump(_parse(mutated), top) != want and isinstance(node, ast.BinOp):
+                # a tighter operator inside a chain (``a | b | c``'s outer ``|`` as ``&``):
+                # keep each operand together too
+                edits = (*edits, *(Edit(src.start(side), src.start(side), "(")
+                                   for side in (node.left, node.right)),
+                         *(Edit(src.end(side), src.end(side), ")")
+                           for side in (node.left, node.right)))  # fmt: skip
+                mutated = apply(src.text, edits)
             if _dump(_parse(mutated), top) != want:
                 raise AssertionError(f"{self.file}:{line}:{col}: {kind} did not plant as intended")
             first, last = min(edit_lines), max(edit_lines)

@@ -1,0 +1,176 @@
+"""``warmfit import table``'s messages, exactly (issue 38: the generated mutants of
+warmfit/importers/table.py that changed a message and no test saw).
+
+Each message is checked whole, from the how-to's promise (the file, the key or
+row, the line, what to do), on tables sized at the edges the message cuts at:
+40 columns shown, 10 duplicated names shown, a line counted across a blank
+line and a quoted cell over two lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from warmfit.cli import app
+
+MAPPING = """\
+[run]
+label = "r"
+[fields]
+signature = "s"
+packed_tokens = "{tokens}"
+peak_bytes = "peak"
+baseline_bytes = 0
+"""
+
+
+def run_import(tmp_path: Path, table: str, tokens: str = "n") -> tuple[int, str, Path, Path]:
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(table)
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(MAPPING.format(tokens=tokens))
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert not out.exists()
+    return result.exit_code, result.output, csv_path, mapping
+
+
+@pytest.mark.parametrize("extra", [38, 39, 40])
+def test_a_missing_column_names_the_first_40_columns_and_counts_the_rest(
+    tmp_path: Path, extra: int
+) -> None:
+    header = ["n", "peak", *(f"c{i}" for i in range(extra))]
+    code, output, csv_path, mapping = run_import(
+        tmp_path, ",".join(header) + "\n" + ",".join("1" for _ in header) + "\n", tokens="nn"
+    )
+    shown = ", ".join(header[:40]) + (f" and {len(header) - 40} more" if len(header) > 40 else "")
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {mapping}: fields.packed_tokens: names the column 'nn', "
+        f"which {csv_path} lacks (its columns: {shown}).\n"
+    )
+    assert ("more" in output) == (len(header) > 40)
+
+
+@pytest.mark.parametrize("twice", [10, 11])
+def test_a_header_naming_columns_twice_shows_ten_of_them(tmp_path: Path, twice: int) -> None:
+    names = [f"d{i:02d}" for i in range(twice)]
+    header = ["n", "peak", *names, *names]
+    code, output, csv_path, _ = run_import(
+        tmp_path, ",".join(header) + "\n" + ",".join("1" for _ in header) + "\n"
+    )
+    shown = ", ".join(names[:10]) + (" ..." if twice > 10 else "")
+    assert code == 2
+    assert output == f"warmfit: error: {csv_path}: names a column twice in its header: {shown}.\n"
+
+
+def test_a_short_row_is_named_by_row_and_line_across_blank_lines_and_quoted_newlines(
+    tmp_path: Path,
+) -> None:
+    # line 1 header, 2 a row, 3 blank, 4-5 one row (a quoted cell over two lines), 6 short
+    code, output, csv_path, _ = run_import(tmp_path, 'n,peak\n1,5\n\n"2\n",5\n3\n')
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {csv_path}, row 3: has 1 cells where the header names 2 columns "
+        "(line 6).\n"
+    )
+
+
+ROWS = """\
+model,unit,gpu,n,peak
+a,MB,h100,1,5
+a,MB,h100,2,6
+a,GB,a100,3,7
+"""
+FIELDS = """\
+[fields]
+signature = "s"
+packed_tokens = "n"
+peak_bytes = "peak"
+baseline_bytes = 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("before", "run", "message"),
+    [
+        (
+            '[require]\nunit = "MB"\n',
+            "",
+            "column 'unit', row 3: holds 'GB', where require.unit allows only 'MB' (line 4).",
+        ),
+        (
+            "require = \"unit = 'MB'\"\n",
+            "",
+            "column 'unit', row 3: fails require (\"unit = 'MB'\": unit='GB') (line 4).",
+        ),
+        (
+            '[derive.card]\ncases = [{ when = { gpu = "h100" }, value = "H" }]\n',
+            "",
+            "column 'gpu', row 3: matches no case of derive.card (gpu='a100') (line 4).",
+        ),
+        (
+            "",
+            'identity = ["gpu"]\n',
+            "column 'gpu', row 3: gives the run label 'a' of row 1, but another gpu "
+            "('a100', not 'h100'): run.label must tell the runs of run.identity apart (line 4).",
+        ),
+        (
+            'order = { by = ["model"], distinct = true }\n',
+            "",
+            "column 'model', row 2: repeats the model of row 1 in the run 'a' "
+            "(order.distinct): keep one, or tell them apart in run.label (line 3).",
+        ),
+    ],
+)
+def test_a_kept_row_that_breaks_a_rule_is_named_with_its_cell_and_line(
+    tmp_path: Path, before: str, run: str, message: str
+) -> None:
+    """require (both forms), a derived value no case gives, run.identity and
+    order.distinct: each refuses the first row that breaks it, naming it whole."""
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(ROWS)
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(f'{before}[run]\nlabel = "{{model}}"\n{run}{FIELDS}')
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output == f"warmfit: error: {csv_path}, {message}\n"
+    assert not out.exists()
+    # the same mapping on the rows that keep the rule imports them
+    csv_path.write_text(ROWS.replace("a,GB,a100,3,7\n", "b,MB,h100,3,7\n"))
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert (result.exit_code == 0) == ("distinct" not in before), result.output
+
+
+def test_a_column_whose_name_is_no_identifier_is_read_as_that_column(tmp_path: Path) -> None:
+    """A value that is a column's name is that column, whatever the name ("seq len",
+    "out-of-mem" would be a subtraction in SQL): the how-to's shorter form."""
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("seq len,peak,out-of-mem,gpu name\n10,5,no,h100\n20,6,yes,a100\n")
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "seq len"\n'
+        'peak_bytes = "peak"\nbaseline_bytes = 0\noom = "out-of-mem"\n'
+        '[extra]\ngpu = "gpu name"\n'
+    )
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    rows = pq.read_table(out).select(["packed_tokens", "oom", "gpu"]).to_pylist()
+    assert rows == [
+        {"packed_tokens": 10, "oom": False, "gpu": "h100"},
+        {"packed_tokens": 20, "oom": True, "gpu": "a100"},
+    ]
