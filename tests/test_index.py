@@ -397,7 +397,7 @@ def test_only_the_fork_server_ends_at_once() -> None:
         f"print(f.SERVER, {FORK_SERVER!r} in os.environ, flush=True)\n"
         "sys.exit(3)\n"
     )
-    for flag, server in [(None, False), ("1", False), (str(os.getpid()), True)]:
+    for flag, server in [(None, False), ("1", False), (f"{os.getpid()}+", True)]:
         env = {k: v for k, v in os.environ.items() if k != FORK_SERVER}
         if flag is not None:  # the flag names the process that started the server
             env[FORK_SERVER] = flag

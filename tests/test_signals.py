@@ -71,6 +71,22 @@ def catches_sighup(pid: int) -> bool:
     return False
 
 
+def stopped(pid: int) -> bool:
+    """Whether the process is stopped within 1 s (a process that is exiting never is)."""
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            return False
+        if state == "T":
+            return True
+        if state in ("Z", "X"):
+            return False
+        time.sleep(0.002)
+    return False
+
+
 def stop_signal_continue(process: subprocess.Popen[str], sent: int, delay: float) -> bool:
     """Once warmfit's first line has run (its handlers installed; 5 s at most), wait
     ``delay``, then stop the process, send it ``sent`` and continue it. False when the
@@ -84,7 +100,9 @@ def stop_signal_continue(process: subprocess.Popen[str], sent: int, delay: float
     if process.poll() is not None:
         return False
     os.kill(process.pid, signal.SIGSTOP)
-    time.sleep(0.02)
+    if not stopped(process.pid):  # it was ending (in the kernel's exit): nothing to stop
+        os.kill(process.pid, signal.SIGCONT)
+        return False
     os.kill(process.pid, sent)
     time.sleep(0.02)
     os.kill(process.pid, signal.SIGCONT)
@@ -102,8 +120,8 @@ def assert_stopped_cleanly(process: subprocess.Popen[str], sent: int, expect: Pa
     assert process.returncode == EXIT[sent], (process.returncode, err)
     lines = [line for line in err.splitlines() if line.strip()]
     assert SAID[sent] in lines[-1], err
-    if lines[0].startswith("added run"):  # it had ended (written whole) when the signal came
-        assert len(lines) == 2 and lines[-1].endswith("as it ended."), err
+    if lines[0].startswith("added run"):  # the update was written whole before the signal
+        assert len(lines) == 2, err
         assert expect.read_bytes().startswith(before)
     else:
         assert len(lines) == 1, err
@@ -128,12 +146,12 @@ def test_a_signal_while_stopped_ends_check_update_every_time(
         shutil.copy(base, expect)
         before = expect.read_bytes()
         process = check_update(expect)
-        if not stop_signal_continue(process, sent, rng.uniform(0.0, 1.0)):
+        if not stop_signal_continue(process, sent, rng.uniform(0.0, 0.7)):
             process.communicate()
             continue
         signalled += 1
         assert_stopped_cleanly(process, sent, expect, before)
-    assert signalled >= tries // 2  # most tries came in time (else the test says nothing)
+    assert signalled >= tries // 4  # tries came in time (else the test says nothing)
 
 
 #: A finder that loses the signal the way a library can: it sends the signal to its own

@@ -329,15 +329,17 @@ def main() -> None:
     whose exception vanished on the way (:mod:`warmfit.run.signals`) still ends
     the command with its line and its exit code.
     """
-    signals.install()
-    pin_temporary_folder()
     try:
+        signals.install()
+        pin_temporary_folder()
         signals.raise_if_received()
         app(prog_name="warmfit")
         signals.raise_if_received()
     except KeyboardInterrupt as stop:  # outside a command: while the program starts
+        signals.finish()
         sys.exit(stopped(stop))
     except (SystemExit, Exception):
+        signals.finish()  # from here a signal is looked at (by run()), not raised
         late = signals.received()  # the command ended, but a signal came first
         if late is not None:
             sys.exit(stopped(late))
@@ -367,6 +369,8 @@ def run() -> NoReturn:
         main()
     except SystemExit as done:
         code: object = done.code
+    except KeyboardInterrupt as stop:  # a signal in main()'s own last lines
+        code = stopped(stop)
     else:
         code = 0
     if threading.active_count() > 1:
@@ -388,9 +392,9 @@ def run() -> NoReturn:
         status = 120
     except ValueError:  # stdout closed: nothing to flush, as Python does
         pass
-    late = signals.received() or signals.held(ending)
-    if late is not None:  # the command had ended: it says so, with the signal's code
-        status = signals.report(late, " as it ended")
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.flush()
+    late = signals.received() or signals.held(ending)  # the last moment to look
+    if late is not None:  # the command had ended: it says so, with the signal's code
+        status = signals.report(late, " as it ended")
     os._exit(status)

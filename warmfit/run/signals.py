@@ -36,6 +36,7 @@ ENDING: Final = {
 
 _received: int | None = None  # the first ending signal this process received
 _reported = False  # whether its line has been printed
+_finished = False  # whether the command is over (finish())
 
 
 class Stopped(KeyboardInterrupt):
@@ -80,9 +81,16 @@ def _handler(signum: int, frame: object) -> None:
     global _received
     if _received is None:
         _received = signum
-    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
-        return  # a stop is unwinding already: let its clean-up finish
+    if _finished or isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        return  # the command is over, or a stop is unwinding already: its clean-up runs
     raise stop_for(_received)
+
+
+def finish() -> None:
+    """The command is over: from now on a signal is recorded, not raised (the program
+    looks at it last, as it exits: :func:`received`, :func:`held`)."""
+    global _finished
+    _finished = True
 
 
 def install() -> None:
