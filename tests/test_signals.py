@@ -251,3 +251,28 @@ def test_a_signal_wrapped_in_another_error_still_ends_the_command(
         "WARMFIT_TEST_SIGNAL": str(int(sent)),
     }
     assert_stopped_cleanly(check_update(expect, env=env), sent, expect, before)
+
+
+def test_only_a_thread_python_would_join_sends_the_exit_through_python() -> None:
+    """cli.run ends with os._exit, after which a late signal is still looked at; it takes
+    Python's own exit (where a late SIGTERM killed the process: status -15, no line)
+    only for a thread Python would join. The fork server's watcher is a daemon thread,
+    alive until the server ends: it must not count (it sent every replay with workers
+    through Python's exit, and test_faults' 3.5 s moments met the signal there)."""
+    import threading
+
+    from warmfit.cli import _other_threads_to_join
+
+    release = threading.Event()
+    daemon = threading.Thread(target=release.wait, daemon=True)
+    daemon.start()
+    try:
+        assert not _other_threads_to_join()
+        joined = threading.Thread(target=release.wait)
+        joined.start()
+        assert _other_threads_to_join()
+    finally:
+        release.set()
+    joined.join()
+    daemon.join()
+    assert not _other_threads_to_join()

@@ -353,6 +353,13 @@ def stopped(stop: KeyboardInterrupt) -> int:
     return signals.report(stop)
 
 
+def _other_threads_to_join() -> bool:
+    """Whether a thread Python's exit would join (not a daemon: those it leaves, as
+    :func:`os._exit` does) still runs besides this one."""
+    me = threading.current_thread()
+    return any(t is not me and not t.daemon and t.is_alive() for t in threading.enumerate())
+
+
 def run() -> NoReturn:
     """The ``warmfit`` program (its console script, and ``python -m warmfit``):
     :func:`main`, then the process ends at once.
@@ -362,8 +369,8 @@ def run() -> NoReturn:
     1e7 replay took 3.43 s, 3.27 s ending this way). Everything an exit must
     do is done first: the ``atexit`` handlers run (multiprocessing's clean-up
     of its temporary folder, the recorder's), and stdout and stderr are
-    flushed; where a thread other than this one still runs, Python's
-    ordinary exit joins it instead.
+    flushed; where a thread Python would join (not a daemon thread, such as the
+    fork server's watcher) still runs, Python's ordinary exit joins it instead.
     """
     try:
         main()
@@ -373,7 +380,7 @@ def run() -> NoReturn:
         code = stopped(stop)
     else:
         code = 0
-    if threading.active_count() > 1:
+    if _other_threads_to_join():
         sys.exit(code)  # type: ignore[arg-type]
     if code is None:
         status = 0
