@@ -478,7 +478,10 @@ def test_an_oom_limit_is_a_range_in_every_format() -> None:
     csv = _table(frame, "24GiB", *args, "-f", "csv").splitlines()
     fields = dict(zip(csv[0].split(","), csv[1].split(","), strict=True))
     assert fields["measured"] == "below an OOM" and fields["measured_limit_tokens"] == ""
-    assert (fields["largest_fitted_tokens"], fields["smallest_unfitted_tokens"]) == ("8192", "16384")
+    assert (fields["largest_fitted_tokens"], fields["smallest_unfitted_tokens"]) == (
+        "8192",
+        "16384",
+    )
     # a policy admitting fewer than fitted: at least that many left unused, at most up to the OOM
     (row,) = recommend(frame, budget, ["max-merge"], safety_factor=3.0).results
     low = row["admitted_tokens"]
