@@ -285,6 +285,42 @@ def test_from_trace_asks_for_a_stream_when_there_are_several(tmp_path: Path) -> 
     assert Pricer.from_trace(one, "max-merge", 1.0).price("s", 20) == 2_000  # one stream: no choice
 
 
+def test_from_trace_warns_once_of_a_signature_the_trace_lacks(tmp_path: Path) -> None:
+    """A Pricer warm-started from a trace knows its signatures ('s', and 'o' whose only
+    reading ran out of memory): 'train/tiny' is none of them, so its first ask warns at
+    once, naming what the trace taught; later asks say nothing more. A signature the
+    trace holds never warns, nor does a live Pricer's first ask of a new signature."""
+    import warnings
+
+    from warmfit.trainer.pricer import PricerWarning
+
+    one = tmp_path / "one.parquet"
+    write_trace(readings_frame([
+        dict(seq=0, wave=0, signature="s", packed_tokens=10, logical_tokens=10,
+             peak_bytes=1_000, whole=True),
+        dict(seq=1, wave=1, signature="o", packed_tokens=10, logical_tokens=10,
+             peak_bytes=1_000, phase="forward", oom=True),
+    ]), one)  # fmt: skip
+    pricer = Pricer.from_trace(one, "max-merge", 1.0)
+    with pytest.warns(PricerWarning, match=r"trace it was warm-started from has no reading of "
+                      r"signature 'train/tiny'.*It knows 's'\."):  # fmt: skip
+        assert pricer.price("train/tiny", 100) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only; the trace's own signatures: never
+        assert pricer.price("train/tiny", 100) is None
+        assert pricer.max_tokens("train/tiny", 10**9) is None
+        assert pricer.price("s", 20) == 2_000 and pricer.price("o", 20) is None
+    with pytest.warns(PricerWarning, match="signature 'eval'"):  # max_tokens asks too
+        assert pricer.max_tokens("eval", 10**9) is None
+    live = Pricer("max-merge", 1.0)
+    live.observe_row(dict(signature="s", kind="flat", phase="caller", whole=True,
+                          packed_tokens=10, logical_tokens=10, output_bytes=0, baseline_bytes=0,
+                          peak_bytes=1_000, static_floor_bytes=None, oom=False))  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # its first wave of a new signature has no price
+        assert live.price("train/tiny", 100) is None
+
+
 def test_row_columns_are_trace_columns() -> None:
     from warmfit.format.schema import COLUMNS
 

@@ -19,6 +19,7 @@ from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.replay.admission import SEARCH_CAP_TOKENS, largest_admitted
 from warmfit.report.recommend import (
     ABOVE_EVERY_PEAK,
+    BELOW_AN_OOM,
     BELOW_EVERY_PEAK,
     FIELDS,
     INTERPOLATED,
@@ -410,9 +411,10 @@ def test_the_recorded_prices_are_refused_with_their_own_reason() -> None:
 def test_an_oom_wave_is_evidence_the_measured_limit_lies_below_it() -> None:
     """SPEC §9, the case of issue 39: waves of 4,096, 8,192 and 16,384 tokens fitted at
     10 bytes a token, and one of 32,768 ran out of memory. Within 1,000,000 bytes the
-    measured limit is no longer "all fit, up to 16,384": the line from (16,384,
-    163,840) to the OOM size at one byte over the budget gives 16,384 + 836,160 ×
-    16,384 // 836,161 = 32,767 tokens, below the OOM size."""
+    measured limit is no longer "all fit, up to 16,384", but nothing was measured
+    between 16,384 and 32,768 (an OOM reading measures no peak): the limit is known
+    only to lie in [16,384, 32,767], and is not made up by interpolating (it used to
+    be 32,767, from a line to the OOM size at one byte over the budget)."""
     waves = [(4_096, 40_960), (8_192, 81_920), (16_384, 163_840)]
     rows = [dict(seq=i, wave=i, signature="s", packed_tokens=n, logical_tokens=n,
                  peak_bytes=peak, whole=True) for i, (n, peak) in enumerate(waves)]  # fmt: skip
@@ -420,18 +422,85 @@ def test_an_oom_wave_is_evidence_the_measured_limit_lies_below_it() -> None:
                      peak_bytes=200_000, phase="forward", oom=True))  # fmt: skip
     frame = readings_frame(rows)
     (row,) = recommend(frame, 1_000_000, ["envelope"]).results
-    assert row["measured"] == INTERPOLATED and row["measured_limit_tokens"] == 32_767
+    assert row["measured"] == BELOW_AN_OOM and row["measured_limit_tokens"] is None
     assert (row["largest_fitted_tokens"], row["smallest_unfitted_tokens"]) == (16_384, 32_768)
-    assert 16_384 + 836_160 * 16_384 // 836_161 == 32_767
+    assert row["gap_tokens"] is None and row["gap_fraction"] is None
     # a budget the fitting sizes already exceed: the OOM above them changes nothing
     (row,) = recommend(frame, 100_000, ["envelope"]).results
     # 8,192 + 18,080 * 8,192 // 81,920 = 10,000
+    assert row["measured"] == INTERPOLATED
     assert (row["measured_limit_tokens"], row["smallest_unfitted_tokens"]) == (10_000, 16_384)
     # without the OOM wave: every size fitted
     (row,) = recommend(frame.filter(~pl.col("oom")), 1_000_000, ["envelope"]).results
     assert row["measured"] == ABOVE_EVERY_PEAK
     out = _table(frame, "1000000", "-p", "envelope")
-    assert "32,767" in out and "not measured" not in out
+    assert "between 16,384 and 32,767 (OOM at 32,768)" in out
+    assert "32,767" not in out.replace("and 32,767", "") and "not measured" not in out
+
+
+def _newcomer_trace() -> pl.DataFrame:
+    """The newcomer's table: 8,192 tokens fitted at 17,976 MiB (4,096 at 8,988 MiB), and
+    16,384 tokens ran out of memory, with no peak."""
+    mib = 1 << 20
+    rows = [dict(seq=i, wave=i, signature="s", packed_tokens=n, logical_tokens=n,
+                 peak_bytes=peak, whole=True)
+            for i, (n, peak) in enumerate([(4_096, 8_988 * mib), (8_192, 17_976 * mib)])]  # fmt: skip
+    rows.append(dict(seq=2, wave=2, signature="s", packed_tokens=16_384, logical_tokens=16_384,
+                     peak_bytes=20_000 * mib, phase="forward", oom=True))  # fmt: skip
+    return readings_frame(rows)
+
+
+def test_an_oom_limit_is_a_range_in_every_format() -> None:
+    """Within 24 GiB: the limit lies in [8,192, 16,383], not at 16,383 (the made-up
+    line to one byte over the budget used to say 16,383 and a gap of +8,727, +53.3%).
+    max-merge at safety factor 1 prices ~2.19 MiB a token and admits 11,202 < 16,384,
+    so its gap lies between 8,192 - admitted (negative: an "at most") and 16,383 - admitted."""
+    frame = _newcomer_trace()
+    budget = 24 << 30
+    (row,) = recommend(frame, budget, ["max-merge"], safety_factor=1.0).results
+    admitted = row["admitted_tokens"]
+    assert isinstance(admitted, int) and 8_192 < admitted < 16_384
+    assert row["measured"] == BELOW_AN_OOM and row["measured_limit_tokens"] is None
+    assert (row["largest_fitted_tokens"], row["smallest_unfitted_tokens"]) == (8_192, 16_384)
+    assert row["gap_tokens"] is None and row["gap_at_least_tokens"] is None
+    args = ("-p", "max-merge", "--safety", "1")
+    out = _table(frame, "24GiB", *args)
+    assert "16,383" in out and "between 8,192 and 16,383 (OOM at 16,384)" in out
+    assert f"at most {16_383 - admitted:+,}" in out
+    assert "(+53.3%)" not in out
+    assert "does not say under which budget" in " ".join(out.split())
+    markdown = _table(frame, "24GiB", *args, "-f", "markdown")
+    assert "| between 8,192 and 16,383 (OOM at 16,384) |" in markdown
+    document = json.loads(_table(frame, "24GiB", *args, "-f", "json"))
+    (result,) = document["results"]
+    assert result["measured"] == "below an OOM" and result["measured_limit_tokens"] is None
+    assert (result["largest_fitted_tokens"], result["smallest_unfitted_tokens"]) == (8_192, 16_384)
+    csv = _table(frame, "24GiB", *args, "-f", "csv").splitlines()
+    fields = dict(zip(csv[0].split(","), csv[1].split(","), strict=True))
+    assert fields["measured"] == "below an OOM" and fields["measured_limit_tokens"] == ""
+    assert (fields["largest_fitted_tokens"], fields["smallest_unfitted_tokens"]) == (
+        "8192",
+        "16384",
+    )
+    # a policy admitting fewer than fitted: at least that many left unused, at most up to the OOM
+    (row,) = recommend(frame, budget, ["max-merge"], safety_factor=3.0).results
+    low = row["admitted_tokens"]
+    assert isinstance(low, int) and low < 8_192 and row["gap_at_least_tokens"] == 8_192 - low
+    out = _table(frame, "24GiB", "-p", "max-merge", "--safety", "3")
+    assert f"{8_192 - low:+,} to {16_383 - low:+,}" in out
+
+
+def test_a_budget_far_above_the_fitted_peaks_does_not_overclaim_the_oom() -> None:
+    """With --budget far above every fitted peak, the OOM row at 16,384 is taken to mean
+    that size does not fit, though the trace does not say under which budget it ran out
+    of memory: a policy admitting it "admits a size that ran out of memory", not one
+    "measured not to fit"."""
+    frame = _newcomer_trace()
+    (row,) = recommend(frame, 1 << 40, ["max-merge"]).results
+    assert isinstance(row["admitted_tokens"], int) and row["admitted_tokens"] >= 16_384
+    out = _table(frame, "1TiB", "-p", "max-merge")
+    assert "OOM risk: admits a size that ran out of memory" in out
+    assert "measured not to fit" not in out and "at most -" in out
 
 
 def test_an_oom_below_the_largest_fitting_size_is_not_the_limit() -> None:
@@ -439,4 +508,5 @@ def test_an_oom_below_the_largest_fitting_size_is_not_the_limit() -> None:
     smallest OOM size *above* the largest fitting one does (SPEC §9)."""
     assert measured_limit([(200, 2_000), (300, 3_000)], 10_000, [100]).measured == ABOVE_EVERY_PEAK
     limit = measured_limit([(200, 2_000), (300, 3_000)], 10_000, [100, 500, 400])
-    assert (limit.tokens, limit.smallest_unfitted) == (399, 400)  # 300 + 7,000 * 100 // 7,001
+    assert (limit.tokens, limit.measured) == (None, BELOW_AN_OOM)  # somewhere in [300, 399]
+    assert (limit.largest_fitted, limit.smallest_unfitted) == (300, 400)

@@ -17,7 +17,8 @@ spec-notes 23, not the code of ``warmfit/report/recommend.py``:
   not fit; a straight line between it and the size before, rounded down. An
   OOM wave's size did not fit either (SPEC §9): the smallest OOM size above
   the largest size that fitted, when below the first size over the budget,
-  takes its place at one byte over the budget.
+  is the first that did not fit; it measured no peak, so no line is drawn:
+  the limit lies in [largest fitted, OOM size - 1] ("below an OOM").
 
 warmfit's answer is read from the command line's JSON, so the test holds
 whatever the code behind it becomes. The search is checked by brute force:
@@ -149,9 +150,15 @@ def measured(rows: Sequence[Row], run: str, sig: str, budget: int) -> dict[str, 
         first_over = min((n for n in peaks if peaks[n] > budget), default=None)
         smallest_oom = min(oom_sizes)
         if first_over is None or smallest_oom < first_over:
-            # the OOM size is the first that did not fit, at one byte over the budget
-            peaks = {n: a for n, a in peaks.items() if n <= fitted}
-            peaks[smallest_oom] = budget + 1
+            # the OOM size is the first that did not fit, and measured no peak: nothing
+            # to interpolate to, the limit lies somewhere in [fitted, smallest_oom - 1]
+            if not fitted:
+                return {"measured": "budget below every peak", "measured_limit_tokens": None,
+                        "largest_fitted_tokens": None,
+                        "smallest_unfitted_tokens": smallest_oom}  # fmt: skip
+            return {"measured": "below an OOM", "measured_limit_tokens": None,
+                    "largest_fitted_tokens": fitted,
+                    "smallest_unfitted_tokens": smallest_oom}  # fmt: skip
     if not peaks:
         return {"measured": "no measured wave", "measured_limit_tokens": None}
     sizes = sorted(peaks)
@@ -263,6 +270,13 @@ def test_recommend_is_the_brute_force_answer(case: tuple[list[Row], int, str]) -
             assert result["gap_tokens"] == limit - admitted, where
         else:
             assert result["gap_tokens"] is None, where
+        fitted = want.get("largest_fitted_tokens")
+        if want["measured"] in ("below an OOM", "budget above every peak") and isinstance(
+            admitted, int
+        ):  # every size up to the largest fitted fits: at least that many left unused
+            assert isinstance(fitted, int), where
+            unused = fitted - admitted
+            assert result["gap_at_least_tokens"] == (unused if unused > 0 else None), where
 
 
 def test_a_size_priced_exactly_at_the_budget_is_admitted() -> None:

@@ -445,3 +445,43 @@ def test_hf_trainer_survives_an_oom_mid_epoch_uses_every_sample_once_and_records
         {sampler.waves[i].packed_tokens for i in ooms}
     )
     assert readings["wave"].n_unique() == len(sampler.waves)  # one recorded wave each
+
+
+def run_epoch_early_oom(sampler: BudgetSampler, fits: int) -> None:
+    """As :func:`run_epoch`, but a wave over ``fits`` tokens runs out of memory before its
+    forward pass is done: it measured nothing, so it teaches the pricer nothing."""
+    for _ in sampler:
+        with sampler.wave() as w:
+            if sampler.waves[-1].packed_tokens > fits:
+                raise torch.OutOfMemoryError("simulated: CUDA out of memory.")
+            w.forward_done()
+
+
+def test_first_waves_that_run_out_of_memory_are_said_to_be_the_cause() -> None:
+    """An untaught pricer, first waves of at most 50 tokens (five samples of 10), a device
+    that fits 20: the waves of 50, 40 and 30 tokens run out of memory in their forward
+    pass (each OOM bounds the next wave below it, SPEC §9) and teach nothing, so the
+    fourth wave (20 tokens) is the fourth in a row at the first-wave size. The warning
+    says the waves ran out of memory and asks for a smaller first_wave_tokens, not
+    whether the recorder is enabled."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    sampler = BudgetSampler([10] * 10, pricer, 10**9, first_wave_tokens=50, shuffle=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_epoch_early_oom(sampler, fits=20)
+    said = [str(w.message) for w in caught if issubclass(w.category, SamplerWarning)]
+    assert [w.packed_tokens for w in sampler.waves[:4]] == [50, 40, 30, 20]
+    assert [w.oom for w in sampler.waves[:4]] == [True, True, True, False]
+    assert [w.estimate_bytes for w in sampler.waves[:4]] == [None] * 4
+    (message,) = [m for m in said if "in a row" in m]
+    assert "3 of them ran out of memory (50, 40, 30 tokens)" in message
+    assert "a smaller first_wave_tokens (it is 50)" in message
+    assert "Recorder(pricer=" not in message and "learned nothing" not in message
+    pricer.close()
+    # by samples: the other knob is named, and a token size below the smallest OOM
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    sampler = BudgetSampler([10] * 10, pricer, 10**9, first_wave_samples=5, shuffle=False)
+    with pytest.warns(SamplerWarning, match=r"first_wave_samples \(it is 5\), or a "
+                      r"first_wave_tokens below 30"):  # fmt: skip
+        run_epoch_early_oom(sampler, fits=20)
+    pricer.close()

@@ -27,7 +27,8 @@ waves end depends on the prices, so on the memory measured. Each wave's
 price is kept in :attr:`BudgetSampler.waves`. Only an enabled recorder
 teaches the pricer (one that records nothing tells its pricer nothing): when
 :data:`UNTAUGHT_WAVES` waves in a row had no price, a :class:`SamplerWarning`
-says so.
+says so; when those waves ran out of memory (an OOM wave teaches nothing), it
+says that instead and asks for a smaller ``first_wave_tokens``.
 
 **Each wave must be packed after the previous one ran.** A ``DataLoader``
 asks its batch sampler for a wave when it needs that wave's data; a loader
@@ -233,6 +234,27 @@ class BudgetSampler(Sampler[list[int]]):
         """Count a wave packed without a price; warn once when too many come in a row."""
         self._unpriced_in_a_row += 1
         if self._unpriced_in_a_row == UNTAUGHT_WAVES:
+            # the waves of this run before this one (it has not run yet), all unpriced
+            ran = self.waves[len(self.waves) - (UNTAUGHT_WAVES - 1) :]
+            ooms = [w.packed_tokens for w in ran if w.oom and w.estimate_bytes is None]
+            if ooms:  # an OOM wave teaches nothing (SPEC §3): the first-wave size is the cause
+                if self.first_wave_tokens is not None:
+                    smaller = f"a smaller first_wave_tokens (it is {self.first_wave_tokens:,})"
+                else:
+                    smaller = (
+                        f"a smaller first_wave_samples (it is {self.first_wave_samples:,}), "
+                        f"or a first_wave_tokens below {min(ooms):,}"
+                    )
+                warnings.warn(
+                    f"warmfit: {UNTAUGHT_WAVES} waves in a row were packed at the first-wave "
+                    f"size, and {len(ooms)} of them ran out of memory "
+                    f"({', '.join(f'{n:,}' for n in ooms)} tokens): a wave that runs out of "
+                    f"memory teaches the pricer nothing of {self.signature!r}, so the "
+                    f"first-wave size is too large for this device. Give {smaller}.",
+                    SamplerWarning,
+                    stacklevel=3,
+                )
+                return
             learned = sorted(getattr(self.pricer, "profiles", {}))
             others = (
                 f" It has learned {', '.join(map(repr, learned))}: give the sampler the "

@@ -19,13 +19,20 @@ replay leaves them after the last wave):
   waves show would have fitted (:func:`measured_limit`), interpolated between
   the two measured sizes around the budget, never extrapolated; a wave that
   ran out of memory is evidence that its size did not fit (SPEC §9), so the
-  limit lies below the smallest OOM size above the largest fitting one;
+  limit lies below the smallest OOM size above the largest fitting one; when
+  that OOM is the first size that did not fit (no peak measured over the
+  budget below it), nothing was measured between the two and no limit is
+  made up: it lies somewhere in ``[largest fitted, OOM size - 1]``
+  (``measured`` :data:`BELOW_AN_OOM`, ``measured_limit_tokens`` null);
 - ``gap_tokens``: the measured limit minus the admitted tokens (the throughput
   a policy leaves unused; negative: it admits more than fitted, an OOM risk),
   and ``gap_fraction``, that over the measured limit; where the budget lies
   above every measured peak (no limit measured), ``gap_at_least_tokens``: the
   largest measured size minus the admitted tokens, when positive (every
-  measured wave fitted, so at least that many tokens are left unused).
+  measured wave fitted, so at least that many tokens are left unused); the
+  same where the limit lies below an OOM (:data:`BELOW_AN_OOM`), whose gap
+  is at most the OOM size - 1 minus the admitted tokens (the table shows the
+  range).
 
 The choices the contract leaves open are spec-notes 23
 (docs/explanation/spec-notes.md).
@@ -61,6 +68,9 @@ INTERPOLATED = "interpolated"
 ABOVE_EVERY_PEAK = "budget above every peak"
 BELOW_EVERY_PEAK = "budget below every peak"
 NO_MEASURED_WAVE = "no measured wave"
+#: The first size that did not fit ran out of memory (no peak measured): the limit lies in
+#: ``[largest_fitted, smallest_unfitted - 1]``, nothing measured in between (SPEC §9).
+BELOW_AN_OOM = "below an OOM"
 
 #: The fields of a result, in order (JSON objects and CSV columns).
 FIELDS = (
@@ -87,8 +97,8 @@ class MeasuredLimit:
 
     #: The interpolated limit; None unless ``measured`` is :data:`INTERPOLATED`.
     tokens: int | None
-    #: :data:`INTERPOLATED`, :data:`ABOVE_EVERY_PEAK`, :data:`BELOW_EVERY_PEAK` or
-    #: :data:`NO_MEASURED_WAVE`.
+    #: :data:`INTERPOLATED`, :data:`ABOVE_EVERY_PEAK`, :data:`BELOW_EVERY_PEAK`,
+    #: :data:`BELOW_AN_OOM` or :data:`NO_MEASURED_WAVE`.
     measured: str
     #: The largest measured size below the first one that did not fit (None: none).
     largest_fitted: int | None
@@ -113,16 +123,18 @@ def measured_limit(
 
     An OOM wave is evidence that its size did not fit (SPEC §9): the smallest OOM
     size above the largest size that fitted, when it is smaller than the first
-    size measured not to fit, is that first size, and the line runs to it at
-    one byte over the budget (an OOM's own reading stops where the allocator
-    gave up, so it measures no peak): the limit lies below it.
+    size measured not to fit, is that first size. An OOM's own reading stops
+    where the allocator gave up, so it measures no peak and there is no line to
+    draw: the limit is known only to lie in ``[largest_fitted, OOM size - 1]``
+    (:data:`BELOW_AN_OOM`, no tokens). With no size fitted, none fit
+    (:data:`BELOW_EVERY_PEAK`).
 
     >>> measured_limit([(100, 1_000), (300, 3_000), (100, 1_200)], 2_000)  # 100 + 800 * 200 // 1800
     MeasuredLimit(tokens=188, measured='interpolated', largest_fitted=100, smallest_unfitted=300)
     >>> measured_limit([(100, 1_000)], 2_000).measured, measured_limit([], 1).measured
     ('budget above every peak', 'no measured wave')
-    >>> measured_limit([(100, 1_000)], 2_000, [300])  # 100 + 1,000 * 200 // 1,001
-    MeasuredLimit(tokens=299, measured='interpolated', largest_fitted=100, smallest_unfitted=300)
+    >>> measured_limit([(100, 1_000)], 2_000, [300])  # somewhere in [100, 299]
+    MeasuredLimit(tokens=None, measured='below an OOM', largest_fitted=100, smallest_unfitted=300)
     """
     peaks: dict[int, int] = {}
     for n, actual in points:
@@ -132,8 +144,10 @@ def measured_limit(
     fitted = sizes[unfitted - 1] if unfitted else 0
     oom = min((n for n in oom_tokens if n > fitted), default=None)
     if oom is not None and (unfitted == len(sizes) or oom < sizes[unfitted]):
-        sizes = [*sizes[:unfitted], oom]  # the OOM is the first size that did not fit
-        peaks[oom] = budget_bytes + 1
+        # the OOM is the first size that did not fit: no peak of it to draw a line to
+        if unfitted == 0:
+            return MeasuredLimit(None, BELOW_EVERY_PEAK, None, oom)
+        return MeasuredLimit(None, BELOW_AN_OOM, fitted, oom)
     if not sizes:
         return MeasuredLimit(None, NO_MEASURED_WAVE, None, None)
     if unfitted == len(sizes):
@@ -446,7 +460,7 @@ def recommendation(
             if limit.tokens is not None:
                 gap = limit.tokens - admitted
                 row |= {"gap_tokens": gap, "gap_fraction": gap / limit.tokens}
-            elif limit.measured == ABOVE_EVERY_PEAK:
+            elif limit.measured in (ABOVE_EVERY_PEAK, BELOW_AN_OOM):
                 assert limit.largest_fitted is not None
                 unused = limit.largest_fitted - admitted
                 row["gap_at_least_tokens"] = unused if unused > 0 else None
@@ -478,11 +492,21 @@ def _measured_cell(row: dict[str, object]) -> str:
         return f"not measured (all fit, up to {fitted:,})"
     if measured == BELOW_EVERY_PEAK:
         return "not measured (none fit)"
+    if measured == BELOW_AN_OOM:
+        oom = row["smallest_unfitted_tokens"]
+        assert isinstance(fitted, int) and isinstance(oom, int)
+        return f"between {fitted:,} and {oom - 1:,} (OOM at {oom:,})"
     return "not measured (no wave)"
 
 
 def _gap_cell(row: dict[str, object]) -> str:
     gap, fraction = row["gap_tokens"], row["gap_fraction"]
+    admitted, oom = row["admitted_tokens"], row["smallest_unfitted_tokens"]
+    if row["measured"] == BELOW_AN_OOM and isinstance(admitted, int) and isinstance(oom, int):
+        at_most = oom - 1 - admitted  # the limit is at most the OOM size - 1
+        if isinstance(row["gap_at_least_tokens"], int):
+            return f"{row['gap_at_least_tokens']:+,} to {at_most:+,}"
+        return f"at most {at_most:+,}"
     if isinstance(row["gap_at_least_tokens"], int):
         return f"at least {row['gap_at_least_tokens']:+,}"
     if gap is None or not isinstance(fraction, float):
@@ -496,6 +520,8 @@ def _note(row: dict[str, object]) -> str:
     if not isinstance(admitted, int):
         return ""
     if isinstance(unfitted, int) and admitted >= unfitted:
+        if row["measured"] == BELOW_AN_OOM:  # under a budget the trace does not name
+            return "OOM risk: admits a size that ran out of memory"
         return "OOM risk: admits a size measured not to fit"
     if isinstance(gap, int) and gap < 0:
         return "OOM risk: admits more than fitted"
@@ -522,6 +548,13 @@ def _caption(rec: Recommendation) -> str:
         "admitted, tokens (% of the limit) a policy leaves unused, negative: it admits more "
         "than fitted (an OOM risk); at least = every measured wave fitted, up to the largest "
         "size, and the policy admits fewer"
+    ) + (
+        "; between = the first size that did not fit ran out of memory (an OOM reading is "
+        "taken to mean that size does not fit this budget, though the trace does not say "
+        "under which budget it ran) and measured no peak, so the limit lies somewhere "
+        "below it and is not interpolated; the gap is then a range"
+        if any(row["measured"] == BELOW_AN_OOM for row in rec.results)
+        else ""
     )
 
 

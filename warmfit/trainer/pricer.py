@@ -143,6 +143,7 @@ class Pricer:
         "_open",
         "_profiles",
         "_recorder",
+        "_traced",
         "ooms",
         "policy",
         "safety_factor",
@@ -180,6 +181,8 @@ class Pricer:
         self.ooms: list[OomWave] = []
         self._observed = 0  # readings observed, to tell a mistyped signature from a new one
         self._asked: dict[str, int] = {}  # unknown signature -> _observed when first asked
+        # the trace's signatures of a Pricer warm-started by from_trace (None: not one)
+        self._traced: frozenset[str] | None = None
         self._meter = meter  # the meter of waves no recorder records (None: made when needed)
         self._device = device
         self._metering: Recorder | None = None  # a recorder that writes nothing, for wave()
@@ -204,7 +207,10 @@ class Pricer:
         replay observes them; ``run`` and ``rank`` may be left out while the
         trace holds only one of each. A trace of several runs or ranks with
         none chosen, or a choice the trace does not hold, is a UsageError that
-        lists what it holds.
+        lists what it holds. Asked about a signature the trace lacks (no
+        profile), it warns once, at the first ask (:class:`PricerWarning`, naming
+        the signatures it knows): a Pricer learning live warns only at a later
+        ask, as its first wave of a new signature has no price by rights.
         """
         from warmfit.format.trace import read_trace  # only for a warm start
 
@@ -230,6 +236,8 @@ class Pricer:
         stream = readings.filter((readings["run"] == run_label) & (readings["rank"] == rank_number))
         for row in stream.select(ROW_COLUMNS).iter_rows(named=True):
             pricer.observe_row(row)
+        # it knows the trace's signatures: one the trace lacks is warned of at its first ask
+        pricer._traced = frozenset(stream.get_column("signature").unique().to_list())
         return pricer
 
     # ------------------------------------------------------------------ learning
@@ -417,24 +425,38 @@ class Pricer:
         """Warn once about a signature asked again after readings came in, none of it: a
         mistyped or never-recorded signature prices nothing and admits nothing."""
         first = self._asked.get(signature)
-        if first is None:
+        if first is None and self._traced is not None and signature not in self._traced:
+            if len(self._asked) < 10_000:  # warned once (past the bound: not again)
+                self._asked[signature] = -1
+                self._warn_unknown(
+                    signature, f"the trace it was warm-started from has no reading of signature "
+                    f"{signature!r}: it has no price for it and admits none of its waves. "
+                )  # fmt: skip
+        elif first is None:
             if len(self._asked) < 10_000:  # a bound on what a stream of new names costs
                 self._asked[signature] = self._observed
         elif 0 <= first < self._observed:
             self._asked[signature] = -1  # said once
-            known = sorted(self._profiles)
-            shown = ", ".join(map(repr, known[:10])) + (
-                f" (and {len(known) - 10} more)" if len(known) > 10 else ""
-            )
-            warnings.warn(
-                f"warmfit: the Pricer has been taught {self._observed:,} readings, none of "
+            self._warn_unknown(
+                signature, f"the Pricer has been taught {self._observed:,} readings, none of "
                 f"signature {signature!r}: it has no price for it and admits none of its waves. "
-                + (f"It knows {shown}." if known else "It knows no signature yet.")
-                + " Is the signature mistyped, or are its waves not measured (Pricer.wave, or "
-                "an enabled Recorder(pricer=...))?",
-                PricerWarning,
-                stacklevel=4,
-            )
+            )  # fmt: skip
+
+    def _warn_unknown(self, signature: str, what: str) -> None:
+        """The one :class:`PricerWarning` of a signature without a price: ``what``, then
+        the signatures the Pricer knows."""
+        known = sorted(self._profiles)
+        shown = ", ".join(map(repr, known[:10])) + (
+            f" (and {len(known) - 10} more)" if len(known) > 10 else ""
+        )
+        warnings.warn(
+            f"warmfit: {what}"
+            + (f"It knows {shown}." if known else "It knows no signature yet.")
+            + " Is the signature mistyped, or are its waves not measured (Pricer.wave, or "
+            "an enabled Recorder(pricer=...))?",
+            PricerWarning,
+            stacklevel=5,
+        )
 
     def admits(
         self,
