@@ -517,7 +517,8 @@ def test_the_newcomers_table_imports_with_expressions_and_an_oom_reading(tmp_pat
     assert (
         code == 2
         and "row 2: peak_mem_MiB 'n/a' gives no value (NULL), where fields.peak_bytes needs a "
-        "number" in output
+        "number"
+        in output
     )
 
 
@@ -568,7 +569,8 @@ def test_where_derive_and_templates_take_expressions(table: Path, tmp_path: Path
     assert (
         code == 2
         and "column 'job', row 6: job 'mistral-7b' gives no value (NULL) for derive.size; end a CASE "
-        "with ELSE" in output
+        "with ELSE"
+        in output
     )
     mapping.write_text(mapping.read_text().replace('"seq_tokens"', '"seq_tokens +* 2"'))
     code, output = invoke(
