@@ -275,3 +275,30 @@ def test_a_null_from_an_expression_over_several_columns_or_a_flag_names_each_cel
     assert result.exit_code == 2
     assert result.output == f"warmfit: error: {csv_path}, {message}\n"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("width", [10, 11])
+def test_a_null_from_an_expression_over_many_columns_shows_nine_cells_and_counts_the_rest(
+    tmp_path: Path, width: int
+) -> None:
+    names = [f"c{i}" for i in range(width)]
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(",".join([*names, "peak"]) + "\n" + ",".join(["x"] * width) + ",5\n")
+    product = " * ".join(f"TRY_CAST({c} AS BIGINT)" for c in names)
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(
+        f'[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "{product}"\n'
+        'peak_bytes = "peak"\nbaseline_bytes = 0\n'
+    )
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    shown = [f"c{i} 'x'" for i in range(width)]
+    if width > 10:
+        shown = [*shown[:9], f"{width - 9} more"]
+    assert result.exit_code == 2
+    assert result.output == (
+        f"warmfit: error: {csv_path}, row 1: {', '.join(shown[:-1])} and {shown[-1]} give no "
+        "value (NULL), where fields.packed_tokens needs a number (line 2).\n"
+    )

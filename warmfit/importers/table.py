@@ -168,6 +168,10 @@ class _Compiler:
         return spec.kind == "number" and bool(spec.add or spec.expression in self.columns)
 
 
+#: The most cells a NULL's refusal shows; the rest are counted.
+_CELLS_SHOWN = 10
+
+
 def _cell(value: Any) -> str:
     """A table's cell as an error shows it: its first 40 characters, quoted and escaped
     (``repr``: a control or bidi character is written out, never sent to the terminal)."""
@@ -361,6 +365,8 @@ class _Rows:
             return "gives no value (NULL)"
         if len(cells) == 1:
             return f"{cells[0]} gives no value (NULL)"
+        if len(cells) > _CELLS_SHOWN:  # an expression over many columns: a line, not a page
+            cells = [*cells[: _CELLS_SHOWN - 1], f"{len(cells) - _CELLS_SHOWN + 1} more"]
         return f"{', '.join(cells[:-1])} and {cells[-1]} give no value (NULL)"
 
     def first(self, mask: pl.Series) -> int | None:
