@@ -550,26 +550,63 @@ def test_update_adds_the_runs_the_file_does_not_list_and_keeps_every_byte(
 
 
 def test_update_refuses_a_new_run_under_its_peak_unless_allowed(tmp_path: Path) -> None:
-    """EP1 and EP2 are both priced 64_900 for 70_000 and 65_000 at the file's 1.1."""
+    """A (priced 64_900 for 50_000) is written with no wave under its peak; EP2 (priced
+    64_900 for 65_000 at the file's 1.1) is new and under its peak: refused, naming EP2
+    alone, unless --allow-under."""
+    target = tmp_path / "expect.toml"
+    only_a = _runs_trace(tmp_path / "a", {"A": 60_000})
+    assert invoke("check", str(only_a), "--write-expect", str(target), *PR_TWO_P)[0] == 0
+    assert not read_expectations(target).allows_under
+    before = target.read_bytes()
+    both = _runs_trace(tmp_path / "a-ep2", {"A": 60_000, "EP2": 75_000})
+    code, out, err = invoke("check", str(both), "--expect", str(target), "--update")
+    assert code == 2 and out == ""
+    assert (
+        "not written: at safety factor 1.1, waves are priced under their peak in 2 run/policy "
+        "pairs:\n  EP2 max-merge: 1 wave under its peak\n  EP2 warm-fit: 1 wave under its peak\n"
+    ) in err
+    assert "Pass --allow-under to record the figures anyway" in err
+    assert target.read_bytes() == before
+    code, _, err = invoke("check", str(both), "--expect", str(target), "--update", "--allow-under")
+    assert code == 0, err
+    assert err.splitlines()[1:] == [
+        f"warning: {target} now allows 1 wave under its peak for {policy} (in 1 run): the "
+        f"gate will pass {policy} although it would have run out of memory on that wave."
+        for policy in ("max-merge", "warm-fit")
+    ]
+    assert err.startswith("added run 'EP2'") and "1 wave under its peak" in err
+    assert read_expectations(target).limits[("EP2", "warm-fit")]["max_under_peak"] == 1
+
+
+def test_update_of_a_file_written_with_allow_under_keeps_allowing(tmp_path: Path) -> None:
+    """nc2: a file written with --allow-under (EP1's max_under_peak is 1) records it, as
+    it records its safety factor and grouping: --update takes the new EP2, under its
+    peak too, without the flag being repeated, and says why it did."""
     target = tmp_path / "expect.toml"
     ep1 = _runs_trace(tmp_path / "one", {"EP1": 80_000})
     assert invoke("check", str(ep1), "--write-expect", str(target), "--allow-under")[0] == 0
-    before = target.read_bytes()
+    assert read_expectations(target).allows_under
     code, out, err = invoke(
         "check", str(under_trace(tmp_path)), "--expect", str(target), "--update"
     )
-    assert code == 2 and out == ""
-    assert (
-        "not written: at safety factor 1.1" in err and "EP2 max-merge: 1 wave under its peak" in err
-    )
-    assert "EP1" not in err.split("pair")[1].split("An expectation")[0]  # only the new run
-    assert target.read_bytes() == before
-    code, _, err = invoke(
-        "check", str(under_trace(tmp_path)), "--expect", str(target), "--update", "--allow-under"
-    )
-    assert "added run 'EP2'" in err and "1 wave under its peak" in err
-    assert read_expectations(target).limits[("EP2", "warm-fit")]["max_under_peak"] == 1
-    assert code == 0  # EP1 is the run the file was written from
+    assert code == 0, err
+    assert "expectations hold" in out
+    lines = err.splitlines()
+    assert lines[0].startswith(f"added run 'EP2' to {target}: max-merge median ")
+    assert lines[1:] == [
+        f"warning: {target} now allows 1 wave under its peak for {policy} (in 1 run): the "
+        f"gate will pass {policy} although it would have run out of memory on that wave. "
+        "--update took them without --allow-under, as the file already allows waves under "
+        "their peak (a max_under_peak above 0: written with --allow-under); rewrite it "
+        "without --allow-under to refuse them."
+        for policy in ("max-merge", "warm-fit", "envelope")
+    ]
+    written = read_expectations(target)
+    assert {p: written.limits[("EP2", p)]["max_under_peak"] for p in written.policies} == {
+        "max-merge": 1,
+        "warm-fit": 1,
+        "envelope": 1,
+    }
 
 
 def test_update_goes_with_expect_only(tmp_path: Path) -> None:

@@ -177,6 +177,7 @@ def test_allow_under_and_minus_p_by_signature(tmp_path: Path) -> None:
     args += ["--by", "signature", "--safety", "0.9"]
     code, _, err = invoke(*args)
     assert code == 2 and "  R eval max-merge: 2 waves under their peak" in err
+    assert "under their peak in 2 run/signature/policy tables:\n" in err  # not "pairs"
     code, out, err = invoke(*args, "--allow-under")
     assert code == 0, err
     assert "now allows 6 waves under their peak for max-merge (in 2 run/signature pairs)" in err
@@ -191,6 +192,43 @@ def test_allow_under_and_minus_p_by_signature(tmp_path: Path) -> None:
         f"--write-expect {expect} --force -p max-merge --allow-under --by signature "
         "--safety 0.9" in err
     )
+
+
+def test_update_by_signature_refuses_new_tables_under_their_peak_counting_tables(
+    tmp_path: Path,
+) -> None:
+    """nc2: at safety 0.9 eval's two waves of 5_000 are priced 4_500. The file lists
+    train alone and allows no wave under its peak: --update refuses eval's tables,
+    counted as the run/signature/policy tables it lists, as --write-expect counts what
+    it writes."""
+    traces = trace(tmp_path / "t", 5_000)
+    expect = tmp_path / "sig.toml"
+    expect.write_text(
+        'by = "signature"\nsafety_factor = 0.9\n[runs.R.train.max-merge]\n[runs.R.train.envelope]\n'
+    )
+    args = ["check", str(traces), "--expect", str(expect), "--by", "signature", "--update"]
+    code, out, err = invoke(*args)
+    assert code == 2 and out == ""
+    assert err.startswith(
+        f"warmfit: error: {expect}: not written: at safety factor 0.9, waves are priced "
+        "under their peak in 2 run/signature/policy tables:\n"
+        "  R eval max-merge: 2 waves under their peak\n"
+        "  R eval envelope: 2 waves under their peak\n"
+    )
+
+
+def test_a_file_allowing_waves_under_their_peak_says_so_whatever_policies_are_kept() -> None:
+    """The allowance is the file's (written with --allow-under), not one policy's: -p
+    narrowing to a policy whose tables allow none keeps it, for --update and the rewrite."""
+    text = (
+        'by = "signature"\n[runs.R.eval.envelope]\nmax_under_peak = 1\n'
+        "[runs.R.eval.max-merge]\nmax_under_peak = 0\n"
+    )
+    read = parse_expectations(text)
+    assert read.allows_under
+    narrowed = read.restricted_to(["max-merge"])
+    assert narrowed.allows_under and "--allow-under" in narrowed.rewrite_options()
+    assert not parse_expectations(text.replace("= 1", "= 0")).allows_under
 
 
 # --------------------------------------------------------------------------- recorded

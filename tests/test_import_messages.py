@@ -174,3 +174,131 @@ def test_a_column_whose_name_is_no_identifier_is_read_as_that_column(tmp_path: P
         {"packed_tokens": 10, "oom": False, "gpu": "h100"},
         {"packed_tokens": 20, "oom": True, "gpu": "a100"},
     ]
+
+
+#: The how-to's ten-line table (docs/how-to/bring-your-own-measurements.md), nine rows.
+TEAM = """\
+model,seq_len,batch,peak_mem_MiB,weights_MiB
+llama-8b,1024,2,20000,15000
+llama-8b,2048,2,26000,15000
+llama-8b,4096,2,OOM,15000
+llama-8b,512,4,19000,15000
+llama-8b,1024,4,24000,15000
+llama-8b,2048,4,30000,15000
+llama-8b,256,8,18000,15000
+llama-8b,512,8,21000,15000
+llama-8b,8192,2,OOM,15000
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        # a typo'd peak: TRY_CAST makes it NULL; the cell is shown, not hidden
+        (
+            ("1024,2,20000", "1024,2,9k1"),
+            "column 'peak_mem_MiB', row 1: peak_mem_MiB '9k1' gives no value (NULL), "
+            "where fields.peak_bytes needs a number (line 2).",
+        ),
+        # a lowercase OOM: the mapping compares with 'OOM', so the row is no OOM reading
+        (
+            ("8192,2,OOM", "8192,2,oom"),
+            "column 'peak_mem_MiB', row 9: peak_mem_MiB 'oom' gives no value (NULL), "
+            "where fields.peak_bytes needs a number (line 10).",
+        ),
+        # a cell with a terminal escape is shown escaped, as every cell the importer shows
+        (
+            ("2048,4,30000", "2048,4,3\x1b[2J0"),
+            "column 'peak_mem_MiB', row 6: peak_mem_MiB '3\\x1b[2J0' gives no value (NULL), "
+            "where fields.peak_bytes needs a number (line 7).",
+        ),
+        # an empty peak: the oom test gives NULL first, and says which cell made it
+        (
+            ("512,4,19000", "512,4,"),
+            "row 4: peak_mem_MiB '' gives no value (NULL), where fields.oom needs true or false "
+            "(line 5).",
+        ),
+    ],
+)
+def test_a_null_from_the_how_tos_mapping_names_the_cell_that_gave_it(
+    tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    """nc2: the how-to's TRY_CAST turns a non-empty typo into NULL; the refusal shows the
+    raw cell of each column the expression reads on that row."""
+    from tests.test_import_table import NEWCOMER_MAP
+
+    csv_path = tmp_path / "team.csv"
+    csv_path.write_text(TEAM)
+    mapping = tmp_path / "team.toml"
+    mapping.write_text(NEWCOMER_MAP)
+    out = tmp_path / "o.parquet"
+    args = ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output  # the table as the how-to has it imports
+    out.unlink()
+    csv_path.write_text(TEAM.replace(*change, 1))
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert result.output == f"warmfit: error: {csv_path}, {message}\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        (
+            'packed_tokens = "TRY_CAST(n AS BIGINT) * TRY_CAST(m AS BIGINT)"\noom = false\n',
+            "row 2: n '2' and m 'x' give no value (NULL), where fields.packed_tokens needs a "
+            "number (line 3).",
+        ),
+        (
+            "packed_tokens = \"n\"\noom = \"CASE WHEN m = '1' THEN false WHEN m = '2' THEN true "
+            'END"\n',
+            "row 2: m 'x' gives no value (NULL), where fields.oom needs true or false (line 3).",
+        ),
+    ],
+)
+def test_a_null_from_an_expression_over_several_columns_or_a_flag_names_each_cell(
+    tmp_path: Path, field: str, message: str
+) -> None:
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("n,m,peak\n1,1,5\n2,x,6\n")
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(
+        f'[run]\nlabel = "r"\n[fields]\nsignature = "s"\n{field}peak_bytes = "peak"\n'
+        "baseline_bytes = 0\n"
+    )
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output == f"warmfit: error: {csv_path}, {message}\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("width", [10, 11])
+def test_a_null_from_an_expression_over_many_columns_shows_nine_cells_and_counts_the_rest(
+    tmp_path: Path, width: int
+) -> None:
+    names = [f"c{i}" for i in range(width)]
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(",".join([*names, "peak"]) + "\n" + ",".join(["x"] * width) + ",5\n")
+    product = " * ".join(f"TRY_CAST({c} AS BIGINT)" for c in names)
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(
+        f'[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "{product}"\n'
+        'peak_bytes = "peak"\nbaseline_bytes = 0\n'
+    )
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    shown = [f"c{i} 'x'" for i in range(width)]
+    if width > 10:
+        shown = [*shown[:9], f"{width - 9} more"]
+    assert result.exit_code == 2
+    assert result.output == (
+        f"warmfit: error: {csv_path}, row 1: {', '.join(shown[:-1])} and {shown[-1]} give no "
+        "value (NULL), where fields.packed_tokens needs a number (line 2).\n"
+    )

@@ -516,7 +516,9 @@ def test_the_newcomers_table_imports_with_expressions_and_an_oom_reading(tmp_pat
     )
     assert (
         code == 2
-        and "row 2: gives no value (NULL), where fields.peak_bytes needs a number" in output
+        and "row 2: peak_mem_MiB 'n/a' gives no value (NULL), where fields.peak_bytes needs a "
+        "number"
+        in output
     )
 
 
@@ -565,7 +567,10 @@ def test_where_derive_and_templates_take_expressions(table: Path, tmp_path: Path
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert (
-        code == 2 and "row 6: gives no value (NULL) for derive.size; end a CASE with ELSE" in output
+        code == 2
+        and "column 'job', row 6: job 'mistral-7b' gives no value (NULL) for derive.size; end a CASE "
+        "with ELSE"
+        in output
     )
     mapping.write_text(mapping.read_text().replace('"seq_tokens"', '"seq_tokens +* 2"'))
     code, output = invoke(

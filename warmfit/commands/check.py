@@ -25,8 +25,10 @@ from warmfit.errors import PolicyError, RegressionFound, UsageError
 from warmfit.show.names import counted, printable, waves_under
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from warmfit.replay.stream import StreamedReplay
-    from warmfit.report.gate import Expectations
+    from warmfit.report.gate import Expectations, UnderPeak
 
 PolicyOpt = Annotated[
     list[str] | None,
@@ -86,7 +88,8 @@ AllowUnderOpt = Annotated[
         "--allow-under",
         help="Let --write-expect or --update write figures with waves under their peak "
         "(max_under_peak above 0), with a warning; without it they are refused (exit 2), "
-        "since such a file passes a policy that would have run out of memory.",
+        "since such a file passes a policy that would have run out of memory. A file "
+        "written with it keeps allowing them: --update need not repeat it.",
     ),
 ]
 ByOpt = Annotated[
@@ -131,7 +134,7 @@ def check_command(
     max-merge, warm-fit and envelope). --by signature gates each signature
     alone. --update adds the traces' new runs to the file.
     --write-expect and --update refuse figures with waves under their peak
-    unless given --allow-under. See docs/how-to/ci-gate.md for the file's
+    unless given --allow-under (--update: or the file already allows some). See docs/how-to/ci-gate.md for the file's
     format.
     """
     if (expect is None) == (write_expect is None):
@@ -228,26 +231,31 @@ def _write_expect(
         gate.write_expectations(
             result, write_expect, [str(p) for p in paths], allow_under=allow_under
         )
-    under: dict[str, list[gate.UnderPeak]] = {}
-    for offender in gate.under_peak(result):  # written only with --allow-under
-        under.setdefault(offender.policy, []).append(offender)
-    for name, offenders in under.items():
-        waves = sum(o.waves for o in offenders)
-        typer.echo(
-            f"warning: {printable(str(write_expect))} now allows {waves_under(waves)} "
-            f"for {printable(name)} (in "
-            f"{counted(len(offenders), 'run' if by is By.run else 'run/signature pair')}): "
-            f"the gate will pass {printable(name)} "
-            "although it would have run out of memory on "
-            f"{'that wave' if waves == 1 else 'those waves'}.",
-            err=True,
-        )
+    _warn_under(write_expect, gate.under_peak(result), by)  # written only with --allow-under
     count = sum(1 for _ in gate.expectations_from(result))
-    tables = "run/policy pair" if by is By.run else "run/signature/policy table"
     typer.echo(
-        f"wrote expectations for {counted(count, tables)} "
+        f"wrote expectations for {counted(count, gate.tables_noun(by.value))} "
         f"({', '.join(result.policies)}) to {write_expect}"
     )
+
+
+def _warn_under(path: Path, offenders: Sequence[UnderPeak], by: By, why: str = "") -> None:
+    """One warning per policy that ``path`` now allows waves under their peak for
+    (``offenders``: the ones just written), then ``why`` it took them."""
+    under: dict[str, list[UnderPeak]] = {}
+    for offender in offenders:
+        under.setdefault(offender.policy, []).append(offender)
+    for name, of_policy in under.items():
+        waves = sum(o.waves for o in of_policy)
+        typer.echo(
+            f"warning: {printable(str(path))} now allows {waves_under(waves)} "
+            f"for {printable(name)} (in "
+            f"{counted(len(of_policy), 'run' if by is By.run else 'run/signature pair')}): "
+            f"the gate will pass {printable(name)} "
+            "although it would have run out of memory on "
+            f"{'that wave' if waves == 1 else 'those waves'}.{why}",
+            err=True,
+        )
 
 
 def _expectations(expect: Path, policy: list[str] | None, by: By) -> Expectations:
@@ -312,6 +320,15 @@ def _check(
         with writing(expect):
             added = gate.update_expectations(result, expectations, allow_under=allow_under)
         _report_added(result, added, expect)
+        why = ""
+        if not allow_under:  # the file allows them: it was written with --allow-under
+            why = (
+                " --update took them without --allow-under, as the file already allows waves "
+                "under their peak (a max_under_peak above 0: written with --allow-under); "
+                "rewrite it without --allow-under to refuse them."
+            )
+        offenders = [o for o in gate.under_peak(result) if o.group in added]
+        _warn_under(expect, offenders, By(result.by), why)
         if added:
             updated = gate.read_expectations(expect)
             expectations = updated.restricted_to(expectations.policies) if policy else updated

@@ -81,11 +81,28 @@ BudgetOpt = Annotated[
 ]
 
 
-def budget_bytes(budget: str | None) -> int | None:
-    """The ``--budget`` option in bytes (None when not given)."""
+def budget_bytes(budget: str | None, paths: Sequence[Path] = ()) -> int | None:
+    """The ``--budget`` option in bytes (None when not given).
+
+    The first of the command's trace ``paths`` that does not exist is refused first, as
+    :func:`~warmfit.format.files.find_trace_files` would refuse it, where it reads as a
+    size (``MiB``, ``8MiB``): then ``--budget 8 MiB`` was likely written with a space,
+    and the message says how to write it."""
+    from warmfit.show.units import parse_bytes, size_unit
+
+    missing = next((p for p in paths if not os.path.lexists(p)), None)
+    size = None if missing is None else size_unit(missing.name)
+    if missing is not None and size is not None:
+        from warmfit.format.files import missing_path
+
+        number, unit = size
+        given = (budget or "").strip()
+        if not number:  # the number went to --budget (or, where it did not, an example)
+            number = given if given and size_unit(given + unit) == (given, unit) else "8"
+        hint = f"(a --budget with a space? write it as --budget {number}{unit})"
+        raise missing_path(missing, hint)
     if budget is None:
         return None
-    from warmfit.show.units import parse_bytes
 
     try:
         return parse_bytes(budget)

@@ -53,7 +53,7 @@ def recommend_command(
     """
     from warmfit.report.recommend import recommend_traces, render_recommendation
 
-    limit = budget_bytes(budget)
+    limit = budget_bytes(budget, paths)
     assert limit is not None
     with streaming(paths, jobs, cluster) as jobs:
         result = recommend_traces(

@@ -138,7 +138,7 @@ def _replay(
 
     if force:
         refuse_force_without(per_wave, "--per-wave")
-    limit = budget_bytes(budget)
+    limit = budget_bytes(budget, paths)
     if permute is not None:
         from warmfit.replay.permute import PermuteFold, check_permutations, check_seed
 

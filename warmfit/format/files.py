@@ -181,13 +181,7 @@ def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
         elif os.path.lexists(path):
             found = [path]
         else:
-            fix = "Check the path."
-            if path.name.lower() in _FLAG_VALUES:
-                fix += (
-                    f" If {path.name!r} was meant as the value of a flag (--force), leave it "
-                    "out: a flag takes no value."
-                )
-            raise TraceError("no such file or directory.", path=path, fix=fix)
+            raise missing_path(path)
         for f in found:
             problem = not_regular(f)
             if problem is not None:
@@ -201,6 +195,20 @@ def find_trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
                 seen.add(key)
                 files.append(f)
     return files
+
+
+def missing_path(path: Path, hint: str | None = None) -> TraceError:
+    """The error of a trace path that does not exist, with what it may have been meant as:
+    the value of a flag (``--force true``), or ``hint``, the command's own guess."""
+    fix = "Check the path."
+    if path.name.lower() in _FLAG_VALUES:
+        fix += (
+            f" If {path.name!r} was meant as the value of a flag (--force), leave it "
+            "out: a flag takes no value."
+        )
+    if hint:
+        fix += f" {hint}"
+    return TraceError("no such file or directory.", path=path, fix=fix)
 
 
 def _parquet_below(directory: Path) -> list[Path]:

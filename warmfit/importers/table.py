@@ -168,6 +168,16 @@ class _Compiler:
         return spec.kind == "number" and bool(spec.add or spec.expression in self.columns)
 
 
+#: The most cells a NULL's refusal shows; the rest are counted.
+_CELLS_SHOWN = 10
+
+
+def _cell(value: Any) -> str:
+    """A table's cell as an error shows it: its first 40 characters, quoted and escaped
+    (``repr``: a control or bidi character is written out, never sent to the terminal)."""
+    return repr(str(value)[:40])
+
+
 def _cut(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
@@ -346,6 +356,19 @@ class _Rows:
             raise self.compiler.error(key, f"gives {held.dtype} values, not true or false")
         return held.fill_null(False)
 
+    def null(self, frame: pl.DataFrame, at: int, roots: list[str]) -> str:
+        """What a row's expression gave when it gave NULL, naming the raw cells of the columns
+        it reads on that row (``peak_mem_MiB '9k1' gives no value (NULL)``): a typo'd cell
+        that ``TRY_CAST`` turned into NULL is shown, not hidden."""
+        cells = [f"{c} {_cell(frame[TEXT + c][at])}" for c in roots if TEXT + c in frame.columns]
+        if not cells:
+            return "gives no value (NULL)"
+        if len(cells) == 1:
+            return f"{cells[0]} gives no value (NULL)"
+        if len(cells) > _CELLS_SHOWN:  # an expression over many columns: a line, not a page
+            cells = [*cells[: _CELLS_SHOWN - 1], f"{len(cells) - _CELLS_SHOWN + 1} more"]
+        return f"{', '.join(cells[:-1])} and {cells[-1]} give no value (NULL)"
+
     def first(self, mask: pl.Series) -> int | None:
         hits = mask.fill_null(False).arg_true()
         return int(hits[0]) if len(hits) else None
@@ -414,7 +437,7 @@ class _Rows:
         at = self.first(missing)
         if at is not None:
             empty = one is not None and not str(frame[TEXT + one][at] or "").strip()
-            said = "is empty" if empty else "gives no value (NULL)"
+            said = "is empty" if empty else self.null(frame, at, roots)
             raise self.refuse(frame, at, one, f"{said}, where {key} needs a number")
         return values
 
@@ -439,9 +462,9 @@ class _Rows:
             values = truth
         at = self.first(values.is_null())
         if at is not None:
-            raise self.refuse(
-                frame, at, column, f"gives no value (NULL), where {spec.key} needs true or false"
-            )
+            roots = list(dict.fromkeys(self.plan.specs[spec.key].meta.root_names()))
+            said = self.null(frame, at, roots)
+            raise self.refuse(frame, at, column, f"{said}, where {spec.key} needs true or false")
         return values
 
     def value(
@@ -476,7 +499,7 @@ class _Rows:
             at = self.first(~self.truth(frame, plan.require, "require"))
             if at is not None:
                 roots = list(dict.fromkeys(plan.require.meta.root_names()))
-                cells = ", ".join(f"{c}={str(frame[TEXT + c][at])[:40]!r}" for c in roots)
+                cells = ", ".join(f"{c}={_cell(frame[TEXT + c][at])}" for c in roots)
                 raise self.refuse(
                     frame,
                     at,
@@ -487,13 +510,15 @@ class _Rows:
             values = self.evaluate(frame, expr, f"derive.{derived.name}")
             at = self.first(values.is_null())
             if at is not None:
-                tested = sorted({c for tests, _ in derived.cases for c in tests})
                 if derived.cases:
+                    tested = sorted({c for tests, _ in derived.cases for c in tests})
                     shown = ", ".join(f"{c}={frame[TEXT + c][at]!r}" for c in tested)
                     problem = f"matches no case of derive.{derived.name} ({shown})"
                 else:
+                    tested = list(dict.fromkeys(expr.meta.root_names()))
                     problem = (
-                        f"gives no value (NULL) for derive.{derived.name}; end a CASE with ELSE"
+                        f"{self.null(frame, at, tested)} for derive.{derived.name}; "
+                        "end a CASE with ELSE"
                     )
                 raise self.refuse(frame, at, tested[0] if tested else None, problem)
             frame = frame.with_columns(

@@ -103,6 +103,14 @@ VERDICTS = ("ok", "regressed", "never met", "fails")
 _TOP_KEYS = ("version", "safety_factor", "by", "runs")
 #: The groupings a file may be written with (SPEC §9), as ``--by`` names them.
 BY_VALUES = ("run", "signature")
+
+
+def tables_noun(by: str) -> str:
+    """What one policy's figures for one group are called in a line that counts them:
+    a run/policy pair, or ``--by signature`` a run/signature/policy table."""
+    return "run/policy pair" if by == "run" else "run/signature/policy table"
+
+
 #: One result's key: its group (the run, or the run and signature), then its policy.
 Key = tuple[str, ...]
 
@@ -139,6 +147,11 @@ class Expectations:
     measured: Mapping[Key, Mapping[str, float | int]] = field(default_factory=dict)
     #: The grouping the file was written with (:data:`BY_VALUES`).
     by: str = "run"
+    #: Whether the file allows waves under their peak (a ``max_under_peak`` above 0 in
+    #: any of its tables, as ``--write-expect --allow-under`` writes it): ``--update``
+    #: then allows them in the tables it adds, and a rewrite repeats ``--allow-under``.
+    #: Kept by :meth:`restricted_to`, whichever policies held the allowance.
+    allows_under: bool = False
 
     @property
     def runs(self) -> list[str]:
@@ -168,7 +181,7 @@ class Expectations:
         options: list[str] = []
         for policy in self.policies:
             options += ["-p", policy]
-        if any(limits.get("max_under_peak", 0) > 0 for limits in self.limits.values()):
+        if self.allows_under:
             options.append("--allow-under")
         if self.by != "run":
             options += ["--by", self.by]
@@ -188,7 +201,9 @@ class Expectations:
                 "drop that -p.",
             )
         kept = {key: v for key, v in self.limits.items() if key[-1] in policies}
-        return Expectations(self.path, self.safety_factor, kept, self.measured, self.by)
+        return Expectations(
+            self.path, self.safety_factor, kept, self.measured, self.by, self.allows_under
+        )
 
 
 def check_grouping(expectations: Expectations, by: str) -> None:
@@ -295,7 +310,8 @@ def parse_expectations(text: str, path: str | os.PathLike[str] = "<expectations>
                 path, group, policy, {k: v for k, v in table.items() if k != MEASURED_KEY}
             )
             measured[(*group, policy)] = _parse_measured(path, group, policy, figures)
-    return Expectations(str(path), safety, limits, measured, by)
+    allows_under = any(table.get("max_under_peak", 0) > 0 for table in limits.values())
+    return Expectations(str(path), safety, limits, measured, by, allows_under)
 
 
 def _groups(
@@ -782,15 +798,17 @@ def update_expectations(
     signature)``); every byte already in the file stays (hand-set limits,
     comments). ``result`` must be replayed at the file's safety factor. Figures with
     waves under their peak are refused as :func:`write_expectations` refuses them,
-    unless ``allow_under``. The file is replaced atomically; nothing is written
-    when no run is new."""
+    unless ``allow_under`` or the file already allows them
+    (:attr:`Expectations.allows_under`: written with ``--allow-under``, which, like
+    its safety factor and grouping, the file keeps). The file is replaced
+    atomically; nothing is written when no run is new."""
     check_runs_held(result, expectations)  # before anything is written: the check would fail
     added = new_groups(result, expectations)
     if not added:
         return []
     if result.safety_factor != expectations.safety_factor:
         raise ValueError("replay at the expectations' safety factor to update them")
-    if not allow_under:
+    if not (allow_under or expectations.allows_under):
         offenders = [o for o in under_peak(result) if o.group in added]
         if offenders:
             raise UnderPeakError(
@@ -962,9 +980,10 @@ def under_peak_message(
     warm-fit), choose another policy (-p), or pass --allow-under to record the
     figures anyway.
     """
+    by = "run" if all(o.signature is None for o in offenders) else "signature"
     lines = [
         f"{printable(str(path))}: not written: at safety factor {safety_factor!r}, waves "
-        f"are priced under their peak in {counted(len(offenders), 'run/policy pair')}:"
+        f"are priced under their peak in {counted(len(offenders), tables_noun(by))}:"
     ]
     lines += [
         f"  {' '.join(map(printable, (*o.group, o.policy)))}: {waves_under(o.waves)}"

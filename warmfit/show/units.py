@@ -27,6 +27,20 @@ LARGEST = 2**63 - 1
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
 
 
+def size_unit(text: str) -> tuple[str, str] | None:
+    """The number (maybe none) and the unit of ``text`` where it reads as a size with a unit
+    (``MiB``, ``8MiB``, ``128.8 gb``; a bare number or ``B`` is none), else ``None``: what a
+    ``--budget 8 MiB`` written with a space leaves as a path.
+
+    >>> size_unit("MiB"), size_unit("8MiB"), size_unit("trace.parquet"), size_unit("8")
+    (('', 'MiB'), ('8', 'MiB'), None, None)
+    """
+    match = re.fullmatch(r"\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)?)\s*([A-Za-z]+)\s*", text)
+    if match is None or match.group(2).upper() not in UNITS or match.group(2).upper() == "B":
+        return None
+    return match.group(1), match.group(2)
+
+
 def parse_bytes(text: str) -> int:
     """Bytes from ``12345``, ``128.8 GB`` or ``80GiB`` (whole bytes, rounded down).
 
