@@ -7,12 +7,15 @@ import io
 import json
 import math
 import shutil
+import tomllib
 from pathlib import Path
 
 import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from tests.command_line import warmfit_cli, warmfit_ok
+from tests.whole_waves import whole_wave, write_waves
 from warmfit.cli import app
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.replay import replay
@@ -21,6 +24,7 @@ from warmfit.report.gate import (
     CheckResult,
     ExpectationsError,
     UnderPeak,
+    _round_limit,
     evaluate,
     expectations_from,
     parse_expectations,
@@ -624,3 +628,115 @@ def test_update_writes_nothing_when_the_check_would_refuse_the_file(tmp_path: Pa
     code, _, err = invoke("check", str(only_b), "--expect", str(target), "--update")
     assert code == 2 and "expects run 'A', which the trace does not hold" in err
     assert "added" not in err and target.read_bytes() == before
+
+
+def _frame(*rows: dict[str, object]) -> pl.DataFrame:
+    """Readings of one stream and signature, seq in the order given."""
+    defaults = {"signature": "s", "packed_tokens": 100, "logical_tokens": 100}
+    return readings_frame([{**defaults, "seq": i, **row} for i, row in enumerate(rows)])
+
+
+# --------------------------------------------------------------------------- evaluate()
+
+
+CHECK_ROWS = [
+    # one unpriced seed wave, then waves priced at 300 B/token * 100 * 1.1 = 33_000:
+    # over-estimates +10%, +10%, +65% (actuals 30_000, 30_000, 20_000): median +10%, max +65%
+    {"wave": 0, "whole": True, "peak_bytes": 30_000},
+    {"wave": 1, "whole": True, "peak_bytes": 30_000},
+    {"wave": 2, "whole": True, "peak_bytes": 30_000},
+    {"wave": 3, "whole": True, "peak_bytes": 20_000},
+]
+
+
+def test_max_over_estimate_is_checked_against_the_largest_not_the_median() -> None:
+    result = replay(_frame(*CHECK_ROWS), ["max-merge"])
+    row = result.summary.row(0, named=True)
+    assert row["median_over_estimate"] == pytest.approx(0.1)
+    assert row["max_over_estimate"] == pytest.approx(0.65)
+    verdicts = evaluate(
+        result,
+        parse_expectations(
+            "[runs.run.max-merge]\nmax_median_over_estimate = 0.3\nmax_max_over_estimate = 0.3\n"
+        ),
+    )
+    assert [(r.limit.key, r.holds) for r in verdicts.results] == [
+        ("max_median_over_estimate", True),  # +10% <= +30%
+        ("max_max_over_estimate", False),  # +65% > +30%
+    ]
+    assert not verdicts.passed
+    assert verdicts.regressions[0].describe() == (
+        "run max-merge: largest over-estimate +65.0% > allowed +30.0%"
+    )
+
+
+def test_a_missing_figure_fails_the_real_check() -> None:
+    # one wave, no floor: nothing prices it, so the run has no median, no max
+    # and no priced wave; every limit on a missing figure regresses
+    result = replay(_frame({"wave": 0, "whole": True, "peak_bytes": 30_000}), ["max-merge"])
+    assert result.summary.row(0, named=True)["median_over_estimate"] is None
+    report = evaluate(
+        result,
+        parse_expectations(
+            "[runs.run.max-merge]\nmax_median_over_estimate = 1.0\nmax_max_over_estimate = 1.0\n"
+            "max_under_peak = 0\n"
+        ),
+    )
+    assert [(r.limit.key, r.actual, r.holds) for r in report.results] == [
+        ("max_median_over_estimate", None, False),
+        ("max_max_over_estimate", None, False),
+        ("max_under_peak", 0, True),
+    ]
+    assert not report.passed and len(report.regressions) == 2
+
+
+# --------------------------------------------------------------------------- 4, 5: check
+
+
+def test_write_expect_keeps_an_exact_limit(tmp_path: Path) -> None:
+    """Survivor 4 (stranger-round-limit-up-when-exact): a limit already on the
+    0.01-point grid is written as it is, not one step up.
+
+    Wave 0 (4 tokens, 400 B) teaches 100 B/token; wave 1 (4 tokens) is priced
+    440 B and peaks at exactly 440 B: over-estimate 0.0. The file says
+    ``max_median_over_estimate = 0.0``, not 0.0001.
+    """
+    assert _round_limit(0.0, True) == 0.0
+    assert _round_limit(0.25, True) == 0.25
+    assert _round_limit(-0.5, True) == -0.5
+    assert _round_limit(0.0, False) == 0.0
+    folder = write_waves(tmp_path / "trace", [whole_wave(0, 400, 4), whole_wave(1, 440, 4)])
+    expect = tmp_path / "expect.toml"
+    warmfit_ok("check", folder, "--write-expect", expect)
+    tables = tomllib.loads(expect.read_text())["runs"]["run"]
+    for policy in ("max-merge", "warm-fit"):
+        assert tables[policy]["max_median_over_estimate"] == 0.0
+        assert tables[policy]["max_max_over_estimate"] == 0.0
+        assert tables[policy]["measured"]["median_over_estimate"] == 0.0
+    warmfit_ok("check", folder, "--expect", expect)
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("max_under_peak = false", "max_under_peak must be a whole number >= 0; got False"),
+        ("min_priced_waves = true", "min_priced_waves must be a whole number >= 0; got True"),
+    ],
+)
+def test_a_boolean_is_not_a_count_in_an_expectations_file(
+    tmp_path: Path, line: str, words: str
+) -> None:
+    """Survivor 5 (stranger-expect-count-accepts-bool): TOML's ``false`` is no 0.
+
+    Read as 0, ``max_under_peak = false`` would pass a trace with no wave under
+    its peak: a wrong file would pass. It is refused, exit 2, naming the file.
+    """
+    text = f"version = 1\n[runs.run.warm-fit]\n{line}\n"
+    with pytest.raises(ExpectationsError, match=words):
+        parse_expectations(text, "e.toml")
+    folder = write_waves(tmp_path / "trace", [whole_wave(0, 400, 4), whole_wave(1, 440, 4)])
+    expect = tmp_path / "expect.toml"
+    expect.write_text(text)
+    result = warmfit_cli("check", folder, "--expect", expect, "-p", "warm-fit")
+    assert result.exit_code == 2, result.output
+    assert str(expect) in result.output and words in " ".join(result.output.split())
