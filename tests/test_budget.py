@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.command_line import warmfit_json
+from tests.command_line import warmfit_cli, warmfit_json
 from tests.whole_waves import policy_column, whole_wave, write_waves
 from warmfit.format.trace import read_trace
 from warmfit.replay import replay
@@ -106,3 +106,29 @@ def test_a_wave_priced_exactly_at_the_budget_is_admitted_in_the_per_wave_file(
     result = replay(read_trace([folder]), budget_bytes=440)
     assert policy_column(result.per_wave, "warm-fit", "admitted") == [None, True, False]
     assert result.summary.get_column("admitted").to_list() == [1, 1, 1]  # 3 default policies
+
+
+def test_a_budget_tables_counts_add_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """admitted + refused = waves in every row; fits (refused although they fit) is
+    among the refused; the columns shown are the ones the caption defines."""
+    monkeypatch.setenv("COLUMNS", "200")
+    done = warmfit_cli(
+        "replay", "traces/art-h200", "-p", "max-merge", "-p", "warm-affine", "--budget", "60GB"
+    )
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[-5:] == ["excess", "admitted", "refused", "fits", "ooms"]
+    refused_some = False
+    for line in lines[2:]:
+        tokens = line.split()
+        if len(tokens) < 11 or not tokens[-1].isdigit():
+            break  # the caption
+        ooms, fits, refused, admitted = (int(t) for t in tokens[-1:-5:-1])
+        waves = int(tokens[-11])  # before: median, max, under, beyond, excess (2 tokens)
+        assert admitted + refused == waves and fits <= refused and ooms <= admitted, line
+        refused_some |= refused > fits
+    assert refused_some  # a 60 GB budget refuses waves that do not fit either
+    caption = " ".join(lines)
+    assert "set by profile / floor" not in caption  # not a column of this table
+    markdown = warmfit_cli("replay", "traces/pr991", "--budget", "100GB", "-f", "markdown")
+    assert "budget's counts are in --format table, csv and json" in markdown.stdout

@@ -12,11 +12,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
 
-from tests.command_line import warmfit_cli, warmfit_ok
+from tests.command_line import Invoke, warmfit_cli, warmfit_ok
 from tests.whole_waves import whole_wave, write_waves
-from warmfit.cli import app
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.replay import replay
 from warmfit.report.gate import (
@@ -46,11 +44,6 @@ ROWS = [
     dict(seq=1, wave=1, signature="s", packed_tokens=200, logical_tokens=200, output_bytes=1_000,
          baseline_bytes=10_000, peak_bytes=60_000, whole=True),
 ]  # fmt: skip
-
-
-def invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.stdout, result.stderr
 
 
 def small_trace(tmp_path: Path) -> Path:
@@ -174,7 +167,7 @@ def test_expectations_from_round_up_to_hold() -> None:
 # --------------------------------------------------------------------------- command
 
 
-def test_write_expect_round_trip(tmp_path: Path) -> None:
+def test_write_expect_round_trip(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     code, out, _ = invoke("check", str(trace), "--write-expect", str(target), "--engine", "scalar")
@@ -198,7 +191,7 @@ def test_write_expect_round_trip(tmp_path: Path) -> None:
     assert code == 0
 
 
-def test_csv_and_json_outputs(tmp_path: Path) -> None:
+def test_csv_and_json_outputs(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     invoke("check", str(trace), "--write-expect", str(target))
@@ -217,7 +210,7 @@ def test_csv_and_json_outputs(tmp_path: Path) -> None:
     assert doc["safety_factor"] == 1.1 and len(doc["results"]) == 12
 
 
-def test_table_fits_80_columns(tmp_path: Path) -> None:
+def test_table_fits_80_columns(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     invoke("check", str(trace), "--write-expect", str(target))
@@ -229,7 +222,7 @@ def test_table_fits_80_columns(tmp_path: Path) -> None:
     assert verdict == f"12 of 12 expectations hold ({target}, safety factor 1.1)"
 
 
-def test_policy_option_restricts_the_check(tmp_path: Path) -> None:
+def test_policy_option_restricts_the_check(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     invoke("check", str(trace), "--write-expect", str(target), "-p", "warm-fit")
@@ -248,7 +241,9 @@ def test_policy_option_restricts_the_check(tmp_path: Path) -> None:
         (("--expect", "EXPECT", "--safety", "1.2"), "--safety applies to --write-expect only"),
     ],
 )
-def test_usage_errors_exit_2(tmp_path: Path, args: tuple[str, ...], words: str) -> None:
+def test_usage_errors_exit_2(
+    tmp_path: Path, args: tuple[str, ...], words: str, invoke: Invoke
+) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     invoke("check", str(trace), "--write-expect", str(target))
@@ -256,7 +251,7 @@ def test_usage_errors_exit_2(tmp_path: Path, args: tuple[str, ...], words: str) 
     assert code == 2 and words in err
 
 
-def test_bad_toml_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:
+def test_bad_toml_exits_2_naming_the_file_and_line(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     bad = tmp_path / "bad.toml"
     bad.write_text("[runs.run.warm-fit]\nmax_under_peak = = 0\n")
@@ -265,7 +260,7 @@ def test_bad_toml_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:
     assert str(bad) in err and "line 2" in err and "Traceback" not in err
 
 
-def test_unknown_policy_in_the_file_exits_2(tmp_path: Path) -> None:
+def test_unknown_policy_in_the_file_exits_2(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     bad = tmp_path / "bad.toml"
     bad.write_text("[runs.run.nope]\nmax_under_peak = 0\n")
@@ -273,7 +268,7 @@ def test_unknown_policy_in_the_file_exits_2(tmp_path: Path) -> None:
     assert code == 2 and str(bad) in err and "unknown policy 'nope'" in err
 
 
-def test_raised_later_peaks_fail_the_gate(tmp_path: Path) -> None:
+def test_raised_later_peaks_fail_the_gate(tmp_path: Path, invoke: Invoke) -> None:
     """The CI gate's reason to exist: a stored trace whose later waves grow fails it."""
     copy = tmp_path / "pr991"
     shutil.copytree(PR991, copy)
@@ -307,7 +302,7 @@ def test_raised_later_peaks_fail_the_gate(tmp_path: Path) -> None:
     assert "--write-expect" in err and "Traceback" not in err
 
 
-def test_a_hand_tightened_limit_is_never_met_not_regressed(tmp_path: Path) -> None:
+def test_a_hand_tightened_limit_is_never_met_not_regressed(tmp_path: Path, invoke: Invoke) -> None:
     """Issue 14: a limit the figures never met is a target, not a regression."""
     expect = tmp_path / "expect.toml"
     code, _, _ = invoke("check", str(PR991), "--write-expect", str(expect))
@@ -375,7 +370,7 @@ def smallest_covering(unscaled: int, actual: int) -> float:
     return f
 
 
-def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path) -> None:
+def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path, invoke: Invoke) -> None:
     """Issue 25: a file allowing waves under their peak would pass a policy that ran out of
     memory, so --write-expect writes nothing and says why, which, and what to do."""
     trace = under_trace(tmp_path)
@@ -429,7 +424,7 @@ def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path) -> None:
     assert {t["max_under_peak"] for t in read_expectations(target).limits.values()} == {0}
 
 
-def test_allow_under_writes_the_count_and_warns(tmp_path: Path) -> None:
+def test_allow_under_writes_the_count_and_warns(tmp_path: Path, invoke: Invoke) -> None:
     trace = under_trace(tmp_path)
     target = tmp_path / "expect.toml"
     code, out, err = invoke(
@@ -455,7 +450,9 @@ def test_allow_under_writes_the_count_and_warns(tmp_path: Path) -> None:
     assert code == 2 and "--allow-under applies to --write-expect and --update only" in err
 
 
-def test_no_wave_under_its_peak_writes_as_before_without_a_warning(tmp_path: Path) -> None:
+def test_no_wave_under_its_peak_writes_as_before_without_a_warning(
+    tmp_path: Path, invoke: Invoke
+) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     code, out, err = invoke("check", str(trace), "--write-expect", str(target))
@@ -466,7 +463,7 @@ def test_no_wave_under_its_peak_writes_as_before_without_a_warning(tmp_path: Pat
     assert code == 0 and err == "" and again.read_bytes() == target.read_bytes()
 
 
-def test_the_refusal_escapes_run_names_and_caps_its_lines(tmp_path: Path) -> None:
+def test_the_refusal_escapes_run_names_and_caps_its_lines(tmp_path: Path, invoke: Invoke) -> None:
     trace = tmp_path / "hostile"
     rows = [
         {**ROWS[0], "run": "EP\x1b[2J1"},
@@ -503,6 +500,7 @@ def _runs_trace(folder: Path, peaks: dict[str, int]) -> Path:
 
 def test_update_adds_the_runs_the_file_does_not_list_and_keeps_every_byte(
     tmp_path: Path,
+    invoke: Invoke,
 ) -> None:
     """Issue 29 item 6: the gate grows with the traces.
 
@@ -553,7 +551,9 @@ def test_update_adds_the_runs_the_file_does_not_list_and_keeps_every_byte(
     assert target.read_text() == text
 
 
-def test_update_refuses_a_new_run_under_its_peak_unless_allowed(tmp_path: Path) -> None:
+def test_update_refuses_a_new_run_under_its_peak_unless_allowed(
+    tmp_path: Path, invoke: Invoke
+) -> None:
     """EP1 and EP2 are both priced 64_900 for 70_000 and 65_000 at the file's 1.1."""
     target = tmp_path / "expect.toml"
     ep1 = _runs_trace(tmp_path / "one", {"EP1": 80_000})
@@ -576,7 +576,7 @@ def test_update_refuses_a_new_run_under_its_peak_unless_allowed(tmp_path: Path) 
     assert code == 0  # EP1 is the run the file was written from
 
 
-def test_update_goes_with_expect_only(tmp_path: Path) -> None:
+def test_update_goes_with_expect_only(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     code, out, err = invoke(
         "check", str(trace), "--write-expect", str(tmp_path / "e.toml"), "--update"
@@ -585,7 +585,7 @@ def test_update_goes_with_expect_only(tmp_path: Path) -> None:
     assert not (tmp_path / "e.toml").exists()
 
 
-def test_update_keeps_a_link_the_mode_and_the_line_endings(tmp_path: Path) -> None:
+def test_update_keeps_a_link_the_mode_and_the_line_endings(tmp_path: Path, invoke: Invoke) -> None:
     """--update appends to the file a link names (the link stays a link), keeps the
     file's mode (0640 here) and its CRLF line endings, byte for byte before the new
     tables; a read-only file is refused and left alone."""
@@ -617,7 +617,9 @@ def test_update_keeps_a_link_the_mode_and_the_line_endings(tmp_path: Path) -> No
     assert frozen.read_bytes() == before
 
 
-def test_update_writes_nothing_when_the_check_would_refuse_the_file(tmp_path: Path) -> None:
+def test_update_writes_nothing_when_the_check_would_refuse_the_file(
+    tmp_path: Path, invoke: Invoke
+) -> None:
     """The file names run A, which the trace given does not hold; B is new. --update
     said it added B, then failed on A, having changed the file: now it refuses first."""
     target = tmp_path / "e.toml"
@@ -740,3 +742,22 @@ def test_a_boolean_is_not_a_count_in_an_expectations_file(
     result = warmfit_cli("check", folder, "--expect", expect, "-p", "warm-fit")
     assert result.exit_code == 2, result.output
     assert str(expect) in result.output and words in " ".join(result.output.split())
+
+
+def test_check_says_which_expectations_a_narrowing_p_leaves_unchecked(tmp_path: Path) -> None:
+    """Following the advice to name an own policy with -p must not shrink the gate silently."""
+    expect = tmp_path / "exp.toml"
+    wrote = warmfit_cli("check", "traces/pr991", "--write-expect", str(expect))
+    assert wrote.exit_code == 0, wrote.output
+    done = warmfit_cli("check", "traces/pr991", "--expect", str(expect), "-p", "warm-fit")
+    assert done.exit_code == 0, done.output
+    assert "max-merge" in done.stderr and "not checked" in done.stderr
+    every = warmfit_cli(
+        "check",
+        "traces/pr991",
+        "--expect",
+        str(expect),
+        *("-p", "warm-fit", "-p", "max-merge"),
+        *("-p", "envelope"),
+    )
+    assert "not checked" not in every.stderr

@@ -717,3 +717,11 @@ def test_recover_names_the_out_of_order_log_kept_in_the_command(tmp_path: Path) 
     assert result.exit_code == 0, result.output
     assert "kept 12 readings in 3 batches" in result.output
     assert trace is not None and trace.height == 12
+
+
+def test_recover_of_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "pw.csv"
+    path.write_text("run\n")
+    done = warmfit_cli("recover", str(path))
+    assert done.exit_code == 2
+    assert "is a file, not a directory" in done.stderr

@@ -275,3 +275,29 @@ def test_dividing_nan_or_zero_by_zero_is_nan_on_both_engines(tmp_path: Path) -> 
     result = warmfit_cli("replay", infinite, "-p", f"{__name__}:PerOutputByte")
     assert result.exit_code == 2, result.output
     assert "per-output-byte" in result.output and "Traceback" not in result.output
+
+
+class Typo(DeclaredPolicy):
+    """Broken on purpose: the rule reads a field the state does not have."""
+
+    name = "typo"
+    summary = "broken on purpose"
+    rate = Max(RATE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return state.rat * n
+
+
+def test_a_typo_in_a_rule_is_not_blamed_on_arrays() -> None:
+    from warmfit.testing.checks import random_trace, read_trace_frame
+
+    trace = read_trace_frame(random_trace(1))
+    with pytest.raises(PolicyError, match="'typo': its rule failed") as caught:
+        replay(trace, [Typo], engine="vectorized")
+    assert "np.maximum" not in str(caught.value) and "rat" in str(caught.value)
+
+
+def test_a_where_that_is_not_a_condition_is_named() -> None:
+    with pytest.raises(PolicyError, match=r"Max\(\.\.\., where=3\)"):
+        Max(RATE + 1, where=3)  # type: ignore[arg-type]
