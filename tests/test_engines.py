@@ -8,7 +8,6 @@ numbers are spelled out so that a reader can check them by hand.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,6 @@ from warmfit.replay import estimate_bytes, replay, replay_scalar, result_groups,
 from warmfit.replay.vectorized import replay_vectorized
 
 BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit]
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _frame(*rows: dict[str, object]) -> pl.DataFrame:
