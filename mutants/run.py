@@ -379,16 +379,36 @@ _POLICY_TESTS = (
     "tests/test_rule.py",
     "tests/test_conformance.py",
     "tests/test_replay.py",
-    "tests/test_mutant_killers_2.py",
-    "tests/test_mutant_killers.py",
+    "tests/test_engines.py",
     "tests/test_seen_range.py",
     "tests/test_decisions.py",
     "tests/test_vectorized.py",
     "tests/test_pricer.py",  # the rules' float form (plain_floats), exact and never falling back
 )
+#: Issue 31's stranger survivors, one test each (issue 38 moved them into the files of
+#: the code they test).
+_STRANGER_TESTS = (
+    "tests/test_replay.py::test_oom_waves_counts_only_priced_waves",
+    "tests/test_replay.py::test_set_by_floor_counts_only_figure_waves",
+    "tests/test_budget.py::test_a_wave_priced_exactly_at_the_budget_is_admitted_in_the_per_wave_file",
+    "tests/test_check.py::test_write_expect_keeps_an_exact_limit",
+    "tests/test_check.py::test_a_boolean_is_not_a_count_in_an_expectations_file",
+    "tests/test_warm_affine.py::test_warm_affine_prices_a_small_wave_at_the_warm_tokens",
+    "tests/test_sweep_grid.py::test_the_safe_factor_ignores_waves_that_ran_out_of_memory",
+    "tests/test_perwave.py::test_per_wave_parquet_reads_back_through_pyarrow_and_polars",
+    "tests/test_perwave.py::test_per_wave_footer_offsets_point_at_the_pages",
+    "tests/test_stream.py::test_the_streamed_replay_reports_the_scalar_engine_after_a_fallback",
+    "tests/test_stream.py::test_the_no_whole_warning_counts_every_batch",
+    "tests/test_rule.py::test_a_redeclared_aggregate_takes_its_place_in_the_subclass",
+    "tests/test_rule.py::test_dividing_nan_or_zero_by_zero_is_nan_on_both_engines",
+    "tests/test_pagecrc.py::test_a_column_chunk_claiming_fewer_values_than_rows_is_refused",
+    "tests/test_hostile_log.py::test_recover_keeps_every_good_batch_before_a_bad_one",
+    "tests/test_hostile_log.py::test_a_log_whose_batches_are_out_of_seq_order_is_compacted",
+    "tests/test_hostile_log.py::test_recover_names_the_out_of_order_log_kept_in_the_command",
+)
 #: Tests added to every module's killers (issue 31's oracle and survivors; SPEC §8's
 #: recorded prices, which every figure module handles).
-NEW_TESTS = ("tests/test_oracle.py", "tests/test_stranger_bugs.py", "tests/test_recorded.py")
+NEW_TESTS = ("tests/test_oracle.py", *_STRANGER_TESTS, "tests/test_recorded.py")
 #: Per module, the test files that should kill its mutants (its own doctests are added).
 KILLERS: dict[str, tuple[str, ...]] = {
     "warmfit/replay/summary.py": (
@@ -398,8 +418,7 @@ KILLERS: dict[str, tuple[str, ...]] = {
         "tests/test_seen_range.py",
         "tests/test_check.py",
         "tests/test_decisions.py",
-        "tests/test_mutant_killers.py",
-        "tests/test_mutant_killers_2.py",
+        "tests/test_engines.py",
         "tests/test_conformance.py",
         "tests/test_stream.py",
         "tests/test_vectorized.py",
@@ -410,7 +429,6 @@ KILLERS: dict[str, tuple[str, ...]] = {
         "tests/test_decisions.py",
         "tests/test_sweep_grid.py",
         "tests/test_seen_range.py",
-        "tests/test_mutant_killers_2.py",
         "tests/test_check.py",
         "tests/test_cli.py",
         "tests/test_gate_edges.py",  # safe_factors' runs with no priced wave or no factor
@@ -418,7 +436,6 @@ KILLERS: dict[str, tuple[str, ...]] = {
     "warmfit/report/gate.py": (
         "tests/test_check.py",
         "tests/test_hostile_input.py",
-        "tests/test_mutant_killers.py",
         "tests/test_cli.py",
         "tests/test_gate_edges.py",
         "tests/test_gate_output.py",  # check's table, CSV and JSON; --write-expect's text
@@ -434,8 +451,8 @@ KILLERS: dict[str, tuple[str, ...]] = {
         "tests/test_seen_range.py",
         "tests/test_decisions.py",
         "tests/test_conformance.py",
-        "tests/test_mutant_killers.py",
-        "tests/test_mutant_killers_2.py",
+        "tests/test_engines.py",
+        "tests/test_sweep_grid.py",
         "tests/test_check.py",
         "tests/test_stream.py",
         "tests/test_vectorized.py",
@@ -461,8 +478,7 @@ _REPLAY_TESTS = (
     "tests/test_permute_oracle.py",  # issue 38
     "tests/test_replay_edges.py",  # issue 38
     "tests/test_seen_range.py",
-    "tests/test_mutant_killers.py",
-    "tests/test_mutant_killers_2.py",
+    "tests/test_engines.py",
 )
 _FORMAT_TESTS = (
     "tests/test_trace.py",
@@ -474,7 +490,6 @@ _FORMAT_TESTS = (
     "tests/test_perwave.py",
     "tests/test_faults.py",
     "tests/test_hostile_input.py",
-    "tests/test_mutant_killers_2.py",
 )
 _RECORDER_TESTS = (
     "tests/test_recorder.py",
@@ -483,8 +498,6 @@ _RECORDER_TESTS = (
     "tests/test_hostile_log.py",
     "tests/test_recording_traps.py",
     "tests/test_integrations.py",
-    "tests/test_mutant_killers.py",
-    "tests/test_mutant_killers_2.py",
 )
 _INTEGRATION_TESTS = (
     "tests/test_integrations.py",
@@ -1046,7 +1059,11 @@ def generated_main(args: argparse.Namespace) -> int:
           f"report: {report_path}", flush=True)  # fmt: skip
     files_of = {module: killers(module, args.tests) for module in modules}
     for module in files_of:
-        absent = [t for t in (*KILLERS.get(module, ()), *NEW_TESTS) if not (ROOT / t).exists()]
+        absent = [
+            t
+            for t in (*KILLERS.get(module, ()), *NEW_TESTS)
+            if not (ROOT / t.split("::")[0]).exists()
+        ]
         if absent and not args.tests:
             print(f"  {module}: no {', '.join(absent)} (left out)")
     all_files = list(dict.fromkeys(f for m in modules for f in files_of[m]))

@@ -2,9 +2,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from tests.command_line import Invoke
 
 # Typer's rich output must not carry colour codes when CI forces a terminal.
 os.environ["_TYPER_FORCE_DISABLE_TERMINAL"] = "1"
@@ -31,3 +35,13 @@ def torch_script(folder: Path, source: str) -> Path:
     path = folder / "trainer.py"
     path.write_text(source)
     return path
+
+
+@pytest.fixture
+def invoke() -> Invoke:
+    """``invoke("check", trace, "--expect", path)``: warmfit's command line in-process,
+    without a terminal's colours; (exit code, stdout, stderr). Arguments may be paths
+    or numbers; ``env=`` adds variables (``COLUMNS``)."""
+    from tests import command_line
+
+    return command_line.invoke

@@ -11,10 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.command_line import warmfit_cli, warmfit_json
+from tests.whole_waves import policy_column, whole_wave, write_waves
+from warmfit.format.trace import read_trace
+from warmfit.replay import replay
 from warmfit.show.units import LARGEST, UNITS, parse_bytes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -119,3 +124,75 @@ def test_a_size_with_a_unit_reads_as_one_and_parses_as_a_budget(number, unit, up
     assert size_unit(number + unit) == (number, unit)
     assert size_unit(number + unit + ".parquet") is None
     assert parse_bytes((number or "8") + unit) >= 0  # the hint's form is a budget
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_binary_units_are_powers_of_1024() -> None:
+    """Kills units-kib-is-1000: 1 KiB is 1,024 bytes, 1.5 KiB 1,536."""
+    assert parse_bytes("1KiB") == 1_024
+    assert parse_bytes("1.5 KiB") == 1_536
+    assert parse_bytes("2 KB") == 2_000
+
+
+def test_a_fractional_size_is_rounded_down() -> None:
+    """Kills units-round-half-up: 1.9 bytes is 1 byte, 0.0009 KB (0.9 bytes) is 0."""
+    assert parse_bytes("1.9") == 1
+    assert parse_bytes("0.0009 KB") == 0
+    assert parse_bytes("1.0009 KB") == 1_000
+
+
+# --------------------------------------------------------------------------- 3: budget
+
+
+def test_a_wave_priced_exactly_at_the_budget_is_admitted_in_the_per_wave_file(
+    tmp_path: Path,
+) -> None:
+    """Survivor 3 (stranger-per-wave-admitted-strict): SPEC §7 admits a wave when
+    ``estimate <= budget``, in the summary and in the per-wave file alike.
+
+    Wave 0 (4 tokens, 400 B) teaches 100 B/token. Wave 1 (4 tokens) is priced
+    int(400 * 1.1) = 440 B: with ``--budget 440`` it is admitted. Wave 2
+    (5 tokens, 500 B) is priced 550 B: refused. Per-wave ``admitted`` is
+    [null, true, false] for each policy, and the summary's ``admitted`` is 1.
+    """
+    folder = write_waves(
+        tmp_path / "trace", [whole_wave(0, 400, 4), whole_wave(1, 400, 4), whole_wave(2, 500, 5)]
+    )
+    out = tmp_path / "waves.parquet"
+    rows = warmfit_json("replay", folder, "--budget", "440", "--per-wave", out)
+    assert [(r["admitted"], r["refused_fit"], r["admitted_oom"]) for r in rows] == [(1, 0, 0)] * 3
+    per_wave = pl.read_parquet(out)
+    for policy in ("max-merge", "warm-fit"):
+        assert policy_column(per_wave, policy, "estimate_bytes") == [None, 440, 550]
+        assert policy_column(per_wave, policy, "admitted") == [None, True, False]
+    result = replay(read_trace([folder]), budget_bytes=440)
+    assert policy_column(result.per_wave, "warm-fit", "admitted") == [None, True, False]
+    assert result.summary.get_column("admitted").to_list() == [1, 1, 1]  # 3 default policies
+
+
+def test_a_budget_tables_counts_add_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """admitted + refused = waves in every row; fits (refused although they fit) is
+    among the refused; the columns shown are the ones the caption defines."""
+    monkeypatch.setenv("COLUMNS", "200")
+    done = warmfit_cli(
+        "replay", "traces/art-h200", "-p", "max-merge", "-p", "warm-affine", "--budget", "60GB"
+    )
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[-5:] == ["excess", "admitted", "refused", "fits", "ooms"]
+    refused_some = False
+    for line in lines[2:]:
+        tokens = line.split()
+        if len(tokens) < 11 or not tokens[-1].isdigit():
+            break  # the caption
+        ooms, fits, refused, admitted = (int(t) for t in tokens[-1:-5:-1])
+        waves = int(tokens[-11])  # before: median, max, under, beyond, excess (2 tokens)
+        assert admitted + refused == waves and fits <= refused and ooms <= admitted, line
+        refused_some |= refused > fits
+    assert refused_some  # a 60 GB budget refuses waves that do not fit either
+    caption = " ".join(lines)
+    assert "set by profile / floor" not in caption  # not a column of this table
+    markdown = warmfit_cli("replay", "traces/pr991", "--budget", "100GB", "-f", "markdown")
+    assert "budget's counts are in --format table, csv and json" in markdown.stdout

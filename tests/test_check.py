@@ -7,13 +7,14 @@ import io
 import json
 import math
 import shutil
+import tomllib
 from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
 
-from warmfit.cli import app
+from tests.command_line import Invoke, warmfit_cli, warmfit_ok
+from tests.whole_waves import whole_wave, write_waves
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.replay import replay
 from warmfit.report.gate import (
@@ -21,6 +22,7 @@ from warmfit.report.gate import (
     CheckResult,
     ExpectationsError,
     UnderPeak,
+    _round_limit,
     evaluate,
     expectations_from,
     parse_expectations,
@@ -42,11 +44,6 @@ ROWS = [
     dict(seq=1, wave=1, signature="s", packed_tokens=200, logical_tokens=200, output_bytes=1_000,
          baseline_bytes=10_000, peak_bytes=60_000, whole=True),
 ]  # fmt: skip
-
-
-def invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.stdout, result.stderr
 
 
 def small_trace(tmp_path: Path) -> Path:
@@ -170,7 +167,7 @@ def test_expectations_from_round_up_to_hold() -> None:
 # --------------------------------------------------------------------------- command
 
 
-def test_write_expect_round_trip(tmp_path: Path) -> None:
+def test_write_expect_round_trip(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     code, out, _ = invoke("check", str(trace), "--write-expect", str(target), "--engine", "scalar")
@@ -194,7 +191,7 @@ def test_write_expect_round_trip(tmp_path: Path) -> None:
     assert code == 0
 
 
-def test_csv_and_json_outputs(tmp_path: Path) -> None:
+def test_csv_and_json_outputs(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     invoke("check", str(trace), "--write-expect", str(target))
@@ -213,7 +210,7 @@ def test_csv_and_json_outputs(tmp_path: Path) -> None:
     assert doc["safety_factor"] == 1.1 and len(doc["results"]) == 12
 
 
-def test_table_fits_80_columns(tmp_path: Path) -> None:
+def test_table_fits_80_columns(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     invoke("check", str(trace), "--write-expect", str(target))
@@ -225,7 +222,7 @@ def test_table_fits_80_columns(tmp_path: Path) -> None:
     assert verdict == f"12 of 12 expectations hold ({target}, safety factor 1.1)"
 
 
-def test_policy_option_restricts_the_check(tmp_path: Path) -> None:
+def test_policy_option_restricts_the_check(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     invoke("check", str(trace), "--write-expect", str(target), "-p", "warm-fit")
@@ -244,7 +241,9 @@ def test_policy_option_restricts_the_check(tmp_path: Path) -> None:
         (("--expect", "EXPECT", "--safety", "1.2"), "--safety applies to --write-expect only"),
     ],
 )
-def test_usage_errors_exit_2(tmp_path: Path, args: tuple[str, ...], words: str) -> None:
+def test_usage_errors_exit_2(
+    tmp_path: Path, args: tuple[str, ...], words: str, invoke: Invoke
+) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     invoke("check", str(trace), "--write-expect", str(target))
@@ -252,7 +251,7 @@ def test_usage_errors_exit_2(tmp_path: Path, args: tuple[str, ...], words: str) 
     assert code == 2 and words in err
 
 
-def test_bad_toml_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:
+def test_bad_toml_exits_2_naming_the_file_and_line(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     bad = tmp_path / "bad.toml"
     bad.write_text("[runs.run.warm-fit]\nmax_under_peak = = 0\n")
@@ -261,7 +260,7 @@ def test_bad_toml_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:
     assert str(bad) in err and "line 2" in err and "Traceback" not in err
 
 
-def test_unknown_policy_in_the_file_exits_2(tmp_path: Path) -> None:
+def test_unknown_policy_in_the_file_exits_2(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     bad = tmp_path / "bad.toml"
     bad.write_text("[runs.run.nope]\nmax_under_peak = 0\n")
@@ -269,7 +268,7 @@ def test_unknown_policy_in_the_file_exits_2(tmp_path: Path) -> None:
     assert code == 2 and str(bad) in err and "unknown policy 'nope'" in err
 
 
-def test_raised_later_peaks_fail_the_gate(tmp_path: Path) -> None:
+def test_raised_later_peaks_fail_the_gate(tmp_path: Path, invoke: Invoke) -> None:
     """The CI gate's reason to exist: a stored trace whose later waves grow fails it."""
     copy = tmp_path / "pr991"
     shutil.copytree(PR991, copy)
@@ -303,7 +302,7 @@ def test_raised_later_peaks_fail_the_gate(tmp_path: Path) -> None:
     assert "--write-expect" in err and "Traceback" not in err
 
 
-def test_a_hand_tightened_limit_is_never_met_not_regressed(tmp_path: Path) -> None:
+def test_a_hand_tightened_limit_is_never_met_not_regressed(tmp_path: Path, invoke: Invoke) -> None:
     """Issue 14: a limit the figures never met is a target, not a regression."""
     expect = tmp_path / "expect.toml"
     code, _, _ = invoke("check", str(PR991), "--write-expect", str(expect))
@@ -371,7 +370,7 @@ def smallest_covering(unscaled: int, actual: int) -> float:
     return f
 
 
-def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path) -> None:
+def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path, invoke: Invoke) -> None:
     """Issue 25: a file allowing waves under their peak would pass a policy that ran out of
     memory, so --write-expect writes nothing and says why, which, and what to do."""
     trace = under_trace(tmp_path)
@@ -425,7 +424,7 @@ def test_write_expect_refuses_waves_under_their_peak(tmp_path: Path) -> None:
     assert {t["max_under_peak"] for t in read_expectations(target).limits.values()} == {0}
 
 
-def test_allow_under_writes_the_count_and_warns(tmp_path: Path) -> None:
+def test_allow_under_writes_the_count_and_warns(tmp_path: Path, invoke: Invoke) -> None:
     trace = under_trace(tmp_path)
     target = tmp_path / "expect.toml"
     code, out, err = invoke(
@@ -451,7 +450,9 @@ def test_allow_under_writes_the_count_and_warns(tmp_path: Path) -> None:
     assert code == 2 and "--allow-under applies to --write-expect and --update only" in err
 
 
-def test_no_wave_under_its_peak_writes_as_before_without_a_warning(tmp_path: Path) -> None:
+def test_no_wave_under_its_peak_writes_as_before_without_a_warning(
+    tmp_path: Path, invoke: Invoke
+) -> None:
     trace = small_trace(tmp_path)
     target = tmp_path / "expect.toml"
     code, out, err = invoke("check", str(trace), "--write-expect", str(target))
@@ -462,7 +463,7 @@ def test_no_wave_under_its_peak_writes_as_before_without_a_warning(tmp_path: Pat
     assert code == 0 and err == "" and again.read_bytes() == target.read_bytes()
 
 
-def test_the_refusal_escapes_run_names_and_caps_its_lines(tmp_path: Path) -> None:
+def test_the_refusal_escapes_run_names_and_caps_its_lines(tmp_path: Path, invoke: Invoke) -> None:
     trace = tmp_path / "hostile"
     rows = [
         {**ROWS[0], "run": "EP\x1b[2J1"},
@@ -499,6 +500,7 @@ def _runs_trace(folder: Path, peaks: dict[str, int]) -> Path:
 
 def test_update_adds_the_runs_the_file_does_not_list_and_keeps_every_byte(
     tmp_path: Path,
+    invoke: Invoke,
 ) -> None:
     """Issue 29 item 6: the gate grows with the traces.
 
@@ -549,7 +551,9 @@ def test_update_adds_the_runs_the_file_does_not_list_and_keeps_every_byte(
     assert target.read_text() == text
 
 
-def test_update_refuses_a_new_run_under_its_peak_unless_allowed(tmp_path: Path) -> None:
+def test_update_refuses_a_new_run_under_its_peak_unless_allowed(
+    tmp_path: Path, invoke: Invoke
+) -> None:
     """A (priced 64_900 for 50_000) is written with no wave under its peak; EP2 (priced
     64_900 for 65_000 at the file's 1.1) is new and under its peak: refused, naming EP2
     alone, unless --allow-under."""
@@ -578,7 +582,9 @@ def test_update_refuses_a_new_run_under_its_peak_unless_allowed(tmp_path: Path) 
     assert read_expectations(target).limits[("EP2", "warm-fit")]["max_under_peak"] == 1
 
 
-def test_update_of_a_file_written_with_allow_under_keeps_allowing(tmp_path: Path) -> None:
+def test_update_of_a_file_written_with_allow_under_keeps_allowing(
+    tmp_path: Path, invoke: Invoke
+) -> None:
     """nc2: a file written with --allow-under (EP1's max_under_peak is 1) records it, as
     it records its safety factor and grouping: --update takes the new EP2, under its
     peak too, without the flag being repeated, and says why it did."""
@@ -609,7 +615,7 @@ def test_update_of_a_file_written_with_allow_under_keeps_allowing(tmp_path: Path
     }
 
 
-def test_update_goes_with_expect_only(tmp_path: Path) -> None:
+def test_update_goes_with_expect_only(tmp_path: Path, invoke: Invoke) -> None:
     trace = small_trace(tmp_path)
     code, out, err = invoke(
         "check", str(trace), "--write-expect", str(tmp_path / "e.toml"), "--update"
@@ -618,7 +624,7 @@ def test_update_goes_with_expect_only(tmp_path: Path) -> None:
     assert not (tmp_path / "e.toml").exists()
 
 
-def test_update_keeps_a_link_the_mode_and_the_line_endings(tmp_path: Path) -> None:
+def test_update_keeps_a_link_the_mode_and_the_line_endings(tmp_path: Path, invoke: Invoke) -> None:
     """--update appends to the file a link names (the link stays a link), keeps the
     file's mode (0640 here) and its CRLF line endings, byte for byte before the new
     tables; a read-only file is refused and left alone."""
@@ -650,7 +656,9 @@ def test_update_keeps_a_link_the_mode_and_the_line_endings(tmp_path: Path) -> No
     assert frozen.read_bytes() == before
 
 
-def test_update_writes_nothing_when_the_check_would_refuse_the_file(tmp_path: Path) -> None:
+def test_update_writes_nothing_when_the_check_would_refuse_the_file(
+    tmp_path: Path, invoke: Invoke
+) -> None:
     """The file names run A, which the trace given does not hold; B is new. --update
     said it added B, then failed on A, having changed the file: now it refuses first."""
     target = tmp_path / "e.toml"
@@ -661,3 +669,134 @@ def test_update_writes_nothing_when_the_check_would_refuse_the_file(tmp_path: Pa
     code, _, err = invoke("check", str(only_b), "--expect", str(target), "--update")
     assert code == 2 and "expects run 'A', which the trace does not hold" in err
     assert "added" not in err and target.read_bytes() == before
+
+
+def _frame(*rows: dict[str, object]) -> pl.DataFrame:
+    """Readings of one stream and signature, seq in the order given."""
+    defaults = {"signature": "s", "packed_tokens": 100, "logical_tokens": 100}
+    return readings_frame([{**defaults, "seq": i, **row} for i, row in enumerate(rows)])
+
+
+# --------------------------------------------------------------------------- evaluate()
+
+
+CHECK_ROWS = [
+    # one unpriced seed wave, then waves priced at 300 B/token * 100 * 1.1 = 33_000:
+    # over-estimates +10%, +10%, +65% (actuals 30_000, 30_000, 20_000): median +10%, max +65%
+    {"wave": 0, "whole": True, "peak_bytes": 30_000},
+    {"wave": 1, "whole": True, "peak_bytes": 30_000},
+    {"wave": 2, "whole": True, "peak_bytes": 30_000},
+    {"wave": 3, "whole": True, "peak_bytes": 20_000},
+]
+
+
+def test_max_over_estimate_is_checked_against_the_largest_not_the_median() -> None:
+    result = replay(_frame(*CHECK_ROWS), ["max-merge"])
+    row = result.summary.row(0, named=True)
+    assert row["median_over_estimate"] == pytest.approx(0.1)
+    assert row["max_over_estimate"] == pytest.approx(0.65)
+    verdicts = evaluate(
+        result,
+        parse_expectations(
+            "[runs.run.max-merge]\nmax_median_over_estimate = 0.3\nmax_max_over_estimate = 0.3\n"
+        ),
+    )
+    assert [(r.limit.key, r.holds) for r in verdicts.results] == [
+        ("max_median_over_estimate", True),  # +10% <= +30%
+        ("max_max_over_estimate", False),  # +65% > +30%
+    ]
+    assert not verdicts.passed
+    assert verdicts.regressions[0].describe() == (
+        "run max-merge: largest over-estimate +65.0% > allowed +30.0%"
+    )
+
+
+def test_a_missing_figure_fails_the_real_check() -> None:
+    # one wave, no floor: nothing prices it, so the run has no median, no max
+    # and no priced wave; every limit on a missing figure regresses
+    result = replay(_frame({"wave": 0, "whole": True, "peak_bytes": 30_000}), ["max-merge"])
+    assert result.summary.row(0, named=True)["median_over_estimate"] is None
+    report = evaluate(
+        result,
+        parse_expectations(
+            "[runs.run.max-merge]\nmax_median_over_estimate = 1.0\nmax_max_over_estimate = 1.0\n"
+            "max_under_peak = 0\n"
+        ),
+    )
+    assert [(r.limit.key, r.actual, r.holds) for r in report.results] == [
+        ("max_median_over_estimate", None, False),
+        ("max_max_over_estimate", None, False),
+        ("max_under_peak", 0, True),
+    ]
+    assert not report.passed and len(report.regressions) == 2
+
+
+# --------------------------------------------------------------------------- 4, 5: check
+
+
+def test_write_expect_keeps_an_exact_limit(tmp_path: Path) -> None:
+    """Survivor 4 (stranger-round-limit-up-when-exact): a limit already on the
+    0.01-point grid is written as it is, not one step up.
+
+    Wave 0 (4 tokens, 400 B) teaches 100 B/token; wave 1 (4 tokens) is priced
+    440 B and peaks at exactly 440 B: over-estimate 0.0. The file says
+    ``max_median_over_estimate = 0.0``, not 0.0001.
+    """
+    assert _round_limit(0.0, True) == 0.0
+    assert _round_limit(0.25, True) == 0.25
+    assert _round_limit(-0.5, True) == -0.5
+    assert _round_limit(0.0, False) == 0.0
+    folder = write_waves(tmp_path / "trace", [whole_wave(0, 400, 4), whole_wave(1, 440, 4)])
+    expect = tmp_path / "expect.toml"
+    warmfit_ok("check", folder, "--write-expect", expect)
+    tables = tomllib.loads(expect.read_text())["runs"]["run"]
+    for policy in ("max-merge", "warm-fit"):
+        assert tables[policy]["max_median_over_estimate"] == 0.0
+        assert tables[policy]["max_max_over_estimate"] == 0.0
+        assert tables[policy]["measured"]["median_over_estimate"] == 0.0
+    warmfit_ok("check", folder, "--expect", expect)
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("max_under_peak = false", "max_under_peak must be a whole number >= 0; got False"),
+        ("min_priced_waves = true", "min_priced_waves must be a whole number >= 0; got True"),
+    ],
+)
+def test_a_boolean_is_not_a_count_in_an_expectations_file(
+    tmp_path: Path, line: str, words: str
+) -> None:
+    """Survivor 5 (stranger-expect-count-accepts-bool): TOML's ``false`` is no 0.
+
+    Read as 0, ``max_under_peak = false`` would pass a trace with no wave under
+    its peak: a wrong file would pass. It is refused, exit 2, naming the file.
+    """
+    text = f"version = 1\n[runs.run.warm-fit]\n{line}\n"
+    with pytest.raises(ExpectationsError, match=words):
+        parse_expectations(text, "e.toml")
+    folder = write_waves(tmp_path / "trace", [whole_wave(0, 400, 4), whole_wave(1, 440, 4)])
+    expect = tmp_path / "expect.toml"
+    expect.write_text(text)
+    result = warmfit_cli("check", folder, "--expect", expect, "-p", "warm-fit")
+    assert result.exit_code == 2, result.output
+    assert str(expect) in result.output and words in " ".join(result.output.split())
+
+
+def test_check_says_which_expectations_a_narrowing_p_leaves_unchecked(tmp_path: Path) -> None:
+    """Following the advice to name an own policy with -p must not shrink the gate silently."""
+    expect = tmp_path / "exp.toml"
+    wrote = warmfit_cli("check", "traces/pr991", "--write-expect", str(expect))
+    assert wrote.exit_code == 0, wrote.output
+    done = warmfit_cli("check", "traces/pr991", "--expect", str(expect), "-p", "warm-fit")
+    assert done.exit_code == 0, done.output
+    assert "max-merge" in done.stderr and "not checked" in done.stderr
+    every = warmfit_cli(
+        "check",
+        "traces/pr991",
+        "--expect",
+        str(expect),
+        *("-p", "warm-fit", "-p", "max-merge"),
+        *("-p", "envelope"),
+    )
+    assert "not checked" not in every.stderr

@@ -20,11 +20,13 @@ import polars as pl
 import pytest
 
 from tests.example_policy import LastWhole, LastWholeLoop
-from warmfit.policies import Policy, get_policy, policy_names
+from warmfit.policies import Policy, PriceRequest, Reading, get_policy, policy_names
 from warmfit.policies.rule import PACKED, RATE, DeclaredPolicy, Max
 from warmfit.replay import replay
 from warmfit.testing.checks import (
+    check_engines_agree,
     check_policy,
+    check_price_is_pure,
     parametrize_with_checks,
     random_trace,
     read_trace_frame,
@@ -93,3 +95,58 @@ def test_replay_is_deterministic_across_processes(spec: str, tmp_path: Path) -> 
     assert pl.read_parquet(tmp_path / "first.parquet").equals(
         pl.read_parquet(tmp_path / "second.parquet")
     )
+
+
+# --------------------------------------------------------------------------- public conformance checks
+
+
+class CountsItsQuestions(Policy):
+    """Broken on purpose: ``price`` counts how often it was asked (same answers)."""
+
+    name = "counts-its-questions"
+    summary = "broken on purpose: price() changes the profile"
+
+    def __init__(self) -> None:
+        self.rate: float | None = None
+        self.asked = 0
+
+    def observe(self, reading: Reading) -> None:
+        self.rate = max(self.rate or 0.0, reading.rate)
+
+    def price(self, request: PriceRequest) -> float | None:
+        self.asked += 1
+        return None if self.rate is None else self.rate * request.packed_tokens
+
+
+def test_check_price_is_pure_sees_a_price_that_changes_the_profile() -> None:
+    """Kills checks-purity-unchecked: the answers repeat, only the state changes."""
+    profile = CountsItsQuestions()
+    profile.observe(Reading(100, 100, 5_000))
+    assert profile.price(PriceRequest(10, 10)) == profile.price(PriceRequest(10, 10)) == 500.0
+    with pytest.raises(AssertionError, match="price\\(\\) changed the profile"):
+        check_price_is_pure(CountsItsQuestions)
+
+
+class ShapeSensitive(DeclaredPolicy):
+    """Broken on purpose: the rule looks at its input's shape, not only its values.
+
+    One number (the reference engine) is priced ``rate_max * n``; an array
+    (the vectorized engine) ``2 * rate_max * n``, so the engines disagree.
+    """
+
+    name = "shape-sensitive"
+    summary = "broken on purpose: not elementwise"
+    rate_max = Max(RATE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return state.rate_max * n * (1.0 + np.ndim(n))
+
+
+def test_check_engines_agree_compares_the_bytes() -> None:
+    """Kills checks-engines-never-compared."""
+    profile = ShapeSensitive()
+    profile.observe(Reading(100, 100, 5_000))
+    assert profile.price(PriceRequest(10, 10)) == 500.0  # 50 B/token * 10, times (1 + 0)
+    with pytest.raises(AssertionError, match="the engines disagree"):
+        check_engines_agree(ShapeSensitive)

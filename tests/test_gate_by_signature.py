@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_check import invoke
+from tests.command_line import invoke
 from warmfit.format.trace import readings_frame, write_trace
 from warmfit.report.gate import parse_expectations, read_expectations
 

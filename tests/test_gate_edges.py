@@ -25,8 +25,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.command_line import invoke
 from tests.strategies import examples
-from tests.test_check import ROWS, invoke, small_trace
+from tests.test_check import ROWS, small_trace
 from warmfit.format.trace import readings_frame, write_trace
 from warmfit.replay import replay
 from warmfit.report.gate import (

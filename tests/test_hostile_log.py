@@ -18,15 +18,20 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.command_line import warmfit_cli
 from warmfit.errors import UsageError
 from warmfit.format.trace import read_trace
 from warmfit.recorder.log import (
+    LOG_MARKER,
     LOG_NAME,
+    LOG_VERSION,
     LogWriter,
     find_logs,
     read_log,
@@ -623,3 +628,100 @@ def test_recover_removes_what_a_compaction_killed_part_way_left(tmp_path):
     recover(tmp_path)
     assert not stale.exists() and foreign.read_bytes() == b"mine"
     assert read_trace([tmp_path]).height == 12
+
+
+# --------------------------------------------------------------------------- write-ahead log
+
+
+def test_a_marked_stream_with_other_columns_is_not_read_as_a_log() -> None:
+    """Kills log-columns-unchecked: an Arrow stream that carries the log marker but
+    one column, ``note``, of 3 rows is refused, its 3 rows not taken for readings."""
+    schema = pa.schema([pa.field("note", pa.int64())], metadata={LOG_MARKER: LOG_VERSION})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(pa.record_batch([pa.array([1, 2, 3])], schema=schema))
+    data = sink.getvalue().to_pybytes()
+    contents = read_log(Path("readings.arrows"), data)
+    assert not contents.ours and contents.readings == 0 and contents.table is None
+    assert contents.problem == "its columns are not those of a warmfit log (its schema is damaged)"
+    assert contents.dropped_bytes == len(data)
+
+
+# --------------------------------------------------------------------------- 15, 16: recover
+
+
+def _readings(seqs: range, peak: int = 200) -> list[tuple[Any, ...]]:
+    """Reading tuples of a log (the v1 columns but run and rank), one wave each."""
+    return [
+        (s, 0, s, "sig", "flat", "caller", True, 10, 10, 0, 100, peak, None, False) for s in seqs
+    ]
+
+
+def _log(root: Path, batches: list[list[tuple[Any, ...]]]) -> Path:
+    path = root / "run=r" / "rank=0" / LOG_NAME
+    writer = LogWriter(path, "r", 0, {"warmfit.meter": "test"}, fsync=False)
+    for rows in batches:
+        writer.append(rows)
+    writer.release()
+    return path
+
+
+def _recovered(root: Path) -> tuple[Any, pl.DataFrame | None]:
+    result = warmfit_cli("recover", root)
+    traces = list(root.rglob("*.parquet"))
+    return result, (read_trace(traces) if traces else None)
+
+
+@pytest.mark.parametrize("bad", ["torn", "damaged", "breaks-the-format"])
+def test_recover_keeps_every_good_batch_before_a_bad_one(tmp_path: Path, bad: str) -> None:
+    """Survivor 15 (stranger-recover-keeps-one-batch-fewer): 3 good batches of 4
+    readings, then a bad one — torn (cut off by a kill), damaged (bytes
+    overwritten), or valid Arrow whose first reading has a negative peak
+    (against the format) — recover keeps exactly the 3 batches, 12 readings,
+    and says so."""
+    good = [_readings(range(b * 4, b * 4 + 4)) for b in range(3)]
+    last = _readings(range(12, 16), peak=-5 if bad == "breaks-the-format" else 200)
+    log = _log(tmp_path, [*good, last])
+    size = read_log(log).batch_ends[2]  # where the third batch ends
+    data = log.read_bytes()
+    if bad == "torn":
+        log.write_bytes(data[: size + (len(data) - size) // 2])
+    elif bad == "damaged":
+        log.write_bytes(data[: size + 8] + b"\x5a" * (len(data) - size - 8))
+    result, trace = _recovered(tmp_path)
+    assert trace is not None and trace.get_column("seq").to_list() == list(range(12))
+    assert "kept 12 readings in 3 batches" in " ".join(result.output.split())
+    assert result.exit_code == (0 if bad == "torn" else 2), result.output
+    assert log.exists() == (bad != "torn")  # a log with damage is kept for a person
+
+
+def test_a_log_whose_batches_are_out_of_seq_order_is_compacted(tmp_path: Path) -> None:
+    """Survivor 16 (stranger-compaction-refuses-out-of-order-log): a log holds
+    readings in the order they were flushed, which need not be ``seq`` order
+    (docs: the trace is read back and compared with the log, sorted as a trace
+    is read). Batches of seq 4..7, then 0..3, then 8..11: recover keeps all 12
+    readings, exit 0, and removes the log."""
+    log = _log(tmp_path, [_readings(range(4, 8)), _readings(range(4)), _readings(range(8, 12))])
+    recovery = recover_all(tmp_path)
+    assert recovery.problems == []
+    assert [(c.readings, c.batches, c.note) for c in recovery.compactions] == [(12, 3, "complete")]
+    assert not log.exists()
+    trace = read_trace(list(tmp_path.rglob("*.parquet")))
+    assert trace.get_column("seq").to_list() == list(range(12))
+
+
+def test_recover_names_the_out_of_order_log_kept_in_the_command(tmp_path: Path) -> None:
+    """Survivor 16 through the command: exit 0, 12 readings kept in 3 batches."""
+    _log(tmp_path, [_readings(range(8, 12)), _readings(range(4)), _readings(range(4, 8))])
+    result, trace = _recovered(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "kept 12 readings in 3 batches" in result.output
+    assert trace is not None and trace.height == 12
+
+
+def test_recover_of_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "pw.csv"
+    path.write_text("run\n")
+    done = warmfit_cli("recover", str(path))
+    assert done.exit_code == 2
+    assert "is a file, not a directory" in done.stderr

@@ -4,7 +4,9 @@ left there anyway is named for what it is."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import polars as pl
 import pyarrow as pa
@@ -116,3 +118,57 @@ def test_a_trace_with_extra_per_wave_like_columns_is_still_a_trace(tmp_path: Pat
     pq.write_table(table, out)
     frame = read_trace([out], columns=None)
     assert isinstance(frame, pl.DataFrame) and frame.height == table.num_rows
+
+
+# --------------------------------------------------------------------------- atomic outputs
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to name descriptors")
+def test_an_output_is_fsynced_before_it_is_renamed_over_the_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills files-no-fsync: the temporary file's bytes reach the disk before the rename.
+
+    Whether bytes reached the disk cannot be seen from the file, so the calls
+    are recorded: fsync(temporary file), rename(temporary, target), fsync(directory).
+    """
+    events: list[tuple[str, ...]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        events.append(("replace", str(src), str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    target = tmp_path / "out.bin"
+    write_atomically(target, lambda sink: sink.write(b"12345"))
+    assert target.read_bytes() == b"12345"
+    assert [e[0] for e in events] == ["fsync", "replace", "fsync"]
+    temporary = events[1][1]
+    assert events[0] == ("fsync", temporary)
+    assert events[1] == ("replace", temporary, str(target))
+    assert Path(temporary).name.startswith(".out.bin.") and temporary.endswith(".tmp")
+    assert events[2] == ("fsync", str(tmp_path))
+
+
+def test_a_write_that_fails_half_way_leaves_the_target_and_no_temporary_file(
+    tmp_path: Path,
+) -> None:
+    """Kills files-written-in-place and files-temporary-kept-on-failure."""
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"the old 17 bytes!")
+
+    def half(sink: BinaryIO) -> None:
+        sink.write(b"4 by")
+        sink.flush()
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(target, half)
+    assert target.read_bytes() == b"the old 17 bytes!"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]

@@ -21,11 +21,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.command_line import warmfit_cli
 from tests.strategies import examples
+from tests.whole_waves import whole_wave, write_waves
 from warmfit.format import pagecrc
+from warmfit.format.pagecrc import verify
 
 REPO = Path(__file__).resolve().parent.parent
 EP1 = REPO / "traces/pr991/EP1.parquet"
@@ -487,3 +491,162 @@ def test_a_30_mb_hostile_footer_is_read_in_bounded_memory(tmp_path: Path) -> Non
     assert verdict == "None" and groups == "1"
     assert parsed == "{1: 0, 3: 2, 5: {1: 1, 2: 0}}"
     assert int(peak_kib) < 150 * 1024, f"a 30 MB footer took {int(peak_kib) // 1024} MiB"
+
+
+# --------------------------------------------------------------------------- page checksums
+
+#: 77 as a Thrift compact i64 field one after the previous one: header 0x16,
+#: then zigzag(77) = 154 as a varint (0x9A 0x01). A footer of one row group of
+#: one column holds it three times, in field order: the file's num_rows, the
+#: column chunk's num_values, the row group's num_rows.
+ROWS_77 = b"\x16\x9a\x01"
+ROWS_78 = b"\x16\x9c\x01"
+
+
+def _footer_patched(tmp_path: Path, occurrence: int) -> Path:
+    path = tmp_path / "x.parquet"
+    table = pa.table({"x": pa.array(range(1_000, 1_077), pa.int64())})
+    pq.write_table(table, path, write_page_checksum=True, use_dictionary=False)
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - length
+    footer = data[start:-8]
+    assert verify(path) is None and footer.count(ROWS_77) == 3
+    at = start - 1
+    for _ in range(occurrence + 1):
+        at = data.index(ROWS_77, at + 1)
+    path.write_bytes(data[:at] + ROWS_78 + data[at + len(ROWS_78) :])
+    return path
+
+
+def test_a_footer_whose_row_count_disagrees_with_its_row_groups_fails(tmp_path: Path) -> None:
+    """Kills pagecrc-row-counts-unchecked: the file says 78 rows, its one row group 77."""
+    assert verify(_footer_patched(tmp_path, 0)) == "its footer's row counts disagree"
+
+
+def test_a_column_chunk_whose_pages_hold_fewer_values_fails(tmp_path: Path) -> None:
+    """Kills pagecrc-value-count-unchecked: the footer says 78 values, the pages hold 77."""
+    problem = verify(_footer_patched(tmp_path, 1))
+    assert problem is not None and problem.endswith(
+        "its pages hold 77 values where the footer says 78"
+    )
+
+
+# --------------------------------------------------------------------------- 14: footer values
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+class _Integers:
+    """Where each integer of a Thrift compact struct lies: ``(path, start, end, value)``,
+    the path being the field ids (and list positions) down to it."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.found: list[tuple[tuple[int, ...], int, int, int]] = []
+
+    def varint(self, pos: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = self.data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value, pos
+            shift += 7
+
+    def struct(self, pos: int, path: tuple[int, ...]) -> int:
+        field = 0
+        while True:
+            head = self.data[pos]
+            pos += 1
+            if head & 0x0F == 0:
+                return pos
+            if head >> 4:
+                field += head >> 4
+            else:
+                raw, pos = self.varint(pos)
+                field = (raw >> 1) ^ -(raw & 1)
+            pos = self.value(pos, head & 0x0F, (*path, field))
+
+    def value(self, pos: int, kind: int, path: tuple[int, ...]) -> int:
+        if kind in (1, 2):  # a boolean field: no bytes
+            return pos
+        if kind == 3:
+            return pos + 1
+        if kind in (4, 5, 6):
+            raw, end = self.varint(pos)
+            self.found.append((path, pos, end, (raw >> 1) ^ -(raw & 1)))
+            return end
+        if kind == 7:
+            return pos + 8
+        if kind == 8:
+            size, pos = self.varint(pos)
+            return pos + size
+        if kind in (9, 10):
+            size, element = self.data[pos] >> 4, self.data[pos] & 0x0F
+            pos += 1
+            if size == 15:
+                size, pos = self.varint(pos)
+            for i in range(size):
+                pos = pos + 1 if element in (1, 2) else self.value(pos, element, (*path, i))
+            return pos
+        if kind == 12:
+            return self.struct(pos, path)
+        raise AssertionError(f"a footer of pyarrow's holds no Thrift type {kind}")
+
+
+def _with_integers(path: Path, changes: dict[tuple[int, ...], int]) -> None:
+    """Rewrite integers of ``path``'s footer in place (each keeps its varint's length)."""
+    data = bytearray(path.read_bytes())
+    size = int.from_bytes(data[-8:-4], "little")
+    walker = _Integers(bytes(data))
+    walker.struct(len(data) - 8 - size, ())
+    where = {p: (start, end, value) for p, start, end, value in walker.found}
+    for key, new in changes.items():
+        start, end, _ = where[key]
+        encoded = _varint((new << 1) ^ (new >> 63))
+        assert len(encoded) == end - start
+        data[start:end] = encoded
+    path.write_bytes(bytes(data))
+
+
+#: In a footer (FileMetaData): its rows; row group 0's rows; the values of row
+#: group 0's column chunk ``c`` (ColumnChunk.meta_data.num_values).
+FILE_ROWS, GROUP_ROWS = (3,), (4, 0, 3)
+
+
+def _chunk_values(column: int) -> tuple[int, ...]:
+    return (4, 0, 1, column, 3, 5)
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        # every chunk holds 100 values (its pages too) for 101 rows
+        ({FILE_ROWS: 101, GROUP_ROWS: 101}, "a column chunk holds 100 values for 101 rows"),
+        # the peak_bytes chunk (column 13) claims 99 values for 100 rows
+        ({_chunk_values(13): 99}, "a column chunk holds 99 values for 100 rows"),
+    ],
+)
+def test_a_column_chunk_claiming_fewer_values_than_rows_is_refused(
+    tmp_path: Path, changes: dict[tuple[int, ...], int], words: str
+) -> None:
+    """Survivor 14 (stranger-fewer-values-than-rows): a footer whose column chunk
+    claims fewer values than its row group has rows describes rows that hold no
+    value: ``warmfit validate`` exits 2, naming the file and the problem."""
+    path = write_waves(tmp_path, [whole_wave(w, 400 + w) for w in range(100)]) / "t.parquet"
+    assert pq.ParquetFile(path).schema_arrow.names[13] == "peak_bytes"
+    _with_integers(path, changes)
+    assert pagecrc.row_groups(path) == f"its footer is damaged ({words})"
+    result = warmfit_cli("validate", tmp_path)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert str(path) in text and words in text and "Traceback" not in text

@@ -5,6 +5,7 @@ trace, what is thinned and what never is (every wave under its peak, the extreme
 from __future__ import annotations
 
 import math
+import re
 import struct
 import subprocess
 import sys
@@ -822,7 +823,6 @@ def test_token_ticks_are_whole_and_readable() -> None:
     Ticks are whole tokens, with thousands separators, k or M for large counts; the
     waves' axis has whole ticks too."""
     pytest.importorskip("matplotlib")
-    import re
 
     fig = draw_figure(build_plot_data(replay(small_tokens(), engine="scalar")))
     renderer = _drawn(fig)
@@ -843,3 +843,56 @@ def test_token_ticks_are_whole_and_readable() -> None:
 
     assert [token_tick(n, 9_000) for n in (0, 8, 2_500)] == ["0", "8", "2,500"]
     assert token_tick(12_500, 40_000) == "12.5k" and token_tick(2.5e7, 3e7) == "25M"
+
+
+def _rendered(frame: pl.DataFrame, **options: object):  # type: ignore[no-untyped-def]
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from warmfit.report.plot import build_plot_data, draw_figure
+
+    fig = draw_figure(build_plot_data(replay(frame, engine="scalar"), **options))  # type: ignore[arg-type]
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return fig, canvas.get_renderer()
+
+
+def test_the_middle_title_fits_its_panel_with_a_long_signature() -> None:
+    long = "train/" + "packed-seq-4096-bucket-07-" * 6 + "eval"
+    extra = [
+        dict(COMMON, seq=10 + i, wave=10 + i, signature=long, packed_tokens=10,
+             logical_tokens=10, peak_bytes=20_000, whole=True)
+        for i in range(2)
+    ]  # fmt: skip
+    frame = readings_frame([*({**COMMON, **r} for r in WORKED), *extra]).sort("seq")
+    fig, renderer = _rendered(frame, signature=long)
+    middle = fig.axes[1]
+    title = middle.title.get_window_extent(renderer)
+    panel = middle.get_window_extent(renderer)
+    assert "rank 0, signature train/packed" in middle.get_title()
+    assert "…" in middle.get_title()
+    assert title.width <= panel.width, (title.width, panel.width)
+
+
+def test_an_oom_wave_is_marked_on_the_peak_panel() -> None:
+    """Wave 3 of the worked trace ran out of memory: its actual peak (120,000 bytes
+    above baseline) is where it stopped; it is drawn with a mark of its own, named."""
+    fig, _ = _rendered(worked())
+    peaks = fig.axes[0]
+    marked = [c for c in peaks.collections if c.get_label().startswith("ran out of memory")]
+    assert len(marked) == 1
+    assert [x for x, _ in marked[0].get_offsets()] == [3]
+    legend = [t.get_text() for t in peaks.get_legend().get_texts()]
+    assert "ran out of memory (its peak so far)" in legend
+
+
+def test_an_oom_wave_survives_the_thinning_of_a_large_run() -> None:
+    from warmfit.report.plot import build_plot_data
+
+    rows = []
+    for i in range(30_000):  # a long run: thinned; one wave in the middle ran out of memory
+        rows.append(dict(seq=i, wave=i, signature="s", packed_tokens=100, logical_tokens=100,
+                         peak_bytes=1_000_000 + (i % 7), whole=True, oom=i == 15_001))  # fmt: skip
+    result = replay(readings_frame(rows), ["max-merge"])
+    kept = build_plot_data(result).drawn.peaks.filter(pl.col("draw_actual"))
+    assert kept.height < 30_000 and kept.filter(pl.col("oom")).height == 1

@@ -4,12 +4,15 @@ the invariants the PR relies on as hypothesis properties."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.command_line import Invoke
 from tests.strategies import byte_counts, histories, readings, requests
+from tests.test_plot import worked
 from warmfit.errors import PolicyError
 from warmfit.policies import (
     MaxMerge,
@@ -22,7 +25,7 @@ from warmfit.policies import (
     policy_names,
     register,
 )
-from warmfit.replay import estimate_bytes
+from warmfit.replay import estimate_bytes, replay
 
 KB = 1000
 
@@ -346,3 +349,45 @@ def test_below_every_whole_wave_warm_fit_inherits_max_merge_underpricing() -> No
     )
     price = p.price(req(1_000))
     assert price is not None and price < fixed + per_token * 1_000
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --------------------------------------------------------------------------- 4. defaults
+
+
+def test_replay_and_check_default_to_max_merge_warm_fit_and_envelope(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    """SPEC §9: without -p, the PR's two and the policy the README recommends, in order."""
+    assert replay(worked(), engine="scalar").policies == ("max-merge", "warm-fit", "envelope")
+    code, out, _ = invoke("replay", str(REPO / "traces" / "pr991"), "--format", "csv")
+    assert code == 0
+    policies = [line.split(",")[1] for line in out.splitlines()[1:]]
+    assert policies == ["max-merge", "warm-fit", "envelope"] * 2
+    expect = tmp_path / "e.toml"
+    code, out, _ = invoke("check", str(REPO / "traces" / "pr991"), "--write-expect", str(expect))
+    assert code == 0 and "(max-merge, warm-fit, envelope)" in out
+    assert "[runs.EP1.envelope]" in expect.read_text()
+
+
+# --------------------------------------------------------------------------- 8. smaller
+
+
+def test_did_you_mean_is_not_capitalised_mid_sentence() -> None:
+    with pytest.raises(PolicyError) as caught:
+        get_policy("warmfit")
+    assert str(caught.value).startswith(
+        "unknown policy 'warmfit' (did you mean 'warm-fit'?); registered policies: "
+    )
+    assert "Did you" not in str(caught.value)
+
+
+def test_a_misspelt_policy_gets_a_suggestion() -> None:
+    from warmfit.policies import get_policy
+
+    with pytest.raises(PolicyError, match=r"\(did you mean 'warm-fit'\?\); registered"):
+        get_policy("warmfit")
+    with pytest.raises(PolicyError, match="not its file: mypol:MeanWhole"):
+        get_policy("mypol.py:MeanWhole")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.command_line import warmfit_cli
 from tests.conftest import torch_script
 from warmfit.format.trace import read_trace
 
@@ -253,3 +254,10 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path):
         f"warmfit: error: cannot create {blocker / 'sub' / 'run=sub'}: Not a directory. Give -o "
         "a folder warmfit can create and write.\n"
     )
+
+
+def test_a_default_run_label_that_cannot_be_a_folder_points_at_run(tmp_path: Path) -> None:
+    done = warmfit_cli("record", "-o", str(tmp_path / "run 1"), "--", "true")
+    assert done.exit_code == 2
+    assert "-o folder's name" in done.stderr and "--run" in done.stderr
+    assert not (tmp_path / "run 1").exists()

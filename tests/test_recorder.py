@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
 import weakref
+from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -568,3 +576,124 @@ def test_logical_tokens_default_to_the_packed_tokens(tmp_path) -> None:
         w.forward_done()
     frame = read_trace([tmp_path / "out"])
     assert frame.select("packed_tokens", "logical_tokens").unique().rows() == [(12, 12)]
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --------------------------------------------------------------------------- recorder
+
+
+torch_only = pytest.mark.torch
+
+
+@pytest.fixture
+def recorder(tmp_path: Path) -> Any:
+    pytest.importorskip("torch")
+    from warmfit.recorder import Recorder
+
+    rec = Recorder(tmp_path / "out", run="t", device="cpu", flush_interval_s=3600)
+    yield rec
+    rec.close()
+
+
+def _recorded(rec: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    from warmfit.format.trace import read_trace
+
+    rec.close()
+    rows = read_trace([rec.trace_path]).to_dicts()
+    return {(r["signature"], r["phase"]): r for r in rows}
+
+
+@torch_only
+def test_a_nested_wave_carries_the_outer_peak_after_the_outer_tensor_is_freed(
+    recorder: Any,
+) -> None:
+    import torch
+
+    # outer: 1000 floats = 4000 bytes, freed before the inner wave; the inner
+    # wave's entry resets the peak counter, and the inner wave only reaches
+    # 100 floats = 400 bytes. The outer caller reading must still say 4000.
+    with recorder.wave("outer", 10, 10) as outer:
+        x = torch.empty(1000)
+        outer.forward_done()
+        del x
+        with recorder.wave("inner", 5, 5) as inner:
+            y = torch.empty(100)
+            inner.forward_done()
+            del y
+    rows = _recorded(recorder)
+    delta = {key: r["peak_bytes"] - r["baseline_bytes"] for key, r in rows.items()}
+    assert delta == {
+        ("outer", "forward"): 4000,
+        ("inner", "forward"): 400,
+        ("inner", "caller"): 400,
+        ("outer", "caller"): 4000,  # 400 if the peak before the reset were not carried
+    }
+    assert rows[("outer", "caller")]["whole"] is False
+
+
+@torch_only
+def test_the_forward_reading_carries_a_peak_reset_by_a_nested_wave(recorder: Any) -> None:
+    import torch
+
+    # the outer forward peaks at 4000 bytes, frees them, and a nested wave
+    # (400 bytes) resets the counter before outer.forward_done(): the forward
+    # reading must still say 4000.
+    with recorder.wave("outer", 10, 10) as outer:
+        x = torch.empty(1000)
+        del x
+        with recorder.wave("inner", 5, 5) as inner:
+            y = torch.empty(100)
+            inner.forward_done()
+            del y
+        outer.forward_done()
+    rows = _recorded(recorder)
+    forward = rows[("outer", "forward")]
+    assert forward["peak_bytes"] - forward["baseline_bytes"] == 4000  # 400 without the carry
+
+
+_FSYNC_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, torch
+    from warmfit.recorder import Recorder
+    rec = Recorder(sys.argv[1], run="t", device="cpu", flush_interval_s=3600)
+    for step in range(3):
+        with rec.wave("sig", 10, 10) as wave:
+            x = torch.empty(100)
+            wave.forward_done()
+        rec.step()
+    os._exit(0)  # as a kill -9 after the third step: no close, no compaction
+    """
+)
+
+
+def _strace_works() -> bool:
+    strace = shutil.which("strace")
+    if strace is None:
+        return False
+    probe = subprocess.run([strace, "-qq", "-e", "trace=fsync", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+@torch_only
+@pytest.mark.skipif(not _strace_works(), reason="needs strace and ptrace permission")
+def test_every_step_fsyncs_the_write_ahead_log(tmp_path: Path) -> None:
+    """The write-ahead log reaches the disk at each step: strace counts fsync on it."""
+    pytest.importorskip("torch")
+    log = tmp_path / "strace.txt"
+    done = subprocess.run(
+        ["strace", "-f", "-qq", "-y", "-e", "trace=fsync,fdatasync", "-o", str(log),
+         sys.executable, "-c", _FSYNC_SCRIPT, str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    from warmfit.recorder.log import LOG_NAME
+
+    calls = [
+        line
+        for line in log.read_text().splitlines()
+        if re.search(r"f(data)?sync\(\d+<[^>]*" + re.escape(LOG_NAME), line)
+    ]
+    assert len(calls) >= 3, log.read_text()[-2000:]

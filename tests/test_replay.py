@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
+from tests.command_line import warmfit_json
+from tests.whole_waves import policy_column, whole_wave, write_waves
 from warmfit.errors import PolicyError, UsageError
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.policies import MaxMerge
@@ -311,7 +316,6 @@ def test_pr991_reconstruction_matches_the_published_rates() -> None:
 
 
 def test_stored_pr991_traces_are_what_the_generator_writes(tmp_path: Path) -> None:
-    import pyarrow.parquet as pq
 
     write_pr991(tmp_path)
     for name in ("EP1.parquet", "EP2.parquet"):
@@ -335,10 +339,67 @@ def test_replay_of_a_trace_split_across_files_equals_one_file(tmp_path: Path) ->
 
 
 def test_a_numpy_price_is_a_price() -> None:
-    import numpy as np
 
     from warmfit.replay.reference import _checked_price
 
     assert _checked_price(MaxMerge, np.int64(5)) == 5
     with pytest.raises(PolicyError, match="'max-merge' priced a wave at"):
         _checked_price(MaxMerge, np.float64("nan"))
+
+
+# --------------------------------------------------------------------------- 1, 2: summary counts
+
+
+def test_oom_waves_counts_only_priced_waves(tmp_path: Path) -> None:
+    """Survivor 1 (stranger-oom-waves-counts-unpriced): SPEC §3 ``oom_waves`` = priced
+    waves with an oom reading.
+
+    Wave 0 (100 tokens, 20,000 B) runs out of memory before any profile exists:
+    it is unpriced, and not learned from. Wave 1 (20,000 B) is unpriced too (still
+    no profile) and teaches 200 B/token. Wave 2 is priced 22,000 B and runs out
+    of memory at 30,000 B. Wave 3 is priced 22,000 B for 20,000 B (+10%).
+    ``oom_waves`` is 1 (wave 2), not 2: wave 0 was never priced.
+    """
+    folder = write_waves(tmp_path, [
+        whole_wave(0, 20_000, oom=True), whole_wave(1, 20_000), whole_wave(2, 30_000, oom=True),
+        whole_wave(3, 20_000),
+    ])  # fmt: skip
+    expected = {"oom_waves": 1, "priced_waves": 1, "under_peak": 0}
+    for row in warmfit_json("replay", folder):
+        assert {k: row[k] for k in expected} == expected, row["policy"]
+        assert row["median_over_estimate"] == pytest.approx(0.1)
+    summary = replay(read_trace([folder])).summary
+    assert summary.get_column("oom_waves").to_list() == [1, 1, 1]  # the 3 default policies
+
+
+def test_set_by_floor_counts_only_figure_waves(tmp_path: Path) -> None:
+    """Survivor 2 (stranger-set-by-floor-counts-outside-figures): ``set_by_floor``
+    counts the waves of the figures only (priced, no oom, actual > 0).
+
+    Wave 0 (20,000 B) teaches 200 B/token. Waves 1 and 2 carry a floor of
+    30,000 B, above the 20,000 B learned: both are set by the floor at
+    33,000 B; wave 1 runs out of memory, wave 2 peaks at 0 B (both forward
+    readings, so warm-fit has no warm fit). Wave 3, without a floor, is set by
+    the profile at 22,000 B. ``set_by_floor`` is 0 (not 2), ``set_by_profile`` 1.
+    """
+    floor: dict[str, Any] = {"static_floor_bytes": 30_000, "phase": "forward", "whole": False}
+    folder = write_waves(tmp_path, [
+        whole_wave(0, 20_000), whole_wave(1, 40_000, oom=True, **floor), whole_wave(2, 0, **floor),
+        whole_wave(3, 20_000),
+    ])  # fmt: skip
+    result = replay(read_trace([folder]))
+    assert policy_column(result.per_wave, "max-merge", "set_by") == [
+        None,
+        "floor",
+        "floor",
+        "profile",
+    ]
+    assert policy_column(result.per_wave, "max-merge", "estimate_bytes") == [
+        None,
+        33_000,
+        33_000,
+        22_000,
+    ]
+    expected = {"set_by_floor": 0, "set_by_profile": 1, "priced_waves": 1, "oom_waves": 1}
+    for row in warmfit_json("replay", folder):
+        assert {k: row[k] for k in expected} == expected, row["policy"]

@@ -3,6 +3,7 @@ by worked numbers and over generated traces."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,12 +11,16 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 
+from tests.command_line import warmfit_cli
 from tests.strategies import traces
+from tests.whole_waves import policy_column, whole_wave, write_waves
 from warmfit.errors import PolicyError
-from warmfit.policies import PriceRequest, Reading
+from warmfit.format.trace import read_trace
+from warmfit.policies import MaxMerge, PriceRequest, Reading
 from warmfit.policies.rule import (
     CALLER,
     COMPUTE,
+    OUTPUT,
     PACKED,
     RATE,
     SHARING,
@@ -166,3 +171,133 @@ def test_a_rule_that_fails_is_named_not_a_traceback() -> None:
     assert replay(trace, [PythonMax], engine="scalar").engine == "scalar"  # numbers are fine
     with pytest.raises(PolicyError, match=r"'raising' failed in price\(\) on wave \d+"):
         replay(trace, [Raising], engine="scalar")
+
+
+# --------------------------------------------------------------------------- 12: redeclared aggregate
+
+
+def test_a_redeclared_aggregate_takes_its_place_in_the_subclass(tmp_path: Path) -> None:
+    """Survivor 12 (stranger-redeclared-aggregate-keeps-place): a subclass that
+    redeclares a parent's aggregate declares it anew, after the aggregates it
+    reads, and both engines fold and price it as declared.
+
+    ``rate_max`` is redeclared to skip the seed (readings up to the first whole
+    one). Wave 0 (100 tokens, 30,000 B) is the seed: not learned. Wave 1 (100
+    tokens, 20,000 B) is unpriced (nothing learned yet), then teaches 200
+    B/token. Wave 2, a forward-only call of 100 tokens at 25,000 B, is priced
+    200 * 100 = 20,000 B, int(20,000 * 1.1) = 22,000 B, then teaches 250
+    B/token. Wave 3 (200 tokens) is priced 250 * 200 * 1.1 = 55,000 B.
+    (Plain max-merge would price them 33,000, 33,000 and 66,000 B.)
+    """
+
+    class SeedlessMaxMerge(MaxMerge):
+        name = "seedless-max-merge"
+        summary = "max-merge that leaves the seed out"
+        wholes = Count(WHOLE)
+        rate_max = Max(RATE, where=(wholes - WHOLE) >= 1)
+
+    assert [a.name for a in SeedlessMaxMerge.aggregates] == ["sharing_max", "wholes", "rate_max"]
+    forward: dict[str, Any] = {"kind": "dp_rank_forward", "phase": "forward", "whole": False}
+    folder = write_waves(tmp_path, [
+        whole_wave(0, 30_000), whole_wave(1, 20_000), whole_wave(2, 25_000, **forward), whole_wave(3, 50_000, 200),
+    ])  # fmt: skip
+    for engine in ("scalar", "vectorized"):
+        result = replay(read_trace([folder]), [SeedlessMaxMerge, MaxMerge], engine=engine)
+        assert result.engine == engine
+        assert policy_column(result.per_wave, "seedless-max-merge", "estimate_bytes") == [
+            None, None, 22_000, 55_000,
+        ]  # fmt: skip
+        assert policy_column(result.per_wave, "max-merge", "estimate_bytes") == [
+            None, 33_000, 33_000, 66_000,
+        ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- 13: x / 0
+
+
+class PerOutputByte(DeclaredPolicy):
+    """Compute bytes per output byte, times the packed tokens: a policy whose
+    aggregates divide by the outputs, which are 0 on most waves.
+
+    ``ratio`` divides 0 by 0 on a wave with neither compute nor outputs;
+    ``spread`` divides NaN (no whole reading yet) by 0. Both are NaN, as numpy
+    has them, and a maximum skips NaN, on both engines.
+    """
+
+    name = "per-output-byte"
+    summary = "compute bytes per output byte (a test policy)"
+    first_whole = First(COMPUTE, where=WHOLE)
+    ratio = Max(COMPUTE / OUTPUT)
+    spread = Max(first_whole / OUTPUT)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return np.fmax(state.ratio, state.spread) * n
+
+
+def _divisions(folder: Path, then_priced: bool) -> Path:
+    """Wave 0 (10 tokens, no outputs, 0 B, forward): 0 / 0 and NaN / 0. Wave 1 (the
+    same) is unpriced. Wave 2 (100 B of outputs, 600 B, whole): 500 / 100 = 5 for
+    both. Wave 3 (no outputs, 0 B) is priced 5 * 10 = 50 B, int(50 * 1.1) = 55 B;
+    its reading divides 500 / 0 = inf into ``spread``, so a wave 4 would be priced
+    inf, which no engine may take as bytes."""
+    empty: dict[str, Any] = {"phase": "forward", "whole": False}
+    rows = [
+        whole_wave(0, 0, 10, **empty), whole_wave(1, 0, 10, **empty), whole_wave(2, 600, 10, output_bytes=100),
+        whole_wave(3, 0, 10, **empty),
+    ]  # fmt: skip
+    if then_priced:
+        rows.append(whole_wave(4, 0, 10, **empty))
+    return write_waves(folder, rows)
+
+
+def test_dividing_nan_or_zero_by_zero_is_nan_on_both_engines(tmp_path: Path) -> None:
+    """Survivor 13 (stranger-nan-over-zero-is-inf, stranger-zero-over-zero-is-inf):
+    IEEE division as numpy does it, on the reference engine too: 0 / 0 and NaN / 0
+    are NaN (a maximum skips them), x / 0 is ±inf.
+
+    Priced [unpriced, unpriced, unpriced, 55 B] on both engines. A price that is
+    not a finite number is refused naming the policy (docs/reference/policy-api.md),
+    on both engines alike: with wave 4 priced inf, exit 2.
+    """
+    folder = _divisions(tmp_path / "trace", then_priced=False)
+    frames = []
+    for engine in ("scalar", "vectorized"):
+        result = replay(read_trace([folder]), [PerOutputByte], engine=engine)
+        assert result.engine == engine
+        assert result.per_wave.get_column("estimate_bytes").to_list() == [None, None, None, 55]
+        frames.append(result.per_wave)
+    assert frames[0].equals(frames[1])
+    infinite = _divisions(tmp_path / "infinite", then_priced=True)
+    for engine in ("scalar", "vectorized"):
+        with pytest.raises(PolicyError, match="'per-output-byte' priced a wave at inf"):
+            replay(read_trace([infinite]), [PerOutputByte], engine=engine)
+    result = warmfit_cli("replay", infinite, "-p", f"{__name__}:PerOutputByte")
+    assert result.exit_code == 2, result.output
+    assert "per-output-byte" in result.output and "Traceback" not in result.output
+
+
+class Typo(DeclaredPolicy):
+    """Broken on purpose: the rule reads a field the state does not have."""
+
+    name = "typo"
+    summary = "broken on purpose"
+    rate = Max(RATE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return state.rat * n
+
+
+def test_a_typo_in_a_rule_is_not_blamed_on_arrays() -> None:
+    from warmfit.testing.checks import random_trace, read_trace_frame
+
+    trace = read_trace_frame(random_trace(1))
+    with pytest.raises(PolicyError, match="'typo': its rule failed") as caught:
+        replay(trace, [Typo], engine="vectorized")
+    assert "np.maximum" not in str(caught.value) and "rat" in str(caught.value)
+
+
+def test_a_where_that_is_not_a_condition_is_named() -> None:
+    with pytest.raises(PolicyError, match=r"Max\(\.\.\., where=3\)"):
+        Max(RATE + 1, where=3)  # type: ignore[arg-type]

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
 
-from warmfit.cli import app
+from tests.command_line import Invoke
 from warmfit.format.trace import readings_frame, write_trace
 from warmfit.policies import MaxMerge
 from warmfit.replay import replay, replay_scalar
@@ -36,11 +35,6 @@ def waves(sizes: list[tuple[int, int]], run: str = "run", **per_wave: list[objec
 
 def worked(run: str = "run") -> pl.DataFrame:
     return waves(WAVES, run)
-
-
-def invoke(*args: str) -> tuple[int, str, str]:
-    done = CliRunner().invoke(app, list(args))
-    return done.exit_code, done.stdout, done.stderr
 
 
 def test_beyond_worked_example_on_both_engines() -> None:
@@ -86,7 +80,7 @@ def test_a_wave_as_large_as_the_largest_seen_is_not_beyond() -> None:
         assert rows.get_column("beyond").to_list() == [None, False, False, True], engine
 
 
-def test_per_wave_file_and_json_carry_beyond(tmp_path: Path) -> None:
+def test_per_wave_file_and_json_carry_beyond(tmp_path: Path, invoke: Invoke) -> None:
     write_trace(worked(), tmp_path / "t" / "t.parquet")
     out = tmp_path / "rows.parquet"
     code, stdout, err = invoke(
@@ -98,7 +92,7 @@ def test_per_wave_file_and_json_carry_beyond(tmp_path: Path) -> None:
     assert (result["priced_beyond"], result["under_peak_beyond"]) == (2, 1)
 
 
-def test_a_policy_under_its_peak_is_named_in_a_warning(tmp_path: Path) -> None:
+def test_a_policy_under_its_peak_is_named_in_a_warning(tmp_path: Path, invoke: Invoke) -> None:
     write_trace(worked(), tmp_path / "t.parquet")
     code, stdout, err = invoke("replay", str(tmp_path), "-p", "max-merge", "-p", "envelope")
     assert code == 0
@@ -113,13 +107,13 @@ def test_a_policy_under_its_peak_is_named_in_a_warning(tmp_path: Path) -> None:
     assert "warning" not in stdout
 
 
-def test_no_warning_when_no_wave_is_under_its_peak() -> None:
+def test_no_warning_when_no_wave_is_under_its_peak(invoke: Invoke) -> None:
     code, _, err = invoke("replay", "traces/pr991")
     assert code == 0 and "warning" not in err
 
 
 def test_permute_is_reproducible_and_the_same_whatever_jobs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke: Invoke
 ) -> None:
     monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)  # workers even for small traces
     args = ["replay", "traces/art-h200", "-p", "warm-fit", "-p", "envelope", "-f", "json"]
@@ -135,13 +129,13 @@ def test_permute_is_reproducible_and_the_same_whatever_jobs(
 
 
 @pytest.mark.parametrize("bad", [["--permute", "0"], ["--permute", "7", "--seed", "-1"]])
-def test_permute_refuses_bad_values(bad: list[str]) -> None:
+def test_permute_refuses_bad_values(bad: list[str], invoke: Invoke) -> None:
     code, _, err = invoke("replay", "traces/pr991", *bad)
     assert code == 2
     assert "Traceback" not in err
 
 
-def test_permute_on_an_empty_trace_and_seed_without_permute(tmp_path: Path) -> None:
+def test_permute_on_an_empty_trace_and_seed_without_permute(tmp_path: Path, invoke: Invoke) -> None:
     write_trace(worked().head(0), tmp_path / "empty.parquet")
     for fmt in ("table", "markdown", "csv", "json"):
         code, _, err = invoke("replay", str(tmp_path), "--permute", "3", "-f", fmt)
@@ -153,7 +147,7 @@ def test_permute_on_an_empty_trace_and_seed_without_permute(tmp_path: Path) -> N
 
 
 def test_the_safe_factor_is_folded_by_the_streamed_replay(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke: Invoke
 ) -> None:
     """The warning's factor comes from the replay's own fold, batch by batch in the
     workers, never from a second replay of the trace in memory."""

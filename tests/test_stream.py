@@ -13,14 +13,18 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from tests.command_line import warmfit_ok
 from tests.strategies import examples, trace_parts
+from tests.whole_waves import whole_wave, write_waves
 from warmfit.cli import app
 from warmfit.errors import TraceError, UsageError
 from warmfit.format.batches import index_file, plan, read_batch
@@ -357,7 +361,6 @@ def test_per_wave_is_written_in_the_format_its_suffix_names(
     assert (tmp_path / "w.csv").read_text() == expected.write_csv()
     assert pl.read_csv(tmp_path / "W.CSV", schema=expected.schema).equals(expected)
     assert pl.read_parquet(tmp_path / "w.parquet").equals(expected)
-    import pyarrow.parquet as pq
 
     metadata = pq.read_schema(tmp_path / "w.parquet").metadata
     assert metadata[PER_WAVE_KEY.encode()] == b"1"
@@ -624,3 +627,73 @@ def test_workers_write_the_medians_runs_and_the_figures_hold(
     assert len(taken) > 10
     # by signature, the second batch's cells come out of order: its run is read back
     assert bool(read_back) == (by == "signature")
+
+
+# --------------------------------------------------------------------------- 10: engine fallback
+
+
+def test_the_streamed_replay_reports_the_scalar_engine_after_a_fallback(tmp_path: Path) -> None:
+    """Survivor 10 (stranger-stream-reports-vectorized): a batch with a value of
+    2**53 bytes or more replays on the reference engine (doubles are exact below
+    2**53 only), and the streamed replay, as the command runs it, says so.
+
+    Rank 0 (2 waves of 400 B) is one batch, vectorized; rank 1, whose first
+    wave peaks at 2**53 B, is the second and falls back: the replay ran
+    ``scalar``. Its figures are the scalar engine's, in the command too.
+    """
+    rows = [whole_wave(0, 400, 4), whole_wave(1, 400, 4)]
+    rows += [whole_wave(0, 2**53, 4, rank=1), whole_wave(1, 2**53, 4, rank=1)]
+    folder = write_waves(tmp_path / "both", rows)
+    small = write_waves(tmp_path / "small", rows[:2])
+    assert replay_stream([small]).engine == "vectorized"
+    for batch_readings in (1, 100):  # two batches, the second falls back; one batch
+        streamed = replay_stream([folder], batch_readings=batch_readings)
+        assert streamed.batches == (2 if batch_readings == 1 else 1)
+        assert streamed.engine == "scalar"
+    assert replay(read_trace([folder])).engine == "scalar"
+    scalar = warmfit_ok("replay", folder, "-f", "json", "--engine", "scalar").stdout
+    assert warmfit_ok("replay", folder, "-f", "json", "--engine", "vectorized").stdout == scalar
+    # each rank's wave 1 is priced int(peak * 1.1) for its peak: +10%
+    assert json.loads(scalar)["results"][0]["max_over_estimate"] == pytest.approx(0.1)
+
+
+# --------------------------------------------------------------------------- 11: no-whole warning
+
+
+def _no_whole_trace(folder: Path) -> Path:
+    """Four streams, four batches of two readings: run A signature cold has no whole
+    reading (first batch only); run B signature late has none on rank 0 (second
+    batch) and whole ones on rank 1 (third); run C (last batch) has whole ones."""
+    not_whole: dict[str, Any] = {"whole": False}
+    rows = [
+        whole_wave(0, 400, run="A", signature="cold", **not_whole),
+        whole_wave(1, 400, run="A", signature="cold", **not_whole),
+        whole_wave(0, 400, run="B", signature="late", **not_whole),
+        whole_wave(1, 400, run="B", signature="late", **not_whole),
+        whole_wave(0, 400, run="B", signature="late", rank=1),
+        whole_wave(1, 400, run="B", signature="late", rank=1),
+        whole_wave(0, 400, run="C", signature="ok"),
+        whole_wave(1, 400, run="C", signature="ok"),
+    ]
+    return write_waves(folder, rows)
+
+
+def test_the_no_whole_warning_counts_every_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Survivor 11 (stranger-no-whole-last-batch-only): the pairs without a whole
+    reading are counted over every batch of the trace: (A, cold), whose readings
+    are all in the first of four batches, is named; (B, late), whose whole
+    readings come only in a later batch than its others, is not."""
+    folder = _no_whole_trace(tmp_path)
+    for engine in ("scalar", "vectorized"):
+        streamed = replay_stream([folder], engine=engine, batch_readings=2)
+        assert streamed.batches == 4
+        assert streamed.without_whole.rows() == [("A", "cold")]
+    import warmfit.replay.stream as stream
+
+    real_plan = stream.plan
+    monkeypatch.setattr(stream, "plan", lambda indexes, batch_readings: real_plan(indexes, 2))
+    warned = warmfit_ok("replay", folder).stderr
+    assert "no whole reading in run 'A' signature 'cold'" in warned
+    assert "late" not in warned

@@ -271,3 +271,41 @@ def test_the_recorded_prices_ask_for_no_safe_factor() -> None:
             np.array([800, 800], dtype=np.int64),
         )
         assert fold.safe_factors() == {"p": 1.25}
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _estimated_waves(*waves: tuple[int, int]) -> pl.DataFrame:
+    """One run, one policy; waves as (estimate_bytes, actual_bytes)."""
+    same = {"run": "r", "rank": 0, "signature": "s", "kind": "flat", "policy": "p"}
+    tokens = {"packed_tokens": 10, "logical_tokens": 10, "output_bytes": 0}
+    rows = [
+        same
+        | tokens
+        | {"wave": i, "static_floor_bytes": None, "set_by": "profile", "oom": False}
+        | {"actual_bytes": actual, "estimate_bytes": estimate}
+        | {"over_estimate": estimate / actual - 1, "under_peak": estimate < actual}
+        for i, (estimate, actual) in enumerate(waves)
+    ]
+    return pl.DataFrame(rows, schema=PER_WAVE_SCHEMA)
+
+
+def test_median_excess_of_a_negative_odd_total_truncates_toward_zero() -> None:
+    """Kills median-excess-floors: excesses -3 and 0, mean -1.5, reported -1 (not -2)."""
+    summary = summarize(
+        _estimated_waves((97, 100), (100, 100)), ["p"], pl.DataFrame({"run": ["r"]})
+    )
+    assert summary.get_column("median_excess_bytes").to_list() == [-1]
+
+
+def test_a_wave_estimated_exactly_at_the_budget_is_admitted() -> None:
+    """Kills admitted-below-budget-only.
+
+    Budget 100 bytes; waves estimated 97 and 100 (both using 100): both are
+    admitted, none refused although it fit, none admitted that did not fit.
+    """
+    per_wave = _estimated_waves((97, 100), (100, 100))
+    summary = summarize(per_wave, ["p"], pl.DataFrame({"run": ["r"]}), budget_bytes=100)
+    row = summary.select("admitted", "refused_fit", "admitted_oom").row(0)
+    assert row == (2, 0, 0)

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.command_line import Invoke
 from warmfit.cli import app
 from warmfit.errors import TraceError
 from warmfit.format.trace import TraceSummary, read_trace, readings_frame, write_trace
@@ -219,3 +220,28 @@ def test_an_extra_column_named_like_an_internal_one_is_just_carried(tmp_path: Pa
     path = write(tmp_path / "t.parquet", frame)
     with pytest.raises(TraceError, match="row 0: value -1 is negative"):
         read_trace([path])
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_validate_says_in_one_line_what_an_imported_trace_does_not_record(invoke: Invoke) -> None:
+    code, out, _ = invoke("validate", str(REPO / "traces" / "art-h200"))
+    assert code == 0
+    assert "not recorded" not in out
+    lines = [line for line in out.splitlines() if "metadata" in line]
+    assert lines == [
+        "  not known   meter, torch, recorder (no warmfit.meter, warmfit.torch_version, "
+        "warmfit.recorder metadata: written by another tool or imported)"
+    ]
+    assert "  device      NVIDIA H200" in out  # what is recorded is still shown
+
+
+def test_two_recordings_of_one_run_label_are_told_apart_from_a_bad_numbering(
+    tmp_path: Path,
+) -> None:
+    row = dict(seq=0, wave=0, signature="s", packed_tokens=4, logical_tokens=4, peak_bytes=9)
+    write_trace(readings_frame([row]), tmp_path / "a" / "run=mine" / "rank=0" / "r.parquet")
+    write_trace(readings_frame([row]), tmp_path / "b" / "run=mine" / "rank=0" / "r.parquet")
+    with pytest.raises(Exception, match="record one again with --run NAME"):
+        read_trace([tmp_path / "a", tmp_path / "b"])

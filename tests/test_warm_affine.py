@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.whole_waves import whole_wave, write_waves
 from warmfit.format.trace import read_trace
 from warmfit.policies import PriceRequest, Reading, WarmAffine, WarmFit
-from warmfit.policies.rule import State
+from warmfit.policies.rule import (
+    State,
+)
 from warmfit.replay import replay
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,3 +89,51 @@ def test_puts_no_more_waves_under_their_peak_than_warm_fit(trace: Path) -> None:
     under = {(r["run"], r["policy"]): r["under_peak"] for r in summary.to_dicts()}
     for run in summary.get_column("run").unique():
         assert under[(run, "warm-affine")] <= under[(run, "warm-fit")]
+
+
+# --------------------------------------------------------------------------- warm-affine
+
+
+def test_a_falling_line_is_flat_at_the_anchor() -> None:
+    """Kills affine-negative-slope.
+
+    Seed 100 tokens; anchor 200 tokens at 60,000 B; then 400 tokens at only
+    40,000 B: the marginal rate (40,000 - 60,000) / (400 - 200) = -100 B/token
+    is flattened to 0, so the line is 60,000 everywhere. A 300-token wave:
+    warm-fit says 300 B/token * 300 = 90,000, the line 60,000 (not
+    60,000 - 100 * 100 = 50,000).
+    """
+    profile = WarmAffine()
+    for n, delta in ((100, 90_000), (200, 60_000), (400, 40_000)):
+        profile.observe(Reading(n, n, delta, whole=True))
+    assert profile.slope == -100.0
+    assert profile.price(PriceRequest(300, 300)) == 60_000.0
+
+
+# --------------------------------------------------------------------------- 6: warm-affine
+
+
+def test_warm_affine_prices_a_small_wave_at_the_warm_tokens(tmp_path: Path) -> None:
+    """Survivor 6 (stranger-affine-drops-warm-tokens): warm-affine's ``n_eff`` is
+    ``max(warm_tokens, n, m / warm_sharing)``, as warm-fit's.
+
+    Seed 100 tokens at 90,000 B; the anchor 150 tokens at 45,000 B (300
+    B/token; warm_tokens 150); then 250 tokens at 60,000 B: slope (60,000 -
+    45,000) / 100 = 150 B/token. A 50-token wave: n_eff = 150, the line L(150)
+    = 45,000 B = warm-fit's 300 * 150 (and max-merge's 900 * 50): priced
+    int(45,000 * 1.1) = 49,500 B. Dropping warm_tokens, L(50) = 45,000 - 150 *
+    100 = 30,000 B, priced 33,000 B. It peaks at 60,000 B.
+    """
+    waves = [(100, 90_000), (150, 45_000), (250, 60_000), (50, 60_000)]
+    profile = WarmAffine()
+    for n, delta in waves[:3]:
+        profile.observe(Reading(n, n, delta, whole=True))
+    assert profile.price(PriceRequest(50, 50)) == 45_000.0
+    folder = write_waves(tmp_path, [whole_wave(i, peak, n) for i, (n, peak) in enumerate(waves)])
+    for engine in ("scalar", "vectorized"):
+        result = replay(read_trace([folder]), ["warm-affine"], engine=engine)
+        assert result.engine == engine
+        assert result.per_wave.get_column("estimate_bytes").to_list() == [
+            None, 148_500, 82_500, 49_500,
+        ]  # fmt: skip
+        assert result.per_wave.get_column("actual_bytes").to_list()[3] == 60_000
