@@ -293,17 +293,21 @@ class PointQueries:
         self.first = np.searchsorted(positions, starts, side="left")
         self._point_first = self.first[profile]
         self._rank = np.arange(len(at)) - self._point_first  # within its profile
-        seen = priced_at >= 0
+        #: The waves in (profile, time) order: every per-wave array below and every
+        #: answer while it is found lie in this order, so that each level's waves are
+        #: an ascending run of positions (gathers and scatters walk memory forward)
+        #: and the searches get their needles near sorted (numpy's searches are
+        #: faster so); the answers are put back in the waves' order once, at the end.
+        self._in_order = np.argsort(priced_at, kind="stable")
+        priced_at = priced_at[self._in_order]
         wave_profile = np.searchsorted(starts, np.maximum(priced_at, 0), side="right") - 1
         #: Per wave, the first point of its profile and how many it had measured.
         self._wave_first = self.first[wave_profile]
         counted = np.searchsorted(positions, priced_at, side="right") - self._wave_first
-        self._seen = np.where(seen, counted, 0)
-        self._in_order = np.argsort(priced_at, kind="stable")
-        self._sizes = np.unique(at)
-        self._tops = np.unique(values)
-        self._size_rank = np.searchsorted(self._sizes, at)
-        self._value_rank = np.searchsorted(self._tops, values)
+        self._seen = np.where(priced_at >= 0, counted, 0)
+        # sizes and values ranked from one sort each (a search per point costs more)
+        self._sizes, self._size_rank = np.unique(at, return_inverse=True)
+        self._tops, self._value_rank = np.unique(values, return_inverse=True)
         self._levels: list[_Level] = []
         #: Each level's order of the points (by block, then size; ties as measured).
         self._orders: list[np.ndarray] = []
@@ -350,7 +354,7 @@ class PointQueries:
             level = len(self._blocks_at)
             # in (profile, time) order: each level's keys then ascend by block, and the
             # searches walk the sorted keys forward (numpy narrows a search from the last)
-            waves = self._in_order[(((self._seen >> level) & 1) != 0)[self._in_order]]
+            waves = np.flatnonzero((self._seen >> level) & 1)
             block = (self._seen[waves] >> level) - 1  # within its profile
             first = self._wave_first[waves]
             base = (first + block) * (len(self._sizes) + 1)  # its key's block part
@@ -368,6 +372,7 @@ class PointQueries:
             if asked is x:
                 return answer
         query = np.broadcast_to(np.asarray(x, dtype=np.float64), self._seen.shape)
+        query = query[self._in_order]  # (profile, time) order, as the answers are found
         answer = _Answer(*(np.full(len(query), np.nan) for _ in range(4)))
         asked_any = ~np.isnan(query)
         # Points with a size rank below `bound` are at sizes not above x.
@@ -407,6 +412,9 @@ class PointQueries:
             answer.above_top[high] = np.where(
                 nearer, found_top, np.where(found == was, np.fmax(top_was, found_top), top_was)
             )
+        # back in the waves' order
+        found = (answer.below, answer.top, answer.above, answer.above_top)
+        answer = _Answer(*(_scattered(values, self._in_order) for values in found))
         self._memo = [*self._memo[-3:], (x, answer)]
         return answer
 
@@ -425,6 +433,13 @@ class PointQueries:
                 both = np.fmax(answer.top, answer.above_top)
                 return np.where(np.isnan(answer.above), np.nan, both)
         return self._ask(x).top
+
+
+def _scattered(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``values`` given in ``order`` (a permutation), put back in the original order."""
+    out = np.empty_like(values)
+    out[order] = values
+    return out
 
 
 @dataclass(frozen=True)
