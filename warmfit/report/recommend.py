@@ -124,9 +124,11 @@ def measured_limit(
     >>> measured_limit([(100, 1_000)], 2_000, [300])  # 100 + 1,000 * 200 // 1,001
     MeasuredLimit(tokens=299, measured='interpolated', largest_fitted=100, smallest_unfitted=300)
     """
-    peaks: dict[int, int] = {}
-    for n, actual in points:
-        peaks[n] = max(actual, peaks.get(n, actual))
+    peaks: dict[int, int] = dict(points)  # one point a size (as MeasuredWaves gives them)
+    if len(peaks) < len(points):  # else each size's peak: the largest of its points
+        peaks = {}
+        for n, actual in points:
+            peaks[n] = max(actual, peaks.get(n, actual))
     sizes = sorted(peaks)
     unfitted = next((i for i, n in enumerate(sizes) if peaks[n] > budget_bytes), len(sizes))
     fitted = sizes[unfitted - 1] if unfitted else 0
