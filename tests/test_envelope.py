@@ -225,12 +225,17 @@ def same(a: float, b: float) -> bool:
         max_size=4,
     ),
     st.randoms(use_true_random=False),
+    st.sampled_from([(1.0, 0.0), (1.0, 0.5), (0.5, 0.0), (0.5, 0.25)]),
 )
 def test_point_queries_answer_as_the_definition(
-    profiles: list[list[tuple[float, float]]], rng: object
+    profiles: list[list[tuple[float, float]]], rng: object, scale_shift: tuple[float, float]
 ) -> None:
     """Every wave's queries against its profile's points measured before it, vectorized,
-    against the definitions computed point by point — and the reference PointSet too."""
+    against the definitions computed point by point — and the reference PointSet too.
+    Sizes are whole numbers (PointQueries counts them by a table) or halves (mostly not
+    whole: by a search), queries whole or not."""
+    scale, shift = scale_shift
+    profiles = [[(x * scale, y) for x, y in points] for points in profiles]
     at, values, positions, starts, priced_at, queries, expected = [], [], [], [], [], [], []
     position = 0
     for points in profiles:
@@ -241,7 +246,7 @@ def test_point_queries_answer_as_the_definition(
             positions.append(position + i)
         for seen in range(len(points) + 1):  # a wave after every prefix of the points
             priced_at.append(position + seen - 1 if seen else -1)
-            q = float(rng.randint(0, 42))  # type: ignore[attr-defined]
+            q = rng.randint(0, 42) * scale + shift  # type: ignore[attr-defined]
             queries.append(q)
             expected.append(brute_force(points[:seen], q))
             reference = PointSet()

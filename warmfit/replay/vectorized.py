@@ -254,10 +254,10 @@ def declared_prices(
     return p, profiles
 
 
-#: Levels whose blocks (1, 2, 4 points) :class:`PointQueries` compares directly rather
-#: than search: replay_stream of 1e6 readings took 0.99-1.04 s with none, 0.94-0.95 s with
-#: 3 levels, 0.96-0.97 s with 4 or 5.
-DIRECT_LEVELS = 3
+#: The widest range of whole-number sizes :class:`PointQueries` counts by a table (8 MiB
+#: of counts): replay -p envelope of 1e7 readings (sizes 1k-32k tokens) spent 17% of its
+#: point queries' CPU in a binary search per wave to rank its size, about 1% so.
+SIZE_TABLE = 2**20
 
 
 class PointQueries:
@@ -271,10 +271,20 @@ class PointQueries:
     points sees them as at most ``log2(L) + 1`` whole blocks (one per bit of
     ``L``). Per level, every block is sorted by size once, with the running
     largest value along it; a wave then finds, in each of its blocks, the last
-    point at a size not above ``x`` (``below``, ``top``) by one binary search
-    (a direct comparison for blocks of up to 4 points), and the first at a size
+    point at a size not above ``x`` (``below``, ``top``), and the first at a size
     not below it (``above``) beside it. Every answer is a measured
-    size or value, so exact. Cost: ``O(P log P log L)`` for ``P`` points.
+    size or value, so exact.
+
+    One binary search per wave, not one per block: the blocks of a level pair
+    into the next level's, so the wave searches the one block of ``2**levels``
+    points that holds every point it has seen and walks down towards its count
+    ``L``, level by level, keeping how many points of its block lie at sizes not
+    above ``x``; each sorted position keeps how many points before it came from a
+    left half, so the count splits between the halves by two look-ups
+    (fractional cascading). Where bit ``k`` of ``L`` is set, the left half is one
+    of the wave's whole blocks. Cost: ``O(P log P log L)`` for ``P`` points to
+    sort the levels, ``O(log P + log L)`` per wave (a search per block cost
+    replay of 1e7 readings about 13% more CPU in the point queries).
     """
 
     def __init__(
@@ -293,21 +303,34 @@ class PointQueries:
         self.first = np.searchsorted(positions, starts, side="left")
         self._point_first = self.first[profile]
         self._rank = np.arange(len(at)) - self._point_first  # within its profile
-        seen = priced_at >= 0
+        #: The waves in (profile, time) order: every per-wave array below and every
+        #: answer while it is found lie in this order, so that each level's waves are
+        #: an ascending run of positions (gathers and scatters walk memory forward)
+        #: and the searches get their needles near sorted (numpy's searches are
+        #: faster so); the answers are put back in the waves' order once, at the end.
+        self._in_order = np.argsort(priced_at, kind="stable")
+        priced_at = priced_at[self._in_order]
         wave_profile = np.searchsorted(starts, np.maximum(priced_at, 0), side="right") - 1
         #: Per wave, the first point of its profile and how many it had measured.
         self._wave_first = self.first[wave_profile]
         counted = np.searchsorted(positions, priced_at, side="right") - self._wave_first
-        self._seen = np.where(seen, counted, 0)
-        self._in_order = np.argsort(priced_at, kind="stable")
-        self._sizes = np.unique(at)
-        self._tops = np.unique(values)
-        self._size_rank = np.searchsorted(self._sizes, at)
-        self._value_rank = np.searchsorted(self._tops, values)
+        self._seen = np.where(priced_at >= 0, counted, 0)
+        # sizes and values ranked from one sort each (a search per point costs more)
+        self._sizes, self._size_rank = np.unique(at, return_inverse=True)
+        #: Where every size is a whole number within SIZE_TABLE of the smallest (token
+        #: counts): per whole number from the smallest size, how many sizes lie at or
+        #: below it, so that a query's count is one look-up, not a binary search.
+        self._counts: np.ndarray | None = None
+        sizes = self._sizes
+        narrow = len(sizes) > 0 and np.isfinite(sizes[[0, -1]]).all()
+        if narrow and sizes[-1] - sizes[0] < SIZE_TABLE and (sizes == np.floor(sizes)).all():
+            marks = np.zeros(int(sizes[-1] - sizes[0]) + 1, dtype=np.intp)
+            marks[(sizes - sizes[0]).astype(np.intp)] = 1
+            self._counts = np.cumsum(marks)
+        self._tops, self._value_rank = np.unique(values, return_inverse=True)
         self._levels: list[_Level] = []
         #: Each level's order of the points (by block, then size; ties as measured).
         self._orders: list[np.ndarray] = []
-        self._blocks_at: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         #: The last queries asked and their answers (each query is kept, so that its
         #: identity cannot be taken by another array).
         self._memo: list[tuple[object, _Answer]] = []
@@ -339,23 +362,12 @@ class PointQueries:
             # each point's run of points at its size, in its block: the top at its end
             ends = np.flatnonzero(np.append(key[1:] != key[:-1], True))
             run = np.cumsum(np.concatenate(([True], key[1:] != key[:-1]))) - 1
-            self._levels.append(_Level(key, self.at[order], tops, tops[ends][run]))
+            # per sorted position, how many before it (from 0) came from a left half:
+            # a block's count below a size splits into its halves' from two of these
+            left_born = ((self._rank[order] >> max(level - 1, 0)) & 1) == 0  # unused at 0
+            born = np.concatenate(([0], np.cumsum(left_born)))
+            self._levels.append(_Level(key, self.at[order], tops, tops[ends][run], born))
         return self._levels[k]
-
-    def _blocks(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The waves that see a whole block of ``2**k`` points at level ``k`` (bit ``k`` of
-        their count is set), in (profile, time) order, with their block's key base and
-        first sorted position (built once per level, for every query)."""
-        while len(self._blocks_at) <= k:
-            level = len(self._blocks_at)
-            # in (profile, time) order: each level's keys then ascend by block, and the
-            # searches walk the sorted keys forward (numpy narrows a search from the last)
-            waves = self._in_order[(((self._seen >> level) & 1) != 0)[self._in_order]]
-            block = (self._seen[waves] >> level) - 1  # within its profile
-            first = self._wave_first[waves]
-            base = (first + block) * (len(self._sizes) + 1)  # its key's block part
-            self._blocks_at.append((waves, base, first + (block << level)))
-        return self._blocks_at[k]
 
     def _ask(self, x: np.ndarray) -> _Answer:
         """Per wave, over the points it has seen: the nearest sizes not above and not
@@ -368,35 +380,45 @@ class PointQueries:
             if asked is x:
                 return answer
         query = np.broadcast_to(np.asarray(x, dtype=np.float64), self._seen.shape)
+        query = query[self._in_order]  # (profile, time) order, as the answers are found
         answer = _Answer(*(np.full(len(query), np.nan) for _ in range(4)))
-        asked_any = ~np.isnan(query)
+        # Each wave walks down from the block of 2**levels points holding all it has
+        # seen, towards its count: `start` is where its block lies in that level's
+        # sorted order, `below` how many of the block's points are at sizes not above x
+        walking = np.flatnonzero(~np.isnan(query) & (self._seen > 0))
+        seen, start = self._seen[walking], self._wave_first[walking]
         # Points with a size rank below `bound` are at sizes not above x.
-        bound = np.searchsorted(self._sizes, query, side="right")
-        for k in range(int(self._seen.max(initial=0)).bit_length()):
-            waves, base, begin = self._blocks(k)
-            if not asked_any.all():
-                kept = asked_any[waves]
-                waves, base, begin = waves[kept], base[kept], begin[kept]
+        bound = self._count_not_above(query[walking])
+        levels = int(seen.max(initial=0)).bit_length()
+        if len(walking):
+            key = self._level(levels).key
+            target = start * (len(self._sizes) + 1) + bound  # block `start`, x
+            below = np.searchsorted(key, target, side="left") - start
+        for k in reversed(range(levels)):
+            level, parent = self._level(k), self._level(k + 1)
+            # the block's left half holds the points of the level below's block that starts
+            # where it starts; so many of those are at sizes not above x
+            left = parent.left_born[start + below] - parent.left_born[start]
+            right = ((seen >> k) & 1) != 0
+            # where bit k of the count is set, the left half is one of the wave's whole
+            # blocks (points it has seen) and the walk goes on in the right half
+            waves, begin = walking[right], start[right]
+            after = begin + left[right]
+            start = np.where(right, start + (1 << k), start)
+            below = np.where(right, below - left, left)
             if not len(waves):
                 continue
-            level = self._level(k)
-            target = base + bound[waves]
-            if k < DIRECT_LEVELS:  # a block of 1, 2 or 4 points: count those below directly
-                after = begin.copy()
-                for j in range(1 << k):
-                    after += level.key[begin + j] < target
-            else:
-                after = np.searchsorted(level.key, target, side="left")
             # the wave's block holds the sorted positions begin .. begin + 2**k - 1
             end = begin + (1 << k)
             at = after - 1  # the last point not above x, where it is in the block
             inside = at >= begin
             low, at = waves[inside], at[inside]
-            answer.below[low] = np.fmax(answer.below[low], level.sizes[at])
+            size_at = level.sizes[at]
+            answer.below[low] = np.fmax(answer.below[low], size_at)
             answer.top[low] = np.fmax(answer.top[low], level.tops[at])
             # the first point not below x: x itself where the last one not above is at x
             on_x = np.zeros(len(waves), dtype=bool)
-            on_x[inside] = level.sizes[at] == query[low]
+            on_x[inside] = size_at == query[low]
             first = np.where(on_x, after - 1, after)
             inside = on_x | (first < end)
             high, first = waves[inside], first[inside]
@@ -407,8 +429,20 @@ class PointQueries:
             answer.above_top[high] = np.where(
                 nearer, found_top, np.where(found == was, np.fmax(top_was, found_top), top_was)
             )
+        # back in the waves' order
+        found = (answer.below, answer.top, answer.above, answer.above_top)
+        answer = _Answer(*(_scattered(values, self._in_order) for values in found))
         self._memo = [*self._memo[-3:], (x, answer)]
         return answer
+
+    def _count_not_above(self, x: np.ndarray) -> np.ndarray:
+        """Per query (not NaN), how many of the sizes lie at or below it."""
+        if self._counts is None:
+            return np.searchsorted(self._sizes, x, side="right")
+        # whole sizes: those not above x are those not above floor(x)
+        offset = np.clip(np.floor(x) - self._sizes[0], -1, len(self._counts) - 1)
+        index = offset.astype(np.intp)
+        return np.where(index < 0, 0, self._counts[np.maximum(index, 0)])
 
     def below(self, x: np.ndarray) -> np.ndarray:
         return self._ask(x).below
@@ -425,6 +459,13 @@ class PointQueries:
                 both = np.fmax(answer.top, answer.above_top)
                 return np.where(np.isnan(answer.above), np.nan, both)
         return self._ask(x).top
+
+
+def _scattered(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``values`` given in ``order`` (a permutation), put back in the original order."""
+    out = np.empty_like(values)
+    out[order] = values
+    return out
 
 
 @dataclass(frozen=True)
@@ -449,6 +490,9 @@ class _Level:
     tops: np.ndarray
     #: The largest value up to the last point of its block at its size.
     run_tops: np.ndarray
+    #: Per sorted position ``i`` (and one past the last), how many points before
+    #: ``i`` came from the left half of their block (the level below's even block).
+    left_born: np.ndarray
 
 
 def _fits_exactly(readings: pl.DataFrame, recorded: bool = False) -> bool:

@@ -136,9 +136,11 @@ def measured_limit(
     >>> measured_limit([(100, 1_000)], 2_000, [300])  # somewhere in [100, 299]
     MeasuredLimit(tokens=None, measured='below an OOM', largest_fitted=100, smallest_unfitted=300)
     """
-    peaks: dict[int, int] = {}
-    for n, actual in points:
-        peaks[n] = max(actual, peaks.get(n, actual))
+    peaks: dict[int, int] = dict(points)  # one point a size (as MeasuredWaves gives them)
+    if len(peaks) < len(points):  # else each size's peak: the largest of its points
+        peaks = {}
+        for n, actual in points:
+            peaks[n] = max(actual, peaks.get(n, actual))
     sizes = sorted(peaks)
     unfitted = next((i for i, n in enumerate(sizes) if peaks[n] > budget_bytes), len(sizes))
     fitted = sizes[unfitted - 1] if unfitted else 0
@@ -257,10 +259,15 @@ class MeasuredWaves:
         actual = np.concatenate([a[1] for a in arrays])
         fitted = ~np.concatenate([a[2] for a in arrays])
         n, actual = n[fitted], actual[fitted]
-        order = np.lexsort((actual, n))  # by size, then bytes: each size's peak last
-        n, actual = n[order], actual[order]
-        last = np.append(n[1:] != n[:-1], True) if len(n) else np.zeros(0, dtype=bool)
-        return list(zip(n[last].tolist(), actual[last].tolist(), strict=True))
+        if not len(n):
+            return []
+        # by size, each size's peak the largest of its bytes (a sort by size alone, then
+        # a maximum per size: 2.6x cheaper than sorting by size and bytes, 1.3e6 waves)
+        order = np.argsort(n)
+        n = n[order]
+        first = np.flatnonzero(np.concatenate(([True], n[1:] != n[:-1])))
+        peaks = np.maximum.reduceat(actual[order], first)
+        return list(zip(n[first].tolist(), peaks.tolist(), strict=True))
 
 
 #: The columns of a wave :func:`measured_waves` reads.

@@ -122,7 +122,10 @@ class Grid:
         self.direct = len(self.actual) < self.DIRECT
         if not self.direct:
             ratio = self.unscaled / self.actual
-            order = np.argsort(ratio, kind="stable")
+            # not a stable sort: waves of one ratio may lie in any order, since each
+            # window below is bounded by ratios (whole runs of equal ones), so the
+            # figures are the same; the stable sort cost 1.7x as much (1.3e6 waves)
+            order = np.argsort(ratio)
             self.ratio = ratio[order]
             self.unscaled, self.actual = self.unscaled[order], self.actual[order]
             self.slack = 1.0 / float(self.actual.min())
