@@ -527,7 +527,7 @@ SIGKILLED = textwrap.dedent(
     from pathlib import Path
     from warmfit.recorder.log import LogWriter
     sys.path.insert(0, sys.argv[2])
-    from test_hostile_log import rows
+    from tests.test_hostile_log import rows
 
     writer = LogWriter(Path(sys.argv[1]), "r", 0, {}, fsync=False)
     print("ready", flush=True)
@@ -547,7 +547,7 @@ def test_a_writer_killed_at_any_moment_leaves_a_log_recover_keeps_whole(tmp_path
     script = tmp_path / "writer.py"
     script.write_text(SIGKILLED)
     child = subprocess.Popen(
-        [sys.executable, str(script), str(log), str(Path(__file__).parent)],
+        [sys.executable, str(script), str(log), str(Path(__file__).parent.parent)],
         stdout=subprocess.PIPE,
         text=True,
     )
