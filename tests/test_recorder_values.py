@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from warmfit.errors import UsageError  # noqa: E402
 from warmfit.format.trace import read_trace  # noqa: E402
-from warmfit.recorder import Recorder  # noqa: E402
+from warmfit.recorder import Recorder, RecorderWarning  # noqa: E402
 from warmfit.recorder.log import LOG_NAME  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -120,13 +120,19 @@ class HugePricer:
         pass
 
 
-def test_a_pricer_price_beyond_int64_names_the_pricer(tmp_path):
+def test_a_pricer_price_beyond_int64_names_the_pricer_and_the_wave_runs_unrecorded(tmp_path):
+    """Recording never changes what the trainer does: a price the trace cannot hold
+    (a user pricer's 2**63, as warmfit's Pricer's own overflow) skips the wave's
+    recording with a warning naming the pricer; the wave itself runs."""
     recorder = Recorder(tmp_path / "out", run="t", device="cpu", pricer=HugePricer())
+    ran = False
     try:
-        with pytest.raises(UsageError, match=r"HugePricer\.price\(\) returned .* above"):
-            recorder.wave("s", 10)
+        warned = pytest.warns(RecorderWarning, match=r"HugePricer\.price\(\) returned .* above")
+        with warned, recorder.wave("s", 10):
+            ran = True
     finally:
         recorder.close()
+    assert ran and recorder.skipped_waves == 1
 
 
 def test_a_recorder_killed_while_creating_its_log_leaves_nothing_recover_takes_for_a_trace(

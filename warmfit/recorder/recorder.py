@@ -621,12 +621,14 @@ class Recorder:
                     f"of bytes or None; {type(self.pricer).__name__}.price() returned "
                     f"{price!r} of type {type(price).__name__}."
                 ) from None
-        if price > LARGEST_INT:
-            raise UsageError(
-                f"wave({signature!r}): {type(self.pricer).__name__}.price() returned {price:,} "
-                f"bytes, above the trace's largest value 2**63 - 1 ({LARGEST_INT:,}); a price "
-                "is a number of bytes a device could hold."
+        if price > LARGEST_INT:  # as an overflow above: the wave runs, unrecorded
+            self._warn_skipped(
+                signature,
+                "estimate_bytes",
+                f"{type(self.pricer).__name__}.price() returned {price:,} bytes, above the "
+                f"trace's largest value 2**63 - 1 ({LARGEST_INT:,})",
             )
+            return _SKIP
         return price
 
     def _skip(

@@ -9,7 +9,7 @@ bytes are its length (little-endian). :func:`probe` reads those 8 bytes, with a
 deadline, and refuses an address that says nothing or something else;
 :func:`connect` then starts the client with a deadline of its own.
 
-Nothing here imports Dask; :mod:`warmfit.replay.stream` calls :func:`connect`.
+Nothing here imports Dask; :mod:`warmfit.run.tasks` calls :func:`connect`.
 """
 
 from __future__ import annotations
