@@ -496,33 +496,8 @@ def test_a_time_outside_utc_is_malformed_and_the_rest_imported(tmp_path: Path) -
     """10:00 at +02:00 is 08:00 UTC: ART writes UTC, so another offset is refused by name."""
     folder = tmp_path / "spool"
     folder.mkdir()
-    base = {
-        "format": 1,
-        "kind": "art-planner-miss",
-        "phase": "train_step",
-        "oom": False,
-        "threshold_pct": 5.0,
-        "predicted_peak_bytes": 1000,
-        "admission_peak_bytes": 1100,
-        "observed_peak_bytes": 1500,
-        "partial_peak_bytes": None,
-        "replay": {
-            "rank": 0,
-            "model": "m",
-            "safety_factor": 1.1,
-            "memory_replay": {
-                "estimates": [
-                    {
-                        "signature": "s",
-                        "arguments": {"packed_tokens": 10, "logical_tokens": 10, "output_bytes": 0},
-                        "expected_required_bytes": 1000,
-                    }
-                ]
-            },
-        },
-    }
-    good = base | {"id": "a" * 32, "occurred_at": "2026-01-01T10:00:00+00:00"}
-    east = base | {"id": "b" * 32, "occurred_at": "2026-01-01T10:00:00+02:00"}
+    good = plain_report(0, id="a" * 32)  # at +00:00
+    east = plain_report(0, id="b" * 32, occurred_at="2026-01-01T10:00:00+02:00")
     (folder / "good.json").write_text(json.dumps(good) + "\n")
     (folder / "east.json").write_text(json.dumps(east) + "\n")
     out = tmp_path / "misses.parquet"
@@ -536,34 +511,7 @@ def test_the_16_mib_cap_is_exact(tmp_path: Path) -> None:
     """A report of exactly 16 MiB is read; one byte more is refused unread (oversized)."""
     folder = tmp_path / "spool"
     folder.mkdir()
-    record = {
-        "format": 1,
-        "kind": "art-planner-miss",
-        "id": "c" * 32,
-        "occurred_at": "2026-01-01T10:00:00+00:00",
-        "phase": "train_step",
-        "oom": False,
-        "threshold_pct": 5.0,
-        "predicted_peak_bytes": 1000,
-        "admission_peak_bytes": 1100,
-        "observed_peak_bytes": 1500,
-        "partial_peak_bytes": None,
-        "incomplete_reasons": [],
-        "replay": {
-            "rank": 0,
-            "model": "m",
-            "safety_factor": 1.1,
-            "memory_replay": {
-                "estimates": [
-                    {
-                        "signature": "s",
-                        "arguments": {"packed_tokens": 10, "logical_tokens": 10, "output_bytes": 0},
-                        "expected_required_bytes": 1000,
-                    }
-                ]
-            },
-        },
-    }
+    record = plain_report(0, id="c" * 32, incomplete_reasons=[])
     text = json.dumps(record) + "\n"
     pad = MAX_REPORT - len(text.encode())
     # pad inside the JSON (a long string in a list nobody reads) to exactly the cap
