@@ -82,7 +82,7 @@ def run_cli(*args: str) -> tuple[int, str]:
     ],
 )
 def test_a_budget_split_by_a_space_is_named_as_one(tmp_path, monkeypatch, command, words, written):
-    """nc2: `recommend T --budget 8 MiB` read MiB as a trace path and said only "no such
+    """Issue 41, the second try from a fresh clone: `recommend T --budget 8 MiB` read MiB as a trace path and said only "no such
     file or directory"; a missing path that reads as a size says how to write --budget."""
     monkeypatch.chdir(tmp_path)
     missing = words[-1]

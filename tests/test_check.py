@@ -585,7 +585,7 @@ def test_update_refuses_a_new_run_under_its_peak_unless_allowed(
 def test_update_of_a_file_written_with_allow_under_keeps_allowing(
     tmp_path: Path, invoke: Invoke
 ) -> None:
-    """nc2: a file written with --allow-under (EP1's max_under_peak is 1) records it, as
+    """Issue 41, the second try from a fresh clone: a file written with --allow-under (EP1's max_under_peak is 1) records it, as
     it records its safety factor and grouping: --update takes the new EP2, under its
     peak too, without the flag being repeated, and says why it did."""
     target = tmp_path / "expect.toml"

@@ -197,7 +197,7 @@ def test_allow_under_and_minus_p_by_signature(tmp_path: Path) -> None:
 def test_update_by_signature_refuses_new_tables_under_their_peak_counting_tables(
     tmp_path: Path,
 ) -> None:
-    """nc2: at safety 0.9 eval's two waves of 5_000 are priced 4_500. The file lists
+    """Issue 41, the second try from a fresh clone: at safety 0.9 eval's two waves of 5_000 are priced 4_500. The file lists
     train alone and allows no wave under its peak: --update refuses eval's tables,
     counted as the run/signature/policy tables it lists, as --write-expect counts what
     it writes."""

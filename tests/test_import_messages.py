@@ -223,7 +223,7 @@ llama-8b,8192,2,OOM,15000
 def test_a_null_from_the_how_tos_mapping_names_the_cell_that_gave_it(
     tmp_path: Path, change: tuple[str, str], message: str
 ) -> None:
-    """nc2: the how-to's TRY_CAST turns a non-empty typo into NULL; the refusal shows the
+    """Issue 41, the second try from a fresh clone: the how-to's TRY_CAST turns a non-empty typo into NULL; the refusal shows the
     raw cell of each column the expression reads on that row."""
     from tests.test_import_table import NEWCOMER_MAP
 
