@@ -58,7 +58,7 @@ from warmfit.replay import (
     check_safety_factor,
     group_keys,
 )
-from warmfit.report.formats import Report, csv_text, json_text
+from warmfit.report.formats import Report
 from warmfit.report.formats import render as render_report
 from warmfit.report.table import cell, percent, plain_table, table_text
 from warmfit.run import signals
@@ -1081,19 +1081,9 @@ def _document(report: CheckReport) -> dict[str, Any]:
     }
 
 
-def to_json(report: CheckReport) -> str:
-    """``{"schema": "warmfit.check/1", "expect", "safety_factor", "passed", "results"}``."""
-    return json_text(_document(report))
-
-
 def _columns(report: CheckReport) -> list[str]:
     """:data:`COLUMNS`, ``signature`` only ``--by signature``."""
     return [c for c in COLUMNS if c != "signature" or report.by != "run"]
-
-
-def to_csv(report: CheckReport) -> str:
-    """One header line and one line per limit; fractions in full precision."""
-    return csv_text(_columns(report), (list(r.values()) for r in _records(report)))
 
 
 def to_table(report: CheckReport) -> str:
