@@ -53,7 +53,7 @@ def one_line(done: subprocess.CompletedProcess[str], *words: str) -> None:
         assert word in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("files", [12, 14, 16])
+@pytest.mark.parametrize("files", [9, 11, 12, 14, 16])
 def test_too_few_open_files_for_workers_names_the_limit(
     trace: Path,  # noqa: F811
     tmp_path: Path,

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
+import resource
 import sys
 import threading
 from typing import Annotated, Any, NoReturn
@@ -175,8 +177,12 @@ class _Group(TyperGroup):
             said = _workers_failed() or resource_limit(exc)
             if said is None:
                 raise
-            typer.echo(f"warmfit: error: {said}", err=True)
-            raise typer.Exit(2) from None
+        # Only a limit's error comes here. Its traceback's frames held what it half made
+        # (a worker pool's pipes and semaphores, out of file descriptors): freed now, so
+        # that multiprocessing's clean-up at exit finds the descriptors it needs.
+        gc.collect()
+        typer.echo(f"warmfit: error: {said}", err=True)
+        raise typer.Exit(2)
 
 
 def _workers_failed() -> str | None:
@@ -186,9 +192,8 @@ def _workers_failed() -> str | None:
 
 
 def _limit(name: str) -> str:
-    """A resource limit of this process, as a person reads it."""
-    import resource
-
+    """A resource limit of this process, as a person reads it (:mod:`resource` is imported
+    with this module: out of file descriptors, its shared library could not be opened)."""
     soft = resource.getrlimit(getattr(resource, name))[0]
     return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft:,}"
 

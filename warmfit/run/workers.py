@@ -146,7 +146,7 @@ def _quiet_tracker_relaunch() -> None:
 
     def ensure_running() -> None:
         pid = getattr(tracker, "_pid", None)
-        if pid is None or process_state(pid) not in (None, b"Z", b"X"):
+        if pid is None or not _gone(pid):
             original()  # first start, or alive: as multiprocessing does
             return
         saved = os.dup(2)
@@ -218,6 +218,15 @@ def process_state(pid: int) -> bytes | None:
             return stat.read().rpartition(b")")[2].split()[0]
     except (OSError, IndexError):
         return None
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (exited, or a zombie): its ``/proc`` entry is
+    looked up without a file descriptor first, so that a process out of descriptors
+    (RLIMIT_NOFILE) never takes a living one for gone."""
+    if not os.path.exists(f"/proc/{pid}"):
+        return os.path.isdir("/proc")  # no /proc at all: say alive, as multiprocessing would
+    return process_state(pid) in (b"Z", b"X")
 
 
 def _server_value() -> str:
