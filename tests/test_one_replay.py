@@ -120,7 +120,7 @@ def _capture_drawings(monkeypatch: pytest.MonkeyPatch, drawn: list[Any]) -> None
 
     def keep(kind: str) -> Callable[[Any, Any], Path]:
         def capture(data: Any, path: Any) -> Path:
-            shown = plot.pareto_points(data) if kind == "pareto" else data
+            shown = plot.pareto_points(data) if kind == "pareto" else data.whole()
             drawn.append({kind: _plain(shown)})
             Path(path).write_bytes(b"")
             return Path(path)

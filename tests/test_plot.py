@@ -760,7 +760,9 @@ def test_plot_rank_draws_that_ranks_waves_alone(
     import warmfit.report.plot
 
     seen: list[PlotData] = []
-    monkeypatch.setattr(warmfit.report.plot, "render_plot", lambda data, path: seen.append(data))
+    monkeypatch.setattr(
+        warmfit.report.plot, "render_plot", lambda data, path: seen.append(data.whole())
+    )
     write_trace(two_ranks(), tmp_path / "trace" / "t.parquet")
     base = ["plot", str(tmp_path / "trace"), "--engine", "scalar"]
     result = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "a.png"), "--rank", "1"])

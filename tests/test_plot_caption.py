@@ -77,7 +77,9 @@ def test_warmfit_plot_says_under_the_caption_what_it_thinned(
     from tests.test_plot import BIG_WAVES, big_run
 
     seen: list[warmfit.report.plot.PlotData] = []
-    monkeypatch.setattr(warmfit.report.plot, "render_plot", lambda data, path: seen.append(data))
+    monkeypatch.setattr(
+        warmfit.report.plot, "render_plot", lambda data, path: seen.append(data.whole())
+    )
     write_trace(big_run(), tmp_path / "trace" / "t.parquet")
     args = ["plot", str(tmp_path / "trace"), "-o", str(tmp_path / "f.svg"), "--caption", "mine"]
     result = CliRunner().invoke(app, args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,10 +24,10 @@ from warmfit.commands.options import (
 from warmfit.show.names import counted, printable
 
 if TYPE_CHECKING:
-    from warmfit.report.plot import PlotData
+    from warmfit.report.plot import PlotData, RunSheet
 
 
-def _say_which_profiles(data: PlotData, signature: str | None) -> None:
+def _say_which_profiles(data: PlotData | RunSheet, signature: str | None) -> None:
     """Name the profile of each middle panel that could have shown another (on stderr)."""
     lacking = [run for run in data.runs if data.main_profiles[run][1] != signature]
     if signature is not None:
@@ -121,7 +122,6 @@ def plot_command(
     from warmfit.replay.stream import replay_stream
     from warmfit.report.plot import (
         PlotFold,
-        build_plot_data,
         plot_format,
         provenance_caption,
         render_plot,
@@ -130,17 +130,21 @@ def plot_command(
 
     plot_format(output)
     check_new_file(output, force, paths)
-    with streaming(paths, jobs, cluster) as jobs, progress_bar("replaying", unit="batches") as bar:
-        streamed = replay_stream(
-            paths, policy, safety, engine.value, folds=[PlotFold(rank)], jobs=jobs,
-            cluster=cluster, progress=bar,
-        )  # fmt: skip
-    result, roles, every_run = streamed.folded[0].result(streamed)
-    if caption is None:  # the files the replay found (each one's metadata is read here)
-        caption = provenance_caption(streamed.files)
-    data = build_plot_data(result, caption, signature, rank, roles)
-    with writing(output):
-        render_plot(data, output)
+    # each run's per-wave rows wait in this folder until its row of panels is drawn
+    with tempfile.TemporaryDirectory(prefix="warmfit-plot-", ignore_cleanup_errors=True) as folder:
+        with (
+            streaming(paths, jobs, cluster) as jobs,
+            progress_bar("replaying", unit="batches") as bar,
+        ):
+            streamed = replay_stream(
+                paths, policy, safety, engine.value, folds=[PlotFold(folder, rank)],
+                jobs=jobs, cluster=cluster, progress=bar,
+            )  # fmt: skip
+        if caption is None:  # the files the replay found (each one's metadata is read here)
+            caption = provenance_caption(streamed.files)
+        data, every_run = streamed.folded[0].sheet(streamed, caption, signature)
+        with writing(output):
+            render_plot(data, output)
     if rank is not None:
         _say_which_runs_lack(rank, list(every_run), data.runs)
     _say_which_profiles(data, signature)

@@ -125,7 +125,9 @@ def peak_series(result: ReplayResult) -> pl.DataFrame:
     )
 
 
-def rate_points(result: ReplayResult, roles: pl.DataFrame | None = None) -> pl.DataFrame:
+def rate_points(
+    result: ReplayResult, roles: pl.DataFrame | None = None, first_seq: int = 0
+) -> pl.DataFrame:
     """Panel (b) points: one row per wave with its rate and role.
 
     ``rate_kb_per_token`` = ``max(0, actual - output) / packed / 1000``,
@@ -134,10 +136,12 @@ def rate_points(result: ReplayResult, roles: pl.DataFrame | None = None) -> pl.D
     wave's role in its profile as the replay found it
     (:func:`warmfit.replay.wave_roles`): ``seed``, ``warm`` or ``other``; ``roles``:
     those roles, where already found (default: from the result's readings).
+    ``first_seq``: the first wave's row number (of the first policy's rows), where the
+    result holds one run of a larger replay (:class:`PlotParts`).
     """
     waves = result.per_wave.filter(pl.col("policy") == result.policies[0])
     return (
-        waves.with_row_index("first_seq")
+        waves.with_row_index("first_seq", offset=first_seq)
         .join(
             result.roles if roles is None else roles,
             on=["run", "rank", "wave"],
@@ -252,6 +256,22 @@ class Drawn:
     #: series that long, and is drawn whole).
     thinned: tuple[str, ...]
 
+    @classmethod
+    def combined(cls, parts: Sequence[Drawn]) -> Drawn:
+        """What a figure of several runs draws, from each run's (:class:`PlotParts`)."""
+        frames = {
+            name: pl.concat([getattr(part, name) for part in parts], how="vertical_relaxed")
+            for name in ("peaks", "rates", "over")
+        }
+        return cls(
+            **frames,
+            waves=sum(part.waves for part in parts),
+            points=sum(part.points for part in parts),
+            drawn=sum(part.drawn for part in parts),
+            under=sum(part.under for part in parts),
+            thinned=tuple(run for part in parts for run in part.thinned),
+        )
+
     @property
     def note(self) -> str | None:
         """The footnote's line about the thinning; ``None`` when every point is drawn."""
@@ -300,12 +320,15 @@ def main_profile(
     it, else the busiest one; among several, the one with the most waves
     (lowest rank, then signature in name order, on a tie).
     """
-    counts = (
-        rates.filter(pl.col("run") == run)
-        .group_by("rank", "signature")
-        .len()
-        .sort(["len", "rank", "signature"], descending=[True, False, False])
+    return pick_profile(
+        rates.filter(pl.col("run") == run).group_by("rank", "signature").len(), signature
     )
+
+
+def pick_profile(counts: pl.DataFrame, signature: str | None) -> tuple[tuple[int, str], int]:
+    """:func:`main_profile`'s choice among one run's profiles, from their wave counts
+    (``rank, signature, len``), and how many there are."""
+    counts = counts.sort(["len", "rank", "signature"], descending=[True, False, False])
     chosen = counts.filter(pl.col("signature") == signature) if signature is not None else counts
     top = (chosen if chosen.height else counts).row(0, named=True)
     return (top["rank"], top["signature"]), counts.height
@@ -359,9 +382,13 @@ def rank_readings(readings: pl.DataFrame, rank: int) -> pl.DataFrame:
     return mine
 
 
-def check_signature(result: ReplayResult, signature: str) -> None:
-    """Refuse (exit 2) a ``--signature`` that no run of the replay has, listing those it has."""
-    known = result.per_wave.get_column("signature").unique(maintain_order=True).to_list()
+def check_signature(
+    result: ReplayResult, signature: str, known: Collection[str] | None = None
+) -> None:
+    """Refuse (exit 2) a ``--signature`` that no run of the replay has, listing those it
+    has: ``known``, where the result holds one run of a larger replay (:class:`PlotParts`)."""
+    if known is None:
+        known = result.per_wave.get_column("signature").unique(maintain_order=True).to_list()
     if signature not in known:
         shown = ", ".join("'" + printable(s) + "'" for s in sorted(known))
         raise UsageError(
@@ -612,6 +639,8 @@ def build_plot_data(
     signature: str | None = None,
     rank: int | None = None,
     roles: pl.DataFrame | None = None,
+    first_seq: int = 0,
+    signatures: Collection[str] | None = None,
 ) -> PlotData:
     """The data behind every figure of one replay, drawn from its result alone.
 
@@ -619,11 +648,13 @@ def build_plot_data(
     shows in each run that has it (default: each run's busiest one,
     :func:`main_profile`); ``rank``: the replay is of that rank's readings alone
     (:func:`rank_readings`), which the title says. ``roles``: each wave's role
-    (:func:`warmfit.replay.wave_roles`), where already found.
+    (:func:`warmfit.replay.wave_roles`), where already found; ``first_seq``: see
+    :func:`rate_points`; ``signatures``: every signature of the replay, where the result
+    holds one run of it.
     """
     if signature is not None:
-        check_signature(result, signature)
-    rates = rate_points(result, roles)
+        check_signature(result, signature, signatures)
+    rates = rate_points(result, roles, first_seq)
     runs = tuple(result.summary.get_column("run").unique(maintain_order=True).to_list())
     mains: dict[str, tuple[int, str]] = {}
     counts: dict[str, int] = {}
@@ -647,14 +678,30 @@ def build_plot_data(
     )
 
 
+#: The per-wave columns a plot draws from (:func:`peak_series`, :func:`rate_points`,
+#: :func:`price_curves`, :func:`over_estimates`, :func:`check_signature`): a streamed
+#: plot keeps no other.
+PLOT_COLUMNS = (
+    "run", "rank", "wave", "signature", "policy", "packed_tokens", "output_bytes",
+    "static_floor_bytes", "actual_bytes", "estimate_bytes", "set_by", "over_estimate",
+    "under_peak", "oom",
+)  # fmt: skip
+
+
+#: :func:`warmfit.replay.wave_roles`' columns (a run without rows: none).
+ROLES_SCHEMA = {"run": pl.String(), "rank": pl.Int32(), "wave": pl.Int64(), "role": pl.String()}
+
+
 @dataclass(frozen=True)
 class PlotFold:
     """What a plot draws, as a part of the one streamed replay
-    (:class:`warmfit.replay.stream.Fold`): each batch's per-wave rows, its waves' roles
-    and its final profiles; ``rank``: of that rank's streams alone (``plot --rank``:
-    each rank's profiles are its own, so its waves are priced as a replay of its
-    readings alone prices them)."""
+    (:class:`warmfit.replay.stream.Fold`): each batch's per-wave rows (of
+    :data:`PLOT_COLUMNS`), its waves' roles and its final profiles, kept by
+    :class:`PlotParts` in ``folder`` (made and removed by the caller); ``rank``: of that
+    rank's streams alone (``plot --rank``: each rank's profiles are its own, so its waves
+    are priced as a replay of its readings alone prices them)."""
 
+    folder: str
     rank: int | None = None
     wants_rows: bool = True
     wants_profiles: bool = True
@@ -662,7 +709,7 @@ class PlotFold:
     def part(
         self, readings: pl.DataFrame, priced: Any, profiles: dict[Any, Any] | None, lineup: Any
     ) -> tuple[pl.DataFrame, pl.DataFrame, dict[Any, Any], list[int]]:
-        rows, roles = priced.per_wave, wave_roles(readings)
+        rows, roles = priced.per_wave.select(PLOT_COLUMNS), wave_roles(readings)
         ranks = readings.get_column("rank").unique().to_list()
         found = dict(profiles or {})
         if self.rank is not None:
@@ -672,34 +719,61 @@ class PlotFold:
         return rows, roles, found, ranks
 
     def start(self, policies: Sequence[str]) -> PlotParts:
-        return PlotParts(self.rank)
+        return PlotParts(self.folder, self.rank, policies)
 
 
 class PlotParts:
-    """:class:`PlotFold`'s parts, batch after batch; :meth:`result` the replay they make."""
+    """:class:`PlotFold`'s parts, batch after batch. Each run's per-wave rows and roles go
+    to files of their own in ``folder`` (Arrow IPC), read back one run at a time as its
+    row of the figure is drawn (:class:`RunSheet`): a plot holds the largest run's rows,
+    not the trace's. What the figure needs of every run is kept here: its profiles, each
+    profile's wave count (:func:`pick_profile`), the signatures and ranks seen.
 
-    def __init__(self, rank: int | None) -> None:
+    A trace's streams come in canonical order, (run, rank), so each run's rows are one
+    stretch of the replay's: a run's rows, read back, are those of the whole replay, and
+    its first wave's row number (:func:`rate_points`' ``first_seq``) the count of the
+    first policy's rows before it."""
+
+    def __init__(self, folder: str, rank: int | None, policies: Sequence[str]) -> None:
+        self.folder = Path(folder)
         self.rank = rank
-        self.rows: list[pl.DataFrame] = []
-        self.roles: list[pl.DataFrame] = []
+        self.first_policy = policies[0]
+        #: Per run, in the replay's order: its files (rows, roles), batch after batch.
+        self.files: dict[str, list[tuple[Path, Path]]] = {}
+        self.first_seq: dict[str, int] = {}
+        self.seen = 0
+        self.counts: list[pl.DataFrame] = []
+        self.signatures: dict[str, None] = {}
         self.profiles: list[dict[Any, Any]] = []
         self.ranks: set[int] = set()
 
     def add(self, part: tuple[pl.DataFrame, pl.DataFrame, dict[Any, Any], list[int]]) -> None:
         rows, roles, profiles, ranks = part
-        self.rows.append(rows)
-        self.roles.append(roles)
         self.profiles.append(profiles)
         self.ranks.update(ranks)
+        first = rows.filter(pl.col("policy") == self.first_policy)
+        self.counts.append(first.group_by("run", "rank", "signature").len())
+        self.signatures.update(dict.fromkeys(rows.get_column("signature").unique().to_list()))
+        for (run,), mine in rows.partition_by("run", as_dict=True, maintain_order=True).items():
+            assert isinstance(run, str)
+            if run not in self.files:
+                self.files[run], self.first_seq[run] = [], self.seen
+            stem = self.folder / f"{list(self.files).index(run)}-{len(self.files[run])}"
+            paths = (stem.with_suffix(".rows"), stem.with_suffix(".roles"))
+            mine.write_ipc(paths[0])
+            roles.filter(pl.col("run") == run).write_ipc(paths[1])
+            self.files[run].append(paths)
+            self.seen += mine.filter(pl.col("policy") == self.first_policy).height
 
     def finish(self, summary: pl.DataFrame) -> PlotParts:
         return self
 
-    def result(self, streamed: Any) -> tuple[ReplayResult, pl.DataFrame, tuple[str, ...]]:
-        """The replay the plot draws (:class:`~warmfit.replay.ReplayResult` of the
-        streamed one's figures and these rows and profiles), the waves' roles, and
-        every run of the trace. With ``rank``, refused (exit 2) where the trace
-        holds no reading of it, naming the ranks it holds."""
+    def sheet(
+        self, streamed: Any, caption: str | None, signature: str | None
+    ) -> tuple[RunSheet, tuple[str, ...]]:
+        """The figure of the streamed replay (:class:`RunSheet`), and every run of the
+        trace. With ``rank``, refused (exit 2) where the trace holds no reading of it,
+        naming the ranks it holds; ``signature`` is refused where no run has it."""
         every_run = tuple(streamed.summary.get_column("run").unique(maintain_order=True))
         summary = streamed.summary
         if self.rank is not None:
@@ -709,15 +783,32 @@ class PlotParts:
                     f"--rank {self.rank}: the trace holds no reading of rank {self.rank}. Its "
                     f"ranks: {shown}. Name one of them, or leave --rank out to draw every rank."
                 )
-            held = {run for rows in self.rows for run in rows.get_column("run").unique()}
-            summary = summary.filter(pl.col("run").is_in(sorted(held)))
-        per_wave = pl.concat(self.rows) if self.rows else pl.DataFrame(schema=PER_WAVE_SCHEMA)
-        roles = pl.concat(self.roles)
-        result = ReplayResult(
-            per_wave, summary, streamed.policies, streamed.safety_factor, streamed.engine,
-            streamed.by, None, self._in_replay_order(streamed.policies, streamed.engine),
+            summary = summary.filter(pl.col("run").is_in(sorted(self.files)))
+        profiles = self._in_replay_order(streamed.policies, streamed.engine)
+        replay = ReplayResult(
+            pl.DataFrame(schema=PER_WAVE_SCHEMA).select(PLOT_COLUMNS), summary, streamed.policies,
+            streamed.safety_factor, streamed.engine, streamed.by, None, profiles,
         )  # fmt: skip
-        return result, roles, every_run
+        if signature is not None:
+            check_signature(replay, signature, self.signatures)
+        counts = (
+            pl.concat(self.counts).group_by("run", "rank", "signature").agg(pl.col("len").sum())
+        )
+        runs = tuple(summary.get_column("run").unique(maintain_order=True).to_list())
+        picked = {run: pick_profile(counts.filter(pl.col("run") == run), signature) for run in runs}
+        sheet = RunSheet(self, replay, runs, caption, signature, picked)
+        return sheet, every_run
+
+    def read(self, run: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``run``'s per-wave rows and roles, as the replay made them."""
+        files = self.files.get(run, [])
+        rows = [pl.read_ipc(r) for r, _ in files]
+        roles = [pl.read_ipc(r) for _, r in files]
+        empty = pl.DataFrame(schema=PER_WAVE_SCHEMA).select(PLOT_COLUMNS)
+        return (
+            pl.concat(rows) if rows else empty,
+            pl.concat(roles) if roles else pl.DataFrame(schema=ROLES_SCHEMA),
+        )
 
     def _in_replay_order(self, policies: Sequence[str], engine: str) -> dict[Any, Any]:
         """The profiles in the order a replay of the whole trace gives them: profile by
@@ -730,6 +821,60 @@ class PlotParts:
             else [(*o, p) for o in owners for p in policies]
         )
         return {key: found[key] for key in order if key in found}
+
+
+class RunSheet:
+    """A figure of one streamed replay (:class:`PlotParts`) that :func:`draw_figure` draws
+    run by run: :meth:`build` gives one run's :class:`PlotData` (its rows read back), which
+    is let go once its row of panels is drawn. ``main_profiles`` and ``profile_counts``
+    are every run's (:func:`main_profile`)."""
+
+    def __init__(
+        self,
+        parts: PlotParts,
+        replay: ReplayResult,
+        runs: tuple[str, ...],
+        caption: str | None,
+        signature: str | None,
+        picked: dict[str, tuple[tuple[int, str], int]],
+    ) -> None:
+        self.parts, self.replay, self.runs = parts, replay, runs
+        self.caption, self.signature, self.rank = caption or None, signature, parts.rank
+        self.policies, self.safety_factor = replay.policies, replay.safety_factor
+        self.main_profiles = {run: chosen for run, (chosen, _) in picked.items()}
+        self.profile_counts = {run: count for run, (_, count) in picked.items()}
+
+    def build(self, run: str) -> PlotData:
+        """``run``'s data: what :func:`build_plot_data` gives of a replay of that run."""
+        rows, roles = self.parts.read(run)
+        replay = self.replay
+        result = ReplayResult(
+            rows, replay.summary.filter(pl.col("run") == run), replay.policies,
+            replay.safety_factor, replay.engine, replay.by, None,
+            {key: p for key, p in replay.profiles.items() if key[0] == run},
+        )  # fmt: skip
+        return build_plot_data(
+            result, self.caption, self.signature, self.rank, roles,
+            first_seq=self.parts.first_seq.get(run, 0), signatures=self.parts.signatures,
+        )  # fmt: skip
+
+    def whole(self) -> PlotData:
+        """Every run's data in one :class:`PlotData` (in memory: for a notebook, a test),
+        each frame run after run. Only while the replay's folder is there."""
+        parts = [self.build(run) for run in self.runs]
+        if not parts:
+            return build_plot_data(self.replay, self.caption, self.signature, self.rank)
+
+        def joined(name: str) -> pl.DataFrame:
+            return pl.concat([getattr(part, name) for part in parts], how="vertical_relaxed")
+
+        return PlotData(
+            runs=self.runs, policies=self.policies, safety_factor=self.safety_factor,
+            peaks=joined("peaks"), rates=joined("rates"), curves=joined("curves"),
+            over=joined("over"), main_profiles=self.main_profiles,
+            profile_counts=self.profile_counts, drawn=Drawn.combined([p.drawn for p in parts]),
+            caption=self.caption, rank=self.rank,
+        )  # fmt: skip
 
 
 #: Trace-file metadata naming where a trace comes from (``warmfit.samples.synthetic`` writes it).
@@ -907,8 +1052,9 @@ def _require_matplotlib() -> None:
         ) from None
 
 
-def draw_figure(data: PlotData) -> Figure:
-    """Draw every run's row of panels on one matplotlib figure (no pyplot state)."""
+def draw_figure(data: PlotData | RunSheet) -> Figure:
+    """Draw every run's row of panels on one matplotlib figure (no pyplot state); a
+    :class:`RunSheet`'s runs one at a time, each one's data let go once drawn."""
     _require_matplotlib()
     from matplotlib.figure import Figure
 
@@ -922,19 +1068,24 @@ def draw_figure(data: PlotData) -> Figure:
         fontsize=14,
     )
     axes = fig.subplots(max(1, len(data.runs)), 3, squeeze=False)
+    parts = []
+    for row, run in enumerate(data.runs):
+        shown = data.build(run) if isinstance(data, RunSheet) else data
+        _draw_peaks(axes[row][0], shown, run)
+        _draw_rates(axes[row][1], shown, run)
+        _draw_over(axes[row][2], shown, run)
+        parts.append(shown.drawn)
+        del shown
+    drawn = Drawn.combined(parts) if isinstance(data, RunSheet) else data.drawn
     notes = []
     if data.caption:
         notes.append(data.caption)
-    if data.drawn.rates.filter(pl.col("draw_point") & (pl.col("role") == "seed")).height:
+    if drawn.rates.filter(pl.col("draw_point") & (pl.col("role") == "seed")).height:
         notes.append(SEED_NOTE)
-    if data.drawn.note:
-        notes.append(data.drawn.note)
+    if drawn.note:
+        notes.append(drawn.note)
     if notes:
         fig.supxlabel("\n".join(notes), fontsize=11, fontstyle="italic")
-    for row, run in enumerate(data.runs):
-        _draw_peaks(axes[row][0], data, run)
-        _draw_rates(axes[row][1], data, run)
-        _draw_over(axes[row][2], data, run)
     return fig
 
 
@@ -1157,7 +1308,7 @@ def _draw_over(ax: Any, data: PlotData, run: str) -> None:
     ax.set_ylim(min(low, -5), high + (high - low) * 0.08)
 
 
-def render_bytes(data: PlotData, fmt: str = "png", dpi: float = DPI) -> bytes:
+def render_bytes(data: PlotData | RunSheet, fmt: str = "png", dpi: float = DPI) -> bytes:
     """The figure as PNG or SVG bytes (``dpi``: pixels per inch of a PNG)."""
     return figure_bytes(draw_figure(data), fmt, dpi)
 
@@ -1180,7 +1331,7 @@ def _metadata(fmt: str) -> dict[str, Any]:
     return {"Software": None}
 
 
-def render_plot(data: PlotData, path: str | os.PathLike[str]) -> Path:
+def render_plot(data: PlotData | RunSheet, path: str | os.PathLike[str]) -> Path:
     """Write the figure to ``path`` atomically; PNG or SVG by its suffix."""
     target = Path(path)
     return write_bytes_atomically(target, render_bytes(data, plot_format(target)))
