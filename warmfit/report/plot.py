@@ -54,12 +54,12 @@ from warmfit.format.files import write_bytes_atomically
 from warmfit.policies import PriceRequest
 from warmfit.replay import (
     IN_FIGURES,
-    PER_WAVE_SCHEMA,
     RECORDED,
     ReplayResult,
     group_keys,
     wave_roles,
 )
+from warmfit.replay.engines import lineup_names
 from warmfit.show.names import mathtext_literal, printable
 
 if TYPE_CHECKING:
@@ -125,9 +125,7 @@ def peak_series(result: ReplayResult) -> pl.DataFrame:
     )
 
 
-def rate_points(
-    result: ReplayResult, roles: pl.DataFrame | None = None, first_seq: int = 0
-) -> pl.DataFrame:
+def rate_points(result: ReplayResult, roles: pl.DataFrame | None = None) -> pl.DataFrame:
     """Panel (b) points: one row per wave with its rate and role.
 
     ``rate_kb_per_token`` = ``max(0, actual - output) / packed / 1000``,
@@ -136,12 +134,10 @@ def rate_points(
     wave's role in its profile as the replay found it
     (:func:`warmfit.replay.wave_roles`): ``seed``, ``warm`` or ``other``; ``roles``:
     those roles, where already found (default: from the result's readings).
-    ``first_seq``: the first wave's row number (of the first policy's rows), where the
-    result holds one run of a larger replay (:class:`PlotParts`).
     """
     waves = result.per_wave.filter(pl.col("policy") == result.policies[0])
     return (
-        waves.with_row_index("first_seq", offset=first_seq)
+        waves.with_row_index("first_seq")
         .join(
             result.roles if roles is None else roles,
             on=["run", "rank", "wave"],
@@ -185,14 +181,26 @@ def price_curves(
     1000`` (null while unpriced). ``profiles``: only those (run, rank,
     signature), the ones the figure shows (default: every one).
     """
-    spans = result.per_wave.group_by(["run", "rank", "signature"], maintain_order=True).agg(
+    return curves_of(result.profiles, result.per_wave, points, profiles)
+
+
+def curves_of(
+    found: dict[Any, Any],
+    waves: pl.DataFrame,
+    points: int = CURVE_POINTS,
+    profiles: Collection[tuple[str, int, str]] | None = None,
+) -> pl.DataFrame:
+    """:func:`price_curves` of the profiles ``found``, by (run, rank, signature, policy),
+    over the packed tokens of ``waves`` (per-wave rows, or :func:`rate_points`: a row per
+    wave of each profile is enough)."""
+    spans = waves.group_by(["run", "rank", "signature"], maintain_order=True).agg(
         pl.col("packed_tokens").min().alias("lo"), pl.col("packed_tokens").max().alias("hi")
     )
     span = {(r["run"], r["rank"], r["signature"]): (r["lo"], r["hi"]) for r in spans.to_dicts()}
     rows: dict[str, list[Any]] = {
         k: [] for k in ("run", "rank", "signature", "policy", "packed_tokens", "price_kb_per_token")
     }
-    for (run, rank, signature, name), profile in result.profiles.items():
+    for (run, rank, signature, name), profile in found.items():
         if profiles is not None and (run, rank, signature) not in profiles:
             continue
         lo, hi = span[(run, rank, signature)]
@@ -382,13 +390,14 @@ def rank_readings(readings: pl.DataFrame, rank: int) -> pl.DataFrame:
     return mine
 
 
-def check_signature(
-    result: ReplayResult, signature: str, known: Collection[str] | None = None
-) -> None:
-    """Refuse (exit 2) a ``--signature`` that no run of the replay has, listing those it
-    has: ``known``, where the result holds one run of a larger replay (:class:`PlotParts`)."""
-    if known is None:
-        known = result.per_wave.get_column("signature").unique(maintain_order=True).to_list()
+def check_signature(result: ReplayResult, signature: str) -> None:
+    """Refuse (exit 2) a ``--signature`` that no run of the replay has, listing those it has."""
+    known = result.per_wave.get_column("signature").unique(maintain_order=True).to_list()
+    refuse_unknown_signature(known, signature)
+
+
+def refuse_unknown_signature(known: Collection[str], signature: str) -> None:
+    """:func:`check_signature`, given the replay's signatures."""
     if signature not in known:
         shown = ", ".join("'" + printable(s) + "'" for s in sorted(known))
         raise UsageError(
@@ -492,7 +501,12 @@ def _thin_peaks(peaks: pl.DataFrame, runs: Sequence[str], large: Sequence[str]) 
     first = peaks.select(pl.struct("run", "position").is_first_distinct()).to_series()
     draw_actual = first.to_numpy().copy()
     draw_estimate = np.ones(peaks.height, bool)
-    parts = peaks.with_row_index("_row").filter(pl.col("run").is_in(large)).partition_by("run")
+    needed = ("_row", "run", "position", "policy", "actual_gb", "estimate_gb", "under_peak", "oom")
+    indexed = peaks.with_row_index("_row").select(needed)
+    if set(large) == set(peaks.get_column("run").unique()):  # every run (one, as a plot
+        parts = [indexed] if len(large) == 1 else indexed.partition_by("run")  # draws it)
+    else:
+        parts = indexed.filter(pl.col("run").is_in(large)).partition_by("run")
     for part in parts:
         order = np.argsort(part.get_column("position").to_numpy(), kind="stable")
         rows = part.get_column("_row").to_numpy()[order]
@@ -639,8 +653,6 @@ def build_plot_data(
     signature: str | None = None,
     rank: int | None = None,
     roles: pl.DataFrame | None = None,
-    first_seq: int = 0,
-    signatures: Collection[str] | None = None,
 ) -> PlotData:
     """The data behind every figure of one replay, drawn from its result alone.
 
@@ -648,27 +660,46 @@ def build_plot_data(
     shows in each run that has it (default: each run's busiest one,
     :func:`main_profile`); ``rank``: the replay is of that rank's readings alone
     (:func:`rank_readings`), which the title says. ``roles``: each wave's role
-    (:func:`warmfit.replay.wave_roles`), where already found; ``first_seq``: see
-    :func:`rate_points`; ``signatures``: every signature of the replay, where the result
-    holds one run of it.
+    (:func:`warmfit.replay.wave_roles`), where already found.
     """
     if signature is not None:
-        check_signature(result, signature, signatures)
-    rates = rate_points(result, roles, first_seq)
+        check_signature(result, signature)
     runs = tuple(result.summary.get_column("run").unique(maintain_order=True).to_list())
+    frames = (peak_series(result), rate_points(result, roles), over_estimates(result))
+    return plot_data(
+        runs, result.policies, result.safety_factor, result.profiles, *frames,
+        caption=caption, signature=signature, rank=rank,
+    )  # fmt: skip
+
+
+def plot_data(
+    runs: tuple[str, ...],
+    policies: tuple[str, ...],
+    safety_factor: float,
+    profiles: dict[Any, Any],
+    peaks: pl.DataFrame,
+    rates: pl.DataFrame,
+    over: pl.DataFrame,
+    *,
+    caption: str | None = None,
+    signature: str | None = None,
+    rank: int | None = None,
+) -> PlotData:
+    """:func:`build_plot_data` from the panels' frames (:func:`peak_series`,
+    :func:`rate_points`, :func:`over_estimates`) of the ``runs`` and their final
+    ``profiles``: what each panel draws and how it is thinned."""
     mains: dict[str, tuple[int, str]] = {}
     counts: dict[str, int] = {}
     for run in runs:
         mains[run], counts[run] = main_profile(rates, run, signature)
-    peaks, over = peak_series(result), over_estimates(result)
     shown = {(run, *mains[run]) for run in runs}
     return PlotData(
         runs=runs,
-        policies=result.policies,
-        safety_factor=result.safety_factor,
+        policies=policies,
+        safety_factor=safety_factor,
         peaks=peaks,
         rates=rates,
-        curves=price_curves(result, profiles=shown),
+        curves=curves_of(profiles, rates, profiles=shown),
         over=over,
         main_profiles=mains,
         profile_counts=counts,
@@ -678,28 +709,19 @@ def build_plot_data(
     )
 
 
-#: The per-wave columns a plot draws from (:func:`peak_series`, :func:`rate_points`,
-#: :func:`price_curves`, :func:`over_estimates`, :func:`check_signature`): a streamed
-#: plot keeps no other.
-PLOT_COLUMNS = (
-    "run", "rank", "wave", "signature", "policy", "packed_tokens", "output_bytes",
-    "static_floor_bytes", "actual_bytes", "estimate_bytes", "set_by", "over_estimate",
-    "under_peak", "oom",
-)  # fmt: skip
-
-
-#: :func:`warmfit.replay.wave_roles`' columns (a run without rows: none).
-ROLES_SCHEMA = {"run": pl.String(), "rank": pl.Int32(), "wave": pl.Int64(), "role": pl.String()}
+#: The panels' frames a streamed plot keeps, per run (:class:`PlotParts`).
+PANELS = ("peaks", "rates", "over")
 
 
 @dataclass(frozen=True)
 class PlotFold:
     """What a plot draws, as a part of the one streamed replay
-    (:class:`warmfit.replay.stream.Fold`): each batch's per-wave rows (of
-    :data:`PLOT_COLUMNS`), its waves' roles and its final profiles, kept by
-    :class:`PlotParts` in ``folder`` (made and removed by the caller); ``rank``: of that
-    rank's streams alone (``plot --rank``: each rank's profiles are its own, so its waves
-    are priced as a replay of its readings alone prices them)."""
+    (:class:`warmfit.replay.stream.Fold`): where each batch is replayed, its panels'
+    frames (:func:`peak_series`, :func:`rate_points` with the waves' roles,
+    :func:`over_estimates`) and its final profiles, kept by :class:`PlotParts` in
+    ``folder`` (made and removed by the caller); ``rank``: of that rank's streams alone
+    (``plot --rank``: each rank's profiles are its own, so its waves are priced as a
+    replay of its readings alone prices them)."""
 
     folder: str
     rank: int | None = None
@@ -708,62 +730,67 @@ class PlotFold:
 
     def part(
         self, readings: pl.DataFrame, priced: Any, profiles: dict[Any, Any] | None, lineup: Any
-    ) -> tuple[pl.DataFrame, pl.DataFrame, dict[Any, Any], list[int]]:
-        rows, roles = priced.per_wave.select(PLOT_COLUMNS), wave_roles(readings)
+    ) -> tuple[tuple[pl.DataFrame, ...], dict[Any, Any], list[int]]:
+        rows, roles = priced.per_wave, wave_roles(readings)
         ranks = readings.get_column("rank").unique().to_list()
         found = dict(profiles or {})
         if self.rank is not None:
             rows = rows.filter(pl.col("rank") == self.rank)
             roles = roles.filter(pl.col("rank") == self.rank)
             found = {key: p for key, p in found.items() if key[1] == self.rank}
-        return rows, roles, found, ranks
+        names = tuple(lineup_names(lineup.classes, lineup.recorded))
+        batch = ReplayResult(rows, pl.DataFrame(), names, lineup.safety_factor, lineup.engine)
+        return (peak_series(batch), rate_points(batch, roles), over_estimates(batch)), found, ranks
 
     def start(self, policies: Sequence[str]) -> PlotParts:
-        return PlotParts(self.folder, self.rank, policies)
+        return PlotParts(self.folder, self.rank)
 
 
 class PlotParts:
-    """:class:`PlotFold`'s parts, batch after batch. Each run's per-wave rows and roles go
-    to files of their own in ``folder`` (Arrow IPC), read back one run at a time as its
-    row of the figure is drawn (:class:`RunSheet`): a plot holds the largest run's rows,
-    not the trace's. What the figure needs of every run is kept here: its profiles, each
+    """:class:`PlotFold`'s parts, batch after batch. Each run's panels' frames go to files
+    of their own in ``folder`` (Arrow IPC), read back one run at a time as its row of the
+    figure is drawn (:class:`RunSheet`): a plot holds the largest run's frames, not the
+    trace's. What the figure needs of every run is kept here: its profiles, each
     profile's wave count (:func:`pick_profile`), the signatures and ranks seen.
 
-    A trace's streams come in canonical order, (run, rank), so each run's rows are one
-    stretch of the replay's: a run's rows, read back, are those of the whole replay, and
-    its first wave's row number (:func:`rate_points`' ``first_seq``) the count of the
-    first policy's rows before it."""
+    A trace's streams come in canonical order, (run, rank), each whole in one batch, so
+    a run's waves are one stretch of the replay's: a batch's frames are the whole
+    replay's but for where the batch starts, which is added here (a wave's ``position``
+    in its run, :func:`rate_points`' ``first_seq``)."""
 
-    def __init__(self, folder: str, rank: int | None, policies: Sequence[str]) -> None:
+    def __init__(self, folder: str, rank: int | None) -> None:
         self.folder = Path(folder)
         self.rank = rank
-        self.first_policy = policies[0]
-        #: Per run, in the replay's order: its files (rows, roles), batch after batch.
-        self.files: dict[str, list[tuple[Path, Path]]] = {}
-        self.first_seq: dict[str, int] = {}
+        #: Per run, in the replay's order: its files (:data:`PANELS`), batch after batch.
+        self.files: dict[str, list[tuple[Path, ...]]] = {}
+        self.waves: dict[str, int] = {}
         self.seen = 0
         self.counts: list[pl.DataFrame] = []
         self.signatures: dict[str, None] = {}
         self.profiles: list[dict[Any, Any]] = []
         self.ranks: set[int] = set()
+        self.empty: tuple[pl.DataFrame, ...] = ()
 
-    def add(self, part: tuple[pl.DataFrame, pl.DataFrame, dict[Any, Any], list[int]]) -> None:
-        rows, roles, profiles, ranks = part
+    def add(self, part: tuple[tuple[pl.DataFrame, ...], dict[Any, Any], list[int]]) -> None:
+        (peaks, rates, over), profiles, ranks = part
         self.profiles.append(profiles)
         self.ranks.update(ranks)
-        first = rows.filter(pl.col("policy") == self.first_policy)
-        self.counts.append(first.group_by("run", "rank", "signature").len())
-        self.signatures.update(dict.fromkeys(rows.get_column("signature").unique().to_list()))
-        for (run,), mine in rows.partition_by("run", as_dict=True, maintain_order=True).items():
-            assert isinstance(run, str)
-            if run not in self.files:
-                self.files[run], self.first_seq[run] = [], self.seen
-            stem = self.folder / f"{list(self.files).index(run)}-{len(self.files[run])}"
-            paths = (stem.with_suffix(".rows"), stem.with_suffix(".roles"))
-            mine.write_ipc(paths[0])
-            roles.filter(pl.col("run") == run).write_ipc(paths[1])
-            self.files[run].append(paths)
-            self.seen += mine.filter(pl.col("policy") == self.first_policy).height
+        self.empty = self.empty or (peaks.clear(), rates.clear(), over.clear())
+        self.counts.append(rates.group_by("run", "rank", "signature").len())
+        self.signatures.update(dict.fromkeys(rates.get_column("signature").unique().to_list()))
+        rates = rates.with_columns(pl.col("first_seq") + self.seen)
+        self.seen += rates.height
+        for run in peaks.get_column("run").unique(maintain_order=True).to_list():
+            mine = [frame.filter(pl.col("run") == run) for frame in (peaks, rates, over)]
+            before = self.waves.get(run, 0)
+            self.waves[run] = before + mine[0].get_column("position").n_unique()
+            mine[0] = mine[0].with_columns(pl.col("position") + before)
+            files = self.files.setdefault(run, [])
+            stem = self.folder / f"{list(self.files).index(run)}-{len(files)}"
+            paths = tuple(stem.with_suffix(f".{name}") for name in PANELS)
+            for frame, path in zip(mine, paths, strict=True):
+                frame.write_ipc(path)
+            files.append(paths)
 
     def finish(self, summary: pl.DataFrame) -> PlotParts:
         return self
@@ -784,31 +811,26 @@ class PlotParts:
                     f"ranks: {shown}. Name one of them, or leave --rank out to draw every rank."
                 )
             summary = summary.filter(pl.col("run").is_in(sorted(self.files)))
-        profiles = self._in_replay_order(streamed.policies, streamed.engine)
-        replay = ReplayResult(
-            pl.DataFrame(schema=PER_WAVE_SCHEMA).select(PLOT_COLUMNS), summary, streamed.policies,
-            streamed.safety_factor, streamed.engine, streamed.by, None, profiles,
-        )  # fmt: skip
         if signature is not None:
-            check_signature(replay, signature, self.signatures)
+            refuse_unknown_signature(self.signatures, signature)
         counts = (
             pl.concat(self.counts).group_by("run", "rank", "signature").agg(pl.col("len").sum())
         )
         runs = tuple(summary.get_column("run").unique(maintain_order=True).to_list())
         picked = {run: pick_profile(counts.filter(pl.col("run") == run), signature) for run in runs}
-        sheet = RunSheet(self, replay, runs, caption, signature, picked)
+        profiles = self._in_replay_order(streamed.policies, streamed.engine)
+        sheet = RunSheet(
+            self, runs, streamed.policies, streamed.safety_factor, profiles, caption, signature,
+            picked,
+        )  # fmt: skip
         return sheet, every_run
 
-    def read(self, run: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """``run``'s per-wave rows and roles, as the replay made them."""
+    def read(self, run: str) -> tuple[pl.DataFrame, ...]:
+        """``run``'s panels' frames (:data:`PANELS`), as a replay of the whole trace makes them."""
         files = self.files.get(run, [])
-        rows = [pl.read_ipc(r) for r, _ in files]
-        roles = [pl.read_ipc(r) for _, r in files]
-        empty = pl.DataFrame(schema=PER_WAVE_SCHEMA).select(PLOT_COLUMNS)
-        return (
-            pl.concat(rows) if rows else empty,
-            pl.concat(roles) if roles else pl.DataFrame(schema=ROLES_SCHEMA),
-        )
+        if not files:
+            return self.empty
+        return tuple(pl.concat([pl.read_ipc(paths[i]) for paths in files]) for i in range(3))
 
     def _in_replay_order(self, policies: Sequence[str], engine: str) -> dict[Any, Any]:
         """The profiles in the order a replay of the whole trace gives them: profile by
@@ -825,45 +847,39 @@ class PlotParts:
 
 class RunSheet:
     """A figure of one streamed replay (:class:`PlotParts`) that :func:`draw_figure` draws
-    run by run: :meth:`build` gives one run's :class:`PlotData` (its rows read back), which
-    is let go once its row of panels is drawn. ``main_profiles`` and ``profile_counts``
-    are every run's (:func:`main_profile`)."""
+    run by run: :meth:`build` gives one run's :class:`PlotData` (its frames read back),
+    which is let go once its row of panels is drawn. ``main_profiles`` and
+    ``profile_counts`` are every run's (:func:`main_profile`)."""
 
     def __init__(
         self,
         parts: PlotParts,
-        replay: ReplayResult,
         runs: tuple[str, ...],
+        policies: tuple[str, ...],
+        safety_factor: float,
+        profiles: dict[Any, Any],
         caption: str | None,
         signature: str | None,
         picked: dict[str, tuple[tuple[int, str], int]],
     ) -> None:
-        self.parts, self.replay, self.runs = parts, replay, runs
+        self.parts, self.runs, self.policies = parts, runs, policies
+        self.safety_factor, self.profiles = safety_factor, profiles
         self.caption, self.signature, self.rank = caption or None, signature, parts.rank
-        self.policies, self.safety_factor = replay.policies, replay.safety_factor
         self.main_profiles = {run: chosen for run, (chosen, _) in picked.items()}
         self.profile_counts = {run: count for run, (_, count) in picked.items()}
 
     def build(self, run: str) -> PlotData:
         """``run``'s data: what :func:`build_plot_data` gives of a replay of that run."""
-        rows, roles = self.parts.read(run)
-        replay = self.replay
-        result = ReplayResult(
-            rows, replay.summary.filter(pl.col("run") == run), replay.policies,
-            replay.safety_factor, replay.engine, replay.by, None,
-            {key: p for key, p in replay.profiles.items() if key[0] == run},
-        )  # fmt: skip
-        return build_plot_data(
-            result, self.caption, self.signature, self.rank, roles,
-            first_seq=self.parts.first_seq.get(run, 0), signatures=self.parts.signatures,
+        return plot_data(
+            (run,), self.policies, self.safety_factor,
+            {key: p for key, p in self.profiles.items() if key[0] == run}, *self.parts.read(run),
+            caption=self.caption, signature=self.signature, rank=self.rank,
         )  # fmt: skip
 
     def whole(self) -> PlotData:
         """Every run's data in one :class:`PlotData` (in memory: for a notebook, a test),
         each frame run after run. Only while the replay's folder is there."""
         parts = [self.build(run) for run in self.runs]
-        if not parts:
-            return build_plot_data(self.replay, self.caption, self.signature, self.rank)
 
         def joined(name: str) -> pl.DataFrame:
             return pl.concat([getattr(part, name) for part in parts], how="vertical_relaxed")
