@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from warmfit.cli import app
@@ -898,3 +900,88 @@ def test_an_oom_wave_survives_the_thinning_of_a_large_run() -> None:
     result = replay(readings_frame(rows), ["max-merge"])
     kept = build_plot_data(result).drawn.peaks.filter(pl.col("draw_actual"))
     assert kept.height < 30_000 and kept.filter(pl.col("oom")).height == 1
+
+
+# --------------------------------------------------------------------------- streamed plot
+
+
+@st.composite
+def wave_rows(draw: st.DrawFn) -> tuple[pl.DataFrame, int]:
+    """Per-wave rows of a few runs, ranks and waves (each key once), ``policies`` rows a
+    wave, wave by wave as a replay makes them or in any order (a caller's own frame)."""
+    keys = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 2), st.integers(0, 6)),
+            unique=True,
+            max_size=14,
+        )
+    )
+    if draw(st.booleans()):
+        keys.sort(key=lambda k: (k[0], k[1]))  # canonical order: each run's waves together
+    policies = draw(st.integers(1, 3))
+    rows = [(*key, f"p{i}") for key in keys for i in range(policies)]
+    if draw(st.booleans()):
+        rows = draw(st.permutations(rows))
+    frame = pl.DataFrame(
+        rows, schema={"run": pl.String, "rank": pl.Int32, "wave": pl.Int64, "policy": pl.String},
+        orient="row",
+    )  # fmt: skip
+    return frame, policies
+
+
+def _places(rows: list[tuple[Any, ...]]) -> list[int]:
+    """Each row's wave's place in its run, waves in the order they first come (by hand)."""
+    place: dict[tuple[Any, ...], int] = {}
+    per_run: dict[Any, int] = {}
+    for run, rank, wave, *_ in rows:
+        if (run, rank, wave) not in place:
+            place[(run, rank, wave)] = per_run.get(run, 0)
+            per_run[run] = per_run.get(run, 0) + 1
+    return [place[row[:3]] for row in rows]
+
+
+@settings(max_examples=300, deadline=None)
+@given(wave_rows())
+def test_wave_places_without_a_join_are_those_of_first_appearance(drawn: Any) -> None:
+    """The places ``peak_series`` gives (a join where rows do not come wave by wave) and
+    the first row of each wave that panel (a)'s actual-peak line takes, against a count
+    by hand, whatever the rows' order."""
+    from warmfit.report.plot import _first_of_each_wave, _positions
+
+    frame, _ = drawn
+    rows = frame.rows()
+    places = _places(rows)
+    assert _positions(frame).to_list() == places
+    seen: set[tuple[Any, int]] = set()
+    firsts = []
+    for row, place in zip(rows, places, strict=True):
+        firsts.append((row[0], place) not in seen)
+        seen.add((row[0], place))
+    peaks = frame.with_columns(position=pl.Series(places, dtype=pl.Int64))
+    assert _first_of_each_wave(peaks).tolist() == firsts
+
+
+@settings(max_examples=200, deadline=None)
+@given(wave_rows(), st.data())
+def test_roles_are_taken_row_by_row_only_where_the_waves_line_up(drawn: Any, data: Any) -> None:
+    """Panel (b)'s roles: each wave's own, from roles in the same order, another order,
+    or lacking some waves (``other``, as the join left them null)."""
+    from warmfit.report.plot import _with_roles
+
+    frame, _ = drawn
+    waves = frame.filter(pl.col("policy") == "p0").drop("policy")
+    keys = waves.rows()
+    role = {key: data.draw(st.sampled_from(["seed", "warm", "other"])) for key in keys}
+    kept = data.draw(st.permutations(keys)) if data.draw(st.booleans()) else list(keys)
+    if kept and data.draw(st.booleans()):
+        kept = kept[:-1]
+    roles = pl.DataFrame(
+        [(*key, role[key]) for key in kept],
+        schema={"run": pl.String, "rank": pl.Int32, "wave": pl.Int64, "role": pl.String},
+        orient="row",
+    )  # fmt: skip
+    got = _with_roles(waves, roles)
+    assert got.drop("role").equals(waves)
+    assert got.get_column("role").to_list() == [
+        role[key] if key in set(kept) else None for key in keys
+    ]

@@ -106,12 +106,7 @@ def peak_series(result: ReplayResult) -> pl.DataFrame:
     its actual peak is where it stopped, not what it needed).
     """
     per_wave = result.per_wave
-    order = (
-        per_wave.select("run", "rank", "wave")
-        .unique(maintain_order=True)
-        .with_columns(pl.int_range(pl.len()).over("run").alias("position"))
-    )
-    return per_wave.join(order, on=["run", "rank", "wave"], maintain_order="left").select(
+    return per_wave.with_columns(position=_positions(per_wave)).select(
         "run",
         "rank",
         "wave",
@@ -123,6 +118,43 @@ def peak_series(result: ReplayResult) -> pl.DataFrame:
         pl.col("under_peak").fill_null(False),
         pl.col("oom").fill_null(False),
     )
+
+
+#: What names a wave in per-wave rows.
+WAVE_KEY = ("run", "rank", "wave")
+
+
+def _positions(per_wave: pl.DataFrame) -> pl.Series:
+    """Each row's wave's place in its run (0, 1, ...), waves in the order they first come.
+
+    Rows come wave by wave (a wave's rows, one a policy, next to each other), so the
+    places are those of the blocks of rows with one key, counted per run: found without
+    a join where no key comes back in a later block (checked), by a join otherwise."""
+    key = [pl.col(c) for c in WAVE_KEY]
+    start = pl.any_horizontal(c.ne_missing(c.shift(1)) for c in key).fill_null(True)
+    blocks = per_wave.select(start.alias("start"), *key)
+    firsts = blocks.filter("start").drop("start")
+    if firsts.height == firsts.n_unique():
+        place = firsts.select(pl.int_range(pl.len()).over("run")).to_series()
+        block = blocks.get_column("start").cast(pl.Int64).cum_sum() - 1
+        return place.gather(block).alias("position")
+    order = (
+        per_wave.select(*WAVE_KEY)
+        .unique(maintain_order=True)
+        .with_columns(pl.int_range(pl.len()).over("run").alias("position"))
+    )
+    return per_wave.join(order, on=list(WAVE_KEY), maintain_order="left").get_column("position")
+
+
+def _with_roles(waves: pl.DataFrame, roles: pl.DataFrame) -> pl.DataFrame:
+    """``waves`` (a row per wave) with each one's ``role`` from ``roles`` (null where it
+    has none): taken row by row where both hold the same waves in the same order (as a
+    replay makes them; checked), by a join otherwise."""
+    if roles.height == waves.height and waves.select(*WAVE_KEY).n_unique() == waves.height:
+        same = waves.select(*WAVE_KEY).equals(roles.select(*WAVE_KEY))
+        if same:
+            return waves.with_columns(roles.get_column("role"))
+    return waves.join(roles, on=list(WAVE_KEY), how="left", maintain_order="left")
 
 
 def rate_points(result: ReplayResult, roles: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -137,13 +169,7 @@ def rate_points(result: ReplayResult, roles: pl.DataFrame | None = None) -> pl.D
     """
     waves = result.per_wave.filter(pl.col("policy") == result.policies[0])
     return (
-        waves.with_row_index("first_seq")
-        .join(
-            result.roles if roles is None else roles,
-            on=["run", "rank", "wave"],
-            how="left",
-            maintain_order="left",
-        )
+        _with_roles(waves.with_row_index("first_seq"), result.roles if roles is None else roles)
         .select(
             "run",
             "rank",
@@ -493,13 +519,31 @@ def strip_keep(offset_index: np.ndarray, y: np.ndarray, count: int = STRIP_CELLS
     return keep
 
 
+def _first_of_each_wave(peaks: pl.DataFrame) -> np.ndarray:
+    """Whether each row of ``peaks`` is the first of its (run, position). Where each run's
+    rows are together and their positions never go down (as :func:`peak_series` makes
+    them; checked), the first rows are those where the run or the position changes."""
+    run, position = pl.col("run"), pl.col("position")
+    changed = (run.ne_missing(run.shift(1)) | position.ne_missing(position.shift(1))).fill_null(
+        True
+    )
+    together = peaks.select(
+        (run.rle_id().max().fill_null(-1) + 1 == run.n_unique()).alias("runs"),
+        (run.ne_missing(run.shift(1)) | (position >= position.shift(1)))
+        .fill_null(True)
+        .all()
+        .alias("positions"),
+    ).row(0)
+    first = changed if all(together) else pl.struct(run, position).is_first_distinct()
+    return peaks.select(first).to_series().to_numpy().copy()
+
+
 def _thin_peaks(peaks: pl.DataFrame, runs: Sequence[str], large: Sequence[str]) -> pl.DataFrame:
     """Panel (a) of :func:`thin`: the rows of ``peaks`` (of ``runs``) drawn, with their
     flags; the ``large`` runs thinned."""
     peaks = peaks.filter(pl.col("run").is_in(runs))
     # the actual peak line takes each wave's first row, as it always did
-    first = peaks.select(pl.struct("run", "position").is_first_distinct()).to_series()
-    draw_actual = first.to_numpy().copy()
+    draw_actual = _first_of_each_wave(peaks)
     draw_estimate = np.ones(peaks.height, bool)
     needed = ("_row", "run", "position", "policy", "actual_gb", "estimate_gb", "under_peak", "oom")
     indexed = peaks.with_row_index("_row").select(needed)
@@ -584,12 +628,12 @@ def _thin_over(over: pl.DataFrame, runs: Sequence[str], above: int) -> pl.DataFr
             _whole=pl.len().over(by) <= above,
         )
     )
-    kept = pl.Series("_row", [], pl.UInt32)
+    kept = over.get_column("_whole").to_numpy().copy()
     for strip in over.filter(~pl.col("_whole")).partition_by(by):
         keep = strip_keep(strip["_k"].to_numpy(), strip["over_estimate_pct"].to_numpy())
-        kept.append(strip.get_column("_row").filter(pl.Series(keep)))
+        kept[strip.get_column("_row").to_numpy()[keep]] = True
     return (
-        over.filter(pl.col("_whole") | pl.col("_row").is_in(kept.implode()))
+        over.filter(pl.Series(kept))
         .with_columns(offset=0.18 * (pl.col("_k") - 5) / 5)
         .drop("_row", "_k", "_whole")
     )
@@ -788,8 +832,15 @@ class PlotParts:
             files = self.files.setdefault(run, [])
             stem = self.folder / f"{list(self.files).index(run)}-{len(files)}"
             paths = tuple(stem.with_suffix(f".{name}") for name in PANELS)
-            for frame, path in zip(mine, paths, strict=True):
-                frame.write_ipc(path)
+            try:
+                for frame, path in zip(mine, paths, strict=True):
+                    frame.write_ipc(path)
+            except OSError as exc:  # a full disk, a file-size limit
+                raise UsageError(
+                    f"cannot write the figure's temporary files in {printable(str(self.folder))} "
+                    f"({exc.strerror or exc}); nothing was written. Free space there, point "
+                    "TMPDIR at a folder with room, or raise the file-size limit (ulimit -f)."
+                ) from None
             files.append(paths)
 
     def finish(self, summary: pl.DataFrame) -> PlotParts:
@@ -1278,11 +1329,11 @@ def _draw_over(ax: Any, data: PlotData, run: str) -> None:
     over = data.over.filter(pl.col("run") == run)
     drawn = data.drawn.over.filter(pl.col("run") == run)
     values = [
-        over.filter(pl.col("policy") == name).get_column("over_estimate_pct").to_list()
+        over.filter(pl.col("policy") == name).get_column("over_estimate_pct").to_numpy()
         for name in data.policies
     ]
     positions = list(range(1, len(data.policies) + 1))
-    present = [(p, v) for p, v in zip(positions, values, strict=True) if v]
+    present = [(p, v) for p, v in zip(positions, values, strict=True) if v.size]
     if present:
         box = ax.boxplot(
             [v for _, v in present],
@@ -1304,10 +1355,10 @@ def _draw_over(ax: Any, data: PlotData, run: str) -> None:
             color=_colour(data.policies, data.policies[p - 1]),
             zorder=3,
         )
-        median = sorted(v)[(len(v) - 1) // 2 : len(v) // 2 + 1]
+        median = np.sort(v)[(len(v) - 1) // 2 : len(v) // 2 + 1].tolist()
         ax.annotate(
             f"median {sum(median) / len(median):+.1f}%",
-            (p, max(v)),
+            (p, float(v.max())),
             textcoords="offset points",
             xytext=(0, 6),
             ha="center",
