@@ -221,11 +221,11 @@ def process_state(pid: int) -> bytes | None:
 
 
 def _gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (exited, or a zombie): its ``/proc`` entry is
-    looked up without a file descriptor first, so that a process out of descriptors
-    (RLIMIT_NOFILE) never takes a living one for gone."""
+    """Whether process ``pid`` may have ended (exited, a zombie, or no ``/proc`` to tell):
+    its ``/proc`` entry is looked up without a file descriptor first, so that a process
+    out of descriptors (RLIMIT_NOFILE) never takes a living one for gone."""
     if not os.path.exists(f"/proc/{pid}"):
-        return os.path.isdir("/proc")  # no /proc at all: say alive, as multiprocessing would
+        return True
     return process_state(pid) in (b"Z", b"X")
 
 
