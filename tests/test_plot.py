@@ -985,3 +985,50 @@ def test_roles_are_taken_row_by_row_only_where_the_waves_line_up(drawn: Any, dat
     assert got.get_column("role").to_list() == [
         role[key] if key in set(kept) else None for key in keys
     ]
+
+
+def _frames_equal(streamed: PlotData, whole: PlotData) -> None:
+    """Every frame and figure of two plots' data alike (the curves in any row order)."""
+    for name in ("peaks", "rates", "over"):
+        assert getattr(streamed, name).equals(getattr(whole, name)), name
+    for name in ("peaks", "rates", "over"):
+        assert getattr(streamed.drawn, name).equals(getattr(whole.drawn, name)), name
+    assert streamed.curves.sort(streamed.curves.columns).equals(
+        whole.curves.sort(whole.curves.columns)
+    )
+    for name in ("waves", "points", "drawn", "under", "thinned"):
+        assert getattr(streamed.drawn, name) == getattr(whole.drawn, name), name
+    assert streamed.main_profiles == whole.main_profiles
+    assert streamed.profile_counts == whole.profile_counts
+
+
+@pytest.mark.parametrize("batch", ["7", "100000"])
+def test_the_streamed_plot_draws_what_a_replay_in_memory_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: str
+) -> None:
+    """``warmfit plot`` holds one run at a time (its frames written per run and batch,
+    each batch's places and row numbers shifted by what came before): the data it draws
+    are those of a replay of the whole trace in memory, in batches of 7 readings or one,
+    and its temporary folder is gone when it ends, as after a refusal."""
+    pytest.importorskip("matplotlib")
+    import warmfit.report.plot
+
+    trace = pl.concat([worked(("A", "B", "C")), two_ranks()])
+    write_trace(trace.sort("run", "rank", "seq"), tmp_path / "trace" / "t.parquet")
+    seen: list[PlotData] = []
+    monkeypatch.setattr(
+        warmfit.report.plot, "render_plot", lambda data, path: seen.append(data.whole())
+    )
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("WARMFIT_BATCH_READINGS", batch)
+    (tmp_path / "tmp").mkdir()
+    args = ["plot", str(tmp_path / "trace"), "-o", str(tmp_path / "f.png"), "--engine", "scalar"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    whole = build_plot_data(replay(read_trace([tmp_path / "trace"]), engine="scalar"))
+    _frames_equal(seen[0], whole)
+    assert seen[0].runs == ("A", "B", "C", "R", "solo")
+    assert list((tmp_path / "tmp").iterdir()) == []
+    refused = CliRunner().invoke(app, [*args, "--signature", "nosuch", "--force"])
+    assert refused.exit_code == 2 and "no run of the trace has that signature" in refused.output
+    assert list((tmp_path / "tmp").iterdir()) == []
