@@ -302,3 +302,127 @@ def test_a_null_from_an_expression_over_many_columns_shows_nine_cells_and_counts
         f"warmfit: error: {csv_path}, row 1: {', '.join(shown[:-1])} and {shown[-1]} give no "
         "value (NULL), where fields.packed_tokens needs a number (line 2).\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("", "has no header row: the first line must name the columns."),
+        ("\n1,5\n", "has no header row: the first line must name the columns."),
+        # strict CSV: a quoted cell must end at its closing quote
+        ('n,peak\n1,"5"x\n', "is not valid CSV near line 2: ',' expected after '\"'."),
+        # the row after a blank line is counted from that line: 1 header, 2 a row, 3 blank
+        ("n,peak\n1,5\n\n3\n", "row 2: has 1 cells where the header names 2 columns (line 4)."),
+        (
+            "n,peak\n1,5\n\n\nx,5\n",
+            "column 'n', row 2: holds 'x', where fields.packed_tokens needs a number (line 5).",
+        ),
+        # a cell longer than 40 characters is shown cut to its first 40
+        (
+            f"n,peak\n{'y' * 41},5\n",
+            f"column 'n', row 1: n '{'y' * 40}' gives no value (NULL), where "
+            "fields.packed_tokens needs a number (line 2).",
+        ),
+    ],
+)
+def test_a_table_that_cannot_be_read_is_named_with_its_line(
+    tmp_path: Path, table: str, message: str
+) -> None:
+    tokens = "TRY_CAST(n AS BIGINT)" if "NULL" in message else "n"
+    code, output, csv_path, _ = run_import(tmp_path, table, tokens=tokens)
+    assert code == 2
+    sep = ", " if message.startswith(("row", "column")) else ": "
+    assert output == f"warmfit: error: {csv_path}{sep}{message}\n"
+
+
+def test_a_table_that_is_a_directory_is_named_as_one(tmp_path: Path) -> None:
+    folder = tmp_path / "t.csv"
+    folder.mkdir()
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(MAPPING.format(tokens="n"))
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(folder), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert (
+        result.output
+        == f"warmfit: error: {folder}: the table is a directory, not a regular file.\n"
+    )
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_an_expression_polars_cannot_parse_is_shown_cut_at_60_characters(
+    tmp_path: Path, extra: int
+) -> None:
+    """The expression shows its first 60 characters (57 and '...' beyond), polars'
+    reason its first line, cut at 200 characters (199 and '…' beyond)."""
+    import polars as pl
+
+    text = "n +* " + "x" * (55 + extra)  # 60 characters, then 61
+    shown = repr(text if len(text) <= 60 else text[:57] + "...")
+    with pytest.raises(pl.exceptions.PolarsError) as parsed:
+        pl.sql_expr(text)
+    reason = str(parsed.value).strip().splitlines()[0]
+    assert len(reason) < 200  # cut only beyond 200: see the next test
+    code, output, _, mapping = run_import(tmp_path, "n,peak\n1,5\n", tokens=text)
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {mapping}: fields.packed_tokens: {shown} is not a polars SQL "
+        f"expression ({reason}) (its columns: n, peak).\n"
+    )
+
+
+def test_polars_reason_is_its_first_line_cut_at_200_characters() -> None:
+    """A reason of 200 characters is shown whole, one of 201 as its first 199 and '…';
+    a reason with no text is the error's name."""
+    import polars as pl
+
+    from warmfit.importers.table import _first_line
+
+    assert _first_line(pl.exceptions.ComputeError("a" * 200 + "\nmore")) == "a" * 200
+    assert _first_line(pl.exceptions.ComputeError("b" * 201)) == "b" * 199 + "…"
+    assert _first_line(pl.exceptions.ComputeError("  \n")) == "ComputeError"
+
+
+@pytest.mark.parametrize(
+    ("table", "tokens", "cell"),
+    [
+        # 3 x 2**62 is past int64: the column of the largest cell is named
+        ("a,b,peak\n3,4611686018427387904,5\n", "a * b", "4611686018427387904"),
+        # largest by magnitude: -2**62 x 5
+        ("a,b,peak\n5,-4611686018427387904,5\n", "a * b", "-4611686018427387904"),
+        # a text cell counts as 0 beside a number
+        (
+            "s,b,peak\nx,4611686018427387904,5\n",
+            "CASE WHEN s = 'x' THEN b * 4 END",
+            "4611686018427387904",
+        ),
+    ],
+)
+def test_a_number_beyond_64_bits_names_the_column_of_the_largest_cell(
+    tmp_path: Path, table: str, tokens: str, cell: str
+) -> None:
+    code, output, csv_path, _ = run_import(tmp_path, table, tokens=tokens)
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {csv_path}, column 'b', row 1: holds '{cell}', which gives "
+        "fields.packed_tokens beyond 64 bits (a trace holds at most 9,223,372,036,854,775,807) "
+        "(line 2).\n"
+    )
+
+
+def test_a_derived_value_named_as_a_column_is_refused(tmp_path: Path) -> None:
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("n,peak\n1,5\n")
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('[derive]\nn = "peak * 2"\n' + MAPPING.format(tokens="n"))
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output == (
+        f"warmfit: error: {mapping}: derive.n: 'n' is already a column of {csv_path}; name the "
+        "derived value otherwise (its columns: n, peak).\n"
+    )

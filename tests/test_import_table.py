@@ -746,3 +746,72 @@ def test_the_shorter_forms_are_the_expressions_they_stand_for(
     assert short.get_column("floor").to_list() == [
         round(v) for v in expression.get_column("floor").cast(pl.Float64).to_list()
     ]
+
+
+def test_a_derived_value_is_a_name_in_later_expressions_but_no_column(tmp_path: Path) -> None:
+    """[derive] d = n * 2 on n = 1: packed_tokens = "d" is 2, logical_tokens = "d + 1" is 3.
+    order.by and a case's test name the table's columns: a derived name there is refused
+    as a column the table lacks."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n")
+    fields = (
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "d"\n'
+        'logical_tokens = "d + 1"\npeak_bytes = "peak"\nbaseline_bytes = 0\n'
+    )
+    out = tmp_path / "o.parquet"
+    mapping = write_map(tmp_path, '[derive]\nd = "n * 2"\n' + fields)
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    rows = pq.read_table(out).select(["packed_tokens", "logical_tokens"]).to_pylist()
+    assert rows == [{"packed_tokens": 2, "logical_tokens": 3}]
+    for before, key in [
+        ('order = { by = ["d"] }\n[derive]\nd = "n * 2"\n', "order.by"),
+        (
+            '[derive]\nd = "n * 2"\n[derive.e]\ncases = [{ when = { d = "2" }, value = "x" }]\n',
+            "derive.e.cases[0].when.d",
+        ),
+    ]:
+        mapping = write_map(tmp_path, before + fields)
+        code, output = invoke(
+            "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "x.parquet")
+        )
+        assert code == 2
+        assert output == (
+            f"warmfit: error: {mapping}: {key}: names the column 'd', which {path} lacks "
+            "(its columns: n, peak).\n"
+        )
+
+
+def test_a_flag_and_an_extra_column_take_expressions(tmp_path: Path) -> None:
+    """oom = "s = 'b'" makes the second row an OOM reading (so not whole); the extra
+    column x = "n + peak" holds 1 + 5 = 6 and 2 + 0 = 2."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak,s\n1,5,a\n2,0,b\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "sig"\npacked_tokens = "n"\n'
+        'peak_bytes = "peak"\nbaseline_bytes = 0\noom = "s = \'b\'"\n'
+        '[extra]\nx = "n + peak"\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    rows = pq.read_table(out).select(["packed_tokens", "oom", "whole", "x"]).to_pylist()
+    assert rows == [
+        {"packed_tokens": 1, "oom": False, "whole": True, "x": 6},
+        {"packed_tokens": 2, "oom": True, "whole": False, "x": 2},
+    ]
+
+
+def test_a_table_of_only_a_header_has_no_row_to_keep(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("job,card,seq_tokens,padded_tokens,peak_gib,status\n")
+    mapping = write_map(tmp_path, MAPPING)
+    code, output = invoke(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {mapping}: no row of {path} passes [filter] (0 rows read); nothing "
+        "to write. Check the filter's columns and values.\n"
+    )
