@@ -465,3 +465,25 @@ def test_several_candidates_compared_net_under_a_safety_factor_of_one(tmp_path: 
     row = misses.readings.row(0, named=True)
     assert (row["packed_tokens"], row["estimate_bytes"]) == (10, 10_000_000)
     assert row["art_estimate_from"] == "predicted_peak_bytes x replay.safety_factor"
+
+
+def test_a_report_that_grows_past_the_cap_after_its_size_is_taken_is_oversized(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size is checked before the read; a report that grows past 16 MiB between the
+    two (os.stat says 100 bytes here, the file holds 16 MiB + 1) is refused by the read."""
+    from types import SimpleNamespace
+
+    from warmfit.importers import art_misses
+
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    with (folder / "growing.json").open("wb") as handle:  # sparse: no 16 MiB written
+        handle.truncate(MAX_REPORT_BYTES + 1)
+    monkeypatch.setattr(
+        art_misses, "os", SimpleNamespace(stat=lambda _: SimpleNamespace(st_size=100))
+    )
+    misses = import_misses(folder)
+    assert [(r.path.name, r.reason, r.problem) for r in misses.refused] == [
+        ("growing.json", "oversized", "holds more than ART's cap of 16,777,216 bytes (16 MiB).")
+    ]

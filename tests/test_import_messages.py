@@ -392,12 +392,13 @@ def test_polars_reason_is_its_first_line_cut_at_200_characters() -> None:
         ("a,b,peak\n3,4611686018427387904,5\n", "a * b", "4611686018427387904"),
         # largest by magnitude: -2**62 x 5
         ("a,b,peak\n5,-4611686018427387904,5\n", "a * b", "-4611686018427387904"),
-        # a text cell counts as 0 beside a number
+        # a text cell counts as 0 beside a number, even one below 1
         (
             "s,b,peak\nx,4611686018427387904,5\n",
             "CASE WHEN s = 'x' THEN b * 4 END",
             "4611686018427387904",
         ),
+        ("s,b,peak\nx,0.5,5\n", "CASE WHEN s = 'x' THEN b * 1e30 END", "0.5"),
     ],
 )
 def test_a_number_beyond_64_bits_names_the_column_of_the_largest_cell(
