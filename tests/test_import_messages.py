@@ -427,3 +427,56 @@ def test_a_derived_value_named_as_a_column_is_refused(tmp_path: Path) -> None:
         f"warmfit: error: {mapping}: derive.n: 'n' is already a column of {csv_path}; name the "
         "derived value otherwise (its columns: n, peak).\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("table", "tokens", "message"),
+    [
+        # text over two columns: no one column to name, the text given is shown
+        ("a,b,peak\n1,x,5\n", "concat(a, b)", "row 1: gives '1x', where"),
+        # NULL from no column at all
+        ("a,peak\n1,5\n", "NULL", "row 1: gives no value (NULL), where"),
+        # 2**62 x 2.0 is 2**63 as a float, one past int64
+        (
+            "a,peak\n4611686018427387904,5\n",
+            "a * 2.0",
+            "column 'a', row 1: holds '4611686018427387904', which gives fields.packed_tokens "
+            "beyond 64 bits (a trace holds at most 9,223,372,036,854,775,807) (line 2).",
+        ),
+    ],
+)
+def test_a_number_from_an_expression_that_is_no_number_is_named(
+    tmp_path: Path, table: str, tokens: str, message: str
+) -> None:
+    code, output, csv_path, _ = run_import(tmp_path, table, tokens=tokens)
+    assert code == 2
+    if message.endswith("where"):
+        message += " fields.packed_tokens needs a number (line 2)."
+    assert output == f"warmfit: error: {csv_path}, {message}\n"
+
+
+def test_a_number_from_an_expression_of_booleans_is_a_mapping_error(tmp_path: Path) -> None:
+    code, output, _, mapping = run_import(tmp_path, "n,peak\n1,5\n", tokens="n > 1")
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {mapping}: fields.packed_tokens: gives Boolean values, where a "
+        "number is needed (its columns: n, peak).\n"
+    )
+
+
+def test_require_refuses_a_row_its_expression_makes_null(tmp_path: Path) -> None:
+    """NULL is not true: TRY_CAST('abc') > 1 refuses the row (where drops it:
+    test_import_table.py)."""
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("x,peak\n5,5\nabc,6\n")
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('require = "TRY_CAST(x AS BIGINT) > 1"\n' + MAPPING.format(tokens="peak"))
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output == (
+        f"warmfit: error: {csv_path}, column 'x', row 2: fails require "
+        "('TRY_CAST(x AS BIGINT) > 1': x='abc') (line 3).\n"
+    )

@@ -815,3 +815,24 @@ def test_a_table_of_only_a_header_has_no_row_to_keep(tmp_path: Path) -> None:
         f"warmfit: error: {mapping}: no row of {path} passes [filter] (0 rows read); nothing "
         "to write. Check the filter's columns and values.\n"
     )
+
+
+def test_text_numbers_null_floors_and_null_where_as_the_how_to_says(tmp_path: Path) -> None:
+    """A text result is read as a number (a CASE of '10' and '20'); a floor of NULL is no
+    floor; where's NULL is false, so the row where TRY_CAST('abc') > 1 is NULL is dropped."""
+    path = tmp_path / "t.csv"
+    path.write_text("s,x,peak\na,5,5\nb,7,6\nc,abc,7\n")
+    mapping = write_map(
+        tmp_path,
+        'where = "TRY_CAST(x AS BIGINT) > 1"\n[run]\nlabel = "r"\n[fields]\nsignature = "sig"\n'
+        "packed_tokens = \"CASE WHEN s = 'a' THEN '10' ELSE '20' END\"\n"
+        'peak_bytes = "peak"\nbaseline_bytes = 0\nstatic_floor_bytes = "NULL"\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    rows = pq.read_table(out).select(["packed_tokens", "peak_bytes", "static_floor_bytes"])
+    assert rows.to_pylist() == [
+        {"packed_tokens": 10, "peak_bytes": 5, "static_floor_bytes": None},
+        {"packed_tokens": 20, "peak_bytes": 6, "static_floor_bytes": None},
+    ]
