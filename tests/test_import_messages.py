@@ -436,6 +436,27 @@ def test_a_derived_value_named_as_a_column_is_refused(tmp_path: Path) -> None:
         ("a,b,peak\n1,x,5\n", "concat(a, b)", "row 1: gives '1x', where"),
         # NULL from no column at all
         ("a,peak\n1,5\n", "NULL", "row 1: gives no value (NULL), where"),
+        # a constant past int64: no column to name, the value shown
+        (
+            "a,peak\n1,5\n",
+            "1e19",
+            "row 1: holds '1e+19', which gives fields.packed_tokens beyond 64 bits (a trace "
+            "holds at most 9,223,372,036,854,775,807) (line 2).",
+        ),
+        ("a,peak\n1,5\n", "0 - 5", "row 1: gives fields.packed_tokens = -5, below 0 (line 2)."),
+        # a cell of 40 characters is shown whole, one of 41 as 37 and '...'
+        (
+            f"a,peak\n1{'0' * 39},5\n",
+            "a",
+            f"column 'a', row 1: holds '1{'0' * 39}', which gives fields.packed_tokens beyond 64 "
+            "bits (a trace holds at most 9,223,372,036,854,775,807) (line 2).",
+        ),
+        (
+            f"a,peak\n1{'0' * 40},5\n",
+            "a",
+            f"column 'a', row 1: holds '1{'0' * 36}...', which gives fields.packed_tokens beyond "
+            "64 bits (a trace holds at most 9,223,372,036,854,775,807) (line 2).",
+        ),
         # 2**62 x 2.0 is 2**63 as a float, one past int64
         (
             "a,peak\n4611686018427387904,5\n",
@@ -480,3 +501,57 @@ def test_require_refuses_a_row_its_expression_makes_null(tmp_path: Path) -> None
         f"warmfit: error: {csv_path}, column 'x', row 2: fails require "
         "('TRY_CAST(x AS BIGINT) > 1': x='abc') (line 3).\n"
     )
+
+
+def import_with(tmp_path: Path, table: str, mapping_text: str) -> tuple[int, str, Path]:
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(table)
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(mapping_text)
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert not out.exists()
+    return result.exit_code, result.output, csv_path
+
+
+@pytest.mark.parametrize(
+    ("table", "change", "message"),
+    [
+        # a rank is an int32: 2**31 is one past it
+        (
+            "n,r,peak\n1,2147483648,5\n",
+            ("baseline_bytes = 0\n", 'baseline_bytes = 0\nrank = "r"\n'),
+            "column 'r', row 1: holds '2147483648', which gives fields.rank beyond 32 bits "
+            "(a trace holds at most 2,147,483,647) (line 2).",
+        ),
+        # a flag column's cell that is none of true/false, 1/0, yes/no
+        (
+            "n,o,peak\n1,no,5\n2,maybe,6\n",
+            ("baseline_bytes = 0\n", 'baseline_bytes = 0\noom = "o"\n'),
+            "column 'o', row 2: holds 'maybe', where fields.oom needs true or false (1/0, yes/no) "
+            "(line 3).",
+        ),
+        (
+            "n,s,peak\n1,,5\n",
+            ('label = "r"', 'label = "{s}"'),
+            "row 1: gives an empty run label (run.label) (line 2).",
+        ),
+        # the identity column that differs is named, not the first one
+        (
+            "n,g,c,peak\n1,h,x,5\n2,h,y,6\n",
+            ('label = "r"', 'label = "r"\nidentity = ["g", "c"]'),
+            "column 'c', row 2: gives the run label 'r' of row 1, but another c ('y', not "
+            "'x'): run.label must tell the runs of run.identity apart (line 3).",
+        ),
+    ],
+)
+def test_a_row_that_breaks_a_fields_rule_is_named_with_its_column(
+    tmp_path: Path, table: str, change: tuple[str, str], message: str
+) -> None:
+    code, output, csv_path = import_with(
+        tmp_path, table, MAPPING.format(tokens="n").replace(*change)
+    )
+    assert code == 2
+    assert output == f"warmfit: error: {csv_path}, {message}\n"

@@ -836,3 +836,43 @@ def test_text_numbers_null_floors_and_null_where_as_the_how_to_says(tmp_path: Pa
         {"packed_tokens": 10, "peak_bytes": 5, "static_floor_bytes": None},
         {"packed_tokens": 20, "peak_bytes": 6, "static_floor_bytes": None},
     ]
+
+
+def test_order_by_puts_empty_cells_first_and_keeps_equal_rows_in_table_order(
+    tmp_path: Path,
+) -> None:
+    """order.by b: an empty b first, then b ascending; 40 rows alternating b = 0, 1 keep
+    the table's order within each value (polars sorts 30 rows or more by two keys out of
+    order unless told to keep it)."""
+    path = tmp_path / "t.csv"
+    rows = [f"{i + 1},{i % 2},{i + 1}" for i in range(40)]
+    path.write_text("n,b,peak\n" + "\n".join(rows) + "\n41,,5\n")
+    mapping = write_map(
+        tmp_path,
+        'order = { by = ["b"] }\n[run]\nlabel = "r"\n[fields]\nsignature = "s"\n'
+        'packed_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    trace = pq.read_table(out).to_pydict()
+    assert trace["packed_tokens"] == [41, *range(1, 41, 2), *range(2, 41, 2)]
+    assert trace["step"] == list(range(41))
+
+
+def test_int64_arithmetic_exact_past_a_float_imports_to_the_token(tmp_path: Path) -> None:
+    """a * 3 with a = 2**60 + 100 is 3,458,764,513,820,541,228 exactly; as floats it is
+    512 off (2**60 * 3 against the float nearest the product): the check for int64
+    arithmetic that wraps must not take that for a wrap."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"a,peak\n{2**60 + 100},5\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "a * 3"\n'
+        'peak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    assert pq.read_table(out).column("packed_tokens").to_pylist() == [3_458_764_513_820_541_228]
+    assert 3 * (2**60 + 100) == 3_458_764_513_820_541_228
