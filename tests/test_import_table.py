@@ -876,3 +876,85 @@ def test_int64_arithmetic_exact_past_a_float_imports_to_the_token(tmp_path: Path
     assert code == 0, output
     assert pq.read_table(out).column("packed_tokens").to_pylist() == [3_458_764_513_820_541_228]
     assert 3 * (2**60 + 100) == 3_458_764_513_820_541_228
+
+
+def test_order_distinct_allows_one_size_in_each_of_two_runs(tmp_path: Path) -> None:
+    """order.distinct refuses a size twice in one run only: runs a and b both measured
+    sizes 1 and 2, and import."""
+    path = tmp_path / "t.csv"
+    path.write_text("job,n,peak\na,1,5\na,2,6\nb,1,7\nb,2,8\n")
+    mapping = write_map(
+        tmp_path,
+        'order = { by = ["n"], distinct = true }\n[run]\nlabel = "{job}"\n[fields]\n'
+        'signature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    assert pq.read_table(out).column("peak_bytes").to_pylist() == [5, 6, 7, 8]
+
+
+def test_a_run_of_two_rows_is_shuffled_too(tmp_path: Path) -> None:
+    """shuffled_order('a', 2) is [1, 0]: the run's two rows swap."""
+    assert shuffled_order("a", 2) == [1, 0]
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n2,6\n")
+    mapping = write_map(
+        tmp_path,
+        'order = { shuffle = true }\n[run]\nlabel = "a"\n[fields]\nsignature = "s"\n'
+        'packed_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    assert pq.read_table(out).column("packed_tokens").to_pylist() == [2, 1]
+
+
+@pytest.mark.parametrize(("small", "warned"), [(4, True), (3, False)])
+def test_the_absolute_peak_warning_starts_at_a_quarter(
+    tmp_path: Path, small: int, warned: bool
+) -> None:
+    """Peaks of 4 and 16 bytes (25%) with no baseline set are warned about; 3 and 16
+    (19%) are not."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"n,peak\n1,{small}\n2,16\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\n',
+    )
+    code, output = invoke(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 0, output
+    said = "yet in the run 'r' the smallest peak is 25% of the largest (1 of 1 runs at 25% or more)"
+    assert (said in output) == warned
+    assert ("every baseline_bytes is 0" in output) == warned
+
+
+@pytest.mark.parametrize(("rows", "capped"), [(20_000, False), (20_001, True)])
+def test_a_table_of_more_than_20_million_readings_is_refused_before_any_is_made(
+    tmp_path: Path, rows: int, capped: bool
+) -> None:
+    """1,000 readings a row: 20,000 rows make 20,000,000 readings, the most an import makes
+    (then the next check refuses row 2, which breaks run.identity, before any reading
+    is made); 20,001 rows are refused whole."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,g,peak\n" + "1,x,5\n" + "1,y,5\n" * (rows - 1))
+    readings = ", ".join(["{}"] * 1000)
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\nidentity = ["g"]\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+        f'peak_bytes = "peak"\nbaseline_bytes = 0\n[[waves]]\nreadings = [{readings}]\n',
+    )
+    code, output = invoke(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2
+    if capped:
+        assert output == (
+            f"warmfit: error: {mapping}: 20,001 rows of {path} kept, 1,000 readings each, make "
+            "20,001,000 readings; warmfit imports at most 20,000,000 at once. Import part of "
+            "the table (where = ...), or fewer readings per row.\n"
+        )
+    else:
+        assert output.startswith(f"warmfit: error: {path}, column 'g', row 2: gives the run label")
