@@ -958,3 +958,125 @@ def test_a_table_of_more_than_20_million_readings_is_refused_before_any_is_made(
         )
     else:
         assert output.startswith(f"warmfit: error: {path}, column 'g', row 2: gives the run label")
+
+
+def test_a_table_that_keeps_no_row_imports_no_run(table: Path, tmp_path: Path) -> None:
+    """import_table itself (the CLI then refuses to write): 6 rows read, none kept, 0 runs."""
+    mapping = load_mapping(write_map(tmp_path, MAPPING.replace('"done"', '"lost"')))
+    imported = import_table(table, mapping)
+    assert (imported.rows, imported.kept, imported.runs) == (6, 0, 0)
+    assert imported.readings.height == 0 and imported.warnings == []
+
+
+def test_two_readings_a_row_are_written_row_by_row(tmp_path: Path) -> None:
+    """Two rows of one wave of two readings (forward, then caller): the readings of row 1,
+    then those of row 2, seq 0 to 3; an empty estimate_bytes in [extra] is null."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,f,c,e\n1,10,11,7\n2,20,21,\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\nbaseline_bytes = 0\n'
+        '[[waves]]\nreadings = [{ phase = "forward", whole = false, peak_bytes = "f" }, '
+        '{ phase = "caller", peak_bytes = "c" }]\n[extra]\nestimate_bytes = "e"\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    rows = pq.read_table(out).select(["seq", "wave", "phase", "peak_bytes", "estimate_bytes"])
+    assert rows.to_pylist() == [
+        {"seq": 0, "wave": 0, "phase": "forward", "peak_bytes": 10, "estimate_bytes": 7},
+        {"seq": 1, "wave": 0, "phase": "caller", "peak_bytes": 11, "estimate_bytes": 7},
+        {"seq": 2, "wave": 1, "phase": "forward", "peak_bytes": 20, "estimate_bytes": None},
+        {"seq": 3, "wave": 1, "phase": "caller", "peak_bytes": 21, "estimate_bytes": None},
+    ]
+
+
+def test_the_mapping_is_kept_as_written_beyond_ascii(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n")
+    mapping = write_map(
+        tmp_path,
+        'description = "mesures de l\'équipe, 10 µs"\n[run]\nlabel = "r"\n[fields]\n'
+        'signature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    stored = pq.read_schema(out).metadata[MAPPING_KEY.encode()].decode()
+    assert '"description":"mesures de l\'équipe, 10 µs"' in stored
+
+
+def test_a_whole_reading_must_be_the_caller_reading_of_a_flat_wave(tmp_path: Path) -> None:
+    """whole = true on a forward reading of a flat wave is refused, as on a caller
+    reading of a split child."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n")
+    for change in ['phase = "forward"\n', 'kind = "split_child"\n']:
+        mapping = write_map(
+            tmp_path,
+            '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+            f'peak_bytes = "peak"\nbaseline_bytes = 0\nwhole = true\n{change}',
+        )
+        code, output = invoke(
+            "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+        )
+        assert code == 2
+        assert output == (
+            f"warmfit: error: {path}, row 1: gives a whole reading that is not the caller "
+            "reading of a flat wave (line 2).\n"
+        )
+
+
+@pytest.mark.parametrize(
+    ("rows", "said"),
+    [
+        # a run of one reading says nothing about held memory
+        ("a,1,5\n", None),
+        # the largest share is named: b's 80%, above a's 50%
+        (
+            "a,1,5\na,2,10\nb,1,8\nb,2,10\n",
+            "in the run 'b' the smallest peak is 80% of the largest (2 of 2",
+        ),
+        # equal shares: the first run by name
+        (
+            "b,1,5\nb,2,10\na,1,5\na,2,10\n",
+            "in the run 'a' the smallest peak is 50% of the largest (2 of 2",
+        ),
+    ],
+)
+def test_the_absolute_peak_warning_names_the_run_of_the_largest_share(
+    tmp_path: Path, rows: str, said: str | None
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("job,n,peak\n" + rows)
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "{job}"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+        'peak_bytes = "peak"\n',
+    )
+    code, output = invoke(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 0, output
+    if said is None:
+        assert "every baseline_bytes is 0" not in output
+    else:
+        assert said in output
+
+
+def test_order_distinct_refuses_a_run_of_two_rows_of_one_size(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n1,6\n")
+    mapping = write_map(
+        tmp_path,
+        'order = { by = ["n"], distinct = true }\n[run]\nlabel = "r"\n[fields]\n'
+        'signature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    code, output = invoke(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {path}, column 'n', row 2: repeats the n of row 1 in the run 'r' "
+        "(order.distinct): keep one, or tell them apart in run.label (line 3).\n"
+    )
