@@ -9,6 +9,7 @@ line and a quoted cell over two lines.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -555,3 +556,74 @@ def test_a_row_that_breaks_a_fields_rule_is_named_with_its_column(
     )
     assert code == 2
     assert output == f"warmfit: error: {csv_path}, {message}\n"
+
+
+#: A mapping that imports t.csv (n,peak), for the mapping tests to break one key of.
+GOOD = MAPPING.format(tokens="n")
+
+
+def mapping_error(tmp_path: Path, text: str, files: dict[str, str] | None = None) -> str:
+    """The output of importing n,peak through the mapping ``text`` (m.toml), beside
+    ``files`` (name: text): it must be one error naming m.toml."""
+    for name, body in (files or {}).items():
+        (tmp_path / name).write_text(body)
+    code, output, _ = import_with(tmp_path, "n,peak\n1,5\n", text)
+    assert code == 2, output
+    prefix = f"warmfit: error: {tmp_path / 'm.toml'}: "
+    assert output.startswith(prefix) and output.endswith("\n"), output
+    return output[len(prefix) : -1]
+
+
+def test_a_mapping_that_extends_another_is_one_level_of_strings(tmp_path: Path) -> None:
+    assert mapping_error(tmp_path, "extends = 5\n" + GOOD) == (
+        "extends: must be the path of another mapping file, as a string."
+    )
+    base = tmp_path / "base.toml"
+    assert (
+        mapping_error(
+            tmp_path, 'extends = "base.toml"\n', {"base.toml": 'extends = "other.toml"\n' + GOOD}
+        )
+        == f"extends: {base} extends another mapping itself; one level only."
+    )
+
+
+def test_a_mapping_overrides_a_table_of_its_base_with_a_string(tmp_path: Path) -> None:
+    """The base's require table (the cell's text is 5) is replaced whole by the extending
+    mapping's expression, which refuses the row where n is 1; and the trace keeps the
+    mapping resolved, without extends."""
+    (tmp_path / "base.toml").write_text('[require]\npeak = "5"\n' + GOOD)
+    code, output, csv_path = import_with(
+        tmp_path, "n,peak\n1,5\n", 'extends = "base.toml"\nrequire = "n > 1"\n'
+    )
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {csv_path}, column 'n', row 1: fails require ('n > 1': n='1') (line 2).\n"
+    )
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('extends = "base.toml"\ndescription = "d"\n')
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    resolved = json.loads(pq.read_schema(out).metadata[b"warmfit.import.mapping"])
+    assert set(resolved) == {"description", "require", "run", "fields"}
+    assert resolved["require"] == {"peak": "5"}
+
+
+def test_a_mapping_that_is_a_directory_or_a_section_that_is_no_table_is_named(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "m.toml").mkdir()
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("n,peak\n1,5\n")
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(tmp_path / "m.toml"), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output == (
+        f"warmfit: error: {tmp_path / 'm.toml'}: the mapping is a directory, not a regular file.\n"
+    )
+    (tmp_path / "m.toml").rmdir()
+    assert mapping_error(tmp_path, 'filter = "n"\n' + GOOD) == "filter: must be a table."
