@@ -627,3 +627,67 @@ def test_a_mapping_that_is_a_directory_or_a_section_that_is_no_table_is_named(
     )
     (tmp_path / "m.toml").rmdir()
     assert mapping_error(tmp_path, 'filter = "n"\n' + GOOD) == "filter: must be a table."
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("[run]", "where = 5\n[run]"), "where: must be a polars SQL expression, as a string."),
+        (("[run]", 'where = "  "\n[run]'), "where: must be a polars SQL expression, as a string."),
+        (
+            ('signature = "s"', "signature = 5"),
+            'fields.signature: must be a string, a template such as "{model}-tp{tp}".',
+        ),
+        (
+            ("baseline_bytes = 0", "baseline_bytes = -1"),
+            "fields.baseline_bytes: must not be negative; got -1.",
+        ),
+        (
+            ("baseline_bytes = 0", "baseline_bytes = 0\nrank = 2147483648"),
+            "fields.rank: must be at most 2,147,483,647; got 2,147,483,648.",
+        ),
+        # a constant of 40 digits is shown, one of 41 is counted
+        (
+            ("baseline_bytes = 0", f"baseline_bytes = 1{'0' * 39}"),
+            f"fields.baseline_bytes: must be at most 9,223,372,036,854,775,807; got {10**39:,}.",
+        ),
+        (
+            ("baseline_bytes = 0", f"baseline_bytes = 1{'0' * 40}"),
+            "fields.baseline_bytes: must be at most 9,223,372,036,854,775,807; got a number of "
+            "41 digits.",
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", units = "MiB" }'),
+            "fields.peak_bytes.units: is not a key of a number; the keys are add, column, scale, "
+            'subtract, unit (or write an expression, "a + b - c").',
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { unit = "MiB" }'),
+            "fields.peak_bytes: give either column (one column) or add (a list of columns).",
+        ),
+        (
+            ('peak_bytes = "peak"', "peak_bytes = { column = 5 }"),
+            "fields.peak_bytes.column: must be a column name.",
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", unit = "MiB", scale = 2 }'),
+            "fields.peak_bytes: give unit or scale, not both.",
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", scale = 0 }'),
+            "fields.peak_bytes.scale: must be a positive number; got 0. To combine columns, "
+            'write an expression: "seq_len * batch".',
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", scale = "2" }'),
+            "fields.peak_bytes.scale: must be a positive number; got '2'. To combine columns, "
+            'write an expression: "seq_len * batch".',
+        ),
+    ],
+)
+def test_a_broken_value_of_a_mapping_is_named_whole(
+    tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    text = GOOD.replace(*change)
+    assert text != GOOD
+    assert mapping_error(tmp_path, text) == message

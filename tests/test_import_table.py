@@ -1080,3 +1080,20 @@ def test_order_distinct_refuses_a_run_of_two_rows_of_one_size(tmp_path: Path) ->
         f"warmfit: error: {path}, column 'n', row 2: repeats the n of row 1 in the run 'r' "
         "(order.distinct): keep one, or tell them apart in run.label (line 3).\n"
     )
+
+
+def test_a_scale_below_one_and_the_largest_rank_import(tmp_path: Path) -> None:
+    """scale = 0.5 halves 5 bytes to 2.5, rounded half to even: 2; a rank of 2**31 - 1,
+    the largest an int32 holds, is taken as written."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+        'peak_bytes = { column = "peak", scale = 0.5 }\nbaseline_bytes = 0\nrank = 2147483647\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    row = pq.read_table(out).select(["peak_bytes", "rank"]).to_pylist()
+    assert row == [{"peak_bytes": 2, "rank": 2_147_483_647}]
