@@ -534,6 +534,13 @@ def import_with(tmp_path: Path, table: str, mapping_text: str) -> tuple[int, str
             "column 'o', row 2: holds 'maybe', where fields.oom needs true or false (1/0, yes/no) "
             "(line 3).",
         ),
+        # an empty cell of a flag column is no flag (its text, not a NULL)
+        (
+            "n,o,peak\n1,no,5\n2,,6\n",
+            ("baseline_bytes = 0\n", 'baseline_bytes = 0\noom = "o"\n'),
+            "column 'o', row 2: holds '', where fields.oom needs true or false (1/0, yes/no) "
+            "(line 3).",
+        ),
         (
             "n,s,peak\n1,,5\n",
             ('label = "r"', 'label = "{s}"'),
