@@ -698,3 +698,85 @@ def test_a_broken_value_of_a_mapping_is_named_whole(
     text = GOOD.replace(*change)
     assert text != GOOD
     assert mapping_error(tmp_path, text) == message
+
+
+_CASES_FORM = (
+    "must be an expression (\"CASE WHEN gpu = 'A100' THEN 'a100' END\") or a table with one "
+    'key, cases = [{ when = {...}, value = "..." }, ...].'
+)
+_CASE_FORM = (
+    'must be { when = { column = value, ... }, value = "template" } (when may be left out).'
+)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "message"),
+    [
+        (
+            "",
+            "output_bytes = { add = [] }\n",
+            "fields.output_bytes.add: must name at least one column.",
+        ),
+        (
+            "",
+            "oom = 5\n",
+            "fields.oom: must be true, false, or a column or expression that gives true or false.",
+        ),
+        ("waves = [5]\n", "", "waves[0]: must be a table."),
+        # a field set at a level that does not set it, and a name that is no field
+        (
+            "",
+            '[[waves]]\nreadings = [{ signature = "x" }]\n',
+            "waves[0].readings[0].signature: is not a field here: a reading sets only phase, "
+            "whole, peak_bytes, baseline_bytes, oom.",
+        ),
+        (
+            "",
+            "[[waves]]\nrank = 1\n",
+            "waves[0].rank: is not a field here: a wave sets only signature, kind, packed_tokens, "
+            "logical_tokens, output_bytes, static_floor_bytes, phase, whole, peak_bytes, "
+            "baseline_bytes, oom.",
+        ),
+        (
+            "",
+            "tokens = 1\n",
+            "fields.tokens: is not a field here: the fields are rank, signature, kind, "
+            "packed_tokens, logical_tokens, output_bytes, static_floor_bytes, phase, whole, "
+            "peak_bytes, baseline_bytes, oom.",
+        ),
+        ("[derive]\nx = 5\n", "", f"derive.x: {_CASES_FORM}"),
+        ("[derive.x]\nfoo = 1\n", "", f"derive.x: {_CASES_FORM}"),
+        ("[derive.x]\ncases = 5\n", "", f"derive.x: {_CASES_FORM}"),
+        ("[derive.x]\ncases = [5]\n", "", f"derive.x.cases[0]: {_CASE_FORM}"),
+        (
+            '[derive.x]\ncases = [{ when = { n = "1" } }]\n',
+            "",
+            f"derive.x.cases[0]: {_CASE_FORM}",
+        ),
+        (
+            '[derive.x]\ncases = [{ value = "v", other = 1 }]\n',
+            "",
+            f"derive.x.cases[0]: {_CASE_FORM}",
+        ),
+        (
+            '[derive.x]\ncases = [{ when = 5, value = "v" }]\n',
+            "",
+            "derive.x.cases[0].when: must be a table of tests, { column = value }.",
+        ),
+        ("[derive.x]\ncases = []\n", "", "derive.x: has no cases."),
+        (
+            "[run]\nfoo = 1\n",
+            "",
+            "run.foo: is not a key of [run]; the keys are label and identity.",
+        ),
+    ],
+)
+def test_a_broken_key_of_a_mapping_is_named_whole(
+    tmp_path: Path, before: str, after: str, message: str
+) -> None:
+    """``before`` goes above GOOD's [run] (a [run] there is merged into it: TOML
+    refuses a table twice, so it replaces GOOD's first line), ``after`` below its
+    [fields]."""
+    text = GOOD + after
+    text = text.replace("[run]\n", before, 1) if before.startswith("[run]") else before + text
+    assert mapping_error(tmp_path, text) == message
