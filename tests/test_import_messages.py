@@ -769,6 +769,71 @@ _CASE_FORM = (
             "",
             "run.foo: is not a key of [run]; the keys are label and identity.",
         ),
+        ("order = { distinct = 1 }\n", "", "order.distinct: must be true or false."),
+        (
+            "order = { distinct = true }\n",
+            "",
+            "order.distinct: needs order.by: the columns that must differ.",
+        ),
+        (
+            'order = { seed = "7" }\n',
+            "",
+            "order.seed: must be an integer from 0 to 2**32 - 1; got '7'.",
+        ),
+        (
+            "order = { seed = -1 }\n",
+            "",
+            "order.seed: must be an integer from 0 to 2**32 - 1; got -1.",
+        ),
+        (
+            "order = { seed = 4294967296 }\n",
+            "",
+            "order.seed: must be an integer from 0 to 2**32 - 1; got 4294967296.",
+        ),
+        (
+            "waves = []\n",
+            "",
+            "waves: must be a list of tables, [[waves]], one per wave a row becomes.",
+        ),
+        (
+            "waves = 5\n",
+            "",
+            "waves: must be a list of tables, [[waves]], one per wave a row becomes.",
+        ),
+        (
+            "",
+            "[[waves]]\nreadings = []\n",
+            "waves[0].readings: must be a list of tables, one per reading of the wave.",
+        ),
+        (
+            "",
+            "[[waves]]\nreadings = 5\n",
+            "waves[0].readings: must be a list of tables, one per reading of the wave.",
+        ),
+        (
+            "",
+            '[extra]\nsignature = "x"\n',
+            "extra.signature: is a column of the trace format; set it under [fields], not [extra].",
+        ),
+        (
+            "",
+            "[extra]\nseq = 1\n",
+            "extra.seq: is a column of the trace format; set it under [fields], not [extra].",
+        ),
+        # a brace in a number column of the trace format, even one that is no template
+        (
+            "",
+            '[extra]\nestimate_bytes = "e{"\n',
+            "extra.estimate_bytes: is a number column of the trace format (the price the trainer "
+            'used, in bytes): give a whole number, a column or expression ("col * 1024") or '
+            '{ column = "col", unit = "MiB" }, as [fields] takes, not the template \'e{\'.',
+        ),
+        (
+            "",
+            "[metadata]\nx = 5\n",
+            'metadata.x: must be a string; quote a key with dots in it ("warmfit.device" = "...").',
+        ),
+        ("description = 5\n", "", "description: must be a string."),
     ],
 )
 def test_a_broken_key_of_a_mapping_is_named_whole(
@@ -780,3 +845,21 @@ def test_a_broken_key_of_a_mapping_is_named_whole(
     text = GOOD + after
     text = text.replace("[run]\n", before, 1) if before.startswith("[run]") else before + text
     assert mapping_error(tmp_path, text) == message
+
+
+def test_the_largest_seed_shuffles(tmp_path: Path) -> None:
+    """order.seed 2**32 - 1 is the largest CRC-32 start: the run of 4 rows is shuffled by
+    it to rows 1, 4, 2, 3 (2**32 is refused: test_a_broken_key_of_a_mapping_is_named_whole)."""
+    from warmfit.importers.table import shuffled_order
+
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("n,peak\n1,5\n2,6\n3,7\n4,8\n")
+    mapping = tmp_path / "m.toml"
+    mapping.write_text("order = { shuffle = true, seed = 4294967295 }\n" + GOOD)
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert shuffled_order("r", 4, 4294967295) == [0, 3, 1, 2]
+    assert pq.read_table(out).column("packed_tokens").to_pylist() == [1, 4, 2, 3]
