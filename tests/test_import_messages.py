@@ -686,6 +686,11 @@ def test_a_mapping_that_is_a_directory_or_a_section_that_is_no_table_is_named(
             'write an expression: "seq_len * batch".',
         ),
         (
+            ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", scale = inf }'),
+            "fields.peak_bytes.scale: must be a positive number; got inf. To combine columns, "
+            'write an expression: "seq_len * batch".',
+        ),
+        (
             ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", scale = "2" }'),
             "fields.peak_bytes.scale: must be a positive number; got '2'. To combine columns, "
             'write an expression: "seq_len * batch".',
