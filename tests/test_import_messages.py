@@ -1,10 +1,11 @@
 """``warmfit import table``'s messages, exactly (issue 38: the generated mutants of
-warmfit/importers/table.py that changed a message and no test saw).
+warmfit/importers/table.py and mapping.py that changed a message and no test saw).
 
 Each message is checked whole, from the how-to's promise (the file, the key or
 row, the line, what to do), on tables sized at the edges the message cuts at:
 40 columns shown, 10 duplicated names shown, a line counted across a blank
-line and a quoted cell over two lines.
+line and a quoted cell over two lines, a cell or expression cut at 40 or 60
+characters; and each broken key of a mapping, named whole.
 """
 
 from __future__ import annotations
