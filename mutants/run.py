@@ -358,6 +358,7 @@ DEFAULT_MODULES = (
     "warmfit/replay/reference.py",
     "warmfit/replay/stream.py",
     "warmfit/replay/vectorized.py",
+    "warmfit/replay/admission.py",
     "warmfit/format/batches.py",
     "warmfit/format/files.py",
     "warmfit/format/pagecrc.py",
@@ -517,6 +518,9 @@ KILLERS.update({
     "warmfit/report/plot.py": ("tests/test_plot.py", "tests/test_plot_caption.py",
                                "tests/test_decisions.py"),
     "warmfit/report/recommend.py": ("tests/test_recommend.py", "tests/test_recommend_oracle.py"),
+    # the one search of recommend and the Pricer's max_tokens
+    "warmfit/replay/admission.py": ("tests/test_recommend.py", "tests/test_recommend_oracle.py",
+                                    "tests/test_pricer_admission.py"),
     "warmfit/report/table.py": ("tests/test_layouts.py", "tests/test_stream.py",
                                 "tests/test_hostile_input.py", "tests/test_cli.py"),
     **dict.fromkeys(("warmfit/replay/engines.py", "warmfit/replay/forkserver.py",

@@ -342,3 +342,148 @@ def test_a_report_without_read_permission_is_refused(tmp_path: Path) -> None:
     assert misses.imported == 1
     assert [(r.path.name, r.reason) for r in misses.refused] == [("locked.json", "malformed")]
     assert misses.refused[0].problem.startswith("cannot be read (Permission denied")
+
+
+def _refusals(tmp_path: Path, files: dict[str, bytes]) -> tuple[Any, dict[str, tuple[str, str]]]:
+    """Import a spool of ``files`` (name: bytes): the readings and each refusal's
+    (reason, problem) by file name."""
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    for name, raw in files.items():
+        (folder / name).write_bytes(raw)
+    misses = import_misses(folder)
+    return misses, {r.path.name: (r.reason, r.problem) for r in misses.refused}
+
+
+def test_a_refusal_quotes_a_value_as_json_or_as_text_cut_at_40_characters(
+    tmp_path: Path,
+) -> None:
+    """A value that is not text is shown as JSON (null, 0, a list), text as Python quotes
+    it; what is longer than 40 characters shows its first 37 and '...'."""
+    at = "2026-01-01T00:00:00Z"
+
+    def changed(number: int, **fields: Any) -> bytes:
+        return canonical(report(number, occurred=at) | fields)
+
+    misses, refused = _refusals(
+        tmp_path,
+        {
+            "oom-null.json": changed(1, oom=None),
+            "oom-zero.json": changed(2, oom=0),
+            "phase-list.json": changed(3, phase=list(range(20))),
+            "kind-40.json": changed(4, kind="k" * 38),  # quoted: 40 characters
+            "kind-41.json": changed(5, kind="k" * 39),  # quoted: 41 characters
+            "good.json": changed(6),
+        },
+    )
+    assert misses.imported == 1
+    assert refused == {
+        "oom-null.json": ("malformed", "oom must be true or false; got null."),
+        # 0 is no boolean, though it is false: refused, not imported as a fitting wave
+        "oom-zero.json": ("malformed", "oom must be true or false; got 0."),
+        "phase-list.json": (
+            "malformed",
+            "phase must be a string; got [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11....",
+        ),
+        "kind-40.json": (
+            "malformed",
+            f"is not an ART planner-miss report (kind '{'k' * 38}', not 'art-planner-miss').",
+        ),
+        "kind-41.json": (
+            "malformed",
+            f"is not an ART planner-miss report (kind '{'k' * 36}..., not 'art-planner-miss').",
+        ),
+    }
+
+
+def test_a_report_without_a_threshold_or_a_factor_imports_them_as_null(tmp_path: Path) -> None:
+    """threshold_pct and replay.safety_factor are optional (null or absent): the wave is
+    imported with the admitted bytes of admission_peak_bytes (10,001,000)."""
+    record = report(1, occurred="2026-01-01T00:00:00Z")
+    record["threshold_pct"] = None
+    del record["replay"]["safety_factor"]
+    misses, refused = _refusals(tmp_path, {"one.json": canonical(record)})
+    assert refused == {}
+    row = misses.readings.row(0, named=True)
+    assert (row["art_threshold_pct"], row["art_safety_factor"]) == (None, None)
+    assert row["estimate_bytes"] == 10_001_000
+    assert row["art_estimate_from"] == "admission_peak_bytes"
+
+
+def test_a_report_cut_inside_a_string_before_a_newline_is_cut_short(tmp_path: Path) -> None:
+    """A report cut in the middle of a string and then ended with a newline: JSON fails on
+    the newline itself (a control character in a string), at the end of the text, so it is
+    cut short; a file that is not JSON before its end is named as such."""
+    cut = b'{"kind": "art-planner-mi\n'
+    _, refused = _refusals(tmp_path, {"cut.json": cut, "html.json": b"<html>502</html>\n"})
+    assert refused["cut.json"] == (
+        "malformed",
+        "is cut short: 25 bytes of JSON that ends before it is complete.",
+    )
+    assert refused["html.json"] == (
+        "malformed",
+        "is not JSON (Expecting value at line 1, column 1).",
+    )
+
+
+def test_a_report_with_no_replay_section_says_what_art_gave_as_its_reasons(
+    tmp_path: Path,
+) -> None:
+    at = "2026-01-01T00:00:00Z"
+    said = report(1, occurred=at) | {"replay": None, "incomplete_reasons": ["no tokens", 7]}
+    silent = report(2, occurred=at) | {"replay": None, "incomplete_reasons": []}
+    _, refused = _refusals(
+        tmp_path, {"said.json": canonical(said), "silent.json": canonical(silent)}
+    )
+    assert refused == {
+        "said.json": (
+            "not a wave",
+            "has no replay section, so no tokens or signature (ART says: no tokens; 7).",
+        ),
+        "silent.json": ("not a wave", "has no replay section, so no tokens or signature."),
+    }
+
+
+def test_several_candidates_compared_net_under_a_safety_factor_of_one(tmp_path: Path) -> None:
+    """With no admitted figure, a factor of exactly 1.0 still compares the candidates with
+    the prediction: round(10,000,000 / 1.0) picks the first of 10 and 20 tokens."""
+
+    def candidate(packed: int, expected: int) -> dict[str, Any]:
+        arguments = {"packed_tokens": packed, "logical_tokens": packed, "output_bytes": 0}
+        return {"signature": "s", "arguments": arguments, "expected_required_bytes": expected}
+
+    record = report(
+        1,
+        occurred="2026-01-01T00:00:00Z",
+        predicted=10_000_000,
+        estimates=[candidate(10, 10_000_000), candidate(20, 20_000_000)],
+    )
+    del record["admission_peak_bytes"]
+    record["replay"]["safety_factor"] = 1.0
+    misses, refused = _refusals(tmp_path, {"one.json": canonical(record)})
+    assert refused == {}
+    row = misses.readings.row(0, named=True)
+    assert (row["packed_tokens"], row["estimate_bytes"]) == (10, 10_000_000)
+    assert row["art_estimate_from"] == "predicted_peak_bytes x replay.safety_factor"
+
+
+def test_a_report_that_grows_past_the_cap_after_its_size_is_taken_is_oversized(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size is checked before the read; a report that grows past 16 MiB between the
+    two (os.stat says 100 bytes here, the file holds 16 MiB + 1) is refused by the read."""
+    from types import SimpleNamespace
+
+    from warmfit.importers import art_misses
+
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    with (folder / "growing.json").open("wb") as handle:  # sparse: no 16 MiB written
+        handle.truncate(MAX_REPORT_BYTES + 1)
+    monkeypatch.setattr(
+        art_misses, "os", SimpleNamespace(stat=lambda _: SimpleNamespace(st_size=100))
+    )
+    misses = import_misses(folder)
+    assert [(r.path.name, r.reason, r.problem) for r in misses.refused] == [
+        ("growing.json", "oversized", "holds more than ART's cap of 16,777,216 bytes (16 MiB).")
+    ]

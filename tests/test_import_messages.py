@@ -1,14 +1,16 @@
 """``warmfit import table``'s messages, exactly (issue 38: the generated mutants of
-warmfit/importers/table.py that changed a message and no test saw).
+warmfit/importers/table.py and mapping.py that changed a message and no test saw).
 
 Each message is checked whole, from the how-to's promise (the file, the key or
 row, the line, what to do), on tables sized at the edges the message cuts at:
 40 columns shown, 10 duplicated names shown, a line counted across a blank
-line and a quoted cell over two lines.
+line and a quoted cell over two lines, a cell or expression cut at 40 or 60
+characters; and each broken key of a mapping, named whole.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -302,3 +304,568 @@ def test_a_null_from_an_expression_over_many_columns_shows_nine_cells_and_counts
         f"warmfit: error: {csv_path}, row 1: {', '.join(shown[:-1])} and {shown[-1]} give no "
         "value (NULL), where fields.packed_tokens needs a number (line 2).\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("", "has no header row: the first line must name the columns."),
+        ("\n1,5\n", "has no header row: the first line must name the columns."),
+        # strict CSV: a quoted cell must end at its closing quote
+        ('n,peak\n1,"5"x\n', "is not valid CSV near line 2: ',' expected after '\"'."),
+        # the row after a blank line is counted from that line: 1 header, 2 a row, 3 blank
+        ("n,peak\n1,5\n\n3\n", "row 2: has 1 cells where the header names 2 columns (line 4)."),
+        (
+            "n,peak\n1,5\n\n\nx,5\n",
+            "column 'n', row 2: holds 'x', where fields.packed_tokens needs a number (line 5).",
+        ),
+        # a cell longer than 40 characters is shown cut to its first 40
+        (
+            f"n,peak\n{'y' * 41},5\n",
+            f"column 'n', row 1: n '{'y' * 40}' gives no value (NULL), where "
+            "fields.packed_tokens needs a number (line 2).",
+        ),
+    ],
+)
+def test_a_table_that_cannot_be_read_is_named_with_its_line(
+    tmp_path: Path, table: str, message: str
+) -> None:
+    tokens = "TRY_CAST(n AS BIGINT)" if "NULL" in message else "n"
+    code, output, csv_path, _ = run_import(tmp_path, table, tokens=tokens)
+    assert code == 2
+    sep = ", " if message.startswith(("row", "column")) else ": "
+    assert output == f"warmfit: error: {csv_path}{sep}{message}\n"
+
+
+def test_a_table_that_is_a_directory_is_named_as_one(tmp_path: Path) -> None:
+    folder = tmp_path / "t.csv"
+    folder.mkdir()
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(MAPPING.format(tokens="n"))
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(folder), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert (
+        result.output
+        == f"warmfit: error: {folder}: the table is a directory, not a regular file.\n"
+    )
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_an_expression_polars_cannot_parse_is_shown_cut_at_60_characters(
+    tmp_path: Path, extra: int
+) -> None:
+    """The expression shows its first 60 characters (57 and '...' beyond), polars'
+    reason its first line, cut at 200 characters (199 and '…' beyond)."""
+    import polars as pl
+
+    text = "n +* " + "x" * (55 + extra)  # 60 characters, then 61
+    shown = repr(text if len(text) <= 60 else text[:57] + "...")
+    with pytest.raises(pl.exceptions.PolarsError) as parsed:
+        pl.sql_expr(text)
+    reason = str(parsed.value).strip().splitlines()[0]
+    assert len(reason) < 200  # cut only beyond 200: see the next test
+    code, output, _, mapping = run_import(tmp_path, "n,peak\n1,5\n", tokens=text)
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {mapping}: fields.packed_tokens: {shown} is not a polars SQL "
+        f"expression ({reason}) (its columns: n, peak).\n"
+    )
+
+
+def test_polars_reason_is_its_first_line_cut_at_200_characters() -> None:
+    """A reason of 200 characters is shown whole, one of 201 as its first 199 and '…';
+    a reason with no text is the error's name."""
+    import polars as pl
+
+    from warmfit.importers.table import _first_line
+
+    assert _first_line(pl.exceptions.ComputeError("a" * 200 + "\nmore")) == "a" * 200
+    assert _first_line(pl.exceptions.ComputeError("b" * 201)) == "b" * 199 + "…"
+    assert _first_line(pl.exceptions.ComputeError("  \n")) == "ComputeError"
+
+
+@pytest.mark.parametrize(
+    ("table", "tokens", "cell"),
+    [
+        # 3 x 2**62 is past int64: the column of the largest cell is named
+        ("a,b,peak\n3,4611686018427387904,5\n", "a * b", "4611686018427387904"),
+        # largest by magnitude: -2**62 x 5
+        ("a,b,peak\n5,-4611686018427387904,5\n", "a * b", "-4611686018427387904"),
+        # a text cell counts as 0 beside a number, even one below 1
+        (
+            "s,b,peak\nx,4611686018427387904,5\n",
+            "CASE WHEN s = 'x' THEN b * 4 END",
+            "4611686018427387904",
+        ),
+        ("s,b,peak\nx,0.5,5\n", "CASE WHEN s = 'x' THEN b * 1e30 END", "0.5"),
+    ],
+)
+def test_a_number_beyond_64_bits_names_the_column_of_the_largest_cell(
+    tmp_path: Path, table: str, tokens: str, cell: str
+) -> None:
+    code, output, csv_path, _ = run_import(tmp_path, table, tokens=tokens)
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {csv_path}, column 'b', row 1: holds '{cell}', which gives "
+        "fields.packed_tokens beyond 64 bits (a trace holds at most 9,223,372,036,854,775,807) "
+        "(line 2).\n"
+    )
+
+
+def test_a_derived_value_named_as_a_column_is_refused(tmp_path: Path) -> None:
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("n,peak\n1,5\n")
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('[derive]\nn = "peak * 2"\n' + MAPPING.format(tokens="n"))
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output == (
+        f"warmfit: error: {mapping}: derive.n: 'n' is already a column of {csv_path}; name the "
+        "derived value otherwise (its columns: n, peak).\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("table", "tokens", "message"),
+    [
+        # text over two columns: no one column to name, the text given is shown
+        ("a,b,peak\n1,x,5\n", "concat(a, b)", "row 1: gives '1x', where"),
+        # NULL from no column at all
+        ("a,peak\n1,5\n", "NULL", "row 1: gives no value (NULL), where"),
+        # a constant past int64: no column to name, the value shown
+        (
+            "a,peak\n1,5\n",
+            "1e19",
+            "row 1: holds '1e+19', which gives fields.packed_tokens beyond 64 bits (a trace "
+            "holds at most 9,223,372,036,854,775,807) (line 2).",
+        ),
+        ("a,peak\n1,5\n", "0 - 5", "row 1: gives fields.packed_tokens = -5, below 0 (line 2)."),
+        # a cell of 40 characters is shown whole, one of 41 as 37 and '...'
+        (
+            f"a,peak\n1{'0' * 39},5\n",
+            "a",
+            f"column 'a', row 1: holds '1{'0' * 39}', which gives fields.packed_tokens beyond 64 "
+            "bits (a trace holds at most 9,223,372,036,854,775,807) (line 2).",
+        ),
+        (
+            f"a,peak\n1{'0' * 40},5\n",
+            "a",
+            f"column 'a', row 1: holds '1{'0' * 36}...', which gives fields.packed_tokens beyond "
+            "64 bits (a trace holds at most 9,223,372,036,854,775,807) (line 2).",
+        ),
+        # 2**62 x 2.0 is 2**63 as a float, one past int64
+        (
+            "a,peak\n4611686018427387904,5\n",
+            "a * 2.0",
+            "column 'a', row 1: holds '4611686018427387904', which gives fields.packed_tokens "
+            "beyond 64 bits (a trace holds at most 9,223,372,036,854,775,807) (line 2).",
+        ),
+    ],
+)
+def test_a_number_from_an_expression_that_is_no_number_is_named(
+    tmp_path: Path, table: str, tokens: str, message: str
+) -> None:
+    code, output, csv_path, _ = run_import(tmp_path, table, tokens=tokens)
+    assert code == 2
+    if message.endswith("where"):
+        message += " fields.packed_tokens needs a number (line 2)."
+    assert output == f"warmfit: error: {csv_path}, {message}\n"
+
+
+def test_a_number_from_an_expression_of_booleans_is_a_mapping_error(tmp_path: Path) -> None:
+    code, output, _, mapping = run_import(tmp_path, "n,peak\n1,5\n", tokens="n > 1")
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {mapping}: fields.packed_tokens: gives Boolean values, where a "
+        "number is needed (its columns: n, peak).\n"
+    )
+
+
+def test_require_refuses_a_row_its_expression_makes_null(tmp_path: Path) -> None:
+    """NULL is not true: TRY_CAST('abc') > 1 refuses the row (where drops it:
+    test_import_table.py)."""
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("x,peak\n5,5\nabc,6\n")
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('require = "TRY_CAST(x AS BIGINT) > 1"\n' + MAPPING.format(tokens="peak"))
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output == (
+        f"warmfit: error: {csv_path}, column 'x', row 2: fails require "
+        "('TRY_CAST(x AS BIGINT) > 1': x='abc') (line 3).\n"
+    )
+
+
+def import_with(tmp_path: Path, table: str, mapping_text: str) -> tuple[int, str, Path]:
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(table)
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(mapping_text)
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert not out.exists()
+    return result.exit_code, result.output, csv_path
+
+
+@pytest.mark.parametrize(
+    ("table", "change", "message"),
+    [
+        # a rank is an int32: 2**31 is one past it
+        (
+            "n,r,peak\n1,2147483648,5\n",
+            ("baseline_bytes = 0\n", 'baseline_bytes = 0\nrank = "r"\n'),
+            "column 'r', row 1: holds '2147483648', which gives fields.rank beyond 32 bits "
+            "(a trace holds at most 2,147,483,647) (line 2).",
+        ),
+        # a flag column's cell that is none of true/false, 1/0, yes/no
+        (
+            "n,o,peak\n1,no,5\n2,maybe,6\n",
+            ("baseline_bytes = 0\n", 'baseline_bytes = 0\noom = "o"\n'),
+            "column 'o', row 2: holds 'maybe', where fields.oom needs true or false (1/0, yes/no) "
+            "(line 3).",
+        ),
+        # an empty cell of a flag column is no flag (its text, not a NULL)
+        (
+            "n,o,peak\n1,no,5\n2,,6\n",
+            ("baseline_bytes = 0\n", 'baseline_bytes = 0\noom = "o"\n'),
+            "column 'o', row 2: holds '', where fields.oom needs true or false (1/0, yes/no) "
+            "(line 3).",
+        ),
+        (
+            "n,s,peak\n1,,5\n",
+            ('label = "r"', 'label = "{s}"'),
+            "row 1: gives an empty run label (run.label) (line 2).",
+        ),
+        # the identity column that differs is named, not the first one
+        (
+            "n,g,c,peak\n1,h,x,5\n2,h,y,6\n",
+            ('label = "r"', 'label = "r"\nidentity = ["g", "c"]'),
+            "column 'c', row 2: gives the run label 'r' of row 1, but another c ('y', not "
+            "'x'): run.label must tell the runs of run.identity apart (line 3).",
+        ),
+    ],
+)
+def test_a_row_that_breaks_a_fields_rule_is_named_with_its_column(
+    tmp_path: Path, table: str, change: tuple[str, str], message: str
+) -> None:
+    code, output, csv_path = import_with(
+        tmp_path, table, MAPPING.format(tokens="n").replace(*change)
+    )
+    assert code == 2
+    assert output == f"warmfit: error: {csv_path}, {message}\n"
+
+
+#: A mapping that imports t.csv (n,peak), for the mapping tests to break one key of.
+GOOD = MAPPING.format(tokens="n")
+
+
+def mapping_error(tmp_path: Path, text: str, files: dict[str, str] | None = None) -> str:
+    """The output of importing n,peak through the mapping ``text`` (m.toml), beside
+    ``files`` (name: text): it must be one error naming m.toml."""
+    for name, body in (files or {}).items():
+        (tmp_path / name).write_text(body)
+    code, output, _ = import_with(tmp_path, "n,peak\n1,5\n", text)
+    assert code == 2, output
+    prefix = f"warmfit: error: {tmp_path / 'm.toml'}: "
+    assert output.startswith(prefix) and output.endswith("\n"), output
+    return output[len(prefix) : -1]
+
+
+def test_a_mapping_that_extends_another_is_one_level_of_strings(tmp_path: Path) -> None:
+    assert mapping_error(tmp_path, "extends = 5\n" + GOOD) == (
+        "extends: must be the path of another mapping file, as a string."
+    )
+    base = tmp_path / "base.toml"
+    assert (
+        mapping_error(
+            tmp_path, 'extends = "base.toml"\n', {"base.toml": 'extends = "other.toml"\n' + GOOD}
+        )
+        == f"extends: {base} extends another mapping itself; one level only."
+    )
+
+
+def test_a_mapping_overrides_a_table_of_its_base_with_a_string(tmp_path: Path) -> None:
+    """The base's require table (the cell's text is 5) is replaced whole by the extending
+    mapping's expression, which refuses the row where n is 1; and the trace keeps the
+    mapping resolved, without extends."""
+    (tmp_path / "base.toml").write_text('[require]\npeak = "5"\n' + GOOD)
+    code, output, csv_path = import_with(
+        tmp_path, "n,peak\n1,5\n", 'extends = "base.toml"\nrequire = "n > 1"\n'
+    )
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {csv_path}, column 'n', row 1: fails require ('n > 1': n='1') (line 2).\n"
+    )
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('extends = "base.toml"\ndescription = "d"\n')
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    resolved = json.loads(pq.read_schema(out).metadata[b"warmfit.import.mapping"])
+    assert set(resolved) == {"description", "require", "run", "fields"}
+    assert resolved["require"] == {"peak": "5"}
+
+
+def test_a_mapping_that_is_a_directory_or_a_section_that_is_no_table_is_named(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "m.toml").mkdir()
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("n,peak\n1,5\n")
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(tmp_path / "m.toml"), "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output == (
+        f"warmfit: error: {tmp_path / 'm.toml'}: the mapping is a directory, not a regular file.\n"
+    )
+    (tmp_path / "m.toml").rmdir()
+    assert mapping_error(tmp_path, 'filter = "n"\n' + GOOD) == "filter: must be a table."
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("[run]", "where = 5\n[run]"), "where: must be a polars SQL expression, as a string."),
+        (("[run]", 'where = "  "\n[run]'), "where: must be a polars SQL expression, as a string."),
+        (
+            ('signature = "s"', "signature = 5"),
+            'fields.signature: must be a string, a template such as "{model}-tp{tp}".',
+        ),
+        (
+            ("baseline_bytes = 0", "baseline_bytes = -1"),
+            "fields.baseline_bytes: must not be negative; got -1.",
+        ),
+        (
+            ("baseline_bytes = 0", "baseline_bytes = 0\nrank = 2147483648"),
+            "fields.rank: must be at most 2,147,483,647; got 2,147,483,648.",
+        ),
+        # a constant of 40 digits is shown, one of 41 is counted
+        (
+            ("baseline_bytes = 0", f"baseline_bytes = 1{'0' * 39}"),
+            f"fields.baseline_bytes: must be at most 9,223,372,036,854,775,807; got {10**39:,}.",
+        ),
+        (
+            ("baseline_bytes = 0", f"baseline_bytes = 1{'0' * 40}"),
+            "fields.baseline_bytes: must be at most 9,223,372,036,854,775,807; got a number of "
+            "41 digits.",
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", units = "MiB" }'),
+            "fields.peak_bytes.units: is not a key of a number; the keys are add, column, scale, "
+            'subtract, unit (or write an expression, "a + b - c").',
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { unit = "MiB" }'),
+            "fields.peak_bytes: give either column (one column) or add (a list of columns).",
+        ),
+        (
+            ('peak_bytes = "peak"', "peak_bytes = { column = 5 }"),
+            "fields.peak_bytes.column: must be a column name.",
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", unit = "MiB", scale = 2 }'),
+            "fields.peak_bytes: give unit or scale, not both.",
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", scale = 0 }'),
+            "fields.peak_bytes.scale: must be a positive number; got 0. To combine columns, "
+            'write an expression: "seq_len * batch".',
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", scale = inf }'),
+            "fields.peak_bytes.scale: must be a positive number; got inf. To combine columns, "
+            'write an expression: "seq_len * batch".',
+        ),
+        (
+            ('peak_bytes = "peak"', 'peak_bytes = { column = "peak", scale = "2" }'),
+            "fields.peak_bytes.scale: must be a positive number; got '2'. To combine columns, "
+            'write an expression: "seq_len * batch".',
+        ),
+    ],
+)
+def test_a_broken_value_of_a_mapping_is_named_whole(
+    tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    text = GOOD.replace(*change)
+    assert text != GOOD
+    assert mapping_error(tmp_path, text) == message
+
+
+_CASES_FORM = (
+    "must be an expression (\"CASE WHEN gpu = 'A100' THEN 'a100' END\") or a table with one "
+    'key, cases = [{ when = {...}, value = "..." }, ...].'
+)
+_CASE_FORM = (
+    'must be { when = { column = value, ... }, value = "template" } (when may be left out).'
+)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "message"),
+    [
+        (
+            "",
+            "output_bytes = { add = [] }\n",
+            "fields.output_bytes.add: must name at least one column.",
+        ),
+        (
+            "",
+            "oom = 5\n",
+            "fields.oom: must be true, false, or a column or expression that gives true or false.",
+        ),
+        ("waves = [5]\n", "", "waves[0]: must be a table."),
+        # a field set at a level that does not set it, and a name that is no field
+        (
+            "",
+            '[[waves]]\nreadings = [{ signature = "x" }]\n',
+            "waves[0].readings[0].signature: is not a field here: a reading sets only phase, "
+            "whole, peak_bytes, baseline_bytes, oom.",
+        ),
+        (
+            "",
+            "[[waves]]\nrank = 1\n",
+            "waves[0].rank: is not a field here: a wave sets only signature, kind, packed_tokens, "
+            "logical_tokens, output_bytes, static_floor_bytes, phase, whole, peak_bytes, "
+            "baseline_bytes, oom.",
+        ),
+        (
+            "",
+            "tokens = 1\n",
+            "fields.tokens: is not a field here: the fields are rank, signature, kind, "
+            "packed_tokens, logical_tokens, output_bytes, static_floor_bytes, phase, whole, "
+            "peak_bytes, baseline_bytes, oom.",
+        ),
+        ("[derive]\nx = 5\n", "", f"derive.x: {_CASES_FORM}"),
+        ("[derive.x]\nfoo = 1\n", "", f"derive.x: {_CASES_FORM}"),
+        ("[derive.x]\ncases = 5\n", "", f"derive.x: {_CASES_FORM}"),
+        ("[derive.x]\ncases = [5]\n", "", f"derive.x.cases[0]: {_CASE_FORM}"),
+        (
+            '[derive.x]\ncases = [{ when = { n = "1" } }]\n',
+            "",
+            f"derive.x.cases[0]: {_CASE_FORM}",
+        ),
+        (
+            '[derive.x]\ncases = [{ value = "v", other = 1 }]\n',
+            "",
+            f"derive.x.cases[0]: {_CASE_FORM}",
+        ),
+        (
+            '[derive.x]\ncases = [{ when = 5, value = "v" }]\n',
+            "",
+            "derive.x.cases[0].when: must be a table of tests, { column = value }.",
+        ),
+        ("[derive.x]\ncases = []\n", "", "derive.x: has no cases."),
+        (
+            "[run]\nfoo = 1\n",
+            "",
+            "run.foo: is not a key of [run]; the keys are label and identity.",
+        ),
+        ("order = { distinct = 1 }\n", "", "order.distinct: must be true or false."),
+        (
+            "order = { distinct = true }\n",
+            "",
+            "order.distinct: needs order.by: the columns that must differ.",
+        ),
+        (
+            'order = { seed = "7" }\n',
+            "",
+            "order.seed: must be an integer from 0 to 2**32 - 1; got '7'.",
+        ),
+        (
+            "order = { seed = -1 }\n",
+            "",
+            "order.seed: must be an integer from 0 to 2**32 - 1; got -1.",
+        ),
+        (
+            "order = { seed = 4294967296 }\n",
+            "",
+            "order.seed: must be an integer from 0 to 2**32 - 1; got 4294967296.",
+        ),
+        (
+            "waves = []\n",
+            "",
+            "waves: must be a list of tables, [[waves]], one per wave a row becomes.",
+        ),
+        (
+            "waves = 5\n",
+            "",
+            "waves: must be a list of tables, [[waves]], one per wave a row becomes.",
+        ),
+        (
+            "",
+            "[[waves]]\nreadings = []\n",
+            "waves[0].readings: must be a list of tables, one per reading of the wave.",
+        ),
+        (
+            "",
+            "[[waves]]\nreadings = 5\n",
+            "waves[0].readings: must be a list of tables, one per reading of the wave.",
+        ),
+        (
+            "",
+            '[extra]\nsignature = "x"\n',
+            "extra.signature: is a column of the trace format; set it under [fields], not [extra].",
+        ),
+        (
+            "",
+            "[extra]\nseq = 1\n",
+            "extra.seq: is a column of the trace format; set it under [fields], not [extra].",
+        ),
+        # a brace in a number column of the trace format, even one that is no template
+        (
+            "",
+            '[extra]\nestimate_bytes = "e{"\n',
+            "extra.estimate_bytes: is a number column of the trace format (the price the trainer "
+            'used, in bytes): give a whole number, a column or expression ("col * 1024") or '
+            '{ column = "col", unit = "MiB" }, as [fields] takes, not the template \'e{\'.',
+        ),
+        (
+            "",
+            "[metadata]\nx = 5\n",
+            'metadata.x: must be a string; quote a key with dots in it ("warmfit.device" = "...").',
+        ),
+        ("description = 5\n", "", "description: must be a string."),
+    ],
+)
+def test_a_broken_key_of_a_mapping_is_named_whole(
+    tmp_path: Path, before: str, after: str, message: str
+) -> None:
+    """``before`` goes above GOOD's [run] (a [run] there is merged into it: TOML
+    refuses a table twice, so it replaces GOOD's first line), ``after`` below its
+    [fields]."""
+    text = GOOD + after
+    text = text.replace("[run]\n", before, 1) if before.startswith("[run]") else before + text
+    assert mapping_error(tmp_path, text) == message
+
+
+def test_the_largest_seed_shuffles(tmp_path: Path) -> None:
+    """order.seed 2**32 - 1 is the largest CRC-32 start: the run of 4 rows is shuffled by
+    it to rows 1, 4, 2, 3 (2**32 is refused: test_a_broken_key_of_a_mapping_is_named_whole)."""
+    from warmfit.importers.table import shuffled_order
+
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("n,peak\n1,5\n2,6\n3,7\n4,8\n")
+    mapping = tmp_path / "m.toml"
+    mapping.write_text("order = { shuffle = true, seed = 4294967295 }\n" + GOOD)
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(csv_path), "--map", str(mapping), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert shuffled_order("r", 4, 4294967295) == [0, 3, 1, 2]
+    assert pq.read_table(out).column("packed_tokens").to_pylist() == [1, 4, 2, 3]

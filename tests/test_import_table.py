@@ -746,3 +746,354 @@ def test_the_shorter_forms_are_the_expressions_they_stand_for(
     assert short.get_column("floor").to_list() == [
         round(v) for v in expression.get_column("floor").cast(pl.Float64).to_list()
     ]
+
+
+def test_a_derived_value_is_a_name_in_later_expressions_but_no_column(tmp_path: Path) -> None:
+    """[derive] d = n * 2 on n = 1: packed_tokens = "d" is 2, logical_tokens = "d + 1" is 3.
+    order.by and a case's test name the table's columns: a derived name there is refused
+    as a column the table lacks."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n")
+    fields = (
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "d"\n'
+        'logical_tokens = "d + 1"\npeak_bytes = "peak"\nbaseline_bytes = 0\n'
+    )
+    out = tmp_path / "o.parquet"
+    mapping = write_map(tmp_path, '[derive]\nd = "n * 2"\n' + fields)
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    rows = pq.read_table(out).select(["packed_tokens", "logical_tokens"]).to_pylist()
+    assert rows == [{"packed_tokens": 2, "logical_tokens": 3}]
+    for before, key in [
+        ('order = { by = ["d"] }\n[derive]\nd = "n * 2"\n', "order.by"),
+        (
+            '[derive]\nd = "n * 2"\n[derive.e]\ncases = [{ when = { d = "2" }, value = "x" }]\n',
+            "derive.e.cases[0].when.d",
+        ),
+    ]:
+        mapping = write_map(tmp_path, before + fields)
+        code, output = invoke(
+            "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "x.parquet")
+        )
+        assert code == 2
+        assert output == (
+            f"warmfit: error: {mapping}: {key}: names the column 'd', which {path} lacks "
+            "(its columns: n, peak).\n"
+        )
+
+
+def test_a_flag_and_an_extra_column_take_expressions(tmp_path: Path) -> None:
+    """oom = "s = 'b'" makes the second row an OOM reading (so not whole); the extra
+    column x = "n + peak" holds 1 + 5 = 6 and 2 + 0 = 2."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak,s\n1,5,a\n2,0,b\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "sig"\npacked_tokens = "n"\n'
+        'peak_bytes = "peak"\nbaseline_bytes = 0\noom = "s = \'b\'"\n'
+        '[extra]\nx = "n + peak"\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    rows = pq.read_table(out).select(["packed_tokens", "oom", "whole", "x"]).to_pylist()
+    assert rows == [
+        {"packed_tokens": 1, "oom": False, "whole": True, "x": 6},
+        {"packed_tokens": 2, "oom": True, "whole": False, "x": 2},
+    ]
+
+
+def test_a_table_of_only_a_header_has_no_row_to_keep(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("job,card,seq_tokens,padded_tokens,peak_gib,status\n")
+    mapping = write_map(tmp_path, MAPPING)
+    code, output = invoke(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {mapping}: no row of {path} passes [filter] (0 rows read); nothing "
+        "to write. Check the filter's columns and values.\n"
+    )
+
+
+def test_text_numbers_null_floors_and_null_where_as_the_how_to_says(tmp_path: Path) -> None:
+    """A text result is read as a number (a CASE of '10' and '20'); a floor of NULL is no
+    floor; where's NULL is false, so the row where TRY_CAST('abc') > 1 is NULL is dropped."""
+    path = tmp_path / "t.csv"
+    path.write_text("s,x,peak\na,5,5\nb,7,6\nc,abc,7\n")
+    mapping = write_map(
+        tmp_path,
+        'where = "TRY_CAST(x AS BIGINT) > 1"\n[run]\nlabel = "r"\n[fields]\nsignature = "sig"\n'
+        "packed_tokens = \"CASE WHEN s = 'a' THEN '10' ELSE '20' END\"\n"
+        'peak_bytes = "peak"\nbaseline_bytes = 0\nstatic_floor_bytes = "NULL"\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    rows = pq.read_table(out).select(["packed_tokens", "peak_bytes", "static_floor_bytes"])
+    assert rows.to_pylist() == [
+        {"packed_tokens": 10, "peak_bytes": 5, "static_floor_bytes": None},
+        {"packed_tokens": 20, "peak_bytes": 6, "static_floor_bytes": None},
+    ]
+
+
+def test_order_by_puts_empty_cells_first_and_keeps_equal_rows_in_table_order(
+    tmp_path: Path,
+) -> None:
+    """order.by b: an empty b first, then b ascending; 40 rows alternating b = 0, 1 keep
+    the table's order within each value (polars sorts 30 rows or more by two keys out of
+    order unless told to keep it)."""
+    path = tmp_path / "t.csv"
+    rows = [f"{i + 1},{i % 2},{i + 1}" for i in range(40)]
+    path.write_text("n,b,peak\n" + "\n".join(rows) + "\n41,,5\n")
+    mapping = write_map(
+        tmp_path,
+        'order = { by = ["b"] }\n[run]\nlabel = "r"\n[fields]\nsignature = "s"\n'
+        'packed_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    trace = pq.read_table(out).to_pydict()
+    assert trace["packed_tokens"] == [41, *range(1, 41, 2), *range(2, 41, 2)]
+    assert trace["step"] == list(range(41))
+
+
+def test_int64_arithmetic_exact_past_a_float_imports_to_the_token(tmp_path: Path) -> None:
+    """a * 3 with a = 2**60 + 100 is 3,458,764,513,820,541,228 exactly; as floats it is
+    512 off (2**60 * 3 against the float nearest the product): the check for int64
+    arithmetic that wraps must not take that for a wrap."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"a,peak\n{2**60 + 100},5\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "a * 3"\n'
+        'peak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    assert pq.read_table(out).column("packed_tokens").to_pylist() == [3_458_764_513_820_541_228]
+    assert 3 * (2**60 + 100) == 3_458_764_513_820_541_228
+
+
+def test_order_distinct_allows_one_size_in_each_of_two_runs(tmp_path: Path) -> None:
+    """order.distinct refuses a size twice in one run only: runs a and b both measured
+    sizes 1 and 2, and import."""
+    path = tmp_path / "t.csv"
+    path.write_text("job,n,peak\na,1,5\na,2,6\nb,1,7\nb,2,8\n")
+    mapping = write_map(
+        tmp_path,
+        'order = { by = ["n"], distinct = true }\n[run]\nlabel = "{job}"\n[fields]\n'
+        'signature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    assert pq.read_table(out).column("peak_bytes").to_pylist() == [5, 6, 7, 8]
+
+
+def test_a_run_of_two_rows_is_shuffled_too(tmp_path: Path) -> None:
+    """shuffled_order('a', 2) is [1, 0]: the run's two rows swap."""
+    assert shuffled_order("a", 2) == [1, 0]
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n2,6\n")
+    mapping = write_map(
+        tmp_path,
+        'order = { shuffle = true }\n[run]\nlabel = "a"\n[fields]\nsignature = "s"\n'
+        'packed_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    assert pq.read_table(out).column("packed_tokens").to_pylist() == [2, 1]
+
+
+@pytest.mark.parametrize(("small", "warned"), [(4, True), (3, False)])
+def test_the_absolute_peak_warning_starts_at_a_quarter(
+    tmp_path: Path, small: int, warned: bool
+) -> None:
+    """Peaks of 4 and 16 bytes (25%) with no baseline set are warned about; 3 and 16
+    (19%) are not."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"n,peak\n1,{small}\n2,16\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\n',
+    )
+    code, output = invoke(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 0, output
+    said = "yet in the run 'r' the smallest peak is 25% of the largest (1 of 1 runs at 25% or more)"
+    assert (said in output) == warned
+    assert ("every baseline_bytes is 0" in output) == warned
+
+
+@pytest.mark.parametrize(("rows", "capped"), [(20_000, False), (20_001, True)])
+def test_a_table_of_more_than_20_million_readings_is_refused_before_any_is_made(
+    tmp_path: Path, rows: int, capped: bool
+) -> None:
+    """1,000 readings a row: 20,000 rows make 20,000,000 readings, the most an import makes
+    (then the next check refuses row 2, which breaks run.identity, before any reading
+    is made); 20,001 rows are refused whole."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,g,peak\n" + "1,x,5\n" + "1,y,5\n" * (rows - 1))
+    readings = ", ".join(["{}"] * 1000)
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\nidentity = ["g"]\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+        f'peak_bytes = "peak"\nbaseline_bytes = 0\n[[waves]]\nreadings = [{readings}]\n',
+    )
+    code, output = invoke(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2
+    if capped:
+        assert output == (
+            f"warmfit: error: {mapping}: 20,001 rows of {path} kept, 1,000 readings each, make "
+            "20,001,000 readings; warmfit imports at most 20,000,000 at once. Import part of "
+            "the table (where = ...), or fewer readings per row.\n"
+        )
+    else:
+        assert output.startswith(f"warmfit: error: {path}, column 'g', row 2: gives the run label")
+
+
+def test_a_table_that_keeps_no_row_imports_no_run(table: Path, tmp_path: Path) -> None:
+    """import_table itself (the CLI then refuses to write): 6 rows read, none kept, 0 runs."""
+    mapping = load_mapping(write_map(tmp_path, MAPPING.replace('"done"', '"lost"')))
+    imported = import_table(table, mapping)
+    assert (imported.rows, imported.kept, imported.runs) == (6, 0, 0)
+    assert imported.readings.height == 0 and imported.warnings == []
+
+
+def test_two_readings_a_row_are_written_row_by_row(tmp_path: Path) -> None:
+    """Two rows of one wave of two readings (forward, then caller): the readings of row 1,
+    then those of row 2, seq 0 to 3; an empty estimate_bytes in [extra] is null."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,f,c,e\n1,10,11,7\n2,20,21,\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\nbaseline_bytes = 0\n'
+        '[[waves]]\nreadings = [{ phase = "forward", whole = false, peak_bytes = "f" }, '
+        '{ phase = "caller", peak_bytes = "c" }]\n[extra]\nestimate_bytes = "e"\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    rows = pq.read_table(out).select(["seq", "wave", "phase", "peak_bytes", "estimate_bytes"])
+    assert rows.to_pylist() == [
+        {"seq": 0, "wave": 0, "phase": "forward", "peak_bytes": 10, "estimate_bytes": 7},
+        {"seq": 1, "wave": 0, "phase": "caller", "peak_bytes": 11, "estimate_bytes": 7},
+        {"seq": 2, "wave": 1, "phase": "forward", "peak_bytes": 20, "estimate_bytes": None},
+        {"seq": 3, "wave": 1, "phase": "caller", "peak_bytes": 21, "estimate_bytes": None},
+    ]
+
+
+def test_the_mapping_is_kept_as_written_beyond_ascii(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n")
+    mapping = write_map(
+        tmp_path,
+        'description = "mesures de l\'équipe, 10 µs"\n[run]\nlabel = "r"\n[fields]\n'
+        'signature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    stored = pq.read_schema(out).metadata[MAPPING_KEY.encode()].decode()
+    assert '"description":"mesures de l\'équipe, 10 µs"' in stored
+
+
+def test_a_whole_reading_must_be_the_caller_reading_of_a_flat_wave(tmp_path: Path) -> None:
+    """whole = true on a forward reading of a flat wave is refused, as on a caller
+    reading of a split child."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n")
+    for change in ['phase = "forward"\n', 'kind = "split_child"\n']:
+        mapping = write_map(
+            tmp_path,
+            '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+            f'peak_bytes = "peak"\nbaseline_bytes = 0\nwhole = true\n{change}',
+        )
+        code, output = invoke(
+            "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+        )
+        assert code == 2
+        assert output == (
+            f"warmfit: error: {path}, row 1: gives a whole reading that is not the caller "
+            "reading of a flat wave (line 2).\n"
+        )
+
+
+@pytest.mark.parametrize(
+    ("rows", "said"),
+    [
+        # a run of one reading says nothing about held memory
+        ("a,1,5\n", None),
+        # the largest share is named: b's 80%, above a's 50%
+        (
+            "a,1,5\na,2,10\nb,1,8\nb,2,10\n",
+            "in the run 'b' the smallest peak is 80% of the largest (2 of 2",
+        ),
+        # equal shares: the first run by name
+        (
+            "b,1,5\nb,2,10\na,1,5\na,2,10\n",
+            "in the run 'a' the smallest peak is 50% of the largest (2 of 2",
+        ),
+    ],
+)
+def test_the_absolute_peak_warning_names_the_run_of_the_largest_share(
+    tmp_path: Path, rows: str, said: str | None
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("job,n,peak\n" + rows)
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "{job}"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+        'peak_bytes = "peak"\n',
+    )
+    code, output = invoke(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 0, output
+    if said is None:
+        assert "every baseline_bytes is 0" not in output
+    else:
+        assert said in output
+
+
+def test_order_distinct_refuses_a_run_of_two_rows_of_one_size(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n1,6\n")
+    mapping = write_map(
+        tmp_path,
+        'order = { by = ["n"], distinct = true }\n[run]\nlabel = "r"\n[fields]\n'
+        'signature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    code, output = invoke(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
+    )
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {path}, column 'n', row 2: repeats the n of row 1 in the run 'r' "
+        "(order.distinct): keep one, or tell them apart in run.label (line 3).\n"
+    )
+
+
+def test_a_scale_below_one_and_the_largest_rank_import(tmp_path: Path) -> None:
+    """scale = 0.5 halves 5 bytes to 2.5, rounded half to even: 2; a rank of 2**31 - 1,
+    the largest an int32 holds, is taken as written."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,peak\n1,5\n")
+    mapping = write_map(
+        tmp_path,
+        '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+        'peak_bytes = { column = "peak", scale = 0.5 }\nbaseline_bytes = 0\nrank = 2147483647\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    assert code == 0, output
+    row = pq.read_table(out).select(["peak_bytes", "rank"]).to_pylist()
+    assert row == [{"peak_bytes": 2, "rank": 2_147_483_647}]

@@ -21,7 +21,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warmfit.errors import UsageError
+from warmfit.errors import EstimateOverflowError, UsageError
 from warmfit.format.trace import read_trace
 from warmfit.recorder import Recorder, RecorderWarning
 from warmfit.recorder.meters import CappedCpuMeter, CpuMeter, meter_live
@@ -410,3 +410,16 @@ def test_a_wave_priced_past_int64_runs_the_same_recorded_or_not(tmp_path: Path) 
             assert any(issubclass(w.category, RecorderWarning) for w in caught)
             assert read_trace([out])["packed_tokens"].to_list() == [10, 10]  # type: ignore[list-item]
     assert ran == [False, True]
+
+
+@pytest.mark.parametrize("budget", [2**63 - 1, 1e30], ids=["2**63-1", "1e30"])
+def test_max_tokens_never_admits_a_wave_priced_past_int64(budget: float) -> None:
+    """2**30 B/token x 1.1: 7,809,031,447 tokens price 9,223,372,036,532,654,080 bytes,
+    one more past 2**63 - 1. A budget at (or past) int64 admits the former, never a wave
+    past int64 (the search's OVERFLOW is no price), so the answer is not the search cap."""
+    pricer = Pricer("max-merge")
+    pricer.observe_row(row(1, 2**30))
+    assert pricer.max_tokens("train", budget) == 7_809_031_447
+    assert pricer.price("train", 7_809_031_447) == 9_223_372_036_532_654_080
+    with pytest.raises(EstimateOverflowError):
+        pricer.price("train", 7_809_031_448)
