@@ -285,6 +285,66 @@ def test_from_trace_asks_for_a_stream_when_there_are_several(tmp_path: Path) -> 
     assert Pricer.from_trace(one, "max-merge", 1.0).price("s", 20) == 2_000  # one stream: no choice
 
 
+def streams_trace(path: Path, runs: int) -> Path:
+    """A trace of ``runs`` one-wave runs 'r00', 'r01', ... (rank 0 each): as many streams."""
+    write_trace(readings_frame([
+        dict(run=f"r{i:02d}", seq=0, wave=0, signature="s", packed_tokens=10, logical_tokens=10,
+             peak_bytes=1_000, whole=True)
+        for i in range(runs)
+    ]), path)  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize(("runs", "more"), [(10, ""), (11, " (and 1 more)"), (12, " (and 2 more)")])
+def test_from_trace_lists_ten_streams_and_counts_the_rest(
+    tmp_path: Path, runs: int, more: str
+) -> None:
+    """The refusal lists the first ten streams, in trace order, then how many more: 10
+    streams are all listed with nothing after; 11 are ten listed and '(and 1 more)'."""
+    trace = streams_trace(tmp_path / "many.parquet", runs)
+    listed = ", ".join(f"run 'r{i:02d}' rank 0" for i in range(10))
+    with pytest.raises(UsageError) as caught:
+        Pricer.from_trace(trace)
+    assert str(caught.value) == (
+        f"the trace holds {runs} streams to choose from ({listed}{more}); a Pricer learns one "
+        "rank's readings: give run= and rank=."
+    )
+    with pytest.raises(UsageError) as caught:
+        Pricer.from_trace(trace, rank=3)  # a rank alone: named alone, no 'run None'
+    assert str(caught.value) == f"the trace holds no readings of rank 3; it holds {listed}{more}."
+    with pytest.raises(UsageError) as caught:
+        Pricer.from_trace(trace, run="r99")
+    assert str(caught.value).startswith("the trace holds no readings of run 'r99'; it holds ")
+    assert Pricer.from_trace(trace, "max-merge", 1.0, run="r03").price("s", 20) == 2_000
+
+
+def test_a_usage_error_names_its_argument_for_the_command_line() -> None:
+    """A bad count names the argument apart from the problem (UsageError.argument), so the
+    command line can put its own flag in its place (for_flag); observe_row's name the call."""
+    with pytest.raises(UsageError) as caught:
+        Pricer().price("s", 1.5)
+    got = "must be an integer; got 1.5 of type float (an int, or a 0-d integer tensor)."
+    assert (caught.value.argument, caught.value.problem) == ("packed_tokens", got)
+    assert str(caught.value.for_flag("--tokens")) == f"--tokens {got}"
+    with pytest.raises(UsageError) as caught:
+        Pricer().max_tokens("s", 10, cap=2**63)
+    assert caught.value.argument == "cap" and caught.value.problem.startswith("must be below 2**63")
+    with pytest.raises(UsageError) as caught:
+        Pricer().observe_row(row(1.5, 100))
+    assert caught.value.argument is None
+    assert str(caught.value) == f"observe_row(): packed_tokens {got}"
+
+
+def test_an_empty_signature_is_learned_whatever_the_types_of_the_other_values() -> None:
+    """A trace's signature column may hold '' (price() takes it too): observe_row learned
+    it from a reading of plain ints but refused it, 'must be a non-empty str', when another
+    value was a numpy one (the checked path), so from_trace's answer hung on dtypes."""
+    plain, numpy_typed = Pricer("max-merge", 1.0), Pricer("max-merge", 1.0)
+    plain.observe_row(row(100, 10_000, signature=""))
+    numpy_typed.observe_row(row(np.int64(100), np.int64(10_000), signature="", whole=np.bool_(True)))
+    assert plain.price("", 200) == numpy_typed.price("", 200) == 20_000
+
+
 def test_from_trace_warns_once_of_a_signature_the_trace_lacks(tmp_path: Path) -> None:
     """A Pricer warm-started from a trace knows its signatures ('s', and 'o' whose only
     reading ran out of memory): 'train/tiny' is none of them, so its first ask warns at
