@@ -201,6 +201,10 @@ def test_a_bad_policy_or_safety_factor_is_named() -> None:
     ("call", "message"),
     [
         (lambda p: p.price("s", 0), r"^packed_tokens must be > 0; got 0"),
+        (lambda p: p.price("s", 2**63), r"^packed_tokens must be below 2\*\*63"),
+        (lambda p: p.price("s", 10, 2**63), r"^logical_tokens must be below 2\*\*63"),
+        (lambda p: p.price("s", 10, output_bytes=2**63), r"^output_bytes must be below 2\*\*63"),
+        (lambda p: p.price("s", 10, static_floor_bytes=2**63), r"^static_floor_bytes must be below"),
         (lambda p: p.price("s", 1.5), r"^packed_tokens must be an integer; got 1.5"),
         (lambda p: p.price("s", 10, 5), r"^logical_tokens must be >= packed_tokens \(10\); got 5"),
         (lambda p: p.price("s", 10, output_bytes=-1), r"^output_bytes must be >= 0"),

@@ -328,6 +328,8 @@ def test_device_budget_is_the_min_over_a_gloo_groups_ranks(tmp_path: Path) -> No
 
 # --------------------------------------------------------------------------- values (issue 42)
 
+#: The refusal of a count of 2**63, one past a trace's int64 column.
+PAST_INT64 = r"must be below 2\*\*63 \(a trace's int64 column\); got 9223372036854775808\."
 BAD_ROWS = [
     (row(float("nan"), 1_000), r"^observe_row\(\): packed_tokens must be an integer; got nan"),
     (row(-5, 1_000), r"^observe_row\(\): packed_tokens must be > 0; got -5"),
@@ -336,6 +338,16 @@ BAD_ROWS = [
     (row(10, 1_000, logical_tokens=5), r"logical_tokens must be >= packed_tokens \(10\); got 5"),
     (row(10, -1), r"^observe_row\(\): peak_bytes must be >= 0; got -1"),
     (row(10, 2**63), r"^observe_row\(\): peak_bytes must be below 2\*\*63"),
+    # each count just past the int64 column, and a zero count: refused, never learned
+    (row(0, 1_000), r"^observe_row\(\): packed_tokens must be > 0; got 0"),
+    (row(2**63, 1_000, logical_tokens=2**63), r"packed_tokens " + PAST_INT64),
+    (row(10, 1_000, logical_tokens=2**63), r"logical_tokens " + PAST_INT64),
+    (row(10, 1_000, output_bytes=2**63), r"output_bytes " + PAST_INT64),
+    (row(10, 1_000, baseline_bytes=2**63), r"baseline_bytes " + PAST_INT64),
+    (row(10, 1_000, static_floor_bytes=2**63), r"static_floor_bytes must be below 2\*\*63"),
+    (row(10, 1_000, output_bytes=-1), r"^observe_row\(\): output_bytes must be >= 0; got -1"),
+    (row(10, 1_000, baseline_bytes=-1), r"^observe_row\(\): baseline_bytes must be >= 0; got -1"),
+    (row(10, 1_000, static_floor_bytes=-1), r"static_floor_bytes must be >= 0 or None; got -1"),
     (row(10, 1_000, output_bytes=True), r"output_bytes must be an integer; got True"),
     (row(10, 1_000, static_floor_bytes=True), r"static_floor_bytes must be an integer; got True"),
     (row(10, 1_000, kind="fused"), r"^observe_row\(\): kind must be one of flat, split_child"),
