@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from warmfit.errors import UsageError
-from warmfit.format.trace import read_trace
+from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.recorder import Recorder, RecorderWarning
 from warmfit.recorder.meters import CappedCpuMeter, CpuMeter, meter_live
 from warmfit.replay import replay
@@ -256,6 +256,58 @@ def test_a_never_seen_signature_is_said_once_naming_the_known_ones() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once only
         assert pricer.max_tokens("trian", 10**9) is None
+
+
+@pytest.mark.parametrize(("known", "more"), [(10, ""), (11, " (and 1 more)")])
+def test_the_warning_names_ten_known_signatures_then_how_many_more(known: int, more: str) -> None:
+    pricer = Pricer("max-merge")
+    for i in range(known):
+        pricer.observe_row(row(10, 1_000, signature=f"s{i:02d}"))
+    assert pricer.price("trian", 10) is None  # asked once: perhaps a new signature
+    pricer.observe_row(row(10, 1_000, signature="s00"))
+    shown = ", ".join(f"'s{i:02d}'" for i in range(10))
+    with pytest.warns(PricerWarning) as caught:
+        pricer.price("trian", 10)
+    (warning,) = caught
+    assert f"none of signature 'trian': it has no price for it and admits none of its waves. " \
+        f"It knows {shown}{more}. Is the signature mistyped" in str(warning.message)
+    assert f"taught {known + 1} readings" in str(warning.message)
+
+
+def test_past_ten_thousand_new_signatures_a_further_one_is_never_warned_of() -> None:
+    """The Pricer keeps the first ask of at most 10,000 unknown signatures (a bound on
+    what a stream of new names costs): the 10,000th asked is warned of when asked again
+    after a reading; the 10,001st is not kept, so never warned of."""
+    pricer = Pricer("max-merge")
+    pricer.observe_row(row(10, 1_000))
+    for i in range(10_000):
+        assert pricer.price(f"n{i}", 10) is None
+    assert pricer.price("late", 10) is None  # the 10,001st: not kept
+    pricer.observe_row(row(10, 1_000))
+    with pytest.warns(PricerWarning, match="signature 'n9999'"):
+        pricer.price("n9999", 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pricer.price("late", 10) is None
+
+
+def test_past_ten_thousand_asks_a_warm_started_pricer_warns_of_no_more(tmp_path: Path) -> None:
+    """Warm-started from a trace, the Pricer warns at the first ask of a signature the
+    trace lacks, while fewer than 10,000 asks are kept: the 10,000th is warned of, the
+    10,001st is not (each warning is kept so as to be said once)."""
+    trace = tmp_path / "one.parquet"
+    write_trace(readings_frame([dict(seq=0, wave=0, signature="s", packed_tokens=10,
+                                     logical_tokens=10, peak_bytes=1_000, whole=True)]), trace)  # fmt: skip
+    pricer = Pricer.from_trace(trace, "max-merge")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(9_999):
+            pricer.price(f"n{i}", 10)
+    with pytest.warns(PricerWarning, match="signature 'n9999'"):
+        pricer.price("n9999", 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pricer.price("late", 10) is None
 
 
 # --------------------------------------------------------------------------- device_budget
