@@ -275,20 +275,25 @@ def test_the_warning_names_ten_known_signatures_then_how_many_more(known: int, m
 
 
 def test_past_ten_thousand_new_signatures_a_further_one_is_never_warned_of() -> None:
-    """The Pricer keeps the first ask of at most 10,000 unknown signatures (a bound on
-    what a stream of new names costs): the 10,000th asked is warned of when asked again
-    after a reading; the 10,001st is not kept, so never warned of."""
+    """The Pricer keeps the first ask of at most 10,000 signatures it has no profile of (a
+    bound on what a stream of new names costs), counting those named only by a reading it
+    does not learn from (an OOM one: never warned of), not a taught one's OOM reading: the
+    10,000th kept is warned of when asked again after a reading; the 10,001st is not kept,
+    so never warned of."""
     pricer = Pricer("max-merge")
     pricer.observe_row(row(10, 1_000))
-    for i in range(10_000):
+    pricer.observe_row(row(10, 10**9, oom=True))  # 'train' has a profile: nothing kept
+    pricer.observe_row(row(10, 10**9, signature="oomed", oom=True))  # kept, never warned of
+    for i in range(9_999):
         assert pricer.price(f"n{i}", 10) is None
     assert pricer.price("late", 10) is None  # the 10,001st: not kept
     pricer.observe_row(row(10, 1_000))
-    with pytest.warns(PricerWarning, match="signature 'n9999'"):
-        pricer.price("n9999", 10)
+    with pytest.warns(PricerWarning, match="signature 'n9998'"):
+        pricer.price("n9998", 10)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert pricer.price("late", 10) is None
+        assert pricer.price("oomed", 10) is None
 
 
 def test_past_ten_thousand_asks_a_warm_started_pricer_warns_of_no_more(tmp_path: Path) -> None:
