@@ -339,6 +339,28 @@ def test_a_usage_error_names_its_argument_for_the_command_line() -> None:
     assert str(caught.value) == f"observe_row(): packed_tokens {got}"
 
 
+@pytest.mark.parametrize(
+    "edge",
+    [dict(packed_tokens=1, logical_tokens=1), dict(static_floor_bytes=0),
+     dict(output_bytes=0, baseline_bytes=0), dict(peak_bytes=0)],
+    ids=["one token", "floor 0", "outputs and baseline 0", "peak 0"],
+)  # fmt: skip
+def test_a_reading_at_the_column_edges_is_learned_the_same_through_numpy_values(
+    edge: dict[str, int],
+) -> None:
+    """The smallest values a trace holds (1 token, a floor, outputs, a baseline or a peak
+    of 0) teach the same whether plain ints or numpy ones (the checked path) carry them."""
+    plain, numpy_typed = Pricer("max-merge", 1.0), Pricer("max-merge", 1.0)
+    reading = row(10, 10_000, **edge)
+    plain.observe_row(reading)
+    numpy_typed.observe_row(
+        {k: np.int64(v) if type(v) is int else v for k, v in reading.items()}
+    )
+    for n in (1, 200):
+        assert plain.price("train", n) == numpy_typed.price("train", n)
+    assert plain.profiles["train"].state == numpy_typed.profiles["train"].state  # type: ignore[attr-defined]
+
+
 def test_an_empty_signature_is_learned_whatever_the_types_of_the_other_values() -> None:
     """A trace's signature column may hold '' (price() takes it too): observe_row learned
     it from a reading of plain ints but refused it, 'must be a non-empty str', when another
