@@ -202,6 +202,9 @@ def test_a_bad_policy_or_safety_factor_is_named() -> None:
     [
         (lambda p: p.price("s", 0), r"^packed_tokens must be > 0; got 0"),
         (lambda p: p.price("s", 2**63), r"^packed_tokens must be below 2\*\*63"),
+        (lambda p: p.price("s", 10.0, 10), r"^packed_tokens must be an integer; got 10\.0"),
+        (lambda p: p.price("s", 10, 20.0), r"^logical_tokens must be an integer; got 20\.0"),
+        (lambda p: p.price("s", 10, output_bytes=0.0), r"^output_bytes must be an integer"),
         (lambda p: p.price("s", 10, 2**63), r"^logical_tokens must be below 2\*\*63"),
         (lambda p: p.price("s", 10, output_bytes=2**63), r"^output_bytes must be below 2\*\*63"),
         (lambda p: p.price("s", 10, static_floor_bytes=2**63), r"^static_floor_bytes must be below"),

@@ -395,6 +395,13 @@ BAD_ROWS = [
     (row(10, 1_000, logical_tokens=5), r"logical_tokens must be >= packed_tokens \(10\); got 5"),
     (row(10, -1), r"^observe_row\(\): peak_bytes must be >= 0; got -1"),
     (row(10, 2**63), r"^observe_row\(\): peak_bytes must be below 2\*\*63"),
+    # one count a float, every other an int (the usual path checks each count's type)
+    (row(10.0, 1_000, logical_tokens=10), r"^observe_row\(\): packed_tokens must be an integer"),
+    (row(10, 1_000, logical_tokens=20.0), r"^observe_row\(\): logical_tokens must be an integer"),
+    (row(10, 1_000, output_bytes=0.0), r"^observe_row\(\): output_bytes must be an integer"),
+    (row(10, 1_000, baseline_bytes=0.0), r"^observe_row\(\): baseline_bytes must be an integer"),
+    (row(10, 1_000.0), r"^observe_row\(\): peak_bytes must be an integer; got 1000\.0"),
+    (row(10, 1_000, static_floor_bytes=0.0), r"static_floor_bytes must be an integer; got 0\.0"),
     # each count just past the int64 column, and a zero count: refused, never learned
     (row(0, 1_000), r"^observe_row\(\): packed_tokens must be > 0; got 0"),
     (row(2**63, 1_000, logical_tokens=2**63), r"packed_tokens " + PAST_INT64),
