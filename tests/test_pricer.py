@@ -356,9 +356,7 @@ def test_a_reading_at_the_column_edges_is_learned_the_same_through_numpy_values(
     plain, numpy_typed = Pricer("max-merge", 1.0), Pricer("max-merge", 1.0)
     reading = row(10, 10_000, **edge)
     plain.observe_row(reading)
-    numpy_typed.observe_row(
-        {k: np.int64(v) if type(v) is int else v for k, v in reading.items()}
-    )
+    numpy_typed.observe_row({k: np.int64(v) if type(v) is int else v for k, v in reading.items()})
     for n in (1, 200):
         assert plain.price("train", n) == numpy_typed.price("train", n)
     assert plain.profiles["train"].state == numpy_typed.profiles["train"].state  # type: ignore[attr-defined]
@@ -370,7 +368,9 @@ def test_an_empty_signature_is_learned_whatever_the_types_of_the_other_values() 
     value was a numpy one (the checked path), so from_trace's answer hung on dtypes."""
     plain, numpy_typed = Pricer("max-merge", 1.0), Pricer("max-merge", 1.0)
     plain.observe_row(row(100, 10_000, signature=""))
-    numpy_typed.observe_row(row(np.int64(100), np.int64(10_000), signature="", whole=np.bool_(True)))
+    numpy_typed.observe_row(
+        row(np.int64(100), np.int64(10_000), signature="", whole=np.bool_(True))
+    )
     assert plain.price("", 200) == numpy_typed.price("", 200) == 20_000
 
 

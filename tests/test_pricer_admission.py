@@ -251,7 +251,10 @@ def test_a_never_seen_signature_is_said_once_naming_the_known_ones() -> None:
         assert pricer.price("trian", 10) is None  # asked once: perhaps a new signature
         pricer.observe_row(row(10, 1_000, signature="eval"))  # a new one, taught at once
     pricer.observe_row(row(10, 1_000))
-    with pytest.warns(PricerWarning, match=r"taught 3 readings, none of signature 'trian'.*It knows 'eval', 'train'"):
+    with pytest.warns(
+        PricerWarning,
+        match=r"taught 3 readings, none of signature 'trian'.*It knows 'eval', 'train'",
+    ):
         assert not pricer.admits("trian", 10, budget_bytes=10**9)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once only
@@ -269,8 +272,10 @@ def test_the_warning_names_ten_known_signatures_then_how_many_more(known: int, m
     with pytest.warns(PricerWarning) as caught:
         pricer.price("trian", 10)
     (warning,) = caught
-    assert f"none of signature 'trian': it has no price for it and admits none of its waves. " \
+    assert (
+        f"none of signature 'trian': it has no price for it and admits none of its waves. "
         f"It knows {shown}{more}. Is the signature mistyped" in str(warning.message)
+    )
     assert f"taught {known + 1} readings" in str(warning.message)
 
 
