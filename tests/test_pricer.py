@@ -10,6 +10,7 @@ trainer asks before it runs the wave), and compared with replay's per-wave
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -230,6 +231,24 @@ def test_counts_may_be_integer_like() -> None:
     pricer = Pricer("max-merge", safety_factor=1.0)
     pricer.observe_row(row(100, 10_000))
     assert pricer.price("train", np.int64(200), np.int32(200), output_bytes=np.int64(0)) == 20_000
+
+
+@pytest.mark.parametrize(
+    ("price", "shown"),
+    [(True, "True"), ("5", "'5'"), (math.nan, "nan"), (math.inf, "inf"), (-0.5, "-0.5")],
+)
+def test_a_price_that_is_not_a_finite_number_of_bytes_is_named(price: Any, shown: str) -> None:
+    """A bool, a str, NaN, infinity or a negative float from a policy's price() is
+    refused, naming it, as replay refuses it (not priced as 1 byte, nor a TypeError)."""
+
+    class Odd(WarmFit):
+        name = "odd"
+
+        def price(self, request: PriceRequest) -> Any:
+            return price
+
+    with pytest.raises(PolicyError, match=rf"^policy 'odd' priced a wave at {re.escape(shown)};"):
+        Pricer(Odd).price("s", 10)
 
 
 def test_a_policy_that_prices_nonsense_or_fails_is_named() -> None:
