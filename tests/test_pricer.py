@@ -381,6 +381,22 @@ def test_a_reading_at_the_column_edges_is_learned_the_same_through_numpy_values(
     assert plain.profiles["train"].state == numpy_typed.profiles["train"].state  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(
+    "edge",
+    [dict(packed_tokens=1, logical_tokens=1), dict(static_floor_bytes=0), dict(output_bytes=0)],
+    ids=["one token", "floor 0", "outputs 0"],
+)  # fmt: skip
+def test_a_wave_at_the_edges_is_priced_the_same_through_numpy_values(edge: dict[str, int]) -> None:
+    """price() of the smallest wave a trace holds (1 token, a floor or outputs of 0)
+    answers the same given plain ints or numpy ones (its checked path)."""
+    pricer = Pricer("max-merge", 1.0)
+    pricer.observe_row(row(10, 10_000))
+    wave = {"packed_tokens": 5, "logical_tokens": 5, "output_bytes": 7, **edge}
+    plain = pricer.price("train", **wave)  # type: ignore[arg-type]
+    typed = pricer.price("train", **{k: np.int64(v) for k, v in wave.items()})  # type: ignore[arg-type]
+    assert plain == typed and plain is not None
+
+
 def test_an_empty_signature_is_learned_whatever_the_types_of_the_other_values() -> None:
     """A trace's signature column may hold '' (price() takes it too): observe_row learned
     it from a reading of plain ints but refused it, 'must be a non-empty str', when another

@@ -315,9 +315,11 @@ def test_past_ten_thousand_asks_a_warm_started_pricer_warns_of_no_more(tmp_path:
             pricer.price(f"n{i}", 10)
     with pytest.warns(PricerWarning, match="signature 'n9999'"):
         pricer.price("n9999", 10)
+    pricer.observe_row(row(10, 1_000, signature="s"))  # more readings: said once all the same
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert pricer.price("late", 10) is None
+        assert pricer.price("n9999", 10) is None
 
 
 # --------------------------------------------------------------------------- device_budget
