@@ -235,6 +235,24 @@ def test_an_out_of_memory_wave_is_survived_and_learned(tmp_path: Path) -> None:
     assert ooms["packed_tokens"].to_list() == [2_000] and ooms["phase"].to_list() == ["forward"]
 
 
+def test_a_size_that_ran_out_of_memory_is_refused_though_its_price_fits() -> None:
+    """Worked example: 100 B/token learned, so 150 tokens price at 15,000 B, far within a
+    1 MB budget; a wave of 150 tokens ran out of memory under that budget, so admits()
+    refuses 150 (and above) under it, admits 149, and admits 150 under a larger budget."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=CpuMeter())
+    pricer.observe_row(row(100, 10_000))
+    assert pricer.admits("train", 150, budget_bytes=1_000_000)
+    with pricer.wave("train", 150, budget_bytes=1_000_000) as w:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert w.oom and pricer.price("train", 150) == 15_000
+    assert not pricer.admits("train", 150, budget_bytes=1_000_000)
+    assert not pricer.admits("train", 151, budget_bytes=999_999)
+    assert pricer.admits("train", 149, budget_bytes=1_000_000)
+    assert pricer.admits("train", 150, budget_bytes=1_000_001)
+    assert pricer.max_tokens("train", 1_000_000) == 149
+
+
 def test_an_error_that_is_not_out_of_memory_passes() -> None:
     pricer = Pricer("max-merge", meter=CpuMeter())
     with pytest.raises(ValueError, match="bad batch"), pricer.wave("train", 4):
@@ -249,6 +267,7 @@ def test_a_never_seen_signature_is_said_once_naming_the_known_ones() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert pricer.price("trian", 10) is None  # asked once: perhaps a new signature
+        assert pricer.price("trian", 10) is None  # again, with no reading since: still perhaps
         pricer.observe_row(row(10, 1_000, signature="eval"))  # a new one, taught at once
     pricer.observe_row(row(10, 1_000))
     with pytest.warns(
@@ -277,6 +296,14 @@ def test_the_warning_names_ten_known_signatures_then_how_many_more(known: int, m
         f"It knows {shown}{more}. Is the signature mistyped" in str(warning.message)
     )
     assert f"taught {known + 1} readings" in str(warning.message)
+
+
+def test_a_signature_first_asked_before_any_reading_is_warned_of_after_one() -> None:
+    pricer = Pricer("max-merge")
+    assert pricer.price("trian", 10) is None  # no reading yet: nothing to tell it from
+    pricer.observe_row(row(10, 1_000))
+    with pytest.warns(PricerWarning, match=r"taught 1 readings, none of signature 'trian'"):
+        assert pricer.price("trian", 10) is None
 
 
 def test_past_ten_thousand_new_signatures_a_further_one_is_never_warned_of() -> None:
