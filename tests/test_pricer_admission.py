@@ -251,6 +251,27 @@ def test_a_size_that_ran_out_of_memory_is_refused_though_its_price_fits() -> Non
     assert pricer.admits("train", 149, budget_bytes=1_000_000)
     assert pricer.admits("train", 150, budget_bytes=1_000_001)
     assert pricer.max_tokens("train", 1_000_000) == 149
+    # the evidence is of 'train' flat waves alone: another signature or kind has none
+    assert pricer.oom_tokens("train", 1_000_000) == 150
+    assert pricer.oom_tokens("eval", 1_000_000) is None
+    assert pricer.oom_tokens("train", 1_000_000, kind="split_child") is None
+    assert pricer.admits("eval", 150, static_floor_bytes=0, budget_bytes=1_000_000)
+
+
+def test_a_budget_of_zero_bytes_as_a_float_is_a_budget() -> None:
+    """replay's --budget takes a float: 0.0 bytes is a budget (nothing above the floor
+    fits), as 0 is; only NaN and negatives are refused."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(row(100, 10_000))
+    assert pricer.max_tokens("train", 0.0) == pricer.max_tokens("train", 0) == 0
+    assert pricer.admits("x", 1, static_floor_bytes=0, budget_bytes=0.0)
+    assert pricer.max_tokens("train", 0.5) == 0 and pricer.max_tokens("train", 100.0) == 1
+    assert pricer.oom_tokens("train", 0.0) is None
+
+
+def test_max_tokens_names_a_bad_kind_before_a_bad_cap() -> None:
+    with pytest.raises(UsageError, match=r"^kind must be one of .*; got 'fused'"):
+        Pricer().max_tokens("s", 10, kind="fused", cap=0)
 
 
 def test_an_error_that_is_not_out_of_memory_passes() -> None:
