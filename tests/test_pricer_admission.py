@@ -269,6 +269,20 @@ def test_a_budget_of_zero_bytes_as_a_float_is_a_budget() -> None:
     assert pricer.oom_tokens("train", 0.0) is None
 
 
+def test_max_tokens_takes_logical_tokens_and_a_cap_of_one() -> None:
+    """max-merge learned 100 B/token at a sharing of 2 (200 logical over 100 packed): a
+    wave prices at 100 x max(n, m / 2). With m = 4n that is 200n, so 20,000 B admit 100
+    tokens (m = n would admit 200). A cap of 1 is a search of one size; 0 is refused."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(row(100, 10_000, logical_tokens=200))
+    assert pricer.max_tokens("train", 20_000, logical_tokens=lambda n: 4 * n) == 100
+    assert pricer.max_tokens("train", 20_000) == 200
+    assert pricer.max_tokens("train", 20_000, cap=1) == 1
+    assert pricer.max_tokens("train", 50, cap=1) == 0
+    with pytest.raises(UsageError, match=r"^cap must be >= 1; got 0\."):
+        pricer.max_tokens("train", 20_000, cap=0)
+
+
 def test_max_tokens_names_a_bad_kind_before_a_bad_cap() -> None:
     with pytest.raises(UsageError, match=r"^kind must be one of .*; got 'fused'"):
         Pricer().max_tokens("s", 10, kind="fused", cap=0)
