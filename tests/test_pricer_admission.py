@@ -341,6 +341,17 @@ def test_a_signature_first_asked_before_any_reading_is_warned_of_after_one() -> 
         assert pricer.price("trian", 10) is None
 
 
+def test_a_signature_named_only_by_an_oom_reading_is_never_warned_of() -> None:
+    pricer = Pricer("max-merge")
+    pricer.observe_row(row(10, 1_000))
+    pricer.observe_row(row(10, 10**9, signature="oomed", oom=True))  # named: not mistyped
+    assert pricer.price("oomed", 10) is None
+    pricer.observe_row(row(10, 1_000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pricer.price("oomed", 10) is None
+
+
 def test_past_ten_thousand_new_signatures_a_further_one_is_never_warned_of() -> None:
     """The Pricer keeps the first ask of at most 10,000 signatures it has no profile of (a
     bound on what a stream of new names costs), counting those named only by a reading it
