@@ -510,6 +510,7 @@ KILLERS.update({
     **dict.fromkeys(("warmfit/importers/table.py", "warmfit/importers/mapping.py",
                      "warmfit/importers/art_misses.py"), _IMPORTER_TESTS),
     "warmfit/trainer/pricer.py": ("tests/test_pricer.py", "tests/test_pricer_oracle.py",
+                                  "tests/test_pricer_admission.py",  # wave(), OOMs, max_tokens
                                   "tests/test_sampler.py", "tests/test_recorded.py"),
     **dict.fromkeys(("warmfit/integrations/_common.py", "warmfit/integrations/hf_demo.py",
                      "warmfit/integrations/huggingface.py", "warmfit/integrations/lightning.py",

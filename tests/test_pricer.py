@@ -10,6 +10,7 @@ trainer asks before it runs the wave), and compared with replay's per-wave
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -201,6 +202,13 @@ def test_a_bad_policy_or_safety_factor_is_named() -> None:
     ("call", "message"),
     [
         (lambda p: p.price("s", 0), r"^packed_tokens must be > 0; got 0"),
+        (lambda p: p.price("s", 2**63), r"^packed_tokens must be below 2\*\*63"),
+        (lambda p: p.price("s", 10.0, 10), r"^packed_tokens must be an integer; got 10\.0"),
+        (lambda p: p.price("s", 10, 20.0), r"^logical_tokens must be an integer; got 20\.0"),
+        (lambda p: p.price("s", 10, output_bytes=0.0), r"^output_bytes must be an integer"),
+        (lambda p: p.price("s", 10, 2**63), r"^logical_tokens must be below 2\*\*63"),
+        (lambda p: p.price("s", 10, output_bytes=2**63), r"^output_bytes must be below 2\*\*63"),
+        (lambda p: p.price("s", 10, static_floor_bytes=2**63), r"^static_floor_bytes must be below"),
         (lambda p: p.price("s", 1.5), r"^packed_tokens must be an integer; got 1.5"),
         (lambda p: p.price("s", 10, 5), r"^logical_tokens must be >= packed_tokens \(10\); got 5"),
         (lambda p: p.price("s", 10, output_bytes=-1), r"^output_bytes must be >= 0"),
@@ -223,6 +231,24 @@ def test_counts_may_be_integer_like() -> None:
     pricer = Pricer("max-merge", safety_factor=1.0)
     pricer.observe_row(row(100, 10_000))
     assert pricer.price("train", np.int64(200), np.int32(200), output_bytes=np.int64(0)) == 20_000
+
+
+@pytest.mark.parametrize(
+    ("price", "shown"),
+    [(True, "True"), ("5", "'5'"), (math.nan, "nan"), (math.inf, "inf"), (-0.5, "-0.5")],
+)
+def test_a_price_that_is_not_a_finite_number_of_bytes_is_named(price: Any, shown: str) -> None:
+    """A bool, a str, NaN, infinity or a negative float from a policy's price() is
+    refused, naming it, as replay refuses it (not priced as 1 byte, nor a TypeError)."""
+
+    class Odd(WarmFit):
+        name = "odd"
+
+        def price(self, request: PriceRequest) -> Any:
+            return price
+
+    with pytest.raises(PolicyError, match=rf"^policy 'odd' priced a wave at {re.escape(shown)};"):
+        Pricer(Odd).price("s", 10)
 
 
 def test_a_policy_that_prices_nonsense_or_fails_is_named() -> None:
@@ -283,6 +309,104 @@ def test_from_trace_asks_for_a_stream_when_there_are_several(tmp_path: Path) -> 
     write_trace(readings_frame([dict(seq=0, wave=0, signature="s", packed_tokens=10,
                                      logical_tokens=10, peak_bytes=1_000, whole=True)]), one)  # fmt: skip
     assert Pricer.from_trace(one, "max-merge", 1.0).price("s", 20) == 2_000  # one stream: no choice
+
+
+def streams_trace(path: Path, runs: int) -> Path:
+    """A trace of ``runs`` one-wave runs 'r00', 'r01', ... (rank 0 each): as many streams."""
+    write_trace(readings_frame([
+        dict(run=f"r{i:02d}", seq=0, wave=0, signature="s", packed_tokens=10, logical_tokens=10,
+             peak_bytes=1_000, whole=True)
+        for i in range(runs)
+    ]), path)  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize(("runs", "more"), [(10, ""), (11, " (and 1 more)"), (12, " (and 2 more)")])
+def test_from_trace_lists_ten_streams_and_counts_the_rest(
+    tmp_path: Path, runs: int, more: str
+) -> None:
+    """The refusal lists the first ten streams, in trace order, then how many more: 10
+    streams are all listed with nothing after; 11 are ten listed and '(and 1 more)'."""
+    trace = streams_trace(tmp_path / "many.parquet", runs)
+    listed = ", ".join(f"run 'r{i:02d}' rank 0" for i in range(10))
+    with pytest.raises(UsageError) as caught:
+        Pricer.from_trace(trace)
+    assert str(caught.value) == (
+        f"the trace holds {runs} streams to choose from ({listed}{more}); a Pricer learns one "
+        "rank's readings: give run= and rank=."
+    )
+    with pytest.raises(UsageError) as caught:
+        Pricer.from_trace(trace, rank=3)  # a rank alone: named alone, no 'run None'
+    assert str(caught.value) == f"the trace holds no readings of rank 3; it holds {listed}{more}."
+    with pytest.raises(UsageError) as caught:
+        Pricer.from_trace(trace, run="r99")
+    assert str(caught.value).startswith("the trace holds no readings of run 'r99'; it holds ")
+    assert Pricer.from_trace(trace, "max-merge", 1.0, run="r03").price("s", 20) == 2_000
+
+
+def test_a_usage_error_names_its_argument_for_the_command_line() -> None:
+    """A bad count names the argument apart from the problem (UsageError.argument), so the
+    command line can put its own flag in its place (for_flag); observe_row's name the call."""
+    with pytest.raises(UsageError) as caught:
+        Pricer().price("s", 1.5)
+    got = "must be an integer; got 1.5 of type float (an int, or a 0-d integer tensor)."
+    assert (caught.value.argument, caught.value.problem) == ("packed_tokens", got)
+    assert str(caught.value.for_flag("--tokens")) == f"--tokens {got}"
+    with pytest.raises(UsageError) as caught:
+        Pricer().max_tokens("s", 10, cap=2**63)
+    assert caught.value.argument == "cap" and caught.value.problem.startswith("must be below 2**63")
+    with pytest.raises(UsageError) as caught:
+        Pricer().observe_row(row(1.5, 100))
+    assert caught.value.argument is None
+    assert str(caught.value) == f"observe_row(): packed_tokens {got}"
+
+
+@pytest.mark.parametrize(
+    "edge",
+    [dict(packed_tokens=1, logical_tokens=1), dict(static_floor_bytes=0),
+     dict(output_bytes=0, baseline_bytes=0), dict(peak_bytes=0)],
+    ids=["one token", "floor 0", "outputs and baseline 0", "peak 0"],
+)  # fmt: skip
+def test_a_reading_at_the_column_edges_is_learned_the_same_through_numpy_values(
+    edge: dict[str, int],
+) -> None:
+    """The smallest values a trace holds (1 token, a floor, outputs, a baseline or a peak
+    of 0) teach the same whether plain ints or numpy ones (the checked path) carry them."""
+    plain, numpy_typed = Pricer("max-merge", 1.0), Pricer("max-merge", 1.0)
+    reading = row(10, 10_000, **edge)
+    plain.observe_row(reading)
+    numpy_typed.observe_row({k: np.int64(v) if type(v) is int else v for k, v in reading.items()})
+    for n in (1, 200):
+        assert plain.price("train", n) == numpy_typed.price("train", n)
+    assert plain.profiles["train"].state == numpy_typed.profiles["train"].state  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "edge",
+    [dict(packed_tokens=1, logical_tokens=1), dict(static_floor_bytes=0), dict(output_bytes=0)],
+    ids=["one token", "floor 0", "outputs 0"],
+)  # fmt: skip
+def test_a_wave_at_the_edges_is_priced_the_same_through_numpy_values(edge: dict[str, int]) -> None:
+    """price() of the smallest wave a trace holds (1 token, a floor or outputs of 0)
+    answers the same given plain ints or numpy ones (its checked path)."""
+    pricer = Pricer("max-merge", 1.0)
+    pricer.observe_row(row(10, 10_000))
+    wave = {"packed_tokens": 5, "logical_tokens": 5, "output_bytes": 7, **edge}
+    plain = pricer.price("train", **wave)  # type: ignore[arg-type]
+    typed = pricer.price("train", **{k: np.int64(v) for k, v in wave.items()})  # type: ignore[arg-type]
+    assert plain == typed and plain is not None
+
+
+def test_an_empty_signature_is_learned_whatever_the_types_of_the_other_values() -> None:
+    """A trace's signature column may hold '' (price() takes it too): observe_row learned
+    it from a reading of plain ints but refused it, 'must be a non-empty str', when another
+    value was a numpy one (the checked path), so from_trace's answer hung on dtypes."""
+    plain, numpy_typed = Pricer("max-merge", 1.0), Pricer("max-merge", 1.0)
+    plain.observe_row(row(100, 10_000, signature=""))
+    numpy_typed.observe_row(
+        row(np.int64(100), np.int64(10_000), signature="", whole=np.bool_(True))
+    )
+    assert plain.price("", 200) == numpy_typed.price("", 200) == 20_000
 
 
 def test_from_trace_warns_once_of_a_signature_the_trace_lacks(tmp_path: Path) -> None:

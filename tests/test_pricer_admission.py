@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from warmfit.errors import EstimateOverflowError, UsageError
-from warmfit.format.trace import read_trace
+from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.recorder import Recorder, RecorderWarning
 from warmfit.recorder.meters import CappedCpuMeter, CpuMeter, meter_live
 from warmfit.replay import replay
@@ -235,6 +235,59 @@ def test_an_out_of_memory_wave_is_survived_and_learned(tmp_path: Path) -> None:
     assert ooms["packed_tokens"].to_list() == [2_000] and ooms["phase"].to_list() == ["forward"]
 
 
+def test_a_size_that_ran_out_of_memory_is_refused_though_its_price_fits() -> None:
+    """Worked example: 100 B/token learned, so 150 tokens price at 15,000 B, far within a
+    1 MB budget; a wave of 150 tokens ran out of memory under that budget, so admits()
+    refuses 150 (and above) under it, admits 149, and admits 150 under a larger budget."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=CpuMeter())
+    pricer.observe_row(row(100, 10_000))
+    assert pricer.admits("train", 150, budget_bytes=1_000_000)
+    with pricer.wave("train", 150, budget_bytes=1_000_000) as w:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert w.oom and pricer.price("train", 150) == 15_000
+    assert not pricer.admits("train", 150, budget_bytes=1_000_000)
+    assert not pricer.admits("train", 151, budget_bytes=999_999)
+    assert pricer.admits("train", 149, budget_bytes=1_000_000)
+    assert pricer.admits("train", 150, budget_bytes=1_000_001)
+    assert pricer.max_tokens("train", 1_000_000) == 149
+    # the evidence is of 'train' flat waves alone: another signature or kind has none
+    assert pricer.oom_tokens("train", 1_000_000) == 150
+    assert pricer.oom_tokens("eval", 1_000_000) is None
+    assert pricer.oom_tokens("train", 1_000_000, kind="split_child") is None
+    assert pricer.admits("eval", 150, static_floor_bytes=0, budget_bytes=1_000_000)
+
+
+def test_a_budget_of_zero_bytes_as_a_float_is_a_budget() -> None:
+    """replay's --budget takes a float: 0.0 bytes is a budget (nothing above the floor
+    fits), as 0 is; only NaN and negatives are refused."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(row(100, 10_000))
+    assert pricer.max_tokens("train", 0.0) == pricer.max_tokens("train", 0) == 0
+    assert pricer.admits("x", 1, static_floor_bytes=0, budget_bytes=0.0)
+    assert pricer.max_tokens("train", 0.5) == 0 and pricer.max_tokens("train", 100.0) == 1
+    assert pricer.oom_tokens("train", 0.0) is None
+
+
+def test_max_tokens_takes_logical_tokens_and_a_cap_of_one() -> None:
+    """max-merge learned 100 B/token at a sharing of 2 (200 logical over 100 packed): a
+    wave prices at 100 x max(n, m / 2). With m = 4n that is 200n, so 20,000 B admit 100
+    tokens (m = n would admit 200). A cap of 1 is a search of one size; 0 is refused."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(row(100, 10_000, logical_tokens=200))
+    assert pricer.max_tokens("train", 20_000, logical_tokens=lambda n: 4 * n) == 100
+    assert pricer.max_tokens("train", 20_000) == 200
+    assert pricer.max_tokens("train", 20_000, cap=1) == 1
+    assert pricer.max_tokens("train", 50, cap=1) == 0
+    with pytest.raises(UsageError, match=r"^cap must be >= 1; got 0\."):
+        pricer.max_tokens("train", 20_000, cap=0)
+
+
+def test_max_tokens_names_a_bad_kind_before_a_bad_cap() -> None:
+    with pytest.raises(UsageError, match=r"^kind must be one of .*; got 'fused'"):
+        Pricer().max_tokens("s", 10, kind="fused", cap=0)
+
+
 def test_an_error_that_is_not_out_of_memory_passes() -> None:
     pricer = Pricer("max-merge", meter=CpuMeter())
     with pytest.raises(ValueError, match="bad batch"), pricer.wave("train", 4):
@@ -249,13 +302,97 @@ def test_a_never_seen_signature_is_said_once_naming_the_known_ones() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert pricer.price("trian", 10) is None  # asked once: perhaps a new signature
+        assert pricer.price("trian", 10) is None  # again, with no reading since: still perhaps
         pricer.observe_row(row(10, 1_000, signature="eval"))  # a new one, taught at once
     pricer.observe_row(row(10, 1_000))
-    with pytest.warns(PricerWarning, match=r"none of signature 'trian'.*It knows 'eval', 'train'"):
+    with pytest.warns(
+        PricerWarning,
+        match=r"taught 3 readings, none of signature 'trian'.*It knows 'eval', 'train'",
+    ):
         assert not pricer.admits("trian", 10, budget_bytes=10**9)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once only
         assert pricer.max_tokens("trian", 10**9) is None
+
+
+@pytest.mark.parametrize(("known", "more"), [(10, ""), (11, " (and 1 more)")])
+def test_the_warning_names_ten_known_signatures_then_how_many_more(known: int, more: str) -> None:
+    pricer = Pricer("max-merge")
+    for i in range(known):
+        pricer.observe_row(row(10, 1_000, signature=f"s{i:02d}"))
+    assert pricer.price("trian", 10) is None  # asked once: perhaps a new signature
+    pricer.observe_row(row(10, 1_000, signature="s00"))
+    shown = ", ".join(f"'s{i:02d}'" for i in range(10))
+    with pytest.warns(PricerWarning) as caught:
+        pricer.price("trian", 10)
+    (warning,) = caught
+    assert (
+        f"none of signature 'trian': it has no price for it and admits none of its waves. "
+        f"It knows {shown}{more}. Is the signature mistyped" in str(warning.message)
+    )
+    assert f"taught {known + 1} readings" in str(warning.message)
+
+
+def test_a_signature_first_asked_before_any_reading_is_warned_of_after_one() -> None:
+    pricer = Pricer("max-merge")
+    assert pricer.price("trian", 10) is None  # no reading yet: nothing to tell it from
+    pricer.observe_row(row(10, 1_000))
+    with pytest.warns(PricerWarning, match=r"taught 1 readings, none of signature 'trian'"):
+        assert pricer.price("trian", 10) is None
+
+
+def test_a_signature_named_only_by_an_oom_reading_is_never_warned_of() -> None:
+    pricer = Pricer("max-merge")
+    pricer.observe_row(row(10, 1_000))
+    pricer.observe_row(row(10, 10**9, signature="oomed", oom=True))  # named: not mistyped
+    assert pricer.price("oomed", 10) is None
+    pricer.observe_row(row(10, 1_000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pricer.price("oomed", 10) is None
+
+
+def test_past_ten_thousand_new_signatures_a_further_one_is_never_warned_of() -> None:
+    """The Pricer keeps the first ask of at most 10,000 signatures it has no profile of (a
+    bound on what a stream of new names costs), counting those named only by a reading it
+    does not learn from (an OOM one: never warned of), not a taught one's OOM reading: the
+    10,000th kept is warned of when asked again after a reading; the 10,001st is not kept,
+    so never warned of."""
+    pricer = Pricer("max-merge")
+    pricer.observe_row(row(10, 1_000))
+    pricer.observe_row(row(10, 10**9, oom=True))  # 'train' has a profile: nothing kept
+    pricer.observe_row(row(10, 10**9, signature="oomed", oom=True))  # kept, never warned of
+    for i in range(9_999):
+        assert pricer.price(f"n{i}", 10) is None
+    assert pricer.price("late", 10) is None  # the 10,001st: not kept
+    pricer.observe_row(row(10, 1_000))
+    with pytest.warns(PricerWarning, match="signature 'n9998'"):
+        pricer.price("n9998", 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pricer.price("late", 10) is None
+        assert pricer.price("oomed", 10) is None
+
+
+def test_past_ten_thousand_asks_a_warm_started_pricer_warns_of_no_more(tmp_path: Path) -> None:
+    """Warm-started from a trace, the Pricer warns at the first ask of a signature the
+    trace lacks, while fewer than 10,000 asks are kept: the 10,000th is warned of, the
+    10,001st is not (each warning is kept so as to be said once)."""
+    trace = tmp_path / "one.parquet"
+    write_trace(readings_frame([dict(seq=0, wave=0, signature="s", packed_tokens=10,
+                                     logical_tokens=10, peak_bytes=1_000, whole=True)]), trace)  # fmt: skip
+    pricer = Pricer.from_trace(trace, "max-merge")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(9_999):
+            pricer.price(f"n{i}", 10)
+    with pytest.warns(PricerWarning, match="signature 'n9999'"):
+        pricer.price("n9999", 10)
+    pricer.observe_row(row(10, 1_000, signature="s"))  # more readings: said once all the same
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pricer.price("late", 10) is None
+        assert pricer.price("n9999", 10) is None
 
 
 # --------------------------------------------------------------------------- device_budget
@@ -328,6 +465,8 @@ def test_device_budget_is_the_min_over_a_gloo_groups_ranks(tmp_path: Path) -> No
 
 # --------------------------------------------------------------------------- values (issue 42)
 
+#: The refusal of a count of 2**63, one past a trace's int64 column.
+PAST_INT64 = r"must be below 2\*\*63 \(a trace's int64 column\); got 9223372036854775808\."
 BAD_ROWS = [
     (row(float("nan"), 1_000), r"^observe_row\(\): packed_tokens must be an integer; got nan"),
     (row(-5, 1_000), r"^observe_row\(\): packed_tokens must be > 0; got -5"),
@@ -336,13 +475,30 @@ BAD_ROWS = [
     (row(10, 1_000, logical_tokens=5), r"logical_tokens must be >= packed_tokens \(10\); got 5"),
     (row(10, -1), r"^observe_row\(\): peak_bytes must be >= 0; got -1"),
     (row(10, 2**63), r"^observe_row\(\): peak_bytes must be below 2\*\*63"),
+    # one count a float, every other an int (the usual path checks each count's type)
+    (row(10.0, 1_000, logical_tokens=10), r"^observe_row\(\): packed_tokens must be an integer"),
+    (row(10, 1_000, logical_tokens=20.0), r"^observe_row\(\): logical_tokens must be an integer"),
+    (row(10, 1_000, output_bytes=0.0), r"^observe_row\(\): output_bytes must be an integer"),
+    (row(10, 1_000, baseline_bytes=0.0), r"^observe_row\(\): baseline_bytes must be an integer"),
+    (row(10, 1_000.0), r"^observe_row\(\): peak_bytes must be an integer; got 1000\.0"),
+    (row(10, 1_000, static_floor_bytes=0.0), r"static_floor_bytes must be an integer; got 0\.0"),
+    # each count just past the int64 column, and a zero count: refused, never learned
+    (row(0, 1_000), r"^observe_row\(\): packed_tokens must be > 0; got 0"),
+    (row(2**63, 1_000, logical_tokens=2**63), r"packed_tokens " + PAST_INT64),
+    (row(10, 1_000, logical_tokens=2**63), r"logical_tokens " + PAST_INT64),
+    (row(10, 1_000, output_bytes=2**63), r"output_bytes " + PAST_INT64),
+    (row(10, 1_000, baseline_bytes=2**63), r"baseline_bytes " + PAST_INT64),
+    (row(10, 1_000, static_floor_bytes=2**63), r"static_floor_bytes must be below 2\*\*63"),
+    (row(10, 1_000, output_bytes=-1), r"^observe_row\(\): output_bytes must be >= 0; got -1"),
+    (row(10, 1_000, baseline_bytes=-1), r"^observe_row\(\): baseline_bytes must be >= 0; got -1"),
+    (row(10, 1_000, static_floor_bytes=-1), r"static_floor_bytes must be >= 0 or None; got -1"),
     (row(10, 1_000, output_bytes=True), r"output_bytes must be an integer; got True"),
     (row(10, 1_000, static_floor_bytes=True), r"static_floor_bytes must be an integer; got True"),
     (row(10, 1_000, kind="fused"), r"^observe_row\(\): kind must be one of flat, split_child"),
     (row(10, 1_000, phase="backward"), r"^observe_row\(\): phase must be one of forward, caller"),
     (row(10, 1_000, whole=1), r"^observe_row\(\): whole must be a bool; got 1"),
     (row(10, 1_000, oom="no"), r"^observe_row\(\): oom must be a bool; got 'no'"),
-    (row(10, 1_000, signature=7), r"^observe_row\(\): signature must be a non-empty str"),
+    (row(10, 1_000, signature=7), r"^observe_row\(\): signature must be a str; got 7"),
     ([1, 2, 3], r"^observe_row\(\): a reading is a mapping .* got list"),
     ("signature", r"^observe_row\(\): a reading is a mapping .* got str"),
     (b"signature", r"^observe_row\(\): a reading is a mapping .* got bytes"),

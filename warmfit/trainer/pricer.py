@@ -316,8 +316,8 @@ class Pricer:
     ) -> tuple[Any, ...]:
         """A reading's values by the trace's column rules, or a UsageError naming the column."""
         where = "observe_row(): "
-        if not isinstance(signature, str) or not signature:
-            raise UsageError(f"{where}signature must be a non-empty str; got {signature!r}.")
+        if not isinstance(signature, str):  # a trace's string column: "" too, as price() takes
+            raise UsageError(f"{where}signature must be a str; got {signature!r}.")
         if not isinstance(kind, str) or kind not in KINDS:
             raise UsageError(f"{where}kind must be one of {', '.join(KINDS)}; got {kind!r}.")
         if not isinstance(phase, str) or phase not in PHASES:
