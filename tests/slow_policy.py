@@ -24,9 +24,8 @@ from warmfit.policies import MaxMerge, Policy, PriceRequest, Reading
 if os.environ.get("WARMFIT_TEST_WORKERS") == "always":
     warmfit.run.workers.WORKER_BYTES = 0
 
-#: Seconds slept at each price (``WARMFIT_TEST_SLOW_PAUSE`` in the command's environment:
-#: a test that must find the replay still running on a loaded machine asks for more).
-PAUSE_S = float(os.environ.get("WARMFIT_TEST_SLOW_PAUSE", "0.002"))
+#: Seconds slept at each price.
+PAUSE_S = 0.002
 
 
 class Slow(Policy):

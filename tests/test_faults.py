@@ -68,8 +68,18 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def default_signals() -> None:
+    """In the child, before it runs warmfit: every signal warmfit ends on at its default.
+    An ignored one is inherited across exec, and warmfit leaves a signal ignored at its
+    start ignored (``nohup``'s SIGHUP, a background job's SIGINT): a suite run under
+    ``nohup`` saw SIGHUP ignored, the replay run to its end and exit 0."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 class Started:
-    """A ``warmfit replay`` process in its own session, with its own TMPDIR."""
+    """A ``warmfit replay`` process in its own session, with its own TMPDIR, and the
+    signals it ends on at their defaults whatever this process ignores."""
 
     def __init__(self, trace: Path, tmp: Path, *extra: str, env: dict[str, str] | None = None):
         self.tmp = tmp / "tmpdir"
@@ -88,6 +98,7 @@ class Started:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=default_signals,
         )
         self.began = time.monotonic()
 

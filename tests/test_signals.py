@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_faults import default_signals
+
 REPO = Path(__file__).resolve().parent.parent
 TRACES = [str(REPO / "traces" / "pr991"), str(REPO / "traces" / "cpu-demo")]
 
@@ -55,7 +57,7 @@ def check_update(expect: Path, **kwargs) -> subprocess.Popen[str]:
         [sys.executable, "-m", "warmfit", "check", *TRACES, "-e", str(expect), "--update",
          "--allow-under"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, **kwargs,
+        start_new_session=True, preexec_fn=default_signals, **kwargs,
     )  # fmt: skip
 
 
