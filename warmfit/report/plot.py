@@ -124,15 +124,20 @@ def peak_series(result: ReplayResult) -> pl.DataFrame:
 WAVE_KEY = ("run", "rank", "wave")
 
 
+def _starts(*columns: str) -> pl.Expr:
+    """Whether each row starts a block of rows alike in ``columns`` (the first row does)."""
+    return pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in columns).fill_null(
+        True
+    )
+
+
 def _positions(per_wave: pl.DataFrame) -> pl.Series:
     """Each row's wave's place in its run (0, 1, ...), waves in the order they first come.
 
     Rows come wave by wave (a wave's rows, one a policy, next to each other), so the
     places are those of the blocks of rows with one key, counted per run: found without
     a join where no key comes back in a later block (checked), by a join otherwise."""
-    key = [pl.col(c) for c in WAVE_KEY]
-    start = pl.any_horizontal(c.ne_missing(c.shift(1)) for c in key).fill_null(True)
-    blocks = per_wave.select(start.alias("start"), *key)
+    blocks = per_wave.select(_starts(*WAVE_KEY).alias("start"), *WAVE_KEY)
     firsts = blocks.filter("start").drop("start")
     if firsts.height == firsts.n_unique():
         place = firsts.select(pl.int_range(pl.len()).over("run")).to_series()
@@ -150,10 +155,9 @@ def _with_roles(waves: pl.DataFrame, roles: pl.DataFrame) -> pl.DataFrame:
     """``waves`` (a row per wave) with each one's ``role`` from ``roles`` (null where it
     has none): taken row by row where both hold the same waves in the same order (as a
     replay makes them; checked), by a join otherwise."""
-    if roles.height == waves.height and waves.select(*WAVE_KEY).n_unique() == waves.height:
-        same = waves.select(*WAVE_KEY).equals(roles.select(*WAVE_KEY))
-        if same:
-            return waves.with_columns(roles.get_column("role"))
+    keys = waves.select(*WAVE_KEY)
+    if keys.equals(roles.select(*WAVE_KEY)) and keys.n_unique() == keys.height:
+        return waves.with_columns(roles.get_column("role"))
     return waves.join(roles, on=list(WAVE_KEY), how="left", maintain_order="left")
 
 
@@ -532,17 +536,15 @@ def _first_of_each_wave(peaks: pl.DataFrame) -> np.ndarray:
     rows are together and their positions never go down (as :func:`peak_series` makes
     them; checked), the first rows are those where the run or the position changes."""
     run, position = pl.col("run"), pl.col("position")
-    changed = (run.ne_missing(run.shift(1)) | position.ne_missing(position.shift(1))).fill_null(
-        True
-    )
     together = peaks.select(
         (run.rle_id().max().fill_null(-1) + 1 == run.n_unique()).alias("runs"),
-        (run.ne_missing(run.shift(1)) | (position >= position.shift(1)))
-        .fill_null(True)
-        .all()
-        .alias("positions"),
+        (_starts("run") | (position >= position.shift(1))).fill_null(True).all().alias("up"),
     ).row(0)
-    first = changed if all(together) else pl.struct(run, position).is_first_distinct()
+    first = (
+        _starts("run", "position")
+        if all(together)
+        else pl.struct(run, position).is_first_distinct()
+    )
     return peaks.select(first).to_series().to_numpy().copy()
 
 
