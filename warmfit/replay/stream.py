@@ -400,13 +400,14 @@ def replay_stream(
         progress(0, len(batches))
         results: Iterable[BatchResult]
         if elsewhere:  # tasks of consecutive batches: neighbours share a row group
-            # One batch a task with per-wave rows (a batch's are tens of megabytes,
-            # and tasks of 4 were no faster), and on a cluster, whose
-            # workers send their median values back: the parent holds two tasks'
-            # results per worker.
+            # One batch a task with per-wave rows, written or folded (a batch's are
+            # tens of megabytes, and tasks of 4 were no faster; plot's at 1e7 held
+            # 1.2 GB a worker), and on a cluster, whose workers send their median
+            # values back: the parent holds two tasks' results per worker.
+            rows_folded = any(f.wants_rows for f in folds)
             sizes = (
                 chain_sizes(len(batches), runner.workers())
-                if per_wave is None and local
+                if per_wave is None and not rows_folded and local
                 else [1] * len(batches)
             )
             pairs = iter(zip(batches, runs, strict=True))

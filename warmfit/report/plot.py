@@ -625,8 +625,9 @@ def _thin_peaks(peaks: pl.DataFrame, first: np.ndarray, large: Sequence[str]) ->
             line = np.flatnonzero(mask if order is None else mask[order])
             keep = line_keep(position[line], estimate[line]) | under[line]
             draw_estimate[rows[line[keep]]] = True
-    return peaks.with_columns(draw_actual=draw_actual, draw_estimate=draw_estimate).filter(
-        pl.col("draw_actual") | pl.col("draw_estimate")
+    drawn = draw_actual | draw_estimate  # a mask, not an expression: no copy of the frame
+    return peaks.filter(pl.Series(drawn)).with_columns(
+        draw_actual=draw_actual[drawn], draw_estimate=draw_estimate[drawn]
     )
 
 
