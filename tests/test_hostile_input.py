@@ -43,6 +43,9 @@ if limit:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 import warmfit.cli, warmfit.report.gate, warmfit.show.progress, warmfit.replay, warmfit.report.table, warmfit.format.trace
+if os.environ.get("WF_WORKERS") == "1":  # worker processes however small the trace
+    import warmfit.run.workers
+    warmfit.run.workers.WORKER_BYTES = 0
 import rich.console, rich.progress, rich.table, rich.text, secrets
 if os.environ.get("WF_NO_DAC") == "1":
     # capset(2) without CAP_DAC_OVERRIDE (1) and CAP_DAC_READ_SEARCH (2), held or not
@@ -70,10 +73,14 @@ def child(
     bits_only: bool = False,
     cwd: Path | None = None,
     timeout: float = 60,
+    workers: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``warmfit *args`` in a child process; ``bits_only``: one that reads only what
-    permission bits let it (skips the test where it cannot drop the power to do more)."""
+    permission bits let it (skips the test where it cannot drop the power to do more);
+    ``workers``: batches replay in worker processes whatever the trace's size (with
+    ``--jobs 2`` and more than one batch)."""
     env = {**os.environ, "WF_FSIZE": str(fsize), "WF_NO_DAC": str(int(bits_only)), "COLUMNS": "80"}
+    env["WF_WORKERS"] = str(int(workers))
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, *map(str, args)],
         capture_output=True,
@@ -206,6 +213,27 @@ def test_a_full_disk_leaves_no_partial_output_and_a_rerun_works(tmp_path: Path, 
     code, _, err = invoke(*_OUTPUTS[kind](PR991, out))  # no --force needed: nothing was left
     assert code == 0, err
     assert out.stat().st_size > 300
+
+
+def test_a_full_disk_in_the_workers_of_a_plot_names_the_folder(tmp_path: Path) -> None:
+    """Plot's workers write each batch's frames to its temporary folder themselves: a
+    full disk there is the same one line (exit 2) naming the folder, from the worker,
+    and the folder is gone."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out.png"
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    args = ("plot", PR991, "-o", out, "--jobs", "2")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(temporary))
+        patch.setenv("WARMFIT_BATCH_READINGS", "40")  # several batches: workers replay them
+        done = child(*args, fsize=300, workers=True)
+    no_traceback(done)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write the figure's temporary files in" in lines[0], lines
+    assert str(temporary) in lines[0]
+    assert not out.exists() and list(temporary.iterdir()) == []
 
 
 def test_a_full_disk_while_writing_a_trace_leaves_nothing(tmp_path: Path) -> None:

@@ -137,7 +137,7 @@ def plot_command(
             progress_bar("replaying", unit="batches") as bar,
         ):
             streamed = replay_stream(
-                paths, policy, safety, engine.value, folds=[PlotFold(folder, rank)],
+                paths, policy, safety, engine.value, folds=[PlotFold(folder, rank, local=cluster is None)],
                 jobs=jobs, cluster=cluster, progress=bar,
             )  # fmt: skip
         if caption is None:  # the files the replay found (each one's metadata is read here)

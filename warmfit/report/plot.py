@@ -41,6 +41,7 @@ from __future__ import annotations
 import io
 import os
 import textwrap
+import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -834,16 +835,19 @@ class PlotFold:
     :func:`over_estimates`) and its final profiles, kept by :class:`PlotParts` in
     ``folder`` (made and removed by the caller); ``rank``: of that rank's streams alone
     (``plot --rank``: each rank's profiles are its own, so its waves are priced as a
-    replay of its readings alone prices them)."""
+    replay of its readings alone prices them). ``local``: the batches replay on this
+    machine (not a cluster's), so each writes its frames to ``folder`` itself rather
+    than send them back through the pool's pipe."""
 
     folder: str
     rank: int | None = None
+    local: bool = True
     wants_rows: bool = True
     wants_profiles: bool = True
 
     def part(
         self, readings: pl.DataFrame, priced: Any, profiles: dict[Any, Any] | None, lineup: Any
-    ) -> tuple[tuple[pl.DataFrame, ...], dict[Any, Any], list[int]]:
+    ) -> PlotPart:
         rows, roles = priced.per_wave, wave_roles(readings)
         ranks = readings.get_column("rank").unique().to_list()
         found = dict(profiles or {})
@@ -853,32 +857,103 @@ class PlotFold:
             found = {key: p for key, p in found.items() if key[1] == self.rank}
         names = tuple(lineup_names(lineup.classes, lineup.recorded))
         batch = ReplayResult(rows, pl.DataFrame(), names, lineup.safety_factor, lineup.engine)
-        return (peak_series(batch), rate_points(batch, roles), over_estimates(batch)), found, ranks
+        frames = (peak_series(batch), rate_points(batch, roles), over_estimates(batch))
+        return PlotPart.of(frames, self.folder if self.local else None, found, ranks)
 
     def start(self, policies: Sequence[str]) -> PlotParts:
         return PlotParts(self.folder, self.rank)
 
 
+@dataclass(frozen=True)
+class PlotPart:
+    """One batch's part of a plot (:meth:`PlotFold.part`): its panels' frames, written
+    run by run to files of their own (:data:`PANELS`, Arrow IPC without the ``run``
+    column, LZ4) where the batch replayed on this machine, else the frames themselves,
+    which :class:`PlotParts` writes. What the figure needs of every run travels beside
+    them: the frames' columns (``empty``), each profile's wave count, the signatures,
+    the final profiles and the ranks."""
+
+    #: Per run of the batch, in order: its files and its waves (the ``position`` s).
+    files: tuple[tuple[str, tuple[str, ...], int], ...]
+    frames: tuple[pl.DataFrame, ...] | None
+    #: The batch's rows of panel (b) (a wave each): where its ``first_seq`` starts counting.
+    rates: int
+    empty: tuple[pl.DataFrame, ...]
+    counts: pl.DataFrame
+    signatures: tuple[str, ...]
+    profiles: dict[Any, Any]
+    ranks: list[int]
+
+    @classmethod
+    def of(
+        cls,
+        frames: tuple[pl.DataFrame, ...],
+        folder: str | None,
+        profiles: dict[Any, Any],
+        ranks: list[int],
+    ) -> PlotPart:
+        """The part of a batch's ``frames`` (:data:`PANELS`), written to ``folder`` if given."""
+        rates = frames[1]
+        return cls(
+            files=() if folder is None else write_run_frames(frames, Path(folder)),
+            frames=frames if folder is None else None,
+            rates=rates.height,
+            empty=tuple(frame.clear() for frame in frames),
+            counts=rates.group_by("run", "rank", "signature").len(),
+            signatures=tuple(rates.get_column("signature").unique(maintain_order=True)),
+            profiles=profiles,
+            ranks=ranks,
+        )
+
+
+def write_run_frames(
+    frames: tuple[pl.DataFrame, ...], folder: Path
+) -> tuple[tuple[str, tuple[str, ...], int], ...]:
+    """Write each run's rows of ``frames`` (:data:`PANELS`) to new files in ``folder``: per
+    run, its name, its files and its waves. A full disk or a file-size limit: exit 2
+    naming the folder."""
+    peaks = frames[0]
+    runs = peaks.get_column("run").unique(maintain_order=True).to_list()
+    written = []
+    for run in runs:
+        mine = frames if len(runs) == 1 else [f.filter(pl.col("run") == run) for f in frames]
+        stem = folder / uuid.uuid4().hex
+        paths = tuple(str(stem.with_suffix(f".{name}")) for name in PANELS)
+        try:
+            for frame, path in zip(mine, paths, strict=True):
+                frame.drop("run").write_ipc(path, compression="lz4")
+        except OSError as exc:  # a full disk, a file-size limit
+            raise UsageError(
+                f"cannot write the figure's temporary files in {printable(str(folder))} "
+                f"({exc.strerror or exc}); nothing was written. Free space there, point "
+                "TMPDIR at a folder with room, or raise the file-size limit (ulimit -f)."
+            ) from None
+        written.append((run, paths, mine[0].get_column("position").n_unique()))
+    return tuple(written)
+
+
 class PlotParts:
-    """:class:`PlotFold`'s parts, batch after batch. Each run's panels' frames go to files
-    of their own in ``folder`` (Arrow IPC), read back one run at a time as its row of the
-    figure is drawn (:class:`RunSheet`): a plot holds the largest run's frames, not the
-    trace's. What the figure needs of every run is kept here: its profiles, each
-    profile's wave count (:func:`pick_profile`), the signatures and ranks seen.
+    """:class:`PlotFold`'s parts, batch after batch. Each run's panels' frames are in
+    files of their own in ``folder`` (:class:`PlotPart`), read back one run at a time as
+    its row of the figure is drawn (:class:`RunSheet`): a plot holds the largest run's
+    frames, not the trace's. What the figure needs of every run is kept here: its
+    profiles, each profile's wave count (:func:`pick_profile`), the signatures and
+    ranks seen.
 
     The files hold each frame but its ``run`` (the file's), LZ4-compressed: about 40
     bytes a wave and policy, against 180 uncompressed with the run's name on every row.
 
     A trace's streams come in canonical order, (run, rank), each whole in one batch, so
     a run's waves are one stretch of the replay's: a batch's frames are the whole
-    replay's but for where the batch starts, which is added here (a wave's ``position``
-    in its run, :func:`rate_points`' ``first_seq``)."""
+    replay's but for where the batch starts, which is kept here and added as each file
+    is read back (a wave's ``position`` in its run, :func:`rate_points`' ``first_seq``)."""
 
     def __init__(self, folder: str, rank: int | None) -> None:
         self.folder = Path(folder)
         self.rank = rank
-        #: Per run, in the replay's order: its files (:data:`PANELS`), batch after batch.
-        self.files: dict[str, list[tuple[Path, ...]]] = {}
+        #: Per run, in the replay's order: its files (:data:`PANELS`), batch after batch,
+        #: each with the waves of its run and the rows of panel (b) before it.
+        self.files: dict[str, list[tuple[tuple[str, ...], int, int]]] = {}
         self.waves: dict[str, int] = {}
         self.seen = 0
         self.counts: list[pl.DataFrame] = []
@@ -887,33 +962,18 @@ class PlotParts:
         self.ranks: set[int] = set()
         self.empty: tuple[pl.DataFrame, ...] = ()
 
-    def add(self, part: tuple[tuple[pl.DataFrame, ...], dict[Any, Any], list[int]]) -> None:
-        (peaks, rates, over), profiles, ranks = part
-        self.profiles.append(profiles)
-        self.ranks.update(ranks)
-        self.empty = self.empty or (peaks.clear(), rates.clear(), over.clear())
-        self.counts.append(rates.group_by("run", "rank", "signature").len())
-        self.signatures.update(dict.fromkeys(rates.get_column("signature").unique().to_list()))
-        rates = rates.with_columns(pl.col("first_seq") + self.seen)
-        self.seen += rates.height
-        for run in peaks.get_column("run").unique(maintain_order=True).to_list():
-            mine = [frame.filter(pl.col("run") == run) for frame in (peaks, rates, over)]
+    def add(self, part: PlotPart) -> None:
+        self.profiles.append(part.profiles)
+        self.ranks.update(part.ranks)
+        self.empty = self.empty or part.empty
+        self.counts.append(part.counts)
+        self.signatures.update(dict.fromkeys(part.signatures))
+        written = part.files if part.frames is None else write_run_frames(part.frames, self.folder)
+        for run, paths, waves in written:
             before = self.waves.get(run, 0)
-            self.waves[run] = before + mine[0].get_column("position").n_unique()
-            mine[0] = mine[0].with_columns(pl.col("position") + before)
-            files = self.files.setdefault(run, [])
-            stem = self.folder / f"{list(self.files).index(run)}-{len(files)}"
-            paths = tuple(stem.with_suffix(f".{name}") for name in PANELS)
-            try:
-                for frame, path in zip(mine, paths, strict=True):
-                    frame.drop("run").write_ipc(path, compression="lz4")
-            except OSError as exc:  # a full disk, a file-size limit
-                raise UsageError(
-                    f"cannot write the figure's temporary files in {printable(str(self.folder))} "
-                    f"({exc.strerror or exc}); nothing was written. Free space there, point "
-                    "TMPDIR at a folder with room, or raise the file-size limit (ulimit -f)."
-                ) from None
-            files.append(paths)
+            self.waves[run] = before + waves
+            self.files.setdefault(run, []).append((paths, before, self.seen))
+        self.seen += part.rates
 
     def finish(self, summary: pl.DataFrame) -> PlotParts:
         return self
@@ -953,8 +1013,17 @@ class PlotParts:
         files = self.files.get(run, [])
         if not files:
             return self.empty
+        # where each batch starts: its waves' places in the run, its rows of panel (b)
+        shifts: tuple[dict[str, int], ...] = ({"position": 0}, {"first_seq": 1}, {})
         return tuple(
-            pl.concat([pl.read_ipc(paths[i]) for paths in files])
+            pl.concat(
+                [
+                    pl.read_ipc(paths[i]).with_columns(
+                        pl.col(name) + starts[at] for name, at in shifts[i].items()
+                    )
+                    for paths, *starts in files
+                ]
+            )
             .with_columns(run=pl.lit(run, pl.String()))
             .select(empty.columns)
             for i, empty in enumerate(self.empty)
