@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------- generated pass
 
 #: The modules ``make mutants-generated`` mutates.
-DEFAULT_MODULES = (
+DEFAULT_MODULES: tuple[str, ...] = (
     "warmfit/replay/summary.py",
     "warmfit/report/sweep.py",
     "warmfit/report/gate.py",
@@ -539,6 +539,82 @@ KILLERS.update({
                      "warmfit/recorder/meters.py", "warmfit/recorder/recorder.py"),
                     _RECORDER_TESTS),
 })  # fmt: skip
+_CLI_TESTS = (
+    "tests/test_cli.py",
+    "tests/test_cli_help.py",
+    "tests/test_startup.py",
+    "tests/test_getting_started.py",
+    "tests/test_limits.py",
+    "tests/test_hostile_input.py",
+)
+_RUN_TESTS = (
+    "tests/test_workers.py",
+    "tests/test_index.py",
+    "tests/test_faults.py",
+    "tests/test_signals.py",
+    "tests/test_limits.py",
+    "tests/test_stream.py",
+    "tests/test_cluster.py",
+)
+#: Issue 38: the modules in no list before (the commands, the command line, errors, the
+#: report formats, the worker code, the samples, what is shown, the conformance checks,
+#: the device budget, every package's ``__init__``), each with the tests of its subject.
+MORE_MODULES: dict[str, tuple[str, ...]] = {
+    "warmfit/__init__.py": _CLI_TESTS,
+    "warmfit/__main__.py": _CLI_TESTS,
+    "warmfit/cli.py": (*_CLI_TESTS, "tests/test_signals.py"),
+    "warmfit/errors.py": _CLI_TESTS,
+    "warmfit/commands/__init__.py": _CLI_TESTS,
+    "warmfit/commands/check.py": ("tests/test_check.py", "tests/test_check_update.py",
+                                  "tests/test_gate_output.py", "tests/test_gate_by_signature.py",
+                                  "tests/test_one_replay.py"),
+    "warmfit/commands/import_.py": _IMPORTER_TESTS,
+    "warmfit/commands/options.py": (*_CLI_TESTS, "tests/test_one_replay.py",
+                                    "tests/test_cluster.py"),
+    "warmfit/commands/plot.py": ("tests/test_plot.py", "tests/test_plot_caption.py",
+                                 "tests/test_one_replay.py", "tests/test_hostile_input.py"),
+    "warmfit/commands/policies.py": ("tests/test_cli.py", "tests/test_policies.py"),
+    "warmfit/commands/recommend.py": ("tests/test_recommend.py", "tests/test_recommend_oracle.py",
+                                      "tests/test_one_replay.py"),
+    "warmfit/commands/record.py": ("tests/test_record_cli.py", *_RECORDER_TESTS),
+    "warmfit/commands/recover.py": ("tests/test_hostile_log.py", "tests/test_record_cli.py"),
+    "warmfit/commands/replay.py": ("tests/test_cli.py", "tests/test_replay.py",
+                                   "tests/test_one_replay.py", "tests/test_layouts.py",
+                                   "tests/test_permute.py", "tests/test_budget.py"),
+    "warmfit/commands/sweep.py": ("tests/test_decisions.py", "tests/test_sweep_grid.py",
+                                  "tests/test_one_replay.py"),
+    "warmfit/commands/validate.py": ("tests/test_cli.py", "tests/test_hostile_input.py",
+                                     "tests/test_trace.py", "tests/test_pagecrc.py"),
+    "warmfit/format/__init__.py": _FORMAT_TESTS,
+    "warmfit/importers/__init__.py": _IMPORTER_TESTS,
+    "warmfit/integrations/__init__.py": _INTEGRATION_TESTS,
+    "warmfit/policies/__init__.py": _POLICY_TESTS,
+    "warmfit/recorder/__init__.py": _RECORDER_TESTS,
+    "warmfit/replay/__init__.py": _REPLAY_TESTS,
+    "warmfit/report/__init__.py": ("tests/test_one_replay.py",),
+    "warmfit/report/formats.py": ("tests/test_one_replay.py", "tests/test_gate_output.py",
+                                  "tests/test_cli.py"),
+    "warmfit/run/__init__.py": _RUN_TESTS,
+    "warmfit/run/cluster.py": _RUN_TESTS,
+    "warmfit/run/memory.py": _RUN_TESTS,
+    "warmfit/run/signals.py": _RUN_TESTS,
+    "warmfit/run/tasks.py": _RUN_TESTS,
+    "warmfit/run/workers.py": _RUN_TESTS,
+    "warmfit/samples/__init__.py": ("tests/test_demo.py",),
+    "warmfit/samples/demo.py": ("tests/test_demo.py",),
+    "warmfit/samples/synthetic.py": ("tests/test_replay.py", "tests/test_plot_caption.py",
+                                     "tests/test_recommend.py", "tests/test_liger_gpu.py"),
+    "warmfit/show/__init__.py": ("tests/test_progress.py",),
+    "warmfit/show/names.py": ("tests/test_hostile_input.py", "tests/test_cli.py"),
+    "warmfit/show/progress.py": ("tests/test_progress.py",),
+    "warmfit/show/units.py": ("tests/test_budget.py", "tests/test_cli.py"),
+    "warmfit/testing/__init__.py": ("tests/test_conformance.py",),
+    "warmfit/testing/checks.py": ("tests/test_conformance.py", "tests/test_rule.py"),
+    "warmfit/trainer/__init__.py": ("tests/test_pricer.py", "tests/test_pricer_admission.py"),
+    "warmfit/trainer/budget.py": ("tests/test_pricer_admission.py",),
+}  # fmt: skip
+KILLERS.update(MORE_MODULES)
+DEFAULT_MODULES += tuple(MORE_MODULES)
 GENERATED_ACCEPTED_NAME = "generated.toml"
 GENERATED_ACCEPTED = HERE / GENERATED_ACCEPTED_NAME
 #: The baseline runs every test (no -x): a test failing unmutated is deselected.
