@@ -332,6 +332,28 @@ def test_a_relative_path_replays_on_a_cluster(trace: Path, tmp_path: Path) -> No
     assert remote.stdout == local.stdout
 
 
+def test_a_plot_on_a_cluster_draws_what_one_here_draws(trace: Path, tmp_path: Path) -> None:
+    """A cluster's workers send each batch's panels' frames back (they cannot write to
+    this machine's temporary folder), and the command writes them: the same PNG bytes
+    as a plot whose batches replay here."""
+    pytest.importorskip("matplotlib")
+    scheduler, address = _scheduler(tmp_path)
+    worker = _worker(address)
+    here, there = tmp_path / "here.png", tmp_path / "there.png"
+    command = [sys.executable, "-m", "warmfit", "plot", str(trace), "-o"]
+    try:
+        local = subprocess.run([*command, str(here)], capture_output=True, text=True, timeout=120)
+        remote = subprocess.run(
+            [*command, str(there), "--cluster", address], capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+    finally:
+        _ended(scheduler, worker)
+    assert local.returncode == 0, local.stderr
+    assert remote.returncode == 0, remote.stderr
+    assert there.read_bytes() == here.read_bytes()
+
+
 def test_cluster_and_jobs_together_are_a_usage_error() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "warmfit", "replay", "traces/pr991", "--cluster", "tcp://x:1",

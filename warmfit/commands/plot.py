@@ -136,9 +136,11 @@ def plot_command(
             streaming(paths, jobs, cluster) as jobs,
             progress_bar("replaying", unit="batches") as bar,
         ):
+            # this machine's workers write their batches' frames to the folder themselves
+            fold = PlotFold(folder, rank, local=cluster is None)
             streamed = replay_stream(
-                paths, policy, safety, engine.value, folds=[PlotFold(folder, rank, local=cluster is None)],
-                jobs=jobs, cluster=cluster, progress=bar,
+                paths, policy, safety, engine.value, folds=[fold], jobs=jobs, cluster=cluster,
+                progress=bar,
             )  # fmt: skip
         if caption is None:  # the files the replay found (each one's metadata is read here)
             caption = provenance_caption(streamed.files)
