@@ -607,7 +607,7 @@ MORE_MODULES: dict[str, tuple[str, ...]] = {
     "warmfit/show/__init__.py": ("tests/test_progress.py",),
     "warmfit/show/names.py": ("tests/test_hostile_input.py", "tests/test_cli.py"),
     "warmfit/show/progress.py": ("tests/test_progress.py",),
-    "warmfit/show/units.py": ("tests/test_budget.py", "tests/test_cli.py"),
+    "warmfit/show/units.py": ("tests/test_units.py", "tests/test_budget.py", "tests/test_cli.py"),
     "warmfit/testing/__init__.py": ("tests/test_conformance.py",),
     "warmfit/testing/checks.py": ("tests/test_conformance.py", "tests/test_rule.py"),
     "warmfit/trainer/__init__.py": ("tests/test_pricer.py", "tests/test_pricer_admission.py"),

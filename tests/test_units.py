@@ -1,0 +1,88 @@
+"""Byte counts as people write and read them (warmfit/show/units.py), checked against the
+units' definitions: decimal units are powers of 1000, binary ones powers of 1024."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from warmfit.show.units import LARGEST, format_bytes, parse_bytes
+
+#: Each unit's bytes, by definition (SI and IEC prefixes), written apart from the code.
+DEFINED = {
+    "B": 1,
+    "KB": 1000,
+    "MB": 1000 * 1000,
+    "GB": 1000 * 1000 * 1000,
+    "TB": 1000 * 1000 * 1000 * 1000,
+    "KiB": 1024,
+    "MiB": 1024 * 1024,
+    "GiB": 1024 * 1024 * 1024,
+    "TiB": 1024 * 1024 * 1024 * 1024,
+}
+
+
+@pytest.mark.parametrize("unit", list(DEFINED))
+def test_one_of_each_unit_is_its_definition(unit: str) -> None:
+    assert parse_bytes(f"1 {unit}") == DEFINED[unit]
+    assert parse_bytes(f"1{unit.lower()}") == DEFINED[unit]
+    assert parse_bytes(f"3{unit.upper()}") == 3 * DEFINED[unit]
+
+
+def test_a_bare_number_is_bytes() -> None:
+    assert parse_bytes("7") == 7
+    assert parse_bytes(" 7 ") == 7
+
+
+@given(st.sampled_from(list(DEFINED)), st.integers(0, 10**6), st.integers(0, 999))
+def test_a_decimal_count_of_a_unit_is_rounded_down_to_whole_bytes(
+    unit: str, whole: int, thousandths: int
+) -> None:
+    # whole.thousandths units: (whole * 1000 + thousandths) / 1000 of the unit, floored
+    expected = (whole * 1000 + thousandths) * DEFINED[unit] // 1000
+    if expected > LARGEST:
+        with pytest.raises(ValueError, match="above the largest size"):
+            parse_bytes(f"{whole}.{thousandths:03d}{unit}")
+    else:
+        assert parse_bytes(f"{whole}.{thousandths:03d}{unit}") == expected
+
+
+@pytest.mark.parametrize("text", ["-5", "1.2.3", "GB 5", "5 parsecs", "", "0x10"])
+def test_what_is_not_a_size_is_a_value_error_naming_it(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a size: give bytes"):
+        parse_bytes(text)
+
+
+def test_a_size_above_int64_is_named_whole_up_to_40_characters() -> None:
+    forty = "9" * 40
+    with pytest.raises(ValueError) as caught:
+        parse_bytes(forty)
+    assert f"'{forty}' is above the largest size" in str(caught.value)
+    forty_one = "9" * 41
+    with pytest.raises(ValueError) as caught:
+        parse_bytes(forty_one)
+    assert f"'{'9' * 20}...(41 characters)' is above the largest size" in str(caught.value)
+    assert parse_bytes(str(LARGEST)) == LARGEST
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [
+        (999, "999 B"),
+        (1000, "1.00 KB"),  # exactly a unit: that unit
+        (1100, "1.10 KB"),
+        (10**12, "1.00 TB"),
+        (10**12 - 10**9, "999 GB"),
+        (12_345_678, "12.3 MB"),  # 10 to 100 of a unit: one decimal
+        (10 * 10**6, "10.0 MB"),  # exactly 10: one decimal
+        (9_990_000, "9.99 MB"),  # under 10: two
+        (100 * 10**6, "100 MB"),  # exactly 100: none
+        (-4_200_000, "-4.20 MB"),
+        (None, "—"),
+    ],
+)
+def test_a_byte_count_is_shown_with_three_significant_figures(
+    count: int | None, shown: str
+) -> None:
+    assert format_bytes(count) == shown
