@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -309,46 +310,47 @@ def test_a_lost_scheduler_ends_the_command_with_exit_2(trace: Path, tmp_path: Pa
     assert "Traceback" not in message and message.count("warmfit: error:") == 1, message
 
 
-def test_a_relative_path_replays_on_a_cluster(trace: Path, tmp_path: Path) -> None:
-    """The trace named relative to the command's folder replays on a cluster whose
-    worker runs elsewhere (its own folder): the paths are made absolute first."""
-    scheduler, address = _scheduler(tmp_path)
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A scheduler and one worker, shared by the tests that only use them; its address."""
+    scheduler, address = _scheduler(tmp_path_factory.mktemp("cluster"))
     worker = _worker(address)
     try:
-        relative = os.path.relpath(trace, tmp_path)
-        args = [sys.executable, "-m", "warmfit", "replay", relative, "--format", "json"]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        local = subprocess.run(
-            args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-        )
-        remote = subprocess.run(
-            [*args, "--cluster", address], cwd=tmp_path, env=env, capture_output=True,
-            text=True, timeout=120,
-        )  # fmt: skip
+        yield address
     finally:
         _ended(scheduler, worker)
+
+
+def test_a_relative_path_replays_on_a_cluster(trace: Path, tmp_path: Path, cluster: str) -> None:
+    """The trace named relative to the command's folder replays on a cluster whose
+    worker runs elsewhere (its own folder): the paths are made absolute first."""
+    relative = os.path.relpath(trace, tmp_path)
+    args = [sys.executable, "-m", "warmfit", "replay", relative, "--format", "json"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    local = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    remote = subprocess.run(
+        [*args, "--cluster", cluster], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
     assert local.returncode == 0, local.stderr
     assert remote.returncode == 0, remote.stderr
     assert remote.stdout == local.stdout
 
 
-def test_a_plot_on_a_cluster_draws_what_one_here_draws(trace: Path, tmp_path: Path) -> None:
+def test_a_plot_on_a_cluster_draws_what_one_here_draws(
+    trace: Path, tmp_path: Path, cluster: str
+) -> None:
     """A cluster's workers send each batch's panels' frames back (they cannot write to
     this machine's temporary folder), and the command writes them: the same PNG bytes
     as a plot whose batches replay here."""
     pytest.importorskip("matplotlib")
-    scheduler, address = _scheduler(tmp_path)
-    worker = _worker(address)
     here, there = tmp_path / "here.png", tmp_path / "there.png"
     command = [sys.executable, "-m", "warmfit", "plot", str(trace), "-o"]
-    try:
-        local = subprocess.run([*command, str(here)], capture_output=True, text=True, timeout=120)
-        remote = subprocess.run(
-            [*command, str(there), "--cluster", address], capture_output=True, text=True,
-            timeout=120,
-        )  # fmt: skip
-    finally:
-        _ended(scheduler, worker)
+    local = subprocess.run([*command, str(here)], capture_output=True, text=True, timeout=120)
+    remote = subprocess.run(
+        [*command, str(there), "--cluster", cluster], capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
     assert local.returncode == 0, local.stderr
     assert remote.returncode == 0, remote.stderr
     assert there.read_bytes() == here.read_bytes()
