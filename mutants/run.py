@@ -611,7 +611,7 @@ MORE_MODULES: dict[str, tuple[str, ...]] = {
     "warmfit/testing/__init__.py": ("tests/test_conformance.py",),
     "warmfit/testing/checks.py": ("tests/test_conformance.py", "tests/test_rule.py"),
     "warmfit/trainer/__init__.py": ("tests/test_pricer.py", "tests/test_pricer_admission.py"),
-    "warmfit/trainer/budget.py": ("tests/test_pricer_admission.py",),
+    "warmfit/trainer/budget.py": ("tests/test_trainer_budget.py", "tests/test_pricer_admission.py"),
 }  # fmt: skip
 KILLERS.update(MORE_MODULES)
 DEFAULT_MODULES += tuple(MORE_MODULES)

@@ -20,9 +20,6 @@ from typing import Any
 from warmfit.errors import UsageError
 from warmfit.show.units import parse_bytes
 
-#: The largest budget a trace's int64 columns can hold.
-MAX_BUDGET_BYTES = 2**63 - 1
-
 
 def budget_bytes(value: object, argument: str = "budget_bytes") -> int:
     """``value`` (bytes as an int, or a size such as ``"70GiB"``) as whole bytes >= 0.
@@ -99,4 +96,4 @@ def _min_over_ranks(torch: Any, budget: int) -> int:
     return int(value.item())
 
 
-__all__ = ["MAX_BUDGET_BYTES", "budget_bytes", "device_budget"]
+__all__ = ["budget_bytes", "device_budget"]

@@ -1,0 +1,128 @@
+"""The trainer's memory budgets (warmfit/trainer/budget.py): a budget argument as bytes,
+and the device's budget from torch's counters, the smallest over a process group's ranks.
+
+torch's CUDA counters and ``torch.distributed`` are stood in for (no GPU here); the
+two-process gloo group is tests/test_pricer_admission.py's slow test."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from warmfit.errors import UsageError
+from warmfit.trainer.budget import _min_over_ranks, budget_bytes
+
+torch = pytest.importorskip("torch")
+
+from warmfit.trainer import device_budget  # noqa: E402
+
+GB = 10**9
+
+
+def test_a_numpy_integer_budget_is_its_bytes() -> None:
+    assert budget_bytes(np.int64(5)) == 5
+    assert type(budget_bytes(np.int64(5))) is int
+    with pytest.raises(UsageError, match=r"^budget_bytes must be a number of bytes >= 0"):
+        budget_bytes(np.int64(-1))
+    with pytest.raises(UsageError, match=r"got True"):
+        budget_bytes(True)
+
+
+@pytest.mark.parametrize("reserve", ["0.1", None, True, 1, 1.0, -0.01])
+def test_a_reserve_not_a_fraction_below_1_is_refused_before_torch_is_asked(reserve: Any) -> None:
+    with pytest.raises(UsageError, match=r"^reserve must be a fraction in \[0, 1\)"):
+        device_budget(reserve=reserve)
+
+
+#: Each device's free bytes in :class:`TwoDevices`.
+FREE = {0: 3 * GB, 1: 5 * GB}
+
+
+class TwoDevices:
+    """torch.cuda's counters for two devices, the current one device 1: 10 GB each;
+    device 0 has 3 GB free, device 1 5 GB; both hold 2 GB reserved, of which
+    ``allocated`` is in use."""
+
+    def __init__(self, allocated: int) -> None:
+        self.allocated = allocated
+
+    def apply(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (FREE[i], 10 * GB))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: 2 * GB)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i: self.allocated)
+
+
+def test_the_device_asked_is_the_one_named_else_the_current_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    TwoDevices(allocated=GB // 2).apply(monkeypatch)
+    # free + (2 GB reserved - 0.5 GB allocated) - 3% of 10 GB
+    assert device_budget() == 5 * GB + 1_500_000_000 - 300_000_000
+    assert device_budget(device="cuda") == device_budget()  # no index: the current one
+    assert device_budget(device="cuda:1") == device_budget()
+    assert device_budget(device="cuda:0") == 3 * GB + 1_500_000_000 - 300_000_000
+    assert device_budget(device=torch.device("cuda", 0)) == device_budget(device="cuda:0")
+
+
+def test_no_reusable_memory_adds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    TwoDevices(allocated=2 * GB).apply(monkeypatch)  # every reserved byte in use
+    assert device_budget(reserve=0) == 5 * GB
+    TwoDevices(allocated=3 * GB).apply(monkeypatch)  # more allocated than reserved: not less
+    assert device_budget(reserve=0) == 5 * GB
+
+
+class FakeGroup:
+    """What ``_min_over_ranks`` uses of torch: a tensor on a device and a default process
+    group whose other ranks' budget is ``others`` (an all-reduce with MIN)."""
+
+    def __init__(self, backend: str | None, others: int) -> None:
+        self.devices: list[Any] = []
+        self.reduced: list[Any] = []
+
+        def tensor(data: list[int], dtype: Any, device: Any) -> Any:
+            self.devices.append(device)
+            made = SimpleNamespace(data=list(data))
+            made.item = lambda: made.data[0]
+            return made
+
+        def all_reduce(value: Any, op: Any) -> None:
+            self.reduced.append(op)
+            value.data[0] = min(value.data[0], others)
+
+        self.torch = SimpleNamespace(
+            tensor=tensor,
+            int64="int64",
+            device=lambda kind, index: (kind, index),
+            cuda=SimpleNamespace(current_device=lambda: 3),
+            distributed=SimpleNamespace(
+                is_available=lambda: backend is not None,
+                is_initialized=lambda: backend is not None,
+                get_backend=lambda: backend,
+                all_reduce=all_reduce,
+                ReduceOp=SimpleNamespace(MIN="MIN"),
+            ),
+        )
+
+
+def test_without_a_process_group_the_budget_is_this_ranks() -> None:
+    group = FakeGroup(None, others=1)
+    assert _min_over_ranks(group.torch, 7 * GB) == 7 * GB
+    assert group.reduced == []
+
+
+@pytest.mark.parametrize(
+    ("backend", "device"), [("gloo", "cpu"), ("nccl", ("cuda", 3)), ("mpi", "cpu")]
+)
+def test_a_process_groups_budget_is_the_smallest_of_its_ranks(backend: str, device: Any) -> None:
+    group = FakeGroup(backend, others=4 * GB)
+    found = _min_over_ranks(group.torch, 7 * GB)
+    assert found == 4 * GB and type(found) is int
+    assert group.reduced == ["MIN"]
+    # nccl reduces tensors on the rank's current GPU; the others on the CPU
+    assert group.devices == [device]
+    assert _min_over_ranks(FakeGroup(backend, others=9 * GB).torch, 7 * GB) == 7 * GB
