@@ -421,6 +421,28 @@ def test_close_stops_a_meter_given_to_the_pricer() -> None:
     del x
 
 
+def test_a_wave_after_close_is_refused_when_the_meter_given_is_closed() -> None:
+    """close() closes the meter a Pricer was given, for good: a closed CpuMeter counts no
+    new storage, so a later wave would read 0 bytes and teach 0 B/token (every size then
+    fits). Such a wave is refused; a Pricer that makes its own meter makes a new one and
+    learns 100 x 100 float32s = 40,000 bytes over 100 tokens, after a close() as before."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=CpuMeter())
+    with pricer.wave("other", 4):
+        pass
+    pricer.close()
+    with pytest.raises(UsageError, match=r"^wave\(\): this Pricer's meter was closed by close\(\)"):
+        pricer.wave("train", 100)
+    assert pricer.price("train", 100) is None  # learned nothing
+    own = Pricer("max-merge", safety_factor=1.0, device="cpu")
+    for size in (100, 100):
+        with own.wave("train", size) as w:
+            x = torch.ones(size, 100)
+            w.forward_done()
+            del x
+        own.close()
+        assert own.price("train", 100) == 40_000
+
+
 def test_the_frames_an_out_of_memory_wave_unwound_are_cleared() -> None:
     """The locals of the frames an OOM unwound (their tensors) are released even while
     the error is still held (a logger, a debugger, ``sys.last_exc``): the wave clears

@@ -176,6 +176,34 @@ def test_lengths_may_be_numpy_or_tensor_integers() -> None:
         BudgetSampler([True], taught(1), 100, first_wave_samples=1)
 
 
+def test_padded_tokens_pads_to_the_longest_sample_itself_by_default() -> None:
+    """With no ``multiple``, a padding collator pads every sample to the longest one,
+    not to a multiple of it: 3 samples x 17 = 51 tokens, one sample of 1 is 1 token."""
+    assert padded_tokens()([5, 17, 9]) == 51
+    assert padded_tokens()([1]) == 1 and padded_tokens(1)([3, 5]) == padded_tokens()([3, 5]) == 10
+
+
+def test_the_default_seed_is_seed_0() -> None:
+    """A sampler made without a seed draws the orders of ``seed=0``: two runs made the
+    same way pack the same waves, and a run made with ``seed=0`` is that run."""
+    default = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1)
+    zero = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1, seed=0)
+    one = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1, seed=1)
+    assert default.seed == 0
+    assert [default.order(e) for e in (0, 3)] == [zero.order(e) for e in (0, 3)]
+    assert default.order(0) != one.order(0)
+    assert list(default) == list(zero)
+
+
+def test_a_wave_of_one_token_is_a_wave() -> None:
+    """Samples of 1 token at 100 B/token under a 200 B budget: one token is a wave's
+    smallest size (>= 1), priced 100 B; two samples fit (200 B, exactly the budget),
+    a third would not (300 B)."""
+    sampler = BudgetSampler([1, 1, 1], taught(100), 200, first_wave_samples=1, shuffle=False)
+    assert list(sampler) == [[0, 1], [2]]
+    assert [(w.packed_tokens, w.estimate_bytes) for w in sampler.waves] == [(2, 200), (1, 100)]
+
+
 def test_a_tokens_function_that_gives_no_tokens_is_named() -> None:
     sampler = BudgetSampler([3], taught(1), 10, first_wave_samples=1, tokens=lambda lengths: 0)
     with pytest.raises(UsageError, match=r"tokens\(\[3\]\) gave 0"):
@@ -312,6 +340,20 @@ def test_the_untaught_warning_names_the_signatures_the_pricer_has_learned() -> N
     sampler = BudgetSampler([5] * 10, pricer, 10**9, first_wave_samples=2, shuffle=False)
     with pytest.warns(SamplerWarning, match="It has learned 'train/GPT2LMHeadModel'"):
         list(sampler)
+
+
+def test_the_untaught_warning_of_a_pricer_that_learned_nothing_names_no_signature() -> None:
+    """A pricer that learned nothing at all: the warning (whole) names no signature it
+    learned, and asks whether the recorder teaching it is enabled."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    sampler = BudgetSampler([5] * 10, pricer, 10**9, first_wave_samples=2, shuffle=False)
+    with pytest.warns(SamplerWarning) as caught:
+        list(sampler)
+    assert [str(w.message) for w in caught] == [
+        "warmfit: 4 waves in a row were packed at the first-wave size: the pricer has "
+        "learned nothing of 'train'. Is it the pricer of an enabled Recorder(pricer=...) "
+        "recording this signature? (A recorder that records nothing teaches nothing.)"
+    ]
 
 
 # --------------------------------------------------------------------------- OOM survived (issue 39)
