@@ -32,6 +32,7 @@ from warmfit.report.recommend import logical_tokens, recommend
 from warmfit.trainer import device_budget
 from warmfit.trainer.pricer import OomWave, Pricer, PricerWarning
 
+from .fixed_meter import FixedMeter
 from .strategies import examples, traces
 
 REPO = Path(__file__).resolve().parent.parent
@@ -341,31 +342,11 @@ def test_an_out_of_memory_wave_without_a_budget_counts_under_every_budget() -> N
     assert pricer.max_tokens("train", 10**18) == 299  # 100 B/token fits; the OOM bounds it
 
 
-class FixedMeter:
-    """A meter whose every wave reads a baseline of 1,000 bytes and a peak of 11,000."""
-
-    name = "fixed"
-    device_name = "a fixed meter"
-    has_reserved = False
-
-    def allocated_bytes(self) -> int:
-        return 1_000
-
-    def peak_bytes(self) -> int:
-        return 11_000
-
-    def reset_peak(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_wave_given_no_outputs_is_learned_with_none() -> None:
     """``output_bytes`` defaults to 0: a 100-token wave that rose 10,000 bytes above its
     baseline teaches max-merge 100 B/token ((10,000 - 0) / 100), the same as the
     reading given with ``output_bytes=0``; one output byte would make it 99.99."""
-    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter())
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(1_000, 11_000))
     with pricer.wave("train", 100):
         pass
     pricer.close()
