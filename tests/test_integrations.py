@@ -134,6 +134,15 @@ def test_a_row_of_one_real_token_is_a_sequence_with_or_without_positions():
     assert batch_tokens({**batch, "position_ids": torch.tensor([[0, 1, 2], [0, 1, 2]])}) == want
 
 
+def test_a_batch_of_padding_alone_holds_no_token_and_no_sequence():
+    """All padding (the integrations record no wave for it): 0 tokens, no sequence, the
+    longest of none 0, and 6 padded tokens."""
+    batch = {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.zeros(2, 3)}
+    want = BatchTokens(0, 0, 0, 0, padded_tokens=6, sum_sq_tokens=0)
+    assert batch_tokens(batch) == want
+    assert batch_tokens({**batch, "position_ids": torch.tensor([[0, 1, 2], [0, 1, 2]])}) == want
+
+
 def test_a_row_continuing_a_sequence_starts_one_at_its_first_token():
     """Row 0 holds no position 0 (the tail of a sequence of 3); row 1 the last token of
     one (7) then a sequence of 3: sequences of 3, 1 and 3."""
