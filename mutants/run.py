@@ -810,12 +810,14 @@ def plan(m: Generated, files: list[str], baseline: Baseline, every: bool = False
     """The tests to run against ``m``: those that ran its lines unmutated, fastest first.
 
     A test whose *set-up* ran them (a fixture another test of its file may share)
-    brings its whole file. A line run at import time (a class attribute, a default
-    value, a module constant) is run against the tests that ran any line of its
-    class, its function or its module. A mutant no test ran (code run only in
-    worker processes, or by no test at all) is run against every killer file,
-    fastest file first, but a slow test that ran none of the module; so is any
-    mutant with ``every`` (to confirm a survivor)."""
+    brings its whole file. A line run at import time (a default value, a module
+    constant) is run against the tests that ran any line of its function or its
+    module. A mutant no test ran (code run only in worker processes, or by no test
+    at all) is run against every killer file, fastest file first, but a slow test
+    that ran none of the module; so is any mutant with ``every`` (to confirm a
+    survivor), and a class attribute's (its class body ran once, at the import, in
+    whichever test imported the module first; the attribute is read wherever the
+    class is used)."""
     usable = [f for f in files if f not in baseline.broken_files]
     wanted = set(m.lines)
     whole: set[str] = set()
@@ -824,6 +826,8 @@ def plan(m: Generated, files: list[str], baseline: Baseline, every: bool = False
         # run when the module is imported: the tests that ran its function, class or module
         first, last = m.scope if m.scope != (0, 0) else (1, m.original.count("\n") + 1)
         wanted = set(range(first, last + 1))
+        if m.original.splitlines()[first - 1].lstrip().startswith("class "):
+            every = True  # a class attribute (a dataclass field's default): see above
     if not every:
         for nodeid, entry in baseline.tests.items():
             if entry["file"] not in usable or entry.get("outcome") == "skipped":

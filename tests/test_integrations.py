@@ -104,6 +104,72 @@ def test_a_batch_the_default_cannot_read_is_a_usage_error_naming_the_fix():
         batch_tokens("text")
 
 
+def test_batch_tokens_built_from_four_counts_leaves_padding_and_squares_at_0():
+    assert BatchTokens(6, 6, 2, 4) == BatchTokens(6, 6, 2, 4, padded_tokens=0, sum_sq_tokens=0)
+
+
+def test_the_other_forms_of_a_batch_the_default_reads():
+    """Embeddings of any width (1 too), a tuple or list whose first item is the tensor
+    (whatever follows), a 1-d tensor as one row; [rows, tokens, more] is refused."""
+    assert batch_tokens({"inputs_embeds": torch.zeros(2, 3, 1)}) == BatchTokens(
+        6, 6, 2, 3, padded_tokens=6, sum_sq_tokens=18
+    )
+    one = BatchTokens(5, 5, 1, 5, padded_tokens=5, sum_sq_tokens=25)
+    ids = torch.ones(1, 5, dtype=torch.long)
+    assert batch_tokens((ids,)) == batch_tokens([ids, "labels"]) == one
+    assert batch_tokens(torch.ones(5, dtype=torch.long)) == one  # [tokens]: one row
+    assert batch_tokens({"input_ids": torch.ones(5, dtype=torch.long)}) == one
+    with pytest.raises(UsageError, match=r"batch of type tuple"):
+        batch_tokens(("text", ids))
+    with pytest.raises(UsageError, match=r"^cannot count the tokens of input_ids with shape "
+                       r"\(2, 3, 4\); the default reads \[rows, tokens\]"):  # fmt: skip
+        batch_tokens({"input_ids": torch.ones(2, 3, 4, dtype=torch.long)})
+
+
+def test_a_row_of_one_real_token_is_a_sequence_with_or_without_positions():
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
+    batch = {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": mask}
+    want = BatchTokens(4, 4, 2, 3, padded_tokens=6, sum_sq_tokens=1 + 9)
+    assert batch_tokens(batch) == want
+    assert batch_tokens({**batch, "position_ids": torch.tensor([[0, 1, 2], [0, 1, 2]])}) == want
+
+
+def test_a_batch_of_padding_alone_holds_no_token_and_no_sequence():
+    """All padding (the integrations record no wave for it): 0 tokens, no sequence, the
+    longest of none 0, and 6 padded tokens."""
+    batch = {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.zeros(2, 3)}
+    want = BatchTokens(0, 0, 0, 0, padded_tokens=6, sum_sq_tokens=0)
+    assert batch_tokens(batch) == want
+    assert batch_tokens({**batch, "position_ids": torch.tensor([[0, 1, 2], [0, 1, 2]])}) == want
+
+
+def test_a_row_continuing_a_sequence_starts_one_at_its_first_token():
+    """Row 0 holds no position 0 (the tail of a sequence of 3); row 1 the last token of
+    one (7) then a sequence of 3: sequences of 3, 1 and 3."""
+    positions = torch.tensor([[3, 4, 5, 6], [7, 0, 1, 2]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    batch = {"input_ids": torch.ones(2, 4, dtype=torch.long), "attention_mask": mask,
+             "position_ids": positions}  # fmt: skip
+    assert batch_tokens(batch) == BatchTokens(7, 7, 3, 3, padded_tokens=8, sum_sq_tokens=9 + 1 + 9)
+
+
+def test_position_ids_for_every_row_are_read_and_other_shapes_ignored():
+    """Position ids of shape [tokens] or [1, tokens] hold for every row (as a model
+    broadcasts them): two rows of two sequences of 2. Other shapes (a multimodal
+    model's [3, rows, tokens], [3, tokens] for 2 rows, a 0-d tensor) say nothing of
+    where sequences start: each row is one sequence, as without them (not a crash)."""
+    ids = torch.ones(2, 4, dtype=torch.long)
+    resets = torch.tensor([0, 1, 0, 1])
+    four = BatchTokens(8, 8, 4, 2, padded_tokens=8, sum_sq_tokens=4 * 4)
+    assert batch_tokens({"input_ids": ids, "position_ids": resets}) == four
+    assert batch_tokens({"input_ids": ids, "position_ids": resets[None]}) == four
+    assert batch_tokens({"input_ids": ids, "position_ids": resets.expand(2, 4)}) == four
+    rows = batch_tokens({"input_ids": ids})
+    assert rows == BatchTokens(8, 8, 2, 4, padded_tokens=8, sum_sq_tokens=2 * 16)
+    for other in (resets.expand(3, 2, 4), resets.expand(3, 4), torch.tensor(0), resets[:3]):
+        assert batch_tokens({"input_ids": ids, "position_ids": other}) == rows
+
+
 # --------------------------------------------------------------------------- Lightning
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from warmfit.report.recommend import logical_tokens, recommend
 from warmfit.trainer import device_budget
 from warmfit.trainer.pricer import OomWave, Pricer, PricerWarning
 
+from .fixed_meter import FixedMeter
 from .strategies import examples, traces
 
 REPO = Path(__file__).resolve().parent.parent
@@ -294,6 +296,184 @@ def test_an_error_that_is_not_out_of_memory_passes() -> None:
         raise ValueError("bad batch")
     assert pricer.ooms == []
     pricer.close()
+
+
+# --------------------------------------------------------------------------- wave(): its
+# counts, its meter, close() and what an out-of-memory wave gives back (issue 38's pass)
+
+
+def dispatch_modes() -> int:
+    """How many torch dispatch modes are on this thread's stack (an open CpuMeter
+    keeps one there, watching every operator)."""
+    return int(torch._C._len_torch_dispatch_stack())
+
+
+def test_wave_refuses_a_bool_count_and_keeps_a_numpy_count_as_an_int() -> None:
+    """``wave()`` takes its count as the trace's columns do: a bool is refused (the
+    recorder's ``operator.index`` would take True as 1), a numpy integer becomes an
+    int, in the wave and in the OOM evidence it leaves."""
+    np = pytest.importorskip("numpy")
+    pricer = Pricer("max-merge", meter=CpuMeter())
+    try:
+        with pytest.raises(
+            UsageError, match=r"^packed_tokens must be an integer; got True of type bool"
+        ):
+            pricer.wave("train", True)
+        with pricer.wave("train", np.int64(150)) as w:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    finally:
+        pricer.close()
+    assert w.oom and type(w.packed_tokens) is int and w.packed_tokens == 150
+    assert pricer.ooms == [OomWave("train", "flat", 150, None)]
+    assert type(pricer.ooms[0].packed_tokens) is int
+
+
+def test_an_out_of_memory_wave_without_a_budget_counts_under_every_budget() -> None:
+    """A wave run with no ``budget_bytes`` that runs out of memory leaves evidence with
+    no budget (SPEC §9: it counts under any budget), not an error of its own."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=CpuMeter())
+    pricer.observe_row(row(100, 10_000))
+    with pricer.wave("train", 300) as w:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert w.oom and w.budget_bytes is None
+    assert pricer.ooms == [OomWave("train", "flat", 300, None)]
+    assert pricer.oom_tokens("train", 1) == pricer.oom_tokens("train", 10**18) == 300
+    assert pricer.max_tokens("train", 10**18) == 299  # 100 B/token fits; the OOM bounds it
+
+
+def test_a_wave_given_no_outputs_is_learned_with_none() -> None:
+    """``output_bytes`` defaults to 0: a 100-token wave that rose 10,000 bytes above its
+    baseline teaches max-merge 100 B/token ((10,000 - 0) / 100), the same as the
+    reading given with ``output_bytes=0``; one output byte would make it 99.99."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(1_000, 11_000))
+    with pricer.wave("train", 100):
+        pass
+    pricer.close()
+    assert pricer.price("train", 100) == 10_000
+    told = Pricer("max-merge", safety_factor=1.0)
+    told.observe_row(row(100, 11_000, baseline_bytes=1_000, output_bytes=0))
+    assert pricer.price("train", 1_000) == told.price("train", 1_000) == 100_000
+
+
+def test_the_pricers_own_meter_is_made_once_and_close_stops_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no meter given, the Pricer makes one (a CpuMeter here, which keeps a
+    dispatch mode open) for its first wave and measures every later wave with it;
+    ``close()`` stops it, so no mode is left watching operators, and closing again
+    (or closing a Pricer that never measured) does nothing."""
+    import warmfit.recorder.recorder as recorder_module
+
+    made: list[Any] = []
+    make_meter = recorder_module.make_meter
+
+    def counted(device: Any = None) -> Any:
+        made.append(make_meter(device))
+        return made[-1]
+
+    monkeypatch.setattr(recorder_module, "make_meter", counted)
+    Pricer("max-merge").close()  # never measured: nothing to stop
+    before = dispatch_modes()
+    work = Workload()
+    pricer = Pricer("max-merge", device="cpu")
+    for n in (8, 16, 24):
+        with pricer.wave("train", n) as w:
+            work.run(w, n)
+    assert len(made) == 1 and isinstance(made[0], CpuMeter)
+    assert dispatch_modes() == before + 1
+    pricer.close()
+    assert dispatch_modes() == before
+    pricer.close()  # again: nothing
+    assert dispatch_modes() == before
+
+
+def test_close_stops_a_meter_given_to_the_pricer() -> None:
+    """A CpuMeter counts the storages operators return while open; after the Pricer's
+    ``close()`` a new tensor is no longer counted."""
+    meter = CpuMeter()
+    pricer = Pricer("max-merge", meter=meter)
+    with pricer.wave("train", 4):
+        pass
+    pricer.close()
+    counted = meter.allocated_bytes()
+    x = torch.ones(1_000)  # 4,000 bytes the closed meter does not see
+    assert meter.allocated_bytes() == counted
+    del x
+
+
+def test_a_wave_after_close_is_refused_when_the_meter_given_is_closed() -> None:
+    """close() closes the meter a Pricer was given, for good: a closed CpuMeter counts no
+    new storage, so a later wave would read 0 bytes and teach 0 B/token (every size then
+    fits). Such a wave is refused; a Pricer that makes its own meter makes a new one and
+    learns 100 x 100 float32s = 40,000 bytes over 100 tokens, after a close() as before."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=CpuMeter())
+    with pricer.wave("other", 4):
+        pass
+    pricer.close()
+    with pytest.raises(UsageError, match=r"^wave\(\): this Pricer's meter was closed by close\(\)"):
+        pricer.wave("train", 100)
+    assert pricer.price("train", 100) is None  # learned nothing
+    own = Pricer("max-merge", safety_factor=1.0, device="cpu")
+    for size in (100, 100):
+        with own.wave("train", size) as w:
+            x = torch.ones(size, 100)
+            w.forward_done()
+            del x
+        own.close()
+        assert own.price("train", 100) == 40_000
+
+
+def test_the_frames_an_out_of_memory_wave_unwound_are_cleared() -> None:
+    """The locals of the frames an OOM unwound (their tensors) are released even while
+    the error is still held (a logger, a debugger, ``sys.last_exc``): the wave clears
+    those frames, so a weak reference to a tensor in one of them is dead after the
+    block, though the error's traceback is still there."""
+    pricer = Pricer("max-merge", meter=CpuMeter())
+    error = torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    refs: list[weakref.ref[torch.Tensor]] = []
+
+    def forward() -> None:
+        activations = torch.ones(1_000)
+        refs.append(weakref.ref(activations))
+        raise error
+
+    with pricer.wave("train", 4) as w:
+        forward()
+    pricer.close()
+    assert w.oom and error.__traceback__ is not None  # the error still holds its traceback
+    assert refs[0]() is None  # but the tensor its frame held is freed
+
+
+def test_an_out_of_memory_wave_empties_the_cuda_allocators_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where CUDA is available, the allocator's cached blocks are given back after an
+    OOM (``torch.cuda.empty_cache``), once, after the collector ran; a wave that did
+    not run out of memory leaves the cache alone. (torch.cuda stood in for on CPU.)"""
+    calls: list[str] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    pricer = Pricer("max-merge", meter=CpuMeter())
+    with pricer.wave("train", 4):
+        pass
+    assert calls == []
+    with pricer.wave("train", 8) as w:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert w.oom and calls == ["empty_cache"]
+
+
+def test_max_tokens_is_zero_when_even_one_token_prices_past_int64() -> None:
+    """One token learned at 2**63 - 1 bytes, times 1.1, prices past int64: no size is
+    admitted under any budget, so the answer is 0 tokens (None would say the
+    signature has no price at all)."""
+    pricer = Pricer("max-merge", safety_factor=1.1)
+    pricer.observe_row(row(1, 2**63 - 1))
+    with pytest.raises(EstimateOverflowError):
+        pricer.price("train", 1)
+    assert pricer.max_tokens("train", 2**63 - 1) == 0
+    assert pricer.max_tokens("train", 1e30) == 0
 
 
 def test_a_never_seen_signature_is_said_once_naming_the_known_ones() -> None:

@@ -28,6 +28,9 @@ from warmfit.integrations.sampler import (  # noqa: E402
     padded_tokens,
     use_sampler,
 )
+from warmfit.policies import Policy, PriceRequest, Reading  # noqa: E402
+
+from .fixed_meter import FixedMeter  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -176,6 +179,103 @@ def test_lengths_may_be_numpy_or_tensor_integers() -> None:
         BudgetSampler([True], taught(1), 100, first_wave_samples=1)
 
 
+def test_padded_tokens_pads_to_the_longest_sample_itself_by_default() -> None:
+    """With no ``multiple``, a padding collator pads every sample to the longest one,
+    not to a multiple of it: 3 samples x 17 = 51 tokens, one sample of 1 is 1 token."""
+    assert padded_tokens()([5, 17, 9]) == 51
+    assert padded_tokens()([1]) == 1 and padded_tokens(1)([3, 5]) == padded_tokens()([3, 5]) == 10
+
+
+def test_the_default_seed_is_seed_0() -> None:
+    """A sampler made without a seed draws the orders of ``seed=0``: two runs made the
+    same way pack the same waves, and a run made with ``seed=0`` is that run."""
+    default = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1)
+    zero = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1, seed=0)
+    one = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1, seed=1)
+    assert default.seed == 0
+    assert [default.order(e) for e in (0, 3)] == [zero.order(e) for e in (0, 3)]
+    assert default.order(0) != one.order(0)
+    assert list(default) == list(zero)
+
+
+def test_a_wave_of_one_token_is_a_wave() -> None:
+    """Samples of 1 token at 100 B/token under a 200 B budget: one token is a wave's
+    smallest size (>= 1), priced 100 B; two samples fit (200 B, exactly the budget),
+    a third would not (300 B)."""
+    sampler = BudgetSampler([1, 1, 1], taught(100), 200, first_wave_samples=1, shuffle=False)
+    assert list(sampler) == [[0, 1], [2]]
+    assert [(w.packed_tokens, w.estimate_bytes) for w in sampler.waves] == [(2, 200), (1, 100)]
+
+
+def test_a_sample_priced_exactly_at_the_budget_fits() -> None:
+    """100 B/token under 200 B: a sample of 2 tokens prices 200 B, exactly the budget, so
+    it fits (SPEC §7: ``<=``) and is packed as any other, not yielded as oversized."""
+    sampler = BudgetSampler([2, 1], taught(100), 200, first_wave_samples=1, shuffle=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SamplerWarning)
+        assert list(sampler) == [[0], [1]]  # 2 + 1 tokens: 300 B
+    assert sampler.oversized == 0 and sampler.waves[0].estimate_bytes == 200
+
+
+class UpToSeen(Policy):
+    """100 B/token up to the largest wave seen; no price above it (a user policy that
+    does not extrapolate: SPEC §3 lets a profile have nothing to go on)."""
+
+    name = "up-to-seen"
+    summary = "no price above the largest wave seen"
+
+    def __init__(self) -> None:
+        self.largest = 0
+
+    def observe(self, reading: Reading) -> None:
+        self.largest = max(self.largest, reading.packed_tokens)
+
+    def price(self, request: PriceRequest) -> float | None:
+        n = request.packed_tokens
+        return 100.0 * n if n <= self.largest else None
+
+
+@pytest.mark.parametrize("budget", [10**6, 400], ids=["fits", "over-the-budget"])
+def test_unpriced_waves_are_counted_in_a_row_from_the_last_priced_wave(budget: int) -> None:
+    """A profile that prices 5 tokens (500 B) but not 20: after the priced first wave
+    (packed, or alone over a 400 B budget) three unpriced waves in a row are not yet
+    the four that warn; a fourth is."""
+    pricer = Pricer(UpToSeen, safety_factor=1.0)
+    pricer.observe_row(
+        dict(signature="train", kind="flat", phase="caller", whole=True, packed_tokens=10,
+             logical_tokens=10, output_bytes=0, baseline_bytes=0, peak_bytes=1_000,
+             static_floor_bytes=None, oom=False)
+    )  # fmt: skip
+    for lengths, warned in (([5, 20, 20, 20], False), ([5, 20, 20, 20, 20], True)):
+        sampler = BudgetSampler(lengths, pricer, budget, first_wave_samples=1, shuffle=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert list(sampler) == [[i] for i in range(len(lengths))]
+        said = [str(w.message) for w in caught if "in a row" in str(w.message)]
+        assert len(said) == warned
+        assert [w.estimate_bytes for w in sampler.waves] == [500] + [None] * (len(lengths) - 1)
+
+
+def test_wave_before_a_wave_is_yielded_is_a_usage_error() -> None:
+    sampler = BudgetSampler([3], taught(1), 100, first_wave_samples=1)
+    with pytest.raises(UsageError, match=r"^BudgetSampler.wave\(\): no wave has been yielded"):
+        sampler.wave()
+
+
+def test_the_samplers_wave_tells_the_pricer_its_outputs() -> None:
+    """A wave of 100 tokens whose outputs are 10 B/token (1,000 B) rises 10,000 B above
+    its baseline: the pricer learns (10,000 - 1,000) / 100 = 90 B/token."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 10_000))
+    sampler = BudgetSampler([100], pricer, 10**9, first_wave_samples=1,
+                            output_bytes=lambda n: 10 * n)  # fmt: skip
+    for _ in sampler:
+        with sampler.wave():
+            pass
+    pricer.close()
+    assert pricer.price("train", 100) == 9_000
+    assert pricer.price("train", 100, output_bytes=1_000) == 10_000
+
+
 def test_a_tokens_function_that_gives_no_tokens_is_named() -> None:
     sampler = BudgetSampler([3], taught(1), 10, first_wave_samples=1, tokens=lambda lengths: 0)
     with pytest.raises(UsageError, match=r"tokens\(\[3\]\) gave 0"):
@@ -213,6 +313,34 @@ def test_use_sampler_needs_max_steps_one_process_and_warns_of_accumulation() -> 
         use_sampler(plain, sampler)
     loader = plain.get_train_dataloader()
     assert loader.batch_sampler is sampler and loader.num_workers == 0
+
+
+def test_use_sampler_takes_args_naming_only_max_steps_and_its_loader_needs_a_dataset() -> None:
+    """A trainer whose args name only ``max_steps`` (the others left out) is one process
+    without accumulation whose loader pins no memory: no warning. ``max_steps`` must be
+    at least 1 (left out, -1 as the Trainer's default, or 0: refused). The loader,
+    asked for with no ``train_dataset``, says so as the Trainer does (a ValueError). A
+    trainer with a ``training_step`` but no ``compute_loss`` is not one to instrument:
+    its ``training_step`` is left as it is."""
+    sampler = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1)
+    for args in (SimpleNamespace(), SimpleNamespace(max_steps=-1), SimpleNamespace(max_steps=0)):
+        with pytest.raises(UsageError, match=r"set TrainingArguments\(max_steps=...\)"):
+            use_sampler(SimpleNamespace(args=args), sampler)
+
+    def step(model: Any, inputs: Any) -> None:
+        pass
+
+    bare = SimpleNamespace(args=SimpleNamespace(max_steps=1), train_dataset=None,
+                           data_collator=list, training_step=step)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        use_sampler(bare, sampler)
+    assert bare.training_step is step
+    with pytest.raises(ValueError, match=r"^Trainer: training requires a train_dataset\.$"):
+        bare.get_train_dataloader()
+    bare.train_dataset = list(range(len(LENGTHS)))
+    loader = bare.get_train_dataloader()
+    assert loader.batch_sampler is sampler and loader.pin_memory is False
 
 
 # --------------------------------------------------------------------------- the proof
@@ -312,6 +440,20 @@ def test_the_untaught_warning_names_the_signatures_the_pricer_has_learned() -> N
     sampler = BudgetSampler([5] * 10, pricer, 10**9, first_wave_samples=2, shuffle=False)
     with pytest.warns(SamplerWarning, match="It has learned 'train/GPT2LMHeadModel'"):
         list(sampler)
+
+
+def test_the_untaught_warning_of_a_pricer_that_learned_nothing_names_no_signature() -> None:
+    """A pricer that learned nothing at all: the warning (whole) names no signature it
+    learned, and asks whether the recorder teaching it is enabled."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    sampler = BudgetSampler([5] * 10, pricer, 10**9, first_wave_samples=2, shuffle=False)
+    with pytest.warns(SamplerWarning) as caught:
+        list(sampler)
+    assert [str(w.message) for w in caught] == [
+        "warmfit: 4 waves in a row were packed at the first-wave size: the pricer has "
+        "learned nothing of 'train'. Is it the pricer of an enabled Recorder(pricer=...) "
+        "recording this signature? (A recorder that records nothing teaches nothing.)"
+    ]
 
 
 # --------------------------------------------------------------------------- OOM survived (issue 39)

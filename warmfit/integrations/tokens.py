@@ -11,8 +11,10 @@ tensor of token ids, or a tuple or list whose first item is one.
   A trainer that does share prefixes passes its own function.
 - **sequences** are the rows with at least one real token; when the batch has
   ``position_ids`` (padding-free packing, as ``DataCollatorWithFlattening``
-  gives), every real token whose position id is 0 starts a new sequence, and
-  so does the first real token of each row.
+  gives) of shape ``[rows, tokens]``, or ``[tokens]`` or ``[1, tokens]`` for
+  every row, every real token whose position id is 0 starts a new sequence,
+  and so does the first real token of each row (position ids of another
+  shape, such as a multimodal model's 3-d ones, are not read).
 - **padded tokens** are every token of the batch's tensor, padding included
   (rows times width), what a padded batch's memory follows;
   :func:`padded_token_counts` counts them as the packed tokens.
@@ -99,8 +101,15 @@ def batch_tokens(batch: Any) -> BatchTokens:
     if mask is not None and mask.dim() == ids.dim() and mask.shape == ids.shape:
         real = mask != 0  # a 4-d (custom) mask says nothing about padding: ignored
     lengths: list[int] = []
-    if positions is not None and positions.shape[-1] == ids.shape[-1]:
-        positions = positions.expand(ids.shape) if positions.dim() == 1 else positions
+    rows, width = ids.shape
+    if (
+        positions is not None
+        and positions.dim() in (1, 2)
+        and positions.shape[-1] == width
+        and positions.numel() in (width, rows * width)
+    ):  # [tokens], [1, tokens] (both for every row) or [rows, tokens]; other shapes (3-d
+        # multimodal rope ids) say nothing of where sequences start: ignored
+        positions = positions.expand(rows, width)
         for row_real, row_pos in zip(real.cpu(), positions.cpu(), strict=True):
             kept = row_pos[row_real]
             if kept.numel() == 0:

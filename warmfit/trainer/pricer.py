@@ -138,6 +138,7 @@ class Pricer:
         "_device",
         "_fresh",
         "_meter",
+        "_meter_closed",
         "_metering",
         "_observed",
         "_open",
@@ -186,6 +187,7 @@ class Pricer:
         self._meter = meter  # the meter of waves no recorder records (None: made when needed)
         self._device = device
         self._metering: Recorder | None = None  # a recorder that writes nothing, for wave()
+        self._meter_closed = False  # close() closed the meter given: it measures nothing more
         self._recorder: Any = None  # a weak reference to the enabled Recorder(pricer=self)
         self._open: list[PricerWave] = []
 
@@ -619,6 +621,12 @@ class Pricer:
     def _meter_recorder(self) -> Recorder:
         """The recorder that measures this Pricer's waves and writes nothing (made once)."""
         if self._metering is None:
+            if self._meter_closed:  # a closed meter reads no new bytes: every wave 0 bytes
+                raise UsageError(
+                    "wave(): this Pricer's meter was closed by close() and measures nothing "
+                    "more; give a Pricer a new meter (Pricer(meter=...)), or none to have one "
+                    "made at its first wave after each close()."
+                )
             from warmfit.recorder.recorder import Recorder  # torch, only when measuring
 
             self._metering = Recorder.meter_only(self, meter=self._meter, device=self._device)
@@ -642,10 +650,15 @@ class Pricer:
         return dict(self._profiles)
 
     def close(self) -> None:
-        """Stop the Pricer's own meter (a CPU meter watches every operator while open)."""
+        """Stop the Pricer's own meter (a CPU meter watches every operator while open).
+
+        A meter the Pricer made is made again at the next :meth:`wave`; a meter given
+        (``Pricer(meter=...)``) is closed for good, so a later :meth:`wave` without an
+        enabled recorder is a :class:`~warmfit.errors.UsageError`."""
         if self._metering is not None:
             self._metering.close()
             self._metering = None
+            self._meter_closed = self._meter is not None
 
     def __repr__(self) -> str:
         return (
