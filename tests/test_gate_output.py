@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -162,6 +163,11 @@ def test_the_csv_spelled_out(tmp_path: Path) -> None:
         (0.29800000000000004, "0.29800000000000004"),
         (0.25, "0.25"),
         ("warm-fit", "warm-fit"),
+        # numpy scalars as the values they hold (repr would give 'np.float64(0.1)')
+        (np.float64(0.1), "0.1"),
+        (np.float64(0.29800000000000004), "0.29800000000000004"),
+        (np.int64(3), "3"),
+        (np.bool_(True), "true"),
     ],
 )
 def test_a_csv_cell_is_text(value: object, text: str) -> None:

@@ -39,7 +39,11 @@ FORMATS: tuple[str, ...] = tuple(f.value for f in Format)
 
 def csv_cell(value: object) -> str:
     """A value as a CSV cell's text: empty for null, ``true``/``false``, a float in full
-    precision (``repr``), anything else as ``str`` gives it."""
+    precision (``repr``), anything else as ``str`` gives it; a numpy scalar as the Python
+    value it holds (``repr`` of a ``numpy.float64`` is ``np.float64(0.1)``)."""
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "shape", None) == ():  # a numpy scalar
+        value = item()
     if value is None:
         return ""
     if isinstance(value, bool):
