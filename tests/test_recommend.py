@@ -26,6 +26,7 @@ from warmfit.report.recommend import (
     JSON_SCHEMA,
     NO_MEASURED_WAVE,
     Recommendation,
+    RecommendFold,
     measured_limit,
     recommend,
 )
@@ -510,3 +511,91 @@ def test_an_oom_below_the_largest_fitting_size_is_not_the_limit() -> None:
     limit = measured_limit([(200, 2_000), (300, 3_000)], 10_000, [100, 500, 400])
     assert (limit.tokens, limit.measured) == (None, BELOW_AN_OOM)  # somewhere in [300, 399]
     assert (limit.largest_fitted, limit.smallest_unfitted) == (300, 400)
+
+
+def test_an_oom_at_a_size_that_also_fitted_bounds_nothing() -> None:
+    """SPEC §9 bounds the limit by the smallest OOM size *above* the largest fitting
+    one: a wave of 200 tokens that fitted (2,000 bytes) and another of 200 that ran out
+    of memory leave 200 the largest fitted size, every size measured fitting 10,000
+    bytes; an OOM at 300 is then the bound, the limit in [200, 299]."""
+    limit = measured_limit([(100, 1_000), (200, 2_000)], 10_000, [200])
+    assert (limit.measured, limit.largest_fitted, limit.smallest_unfitted) == (
+        ABOVE_EVERY_PEAK, 200, None,
+    )  # fmt: skip
+    limit = measured_limit([(100, 1_000), (200, 2_000)], 10_000, [200, 300])
+    assert (limit.measured, limit.largest_fitted, limit.smallest_unfitted) == (
+        BELOW_AN_OOM, 200, 300,
+    )  # fmt: skip
+
+
+def test_an_oom_at_the_first_size_over_the_budget_keeps_its_measured_line() -> None:
+    """A size measured over the budget (200 tokens at 3,000 bytes) that also ran out of
+    memory in another wave: the OOM is no smaller than the first size that did not fit,
+    whose peak was measured, so the limit is still the line between 100 and 200 at
+    2,000 bytes: 100 + (2,000 - 1,000) * 100 // (3,000 - 1,000) = 150."""
+    limit = measured_limit([(100, 1_000), (200, 3_000)], 2_000, [200])
+    assert (limit.tokens, limit.measured) == (150, INTERPOLATED)
+    assert (limit.largest_fitted, limit.smallest_unfitted) == (100, 200)
+    # an OOM below it, at 199, is the first size that did not fit: no line to draw
+    limit = measured_limit([(100, 1_000), (200, 3_000)], 2_000, [200, 199])
+    assert (limit.tokens, limit.measured, limit.smallest_unfitted) == (None, BELOW_AN_OOM, 199)
+
+
+def test_an_oom_of_one_token_is_the_smallest_size_that_did_not_fit() -> None:
+    """Nothing fitted, and a wave of a single packed token ran out of memory: not even
+    one token fits (SPEC §9), whether or not a larger size was measured."""
+    assert measured_limit([], 10**9, [1]) == measured_limit([(5, 100)], 50, [1])
+    limit = measured_limit([(5, 100)], 50, [1])
+    assert (limit.tokens, limit.measured, limit.largest_fitted, limit.smallest_unfitted) == (
+        None, BELOW_EVERY_PEAK, None, 1,
+    )  # fmt: skip
+    frame = _trace([(1, 1_000)], oom=True)
+    (row,) = recommend(frame, 10**9, ["max-merge"]).results
+    assert (row["measured"], row["smallest_unfitted_tokens"]) == (BELOW_EVERY_PEAK, 1)
+
+
+def test_a_price_past_int64_at_one_token_admits_none() -> None:
+    """One token peaked at 2**63 - 1 bytes: max-merge prices a token at that rate, and
+    times the safety factor 1.1 the estimate is past int64, which replay refuses to
+    report: the rank can price, but admits no token (0, not "no profile")."""
+    frame = _trace([(1, 2**63 - 1)])
+    (row,) = recommend(frame, 10**9, ["max-merge"]).results
+    assert (row["admitted_tokens"], row["rank"], row["estimate_bytes"]) == (0, 0, None)
+    out = _table(frame, "1GB", "-p", "max-merge")
+    assert "no profile" not in out
+    document = json.loads(_table(frame, "1GB", "-p", "max-merge", "-f", "json"))
+    assert document["results"][0]["admitted_tokens"] == 0
+
+
+def test_a_runs_ranks_replayed_in_separate_batches_sum_their_tokens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two ranks of one run and signature, each its own batch of the streamed replay
+    (WARMFIT_BATCH_READINGS=1): rank 0's waves hold 100 packed and 150 logical tokens,
+    rank 1's 100 and 120. The run's sharing sums both: L / P = 270 / 200 = 1.35, and
+    max-merge (safety 1.1, no floor) prices n packed tokens with n * 270 // 200 logical
+    ones, as the trace read whole does."""
+    rows = [
+        dict(seq=0, wave=0, rank=rank, signature="s", packed_tokens=100,
+             logical_tokens=logical, peak_bytes=100_000, whole=True)
+        for rank, logical in ((0, 150), (1, 120))
+    ]  # fmt: skip
+    frame = readings_frame(rows)
+    path = write_trace(frame, tmp_path / "t.parquet")
+    monkeypatch.setenv("WARMFIT_BATCH_READINGS", "1")
+    code, out, err = cli(str(path), "--budget", "1MB", "-p", "max-merge", "-f", "json")
+    assert code == 0, err
+    (streamed,) = json.loads(out)["results"]
+    assert streamed["sharing"] == 270 / 200
+    admitted = streamed["admitted_tokens"]
+    assert isinstance(admitted, int)
+    assert streamed["admitted_logical_tokens"] == admitted * 270 // 200
+    (whole,) = recommend(frame, 10**6, ["max-merge"]).results
+    assert streamed == json.loads(json.dumps(whole))
+
+
+def test_a_signature_with_no_wave_has_no_points_and_no_ooms() -> None:
+    """An empty fold (what :class:`RecommendFold` starts from) asked about a (run,
+    signature) it holds no wave of: no measured point, no OOM size."""
+    empty = RecommendFold("max-merge").start(["max-merge"])
+    assert empty.points(("r", "s")) == [] and empty.ooms(("r", "s")) == []
