@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -23,6 +24,7 @@ from warmfit.report.recommend import (
     BELOW_EVERY_PEAK,
     FIELDS,
     INTERPOLATED,
+    MeasuredWaves,
     JSON_SCHEMA,
     NO_MEASURED_WAVE,
     Recommendation,
@@ -599,3 +601,19 @@ def test_a_signature_with_no_wave_has_no_points_and_no_ooms() -> None:
     signature) it holds no wave of: no measured point, no OOM size."""
     empty = RecommendFold("max-merge").start(["max-merge"])
     assert empty.points(("r", "s")) == [] and empty.ooms(("r", "s")) == []
+
+
+def test_points_are_one_a_size_its_largest_bytes_without_the_ooms() -> None:
+    """Waves of 200, 100, 200, 200 and 300 tokens (the one of 300 ran out of memory):
+    one point a size, smallest first, each its largest bytes over the waves that did
+    not run out of memory; the OOM's size apart."""
+    waves = MeasuredWaves(
+        {},
+        {("r", "s"): [
+            (np.array([200, 100, 200]), np.array([5, 1, 7]), np.array([False, False, False])),
+            (np.array([200, 300]), np.array([6, 9]), np.array([False, True])),
+        ]},
+        {}, {},
+    )  # fmt: skip
+    assert waves.points(("r", "s")) == [(100, 1), (200, 7)]
+    assert waves.ooms(("r", "s")) == [300]
