@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from tests.strategies import examples, traces
 from warmfit.cli import app
+from warmfit.errors import UsageError
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.replay.admission import SEARCH_CAP_TOKENS, largest_admitted
 from warmfit.report.recommend import (
@@ -30,6 +31,7 @@ from warmfit.report.recommend import (
     Recommendation,
     RecommendFold,
     measured_limit,
+    measured_waves,
     recommend,
 )
 
@@ -617,3 +619,46 @@ def test_points_are_one_a_size_its_largest_bytes_without_the_ooms() -> None:
     )  # fmt: skip
     assert waves.points(("r", "s")) == [(100, 1), (200, 7)]
     assert waves.ooms(("r", "s")) == [300]
+
+
+@pytest.mark.parametrize("policy", ["max-merge", "envelope"])
+def test_the_scalar_engine_recommends_one_policy_as_the_vectorized_does(
+    policy: str, tmp_path: Path
+) -> None:
+    """One policy named: the streamed scalar replay's per-wave rows hold that policy's
+    waves alone, and recommend reads its waves from them (on traces/art-h200, 80 GB)."""
+    outs = []
+    for engine in ("scalar", "vectorized"):
+        code, out, err = cli(str(ART), "--budget", "80GB", "-p", policy, "--engine", engine,
+                             "-f", "json")  # fmt: skip
+        assert code == 0, err
+        outs.append(json.loads(out)["results"])
+    assert outs[0] == outs[1] and len(outs[0]) > 1
+    assert all(isinstance(row["admitted_tokens"], int) for row in outs[0])
+
+
+def test_measured_waves_keeps_the_profiles_of_its_own_waves_only() -> None:
+    """Given the profiles of a replay of two ranks and the waves of rank 0 alone, the
+    measured waves keep rank 0's profiles: those of ranks they hold no wave of are left."""
+    from warmfit.replay import replay
+
+    rows = [
+        dict(seq=0, wave=0, rank=rank, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=100_000, whole=True)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    result = replay(readings_frame(rows), ["max-merge"], by="signature")
+    (run,) = {key[0] for key in result.profiles}
+    assert sorted(result.profiles) == [(run, 0, "s", "max-merge"), (run, 1, "s", "max-merge")]
+    mine = result.per_wave.filter((pl.col("policy") == "max-merge") & (pl.col("rank") == 0))
+    found = measured_waves(mine, result.profiles)
+    assert list(found.profiles) == [(run, 0, "s", "max-merge")]
+    assert found.last == {(run, "s"): {0: (0, 0, None)}}
+
+
+def test_a_budget_of_none_is_refused_by_name() -> None:
+    """recommend needs a budget: None (no budget, which replay takes) is a UsageError
+    naming budget_bytes, not a comparison with None deep in the search."""
+    frame = _trace([(100, 100_000)])
+    with pytest.raises(UsageError, match="^budget_bytes must be a number of bytes >= 0; got None"):
+        recommend(frame, None, ["max-merge"])  # type: ignore[arg-type]
