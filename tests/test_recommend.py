@@ -33,6 +33,7 @@ from warmfit.report.recommend import (
     measured_limit,
     measured_waves,
     recommend,
+    render_recommendation,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -662,3 +663,37 @@ def test_a_budget_of_none_is_refused_by_name() -> None:
     frame = _trace([(100, 100_000)])
     with pytest.raises(UsageError, match="^budget_bytes must be a number of bytes >= 0; got None"):
         recommend(frame, None, ["max-merge"])  # type: ignore[arg-type]
+
+
+def test_the_at_least_gap_at_exactly_the_largest_measured_size() -> None:
+    """One wave of 100 tokens peaked at 100,000 bytes: max-merge prices n tokens at
+    int(int(1,000 n) * 1.1) = 1,100 n. Every measured wave fits either budget below, so
+    the gap is "at least" the largest measured size (100) minus the admitted tokens:
+    within 110,000 bytes 100 tokens are admitted, exactly the largest size, and no
+    token is left unused (no "at least" gap); within 108,900 bytes 99 are, one token
+    left unused."""
+    frame = _trace([(100, 100_000)])
+    (row,) = recommend(frame, 110_000, ["max-merge"]).results
+    assert (row["admitted_tokens"], row["measured"], row["largest_fitted_tokens"]) == (
+        100, ABOVE_EVERY_PEAK, 100,
+    )  # fmt: skip
+    assert row["gap_at_least_tokens"] is None and row["gap_tokens"] is None
+    assert "at least +" not in _table(frame, "110000", "-p", "max-merge")
+    (row,) = recommend(frame, 108_900, ["max-merge"]).results
+    assert (row["admitted_tokens"], row["gap_at_least_tokens"]) == (99, 1)
+    assert "at least +1" in _table(frame, "108900", "-p", "max-merge")
+
+
+def test_a_result_with_no_measured_wave_is_rendered_as_such() -> None:
+    """A result whose (run, signature) has no measured wave (``measured_limit`` of no
+    point and no OOM, which no trace's summary holds, packed_tokens being > 0) renders
+    as "not measured (no wave)" in the table and markdown, and as itself in JSON."""
+    row = dict.fromkeys(FIELDS) | dict(
+        run="r", signature="s", policy="max-merge", budget_bytes=1_000, ranks=1,
+        sharing=1.0, admitted_tokens=5, measured=NO_MEASURED_WAVE,
+    )  # fmt: skip
+    rec = Recommendation([row], 1_000, 1.1, ("max-merge",), {("r", "s", "max-merge"): None})
+    for fmt in ("table", "markdown"):
+        assert "not measured (no wave)" in render_recommendation(rec, fmt), fmt
+    (result,) = json.loads(render_recommendation(rec, "json"))["results"]
+    assert result["measured"] == "no measured wave" and result["admitted_tokens"] == 5
