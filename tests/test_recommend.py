@@ -278,6 +278,8 @@ def test_a_trace_with_no_profile() -> None:
         assert row["measured"] == BELOW_EVERY_PEAK and row["smallest_unfitted_tokens"] == 100
     out = _table(frame, "1GB")
     assert "no profile" in out and "not measured (none fit)" in out
+    markdown = _table(frame, "1GB", "-p", "max-merge", "-f", "markdown")
+    assert "| run | s | max-merge | no profile | not measured (none fit) | — |  |\n" in markdown
 
 
 def test_a_floor_alone_admits_any_size_or_none() -> None:
