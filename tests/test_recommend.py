@@ -305,6 +305,11 @@ def test_a_policy_that_admits_more_than_fitted_is_an_oom_risk() -> None:
     assert (row["admitted_tokens"], row["gap_tokens"]) == (555, -55)  # int(1,800 n) <= 1e6
     out = _table(frame, "1000000", "-p", "max-merge", "--safety", "0.9")
     assert "-55 (-11.0%)" in out and "OOM risk: admits more than fitted" in out
+    # at safety factor 1, int(2,000 n) <= 1e6 admits 500: exactly the limit, no risk
+    (row,) = recommend(frame, 1_000_000, ["max-merge"], safety_factor=1.0).results
+    assert (row["admitted_tokens"], row["gap_tokens"], row["gap_fraction"]) == (500, 0, 0.0)
+    out = _table(frame, "1000000", "-p", "max-merge", "--safety", "1")
+    assert "+0 (+0.0%)" in out and "OOM risk:" not in out
 
 
 def test_ranks_combine_to_the_smallest_admitted() -> None:
