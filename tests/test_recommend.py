@@ -678,14 +678,18 @@ def test_the_at_least_gap_at_exactly_the_largest_measured_size() -> None:
     the gap is "at least" the largest measured size (100) minus the admitted tokens:
     within 110,000 bytes 100 tokens are admitted, exactly the largest size, and no
     token is left unused (no "at least" gap); within 108,900 bytes 99 are, one token
-    left unused."""
+    left unused. Within 111,100 bytes, 101 tokens: beyond every size measured."""
     frame = _trace([(100, 100_000)])
     (row,) = recommend(frame, 110_000, ["max-merge"]).results
     assert (row["admitted_tokens"], row["measured"], row["largest_fitted_tokens"]) == (
         100, ABOVE_EVERY_PEAK, 100,
     )  # fmt: skip
     assert row["gap_at_least_tokens"] is None and row["gap_tokens"] is None
-    assert "at least +" not in _table(frame, "110000", "-p", "max-merge")
+    out = _table(frame, "110000", "-p", "max-merge")
+    assert "at least +" not in out and "beyond every size measured" not in out
+    # a byte short of 101 tokens' 111,100: still 100; at 111,100, 101 tokens, beyond
+    assert "beyond every size measured" not in _table(frame, "111099", "-p", "max-merge")
+    assert "beyond every size measured" in _table(frame, "111100", "-p", "max-merge")
     (row,) = recommend(frame, 108_900, ["max-merge"]).results
     assert (row["admitted_tokens"], row["gap_at_least_tokens"]) == (99, 1)
     assert "at least +1" in _table(frame, "108900", "-p", "max-merge")
