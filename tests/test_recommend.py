@@ -25,9 +25,9 @@ from warmfit.report.recommend import (
     BELOW_EVERY_PEAK,
     FIELDS,
     INTERPOLATED,
-    MeasuredWaves,
     JSON_SCHEMA,
     NO_MEASURED_WAVE,
+    MeasuredWaves,
     Recommendation,
     RecommendFold,
     measured_limit,
@@ -668,7 +668,9 @@ def test_a_budget_of_none_is_refused_by_name() -> None:
     """recommend needs a budget: None (no budget, which replay takes) is a UsageError
     naming budget_bytes, not a comparison with None deep in the search."""
     frame = _trace([(100, 100_000)])
-    with pytest.raises(UsageError, match="^budget_bytes must be a number of bytes >= 0; got None"):
+    with pytest.raises(
+        UsageError, match=r"^budget_bytes must be a number of bytes >= 0; got None\.$"
+    ):
         recommend(frame, None, ["max-merge"])  # type: ignore[arg-type]
 
 
