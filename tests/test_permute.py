@@ -25,6 +25,7 @@ from warmfit.replay.permute import (
     MAX_PERMUTATIONS,
     ORDER_COLUMNS,
     OrderFold,
+    Waves,
     order_robustness,
     permuted,
     run_hash,
@@ -384,3 +385,11 @@ def test_other_arguments_are_checked_too() -> None:
         order_robustness(frame, POLICIES, 1.1, "fast", "run", 2)
     with OrderFold(["warm-fit"], "run", 2) as fold, pytest.raises(ValueError, match="policies"):
         fold.add(frame, resolve_policies(POLICIES))
+
+
+def test_the_waves_of_an_empty_frame_have_no_places() -> None:
+    """No stream, no wave: every order places nothing (an empty array of places)."""
+    waves = Waves.of(readings_frame([]))
+    for seed, index in ((0, 0), (7, 3)):
+        places = waves.places(seed, index)
+        assert places.shape == (0,) and places.dtype == np.int64
