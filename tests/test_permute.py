@@ -25,6 +25,7 @@ from warmfit.replay.permute import (
     MAX_PERMUTATIONS,
     ORDER_COLUMNS,
     OrderFold,
+    PermuteFold,
     Waves,
     order_robustness,
     permuted,
@@ -393,3 +394,20 @@ def test_the_waves_of_an_empty_frame_have_no_places() -> None:
     for seed, index in ((0, 0), (7, 3)):
         places = waves.places(seed, index)
         assert places.shape == (0,) and places.dtype == np.int64
+
+
+def test_the_index_fills_one_word_and_the_seed_is_0_unless_given() -> None:
+    """The order's index is one 32-bit word of the generator's seed: 2**32 - 1 is the
+    largest, 2**32 is refused by name. OrderFold, PermuteFold and order_robustness without a seed
+    take seed 0: the figures of order_robustness(..., seed=0)."""
+    frame = _example()
+    assert permuted(frame, 1, 2**32 - 1).height == frame.height
+    with pytest.raises(UsageError, match=r"^index must be an integer from 0 to 4294967295;"):
+        permuted(frame, 1, 2**32)
+    classes = resolve_policies(POLICIES)
+    with OrderFold(POLICIES, "run", 3) as fold:
+        fold.add(frame, classes)
+        default = fold.finish(result_groups(frame, "run"))
+    assert fold.seed == 0 and PermuteFold(3).seed == 0
+    assert default.equals(order_robustness(frame, POLICIES, 1.1, "auto", "run", 3, seed=0))
+    assert default.equals(order_robustness(frame, POLICIES, 1.1, "auto", "run", 3))
