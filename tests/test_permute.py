@@ -422,3 +422,11 @@ def test_the_index_fills_one_word_and_the_seed_is_0_unless_given() -> None:
     assert not seed_0.equals(order_robustness(rising, POLICIES, 1.1, "auto", "run", 3, seed=1))
     assert default.equals(seed_0)
     assert order_robustness(rising, POLICIES, 1.1, "auto", "run", 3).equals(seed_0)
+
+
+def test_the_streamed_orders_are_their_own_context() -> None:
+    """PermuteFold.start's accumulator, used as a context manager, is itself: it holds
+    an OrderFold of the PermuteFold's orders, seed and policies."""
+    with PermuteFold(2, seed=5).start(POLICIES) as orders:
+        assert orders.fold.permutations == 2 and orders.fold.seed == 5
+        assert orders.fold.policies == tuple(POLICIES)
