@@ -430,3 +430,28 @@ def test_the_streamed_orders_are_their_own_context() -> None:
     with PermuteFold(2, seed=5).start(POLICIES) as orders:
         assert orders.fold.permutations == 2 and orders.fold.seed == 5
         assert orders.fold.policies == tuple(POLICIES)
+
+
+def test_order_robustness_takes_parts_groups_and_recorded_as_given() -> None:
+    """Two runs given as two parts (whole streams) give the whole frame's figures;
+    groups given are the rows' order, a group without waves a row of its own; recorded
+    given False leaves the trainer's own prices out though the frame carries them."""
+    rows = [
+        dict(seq=i, wave=i, run=run, signature="s", packed_tokens=10, logical_tokens=10,
+             peak_bytes=10_000 * (i + 1), whole=True, estimate_bytes=50_000)
+        for run in ("a", "b") for i in range(4)
+    ]  # fmt: skip
+    frame = readings_frame(rows)
+    whole = order_robustness(frame, POLICIES, 1.1, "auto", "run", 3, seed=4)
+    assert whole.get_column("policy").to_list() == [*POLICIES, "recorded"] * 2
+    parts = [frame.filter(pl.col("run") == run) for run in ("a", "b")]
+    by_parts = order_robustness(iter(parts), POLICIES, 1.1, "auto", "run", 3, seed=4,
+                                recorded=True)  # fmt: skip
+    assert by_parts.equals(whole)
+    groups = pl.DataFrame({"run": ["b", "z", "a"]})
+    given = order_robustness(frame, POLICIES, 1.1, "auto", "run", 3, seed=4, groups=groups)
+    assert given.get_column("run").to_list() == ["b"] * 3 + ["z"] * 3 + ["a"] * 3
+    assert given.filter(pl.col("run") == "z").get_column("under_peak_worst").to_list() == [0] * 3
+    plain = order_robustness(frame, POLICIES, 1.1, "auto", "run", 3, seed=4, recorded=False)
+    assert plain.get_column("policy").to_list() == POLICIES * 2
+    assert plain.equals(whole.filter(pl.col("policy") != "recorded"))
