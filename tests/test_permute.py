@@ -9,7 +9,9 @@ whatever the batches, and what N plain replays of the orders give.
 
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -17,9 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.command_line import Invoke
 from tests.strategies import examples, traces
 from warmfit.errors import UsageError
-from warmfit.format.trace import readings_frame
+from warmfit.format.trace import readings_frame, write_trace
 from warmfit.replay import replay, resolve_policies, result_groups
 from warmfit.replay.permute import (
     MAX_PERMUTATIONS,
@@ -455,3 +458,16 @@ def test_order_robustness_takes_parts_groups_and_recorded_as_given() -> None:
     plain = order_robustness(frame, POLICIES, 1.1, "auto", "run", 3, seed=4, recorded=False)
     assert plain.get_column("policy").to_list() == POLICIES * 2
     assert plain.equals(whole.filter(pl.col("policy") != "recorded"))
+
+
+def test_a_trace_of_one_reading_has_order_figures(tmp_path: Path, invoke: Invoke) -> None:
+    """One whole reading, one wave, one batch of one reading: every order is the trace's
+    own, priced from an empty profile (no estimate): no wave under its peak."""
+    rows = [dict(seq=0, wave=0, signature="s", packed_tokens=10, logical_tokens=10,
+                 peak_bytes=10_000, whole=True)]  # fmt: skip
+    write_trace(readings_frame(rows), tmp_path / "one.parquet")
+    code, out, err = invoke("replay", str(tmp_path), "-p", "max-merge", "--permute", "3",
+                            "-f", "json")  # fmt: skip
+    assert code == 0, err
+    text = json.dumps(json.loads(out))
+    assert '"permutations": 3' in text and '"under_peak_worst": 0' in text
