@@ -518,17 +518,21 @@ KILLERS.update({
                     _INTEGRATION_TESTS),
     "warmfit/report/plot.py": ("tests/test_plot.py", "tests/test_plot_caption.py",
                                "tests/test_decisions.py"),
-    "warmfit/report/recommend.py": ("tests/test_recommend.py", "tests/test_recommend_oracle.py"),
+    # test_one_replay.py: recommend's golden outputs, byte for byte, in every format
+    "warmfit/report/recommend.py": ("tests/test_recommend.py", "tests/test_recommend_oracle.py",
+                                    "tests/test_one_replay.py"),
     # the one search of recommend and the Pricer's max_tokens
     "warmfit/replay/admission.py": ("tests/test_recommend.py", "tests/test_recommend_oracle.py",
                                     "tests/test_pricer_admission.py"),
     "warmfit/report/table.py": ("tests/test_layouts.py", "tests/test_stream.py",
                                 "tests/test_hostile_input.py", "tests/test_cli.py"),
     **dict.fromkeys(("warmfit/replay/engines.py", "warmfit/replay/forkserver.py",
-                     "warmfit/replay/medians.py", "warmfit/replay/permute.py",
+                     "warmfit/replay/medians.py",
                      "warmfit/replay/perwave.py", "warmfit/replay/reference.py",
                      "warmfit/replay/stream.py", "warmfit/replay/vectorized.py"),
                     _REPLAY_TESTS),
+    # test_one_replay.py: replay --permute's golden output; test_seen_range.py is in already
+    "warmfit/replay/permute.py": (*_REPLAY_TESTS, "tests/test_one_replay.py"),
     **dict.fromkeys(("warmfit/format/batches.py", "warmfit/format/files.py",
                      "warmfit/format/pagecrc.py", "warmfit/format/schema.py",
                      "warmfit/format/shape.py", "warmfit/format/trace.py",

@@ -9,7 +9,9 @@ whatever the batches, and what N plain replays of the orders give.
 
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -17,14 +19,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.command_line import Invoke
 from tests.strategies import examples, traces
 from warmfit.errors import UsageError
-from warmfit.format.trace import readings_frame
+from warmfit.format.trace import readings_frame, write_trace
 from warmfit.replay import replay, resolve_policies, result_groups
 from warmfit.replay.permute import (
     MAX_PERMUTATIONS,
     ORDER_COLUMNS,
     OrderFold,
+    PermuteFold,
+    Waves,
     order_robustness,
     permuted,
     run_hash,
@@ -187,9 +192,20 @@ def test_a_streams_order_depends_on_the_stream_alone(
     out = pl.concat([whole.clear(), *(permuted(b, seed, index) for b in batches)])
     assert out.sort(CANONICAL).equals(whole)
     # rows in any order are sorted first; the same seed gives the same bytes
-    shuffled = trace.join(frame.select(*CANONICAL, "orig"), on=CANONICAL).select(frame.columns)
-    assert permuted(shuffled, seed, index).equals(whole)
+    rows = list(range(frame.height))
+    random.shuffle(rows)  # type: ignore[attr-defined]
+    assert permuted(frame[rows], seed, index).equals(whole)
     assert permuted(frame, seed, index).equals(whole)
+
+
+def test_rows_out_of_order_are_sorted_first() -> None:
+    """The worked example's rows reversed (and swapped in pairs) give the worked
+    example's order: the readings are taken by run, rank and seq, not as they lie."""
+    frame = _example()
+    want = permuted(frame, 1, 0)
+    assert want.get_column("orig").to_list() == [0, 2, 1, 3, 6, 8, 7, 9, 4, 5]
+    assert permuted(frame.reverse(), 1, 0).equals(want)
+    assert permuted(frame[[1, 0, 3, 2, 5, 4, 7, 6, 9, 8]], 1, 0).equals(want)
 
 
 def test_an_empty_frame_stays_empty() -> None:
@@ -373,3 +389,87 @@ def test_other_arguments_are_checked_too() -> None:
         order_robustness(frame, POLICIES, 1.1, "fast", "run", 2)
     with OrderFold(["warm-fit"], "run", 2) as fold, pytest.raises(ValueError, match="policies"):
         fold.add(frame, resolve_policies(POLICIES))
+
+
+def test_the_waves_of_an_empty_frame_have_no_places() -> None:
+    """No stream, no wave: every order places nothing (an empty array of places)."""
+    waves = Waves.of(readings_frame([]))
+    for seed, index in ((0, 0), (7, 3)):
+        places = waves.places(seed, index)
+        assert places.shape == (0,) and places.dtype == np.int64
+
+
+def test_the_index_fills_one_word_and_the_seed_is_0_unless_given() -> None:
+    """The order's index is one 32-bit word of the generator's seed: 2**32 - 1 is the
+    largest, 2**32 is refused by name. OrderFold, PermuteFold and order_robustness without a seed
+    take seed 0: the figures of order_robustness(..., seed=0)."""
+    frame = _example()
+    assert permuted(frame, 1, 2**32 - 1).height == frame.height
+    with pytest.raises(UsageError, match=r"^index must be an integer from 0 to 4294967295;"):
+        permuted(frame, 1, 2**32)
+    # eight waves of one signature at 1,000 to 8,000 bytes a token: the figures
+    # depend on the order (seeds 0 and 1 give 2.67 and 2.0 waves under their peak)
+    rising = readings_frame(
+        [
+            dict(seq=i, wave=i, signature="s", packed_tokens=10, logical_tokens=10,
+                 peak_bytes=10_000 * (i + 1), whole=True)
+            for i in range(8)
+        ]
+    )  # fmt: skip
+    classes = resolve_policies(POLICIES)
+    with OrderFold(POLICIES, "run", 3) as fold:
+        fold.add(rising, classes)
+        default = fold.finish(result_groups(rising, "run"))
+    assert fold.seed == 0
+    with PermuteFold(3).start(POLICIES) as orders:
+        assert orders.fold.seed == 0
+    seed_0 = order_robustness(rising, POLICIES, 1.1, "auto", "run", 3, seed=0)
+    assert not seed_0.equals(order_robustness(rising, POLICIES, 1.1, "auto", "run", 3, seed=1))
+    assert default.equals(seed_0)
+    assert order_robustness(rising, POLICIES, 1.1, "auto", "run", 3).equals(seed_0)
+
+
+def test_the_streamed_orders_are_their_own_context() -> None:
+    """PermuteFold.start's accumulator, used as a context manager, is itself: it holds
+    an OrderFold of the PermuteFold's orders, seed and policies."""
+    with PermuteFold(2, seed=5).start(POLICIES) as orders:
+        assert orders.fold.permutations == 2 and orders.fold.seed == 5
+        assert orders.fold.policies == tuple(POLICIES)
+
+
+def test_order_robustness_takes_parts_groups_and_recorded_as_given() -> None:
+    """Two runs given as two parts (whole streams) give the whole frame's figures;
+    groups given are the rows' order, a group without waves a row of its own; recorded
+    given False leaves the trainer's own prices out though the frame carries them."""
+    rows = [
+        dict(seq=i, wave=i, run=run, signature="s", packed_tokens=10, logical_tokens=10,
+             peak_bytes=10_000 * (i + 1), whole=True, estimate_bytes=50_000)
+        for run in ("a", "b") for i in range(4)
+    ]  # fmt: skip
+    frame = readings_frame(rows)
+    whole = order_robustness(frame, POLICIES, 1.1, "auto", "run", 3, seed=4)
+    assert whole.get_column("policy").to_list() == [*POLICIES, "recorded"] * 2
+    parts = [frame.filter(pl.col("run") == run) for run in ("a", "b")]
+    by_parts = order_robustness(iter(parts), POLICIES, 1.1, "auto", "run", 3, seed=4,
+                                recorded=True)  # fmt: skip
+    assert by_parts.equals(whole)
+    groups = pl.DataFrame({"run": ["b", "z", "a"]})
+    given = order_robustness(frame, POLICIES, 1.1, "auto", "run", 3, seed=4, groups=groups)
+    assert given.get_column("run").to_list() == ["b"] * 3 + ["z"] * 3 + ["a"] * 3
+    assert given.filter(pl.col("run") == "z").get_column("under_peak_worst").to_list() == [0] * 3
+    plain = order_robustness(frame, POLICIES, 1.1, "auto", "run", 3, seed=4, recorded=False)
+    assert plain.get_column("policy").to_list() == POLICIES * 2
+    assert plain.equals(whole.filter(pl.col("policy") != "recorded"))
+
+
+def test_a_trace_of_one_reading_has_order_figures(tmp_path: Path, invoke: Invoke) -> None:
+    """One whole reading, one wave, one batch of one reading: every order is the trace's
+    own, priced from an empty profile (no estimate): no wave under its peak."""
+    rows = [dict(seq=0, wave=0, signature="s", packed_tokens=10, logical_tokens=10,
+                 peak_bytes=10_000, whole=True)]  # fmt: skip
+    write_trace(readings_frame(rows), tmp_path / "one.parquet")
+    code, out, err = invoke("replay", str(tmp_path), "-p", "max-merge", "--permute", "3",
+                            "-f", "json")  # fmt: skip
+    assert code == 0, err
+    text = json.dumps(json.loads(out))
+    assert '"permutations": 3' in text and '"under_peak_worst": 0' in text

@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 from tests.strategies import examples, traces
 from warmfit.cli import app
+from warmfit.errors import UsageError
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.replay.admission import SEARCH_CAP_TOKENS, largest_admitted
 from warmfit.report.recommend import (
@@ -25,9 +27,13 @@ from warmfit.report.recommend import (
     INTERPOLATED,
     JSON_SCHEMA,
     NO_MEASURED_WAVE,
+    MeasuredWaves,
     Recommendation,
+    RecommendFold,
     measured_limit,
+    measured_waves,
     recommend,
+    render_recommendation,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -272,6 +278,8 @@ def test_a_trace_with_no_profile() -> None:
         assert row["measured"] == BELOW_EVERY_PEAK and row["smallest_unfitted_tokens"] == 100
     out = _table(frame, "1GB")
     assert "no profile" in out and "not measured (none fit)" in out
+    markdown = _table(frame, "1GB", "-p", "max-merge", "-f", "markdown")
+    assert "| run | s | max-merge | no profile | not measured (none fit) | — |  |\n" in markdown
 
 
 def test_a_floor_alone_admits_any_size_or_none() -> None:
@@ -297,6 +305,11 @@ def test_a_policy_that_admits_more_than_fitted_is_an_oom_risk() -> None:
     assert (row["admitted_tokens"], row["gap_tokens"]) == (555, -55)  # int(1,800 n) <= 1e6
     out = _table(frame, "1000000", "-p", "max-merge", "--safety", "0.9")
     assert "-55 (-11.0%)" in out and "OOM risk: admits more than fitted" in out
+    # at safety factor 1, int(2,000 n) <= 1e6 admits 500: exactly the limit, no risk
+    (row,) = recommend(frame, 1_000_000, ["max-merge"], safety_factor=1.0).results
+    assert (row["admitted_tokens"], row["gap_tokens"], row["gap_fraction"]) == (500, 0, 0.0)
+    out = _table(frame, "1000000", "-p", "max-merge", "--safety", "1")
+    assert "+0 (+0.0%)" in out and "OOM risk:" not in out
 
 
 def test_ranks_combine_to_the_smallest_admitted() -> None:
@@ -510,3 +523,190 @@ def test_an_oom_below_the_largest_fitting_size_is_not_the_limit() -> None:
     limit = measured_limit([(200, 2_000), (300, 3_000)], 10_000, [100, 500, 400])
     assert (limit.tokens, limit.measured) == (None, BELOW_AN_OOM)  # somewhere in [300, 399]
     assert (limit.largest_fitted, limit.smallest_unfitted) == (300, 400)
+
+
+def test_an_oom_at_a_size_that_also_fitted_bounds_nothing() -> None:
+    """SPEC §9 bounds the limit by the smallest OOM size *above* the largest fitting
+    one: a wave of 200 tokens that fitted (2,000 bytes) and another of 200 that ran out
+    of memory leave 200 the largest fitted size, every size measured fitting 10,000
+    bytes; an OOM at 300 is then the bound, the limit in [200, 299]."""
+    limit = measured_limit([(100, 1_000), (200, 2_000)], 10_000, [200])
+    assert (limit.measured, limit.largest_fitted, limit.smallest_unfitted) == (
+        ABOVE_EVERY_PEAK, 200, None,
+    )  # fmt: skip
+    limit = measured_limit([(100, 1_000), (200, 2_000)], 10_000, [200, 300])
+    assert (limit.measured, limit.largest_fitted, limit.smallest_unfitted) == (
+        BELOW_AN_OOM, 200, 300,
+    )  # fmt: skip
+
+
+def test_an_oom_at_the_first_size_over_the_budget_keeps_its_measured_line() -> None:
+    """A size measured over the budget (200 tokens at 3,000 bytes) that also ran out of
+    memory in another wave: the OOM is no smaller than the first size that did not fit,
+    whose peak was measured, so the limit is still the line between 100 and 200 at
+    2,000 bytes: 100 + (2,000 - 1,000) * 100 // (3,000 - 1,000) = 150."""
+    limit = measured_limit([(100, 1_000), (200, 3_000)], 2_000, [200])
+    assert (limit.tokens, limit.measured) == (150, INTERPOLATED)
+    assert (limit.largest_fitted, limit.smallest_unfitted) == (100, 200)
+    # an OOM below it, at 199, is the first size that did not fit: no line to draw
+    limit = measured_limit([(100, 1_000), (200, 3_000)], 2_000, [200, 199])
+    assert (limit.tokens, limit.measured, limit.smallest_unfitted) == (None, BELOW_AN_OOM, 199)
+
+
+def test_an_oom_of_one_token_is_the_smallest_size_that_did_not_fit() -> None:
+    """Nothing fitted, and a wave of a single packed token ran out of memory: not even
+    one token fits (SPEC §9), whether or not a larger size was measured."""
+    assert measured_limit([], 10**9, [1]) == measured_limit([(5, 100)], 50, [1])
+    limit = measured_limit([(5, 100)], 50, [1])
+    assert (limit.tokens, limit.measured, limit.largest_fitted, limit.smallest_unfitted) == (
+        None, BELOW_EVERY_PEAK, None, 1,
+    )  # fmt: skip
+    frame = _trace([(1, 1_000)], oom=True)
+    (row,) = recommend(frame, 10**9, ["max-merge"]).results
+    assert (row["measured"], row["smallest_unfitted_tokens"]) == (BELOW_EVERY_PEAK, 1)
+
+
+def test_a_price_past_int64_at_one_token_admits_none() -> None:
+    """One token peaked at 2**63 - 1 bytes: max-merge prices a token at that rate, and
+    times the safety factor 1.1 the estimate is past int64, which replay refuses to
+    report: the rank can price, but admits no token (0, not "no profile")."""
+    frame = _trace([(1, 2**63 - 1)])
+    (row,) = recommend(frame, 10**9, ["max-merge"]).results
+    assert (row["admitted_tokens"], row["rank"], row["estimate_bytes"]) == (0, 0, None)
+    out = _table(frame, "1GB", "-p", "max-merge")
+    assert "no profile" not in out
+    document = json.loads(_table(frame, "1GB", "-p", "max-merge", "-f", "json"))
+    assert document["results"][0]["admitted_tokens"] == 0
+
+
+def test_a_runs_ranks_replayed_in_separate_batches_sum_their_tokens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two ranks of one run and signature, each its own batch of the streamed replay
+    (WARMFIT_BATCH_READINGS=1): rank 0's waves hold 100 packed and 150 logical tokens,
+    rank 1's 100 and 120. The run's sharing sums both: L / P = 270 / 200 = 1.35, and
+    max-merge (safety 1.1, no floor) prices n packed tokens with n * 270 // 200 logical
+    ones, as the trace read whole does."""
+    rows = [
+        dict(seq=0, wave=0, rank=rank, signature="s", packed_tokens=100,
+             logical_tokens=logical, peak_bytes=100_000, whole=True)
+        for rank, logical in ((0, 150), (1, 120))
+    ]  # fmt: skip
+    frame = readings_frame(rows)
+    path = write_trace(frame, tmp_path / "t.parquet")
+    monkeypatch.setenv("WARMFIT_BATCH_READINGS", "1")
+    code, out, err = cli(str(path), "--budget", "1MB", "-p", "max-merge", "-f", "json")
+    assert code == 0, err
+    (streamed,) = json.loads(out)["results"]
+    assert streamed["sharing"] == 270 / 200
+    admitted = streamed["admitted_tokens"]
+    assert isinstance(admitted, int)
+    assert streamed["admitted_logical_tokens"] == admitted * 270 // 200
+    (whole,) = recommend(frame, 10**6, ["max-merge"]).results
+    assert streamed == json.loads(json.dumps(whole))
+
+
+def test_a_signature_with_no_wave_has_no_points_and_no_ooms() -> None:
+    """An empty fold (what :class:`RecommendFold` starts from) asked about a (run,
+    signature) it holds no wave of: no measured point, no OOM size."""
+    empty = RecommendFold("max-merge").start(["max-merge"])
+    assert empty.points(("r", "s")) == [] and empty.ooms(("r", "s")) == []
+
+
+def test_points_are_one_a_size_its_largest_bytes_without_the_ooms() -> None:
+    """Waves of 200, 100, 200, 200 and 300 tokens (the one of 300 ran out of memory):
+    one point a size, smallest first, each its largest bytes over the waves that did
+    not run out of memory; the OOM's size apart."""
+    waves = MeasuredWaves(
+        {},
+        {("r", "s"): [
+            (np.array([200, 100, 200]), np.array([5, 1, 7]), np.array([False, False, False])),
+            (np.array([200, 300]), np.array([6, 9]), np.array([False, True])),
+        ]},
+        {}, {},
+    )  # fmt: skip
+    assert waves.points(("r", "s")) == [(100, 1), (200, 7)]
+    assert waves.ooms(("r", "s")) == [300]
+
+
+@pytest.mark.parametrize("policy", ["max-merge", "envelope"])
+def test_the_scalar_engine_recommends_one_policy_as_the_vectorized_does(
+    policy: str, tmp_path: Path
+) -> None:
+    """One policy named: the streamed scalar replay's per-wave rows hold that policy's
+    waves alone, and recommend reads its waves from them (on traces/art-h200, 80 GB)."""
+    outs = []
+    for engine in ("scalar", "vectorized"):
+        code, out, err = cli(str(ART), "--budget", "80GB", "-p", policy, "--engine", engine,
+                             "-f", "json")  # fmt: skip
+        assert code == 0, err
+        outs.append(json.loads(out)["results"])
+    assert outs[0] == outs[1] and len(outs[0]) > 1
+    assert all(isinstance(row["admitted_tokens"], int) for row in outs[0])
+
+
+def test_measured_waves_keeps_the_profiles_of_its_own_waves_only() -> None:
+    """Given the profiles of a replay of two ranks and the waves of rank 0 alone, the
+    measured waves keep rank 0's profiles: those of ranks they hold no wave of are left."""
+    from warmfit.replay import replay
+
+    rows = [
+        dict(seq=0, wave=0, rank=rank, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=100_000, whole=True)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    result = replay(readings_frame(rows), ["max-merge"], by="signature")
+    (run,) = {key[0] for key in result.profiles}
+    assert sorted(result.profiles) == [(run, 0, "s", "max-merge"), (run, 1, "s", "max-merge")]
+    mine = result.per_wave.filter((pl.col("policy") == "max-merge") & (pl.col("rank") == 0))
+    found = measured_waves(mine, result.profiles)
+    assert list(found.profiles) == [(run, 0, "s", "max-merge")]
+    assert found.last == {(run, "s"): {0: (0, 0, None)}}
+
+
+def test_a_budget_of_none_is_refused_by_name() -> None:
+    """recommend needs a budget: None (no budget, which replay takes) is a UsageError
+    naming budget_bytes, not a comparison with None deep in the search."""
+    frame = _trace([(100, 100_000)])
+    with pytest.raises(
+        UsageError, match=r"^budget_bytes must be a number of bytes >= 0; got None\.$"
+    ):
+        recommend(frame, None, ["max-merge"])  # type: ignore[arg-type]
+
+
+def test_the_at_least_gap_at_exactly_the_largest_measured_size() -> None:
+    """One wave of 100 tokens peaked at 100,000 bytes: max-merge prices n tokens at
+    int(int(1,000 n) * 1.1) = 1,100 n. Every measured wave fits either budget below, so
+    the gap is "at least" the largest measured size (100) minus the admitted tokens:
+    within 110,000 bytes 100 tokens are admitted, exactly the largest size, and no
+    token is left unused (no "at least" gap); within 108,900 bytes 99 are, one token
+    left unused. Within 111,100 bytes, 101 tokens: beyond every size measured."""
+    frame = _trace([(100, 100_000)])
+    (row,) = recommend(frame, 110_000, ["max-merge"]).results
+    assert (row["admitted_tokens"], row["measured"], row["largest_fitted_tokens"]) == (
+        100, ABOVE_EVERY_PEAK, 100,
+    )  # fmt: skip
+    assert row["gap_at_least_tokens"] is None and row["gap_tokens"] is None
+    out = _table(frame, "110000", "-p", "max-merge")
+    assert "at least +" not in out and "beyond every size measured" not in out
+    # a byte short of 101 tokens' 111,100: still 100; at 111,100, 101 tokens, beyond
+    assert "beyond every size measured" not in _table(frame, "111099", "-p", "max-merge")
+    assert "beyond every size measured" in _table(frame, "111100", "-p", "max-merge")
+    (row,) = recommend(frame, 108_900, ["max-merge"]).results
+    assert (row["admitted_tokens"], row["gap_at_least_tokens"]) == (99, 1)
+    assert "at least +1" in _table(frame, "108900", "-p", "max-merge")
+
+
+def test_a_result_with_no_measured_wave_is_rendered_as_such() -> None:
+    """A result whose (run, signature) has no measured wave (``measured_limit`` of no
+    point and no OOM, which no trace's summary holds, packed_tokens being > 0) renders
+    as "not measured (no wave)" in the table and markdown, and as itself in JSON."""
+    row = dict.fromkeys(FIELDS) | dict(
+        run="r", signature="s", policy="max-merge", budget_bytes=1_000, ranks=1,
+        sharing=1.0, admitted_tokens=5, measured=NO_MEASURED_WAVE,
+    )  # fmt: skip
+    rec = Recommendation([row], 1_000, 1.1, ("max-merge",), {("r", "s", "max-merge"): None})
+    for fmt in ("table", "markdown"):
+        assert "not measured (no wave)" in render_recommendation(rec, fmt), fmt
+    (result,) = json.loads(render_recommendation(rec, "json"))["results"]
+    assert result["measured"] == "no measured wave" and result["admitted_tokens"] == 5
