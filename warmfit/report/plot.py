@@ -584,15 +584,18 @@ def _waves_per_run(peaks: pl.DataFrame, first: np.ndarray) -> dict[str, int]:
     return dict(counts.iter_rows())
 
 
-def _thin_peaks(peaks: pl.DataFrame, first: np.ndarray, large: Sequence[str]) -> pl.DataFrame:
+def _thin_peaks(
+    peaks: pl.DataFrame, first: np.ndarray, waves: dict[str, int], large: Sequence[str]
+) -> pl.DataFrame:
     """Panel (a) of :func:`thin`: the rows of ``peaks`` drawn, with their flags; the
     ``large`` runs thinned. ``first``: each row's wave's first row
-    (:func:`_first_of_each_wave`), whose actual peak the line takes, as it always did."""
+    (:func:`_first_of_each_wave`), whose actual peak the line takes, as it always did;
+    ``waves``: each run's waves (:func:`_waves_per_run`)."""
     draw_actual = first.copy()
     draw_estimate = np.ones(peaks.height, bool)
     needed = ("_row", "run", "position", "policy", "actual_gb", "estimate_gb", "under_peak", "oom")
     indexed = peaks.with_row_index("_row").select(needed)
-    if set(large) == set(peaks.get_column("run").unique()):  # every run (one, as a plot
+    if set(large) == set(waves):  # every run (one, as a plot
         parts = [indexed] if len(large) == 1 else indexed.partition_by("run")  # draws it)
     else:
         parts = indexed.filter(pl.col("run").is_in(large)).partition_by("run")
@@ -676,12 +679,12 @@ def _thin_rates(
 
 
 def _thin_over(over: pl.DataFrame, runs: Sequence[str], above: int) -> pl.DataFrame:
-    """Panel (c) of :func:`thin`: the rows of ``over`` (of ``runs``) drawn, with their offsets.
+    """Panel (c) of :func:`thin`: the rows of ``over`` (the rows of ``runs``) drawn, with
+    their offsets.
 
     Each strip (a policy's rows, a run's when several) numbers its rows 0, 1, ... in
     order; row ``i`` sits at jitter offset ``(i * JITTER_STEP) % JITTER_OFFSETS``."""
     by = ("run", "policy") if len(runs) > 1 else ("policy",)  # one run: its rows alone
-    over = _of_runs(over, runs)
     code = np.zeros(over.height, np.int64)
     for name in by:  # each strip's number, its rows in order after a stable sort
         column = over.get_column(name).cast(pl.Categorical).to_physical().to_numpy()
@@ -733,9 +736,10 @@ def thin(
     # every series of a run has at most one point per wave: a run of at most `above` waves
     # is drawn whole, and one of more has at least its peak line thinned
     large = [run for run, count in waves.items() if count > above]
-    drawn_peaks = _thin_peaks(shown_peaks, first, large)
+    drawn_peaks = _thin_peaks(shown_peaks, first, waves, large)
     drawn_rates = _thin_rates(rates, peaks, runs, main_profiles, above)
-    drawn_over = _thin_over(over, runs, above)
+    shown_over = _of_runs(over, runs)
+    drawn_over = _thin_over(shown_over, runs, above)
     estimate = pl.col("estimate_gb").is_not_null()
     floor = pl.col("floor_kb_per_token").is_not_null()
     under, estimates = shown_peaks.select(pl.col("under_peak").sum(), estimate.sum()).row(0)
@@ -744,7 +748,7 @@ def thin(
     total = sum(waves.values())
     points = total + estimates + under
     points += drawn_rates.height + drawn_rates.filter(floor).height
-    points += over.select(pl.col("run").is_in(runs).sum()).item()
+    points += shown_over.height
     drawn = drawn_peaks.filter(pl.col("draw_actual")).height
     drawn += drawn_peaks.filter(pl.col("draw_estimate") & estimate).height + under
     drawn += drawn_rates.filter(pl.col("draw_point")).height
@@ -953,8 +957,9 @@ class PlotParts:
         self.folder = Path(folder)
         self.rank = rank
         #: Per run, in the replay's order: its files (:data:`PANELS`), batch after batch,
-        #: each with the waves of its run and the rows of panel (b) before it.
-        self.files: dict[str, list[tuple[tuple[str, ...], int, int]]] = {}
+        #: each with where its batch starts: the run's waves before it (``position``) and
+        #: the rows of panel (b) before it (``first_seq``).
+        self.files: dict[str, list[tuple[tuple[str, ...], dict[str, int]]]] = {}
         self.waves: dict[str, int] = {}
         self.seen = 0
         self.counts: list[pl.DataFrame] = []
@@ -973,7 +978,8 @@ class PlotParts:
         for run, paths, waves in written:
             before = self.waves.get(run, 0)
             self.waves[run] = before + waves
-            self.files.setdefault(run, []).append((paths, before, self.seen))
+            starts = {"position": before, "first_seq": self.seen}
+            self.files.setdefault(run, []).append((paths, starts))
         self.seen += part.rates
 
     def finish(self, summary: pl.DataFrame) -> PlotParts:
@@ -1014,15 +1020,15 @@ class PlotParts:
         files = self.files.get(run, [])
         if not files:
             return self.empty
-        # where each batch starts: its waves' places in the run, its rows of panel (b)
-        shifts: tuple[dict[str, int], ...] = ({"position": 0}, {"first_seq": 1}, {})
         return tuple(
             pl.concat(
-                [
+                [  # each batch's columns counted from where the batch starts
                     pl.read_ipc(paths[i]).with_columns(
-                        pl.col(name) + starts[at] for name, at in shifts[i].items()
+                        pl.col(name) + start
+                        for name, start in starts.items()
+                        if name in empty.columns
                     )
-                    for paths, *starts in files
+                    for paths, starts in files
                 ]
             )
             .with_columns(run=pl.lit(run, pl.String()))
