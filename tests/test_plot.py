@@ -1032,3 +1032,18 @@ def test_the_streamed_plot_draws_what_a_replay_in_memory_gives(
     refused = CliRunner().invoke(app, [*args, "--signature", "nosuch", "--force"])
     assert refused.exit_code == 2 and "no run of the trace has that signature" in refused.output
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_strip_of_exactly_the_limit_is_drawn_whole_and_one_more_is_thinned() -> None:
+    """Panel (c)'s strips: 12 equal over-estimates sit in one cell, and rows 0 and 11
+    share a jitter offset ((11 * 7919) % 11 == 0). A strip of at most ``above`` rows is
+    drawn whole; one longer keeps the first dot of each (offset, cell): 11 of 12."""
+    from warmfit.report.plot import _thin_over
+
+    over = pl.DataFrame(
+        {"run": ["r"] * 12, "policy": ["warm-fit"] * 12, "over_estimate_pct": [5.0] * 12}
+    )
+    assert _thin_over(over, ["r"], above=12).height == 12
+    thinned = _thin_over(over, ["r"], above=11)
+    assert thinned.height == 11
+    assert thinned.get_column("offset").n_unique() == 11
