@@ -161,6 +161,23 @@ def test_the_trace_replays_to_the_end_undisturbed(trace: Path, tmp_path: Path) -
     assert list(started.tmp.iterdir()) == []
 
 
+def test_a_temporary_folder_too_deep_for_a_socket_still_replays(
+    trace: Path, tmp_path: Path
+) -> None:
+    """The fork server listens on a Unix socket in TMPDIR (``pymp-*/listener-*``), whose
+    path holds at most 107 bytes: a deeper TMPDIR (a test runner's, a job scheduler's)
+    ended the first replay with workers in ``OSError: AF_UNIX path too long``. Its
+    socket now goes to /tmp; the replay gives its figures and leaves TMPDIR empty."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    started = Started(trace, deep, "--format", "json")
+    assert len(os.fsencode(started.tmp)) > 107 - 32
+    code, out, err = started.finish()
+    assert (code, "Traceback" in err) == (0, False), err
+    assert [r["priced_waves"] for r in json.loads(out)["results"]] == [STREAMS * (WAVES - 1)]
+    assert list(started.tmp.iterdir()) == []
+
+
 def test_a_stopped_worker_ends_the_command_with_exit_2(trace: Path, tmp_path: Path) -> None:
     """A worker stopped with SIGSTOP is given up on after 5 s: exit 2, one line naming
     it, every process ended (the stopped one killed), no temporary file left."""

@@ -9,6 +9,7 @@ these.
 from __future__ import annotations
 
 import operator
+import os
 from pathlib import Path
 
 from warmfit.show.names import printable
@@ -47,6 +48,22 @@ class EstimateOverflowError(UsageError):
     """A wave priced above 2**63 bytes (a trace's int64 column cannot hold it): the
     Pricer's answer; a recorder given such a price runs the wave unrecorded, as it
     would run it unpriced, so recording never changes what the trainer does."""
+
+
+def no_room(files: str, folder: str | os.PathLike[str], exc: OSError, room: str) -> UsageError:
+    """A failure to write temporary ``files`` in ``folder`` (a full disk, a file-size
+    limit) as exit 2: what could not be written, where (escaped), why, and ``room``,
+    what to do.
+
+    >>> import errno
+    >>> full = OSError(errno.ENOSPC, "No space left on device")
+    >>> print(no_room("the figure's temporary files", "/tmp/x\\n", full, "Free space there."))
+    cannot write the figure's temporary files in /tmp/x\\n (No space left on device); nothing was written. Free space there.
+    """
+    return UsageError(
+        f"cannot write {files} in {printable(os.fspath(folder))} ({exc.strerror or exc}); "
+        f"nothing was written. {room}"
+    )
 
 
 def whole_number(value: object, argument: str) -> int:

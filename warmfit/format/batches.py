@@ -45,7 +45,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from warmfit.errors import TraceError, UsageError
+from warmfit.errors import TraceError, UsageError, no_room
 from warmfit.format.pagecrc import RowGroup, has_checksums
 from warmfit.format.trace import (
     Canonical,
@@ -552,11 +552,12 @@ class Spool:
 
 
 def _no_room(folder: str, exc: OSError) -> UsageError:
-    return UsageError(
-        f"cannot write the temporary files of the rows of streams that interleave in "
-        f"{printable(folder)} ({exc.strerror or exc}); nothing was written. Free space "
-        "there, or point TMPDIR at a folder with room (about 130 bytes a reading of "
-        "those files)."
+    return no_room(
+        "the temporary files of the rows of streams that interleave",
+        folder,
+        exc,
+        "Free space there, or point TMPDIR at a folder with room (about 130 bytes a "
+        "reading of those files).",
     )
 
 

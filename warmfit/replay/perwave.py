@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
-from warmfit.errors import UsageError
+from warmfit.errors import UsageError, no_room
 from warmfit.format.schema import PER_WAVE_KEY
 from warmfit.replay.semantics import PER_WAVE_SCHEMA
 
@@ -122,10 +122,12 @@ def _spool(table: Any, folder: str) -> ArrowFile:
 
 def _no_room(folder: str, exc: OSError) -> UsageError:
     """A failure to write the per-wave rows' temporary files, as exit 2 naming the folder."""
-    return UsageError(
-        f"cannot write the per-wave rows' temporary files in {folder} "
-        f"({exc.strerror or exc}); nothing was written. Free space there, or point TMPDIR "
-        "at a folder with room (about 50 MB a batch, for a few batches at a time)."
+    return no_room(
+        "the per-wave rows' temporary files",
+        folder,
+        exc,
+        "Free space there, or point TMPDIR at a folder with room (about 50 MB a batch, "
+        "for a few batches at a time).",
     )
 
 

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from warmfit.errors import UsageError
+from warmfit.errors import UsageError, no_room
 from warmfit.format.batches import (
     Batch,
     Spool,
@@ -457,11 +457,12 @@ def _spilling() -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise UsageError(
-            f"cannot write the exact medians' temporary files in {tempfile.gettempdir()} "
-            f"({exc.strerror or exc}); nothing was written. Free space there, or point "
-            "TMPDIR at a folder with room (8 bytes per wave and policy, twice: about 1.7 GB "
-            "at 1e8 readings)."
+        raise no_room(
+            "the exact medians' temporary files",
+            tempfile.gettempdir(),
+            exc,
+            "Free space there, or point TMPDIR at a folder with room (8 bytes per wave and "
+            "policy, twice: about 1.7 GB at 1e8 readings).",
         ) from None
 
 

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import polars as pl
 
-from warmfit.errors import UsageError
+from warmfit.errors import UsageError, no_room
 from warmfit.format.files import write_bytes_atomically
 from warmfit.policies import PriceRequest
 from warmfit.replay import (
@@ -927,10 +927,12 @@ def write_run_frames(
             for frame, path in zip(mine, paths, strict=True):
                 frame.drop("run").write_ipc(path, compression="zstd")
         except OSError as exc:  # a full disk, a file-size limit
-            raise UsageError(
-                f"cannot write the figure's temporary files in {printable(str(folder))} "
-                f"({exc.strerror or exc}); nothing was written. Free space there, point "
-                "TMPDIR at a folder with room, or raise the file-size limit (ulimit -f)."
+            raise no_room(
+                "the figure's temporary files",
+                folder,
+                exc,
+                "Free space there, point TMPDIR at a folder with room, or raise the "
+                "file-size limit (ulimit -f).",
             ) from None
         written.append((run, paths, mine[0].get_column("position").n_unique()))
     return tuple(written)

@@ -34,6 +34,7 @@ from warmfit.errors import TraceError, UsageError
 from warmfit.format.files import find_trace_files
 from warmfit.run.memory import environment, keep_freed_memory, polars_keeps_freed_memory
 from warmfit.run.signals import ctrl_c_ignored
+from warmfit.show.names import printable
 
 #: Trace files of at least this many bytes in all are replayed by worker
 #: processes (about 1.5M readings: below it, starting them costs more than
@@ -51,6 +52,12 @@ FORK_SERVER = "WARMFIT_FORK_SERVER"
 #: The environment variable that multiplies the time a replay's task may take
 #: (:func:`warmfit.run.tasks.task_seconds`): 2 waits twice as long.
 PATIENCE = "WARMFIT_WORKER_PATIENCE"
+#: The longest path a Unix socket's address may hold (``sun_path``: 108 bytes on
+#: Linux, 104 on macOS, the final NUL included): the smaller, less its NUL.
+SOCKET_PATH_MAX = 103
+#: Where the fork server's socket goes when TMPDIR is too deep for one: the folders
+#: POSIX systems keep writable by anyone, first usable one.
+SHORT_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/usr/tmp")
 
 
 def usable_cores() -> int:
@@ -125,10 +132,47 @@ def fork_context(jobs: int | None = None) -> Any:
     ):
         from multiprocessing import forkserver
 
+        _socket_folder_that_fits()
         forkserver.ensure_running()
         _watch_server(getattr(forkserver._forkserver, "_forkserver_pid", None))
     _quiet_tracker_relaunch()
     return context
+
+
+def _socket_folder_that_fits() -> None:
+    """Make :mod:`multiprocessing`'s folder for its sockets where a socket's path fits.
+
+    The fork server listens on a Unix socket, ``pymp-XXXXXXXX/listener-XXXXXXXX`` in
+    TMPDIR; a TMPDIR deeper than about 70 bytes makes the path too long for a socket's
+    address, and the first replay with workers ended in ``OSError: AF_UNIX path too
+    long`` (a traceback). As CPython does from 3.14 (cpython#132124), such a TMPDIR
+    keeps every other temporary file, and the folder for the sockets (a few bytes,
+    removed at the end) is made in the first of :data:`SHORT_TEMP_FOLDERS` usable.
+    """
+    from multiprocessing import util
+
+    base = tempfile.gettempdir()
+    # len(base + "/pymp-XXXXXXXX" + "/listener-XXXXXXXX"): tempfile's names are 8 characters
+    if len(os.fsencode(base)) + 14 + 18 <= SOCKET_PATH_MAX:
+        return
+    short = next((f for f in SHORT_TEMP_FOLDERS if _writable_folder(f)), None)
+    if short is None:
+        raise UsageError(
+            f"the temporary folder {printable(base)} is too deep for the workers' socket "
+            f"(a Unix socket's path holds at most {SOCKET_PATH_MAX} bytes), and none of "
+            f"{', '.join(SHORT_TEMP_FOLDERS)} can be written; point TMPDIR at a shorter "
+            "folder, or run with --jobs 1."
+        )
+    saved = tempfile.tempdir
+    tempfile.tempdir = short
+    try:
+        util.get_temp_dir()  # made once, there, and removed at exit by multiprocessing
+    finally:
+        tempfile.tempdir = saved
+
+
+def _writable_folder(folder: str) -> bool:
+    return os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)
 
 
 def _quiet_tracker_relaunch() -> None:
