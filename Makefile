@@ -44,8 +44,12 @@ demo-hf: $(STAMP) ## Re-record traces/hf-qwen3moe-cpu (HF Trainer, random Qwen3-
 		$(PY) -m warmfit.integrations.hf_demo
 	$(WARMFIT) replay traces/hf-qwen3moe-cpu --by signature -p max-merge -p warm-fit -p warm-affine
 
-test: $(STAMP) ## Run the test suite (not slow, not gpu).
-	$(PY) -m pytest -q --hypothesis-profile=ci
+# The suite's tests run in parallel on every core, at most 4 (pytest-xdist; each test keeps
+# its own tmp_path and TMPDIR). `make test TEST_JOBS=` runs them in one process.
+TEST_JOBS ?= -n auto --maxprocesses 4 --dist worksteal
+
+test: $(STAMP) ## Run the test suite (not slow, not gpu) on every core.
+	$(PY) -m pytest -q --hypothesis-profile=ci $(TEST_JOBS)
 
 # The unit tests a contributor runs while editing: policies, rules, engines, the format, the
 # CLI's basics; no recordings, no worker processes, no long property runs (make test runs all).
@@ -58,7 +62,7 @@ test-fast: $(STAMP) ## Run the unit tests for editing (about 35 s; make test run
 	$(PY) -m pytest -q $(FAST_TESTS)
 
 test-slow: $(STAMP) ## Run the slow tests too (thousands of generated traces).
-	$(PY) -m pytest -q -m "not gpu"
+	$(PY) -m pytest -q -m "not gpu" $(TEST_JOBS)
 
 lint: $(STAMP) ## ruff (lint and format check) and mypy.
 	$(VENV)/bin/ruff check warmfit tests
