@@ -184,7 +184,11 @@ def test_ctrl_c_twice_keeps_the_readings_the_recorder_writes_at_exit(tmp_path, s
     _, stderr = record.communicate(timeout=60)
     assert record.returncode == 130, stderr
     assert stderr.splitlines()[-1].startswith("warmfit record: interrupted (Ctrl-C): 16 waves")
-    assert "Exception ignored" not in stderr and "recorder.py" not in stderr
+    # the recorder's close at exit was interrupted: "Exception ignored in atexit callback",
+    # its frames, readings lost. (A second SIGINT that reaches the trainer while Python
+    # waits for its threads prints "Exception ignored in: <module 'threading'>": Python's
+    # own, before the recorder's atexit close, which then runs; seen under load.)
+    assert "Exception ignored in atexit" not in stderr and "recorder.py" not in stderr
     assert read_trace([out]).height == 31
 
 

@@ -413,8 +413,13 @@ def test_a_dask_cluster_gives_the_local_json(tmp_path: Path) -> None:
     assert json.loads(render(got, "json"))["results"]
 
 
-def test_an_unreachable_cluster_is_a_clear_error(runner: CliRunner) -> None:
+def test_an_unreachable_cluster_is_a_clear_error(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing listens at the address: Dask's client retries for its whole deadline
+    (10 s, times the patience: 1 s here) before the one line."""
     pytest.importorskip("distributed")
+    monkeypatch.setenv("WARMFIT_WORKER_PATIENCE", "0.1")
     result = runner.invoke(app, ["replay", "traces/pr991", "--cluster", "tcp://127.0.0.1:9"])
     assert result.exit_code == 2
     assert "cannot reach the Dask scheduler" in result.stderr
