@@ -327,6 +327,34 @@ def test_a_lost_scheduler_ends_the_command_with_exit_2(trace: Path, tmp_path: Pa
     assert "Traceback" not in message and message.count("warmfit: error:") == 1, message
 
 
+def test_a_lost_sole_worker_ends_the_command_after_the_task_deadline(
+    trace: Path, tmp_path: Path
+) -> None:
+    """The cluster's only worker killed mid-replay: the scheduler keeps the tasks and
+    waits for a worker that never comes; the command ends at its tasks' deadline (60 s,
+    here 12 s with WARMFIT_WORKER_PATIENCE=0.2), exit 2 with one line saying so."""
+    scheduler, address = _scheduler(tmp_path)
+    worker = _worker(address)
+    try:
+        started = subprocess.Popen(
+            [sys.executable, "-m", "warmfit", "replay", str(trace), "--cluster", address,
+             "-p", "tests.slow_policy:Slow"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            env={**os.environ, "WARMFIT_BATCH_READINGS": "1000", "WARMFIT_TEST_WORKERS": "always",
+                 "WARMFIT_WORKER_PATIENCE": "0.2"},
+        )  # fmt: skip
+        time.sleep(4)  # connected, and replaying
+        assert started.poll() is None, started.communicate()
+        _ended(worker)
+        _, err = started.communicate(timeout=120)
+    finally:
+        _ended(scheduler, worker)
+    message = err.decode()
+    assert started.returncode == 2, message
+    assert "Traceback" not in message and message.count("warmfit: error:") == 1, message
+    assert "did not finish within 12 s" in message and "no worker" in message, message
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A scheduler and one worker, shared by the tests that only use them; its address."""
