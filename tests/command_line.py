@@ -2,15 +2,20 @@
 
 :func:`warmfit_cli` gives typer's whole result (``exit_code``, ``stdout``, ``stderr``,
 ``output``); the ``invoke`` fixture (tests/conftest.py) gives ``(exit code, stdout,
-stderr)``, what most tests compare.
+stderr)``, what most tests compare; :func:`warmfit_output` the exit code and everything
+printed, :func:`warmfit_stdout` the output of a command that must succeed. Every one fails
+the test when a Python exception escapes the command: a person would see a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner, Result
 
 from warmfit.cli import app
@@ -22,9 +27,16 @@ Invoke = Callable[..., tuple[int, str, str]]
 def warmfit_cli(*args: object, env: dict[str, str] | None = None) -> Result:
     """``warmfit ARGS`` in-process (paths and numbers as text), without a terminal's
     colours; typer's result: ``exit_code``, ``stdout``, ``stderr``, ``output``."""
-    return CliRunner().invoke(
-        app, [str(a) for a in args], env={"_TYPER_FORCE_DISABLE_TERMINAL": "1", **(env or {})}
-    )
+    argv = [str(a) for a in args]
+    try:
+        result = CliRunner().invoke(
+            app, argv, env={"_TYPER_FORCE_DISABLE_TERMINAL": "1", **(env or {})}
+        )
+    except BaseException as exc:  # a polars PanicException is a BaseException
+        pytest.fail(f"traceback ({type(exc).__name__}: {exc}) from warmfit {argv}")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        pytest.fail(f"traceback ({result.exception!r}) from warmfit {argv}:\n{result.output}")
+    return result
 
 
 def warmfit_ok(*args: object) -> Result:
@@ -34,12 +46,35 @@ def warmfit_ok(*args: object) -> Result:
     return result
 
 
+def warmfit_stdout(*args: object) -> str:
+    """What ``warmfit ARGS`` prints on stdout; it must exit 0 (warnings go to stderr)."""
+    return warmfit_ok(*args).stdout
+
+
+def warmfit_output(*args: object) -> tuple[int, str]:
+    """``warmfit ARGS``: its exit code and everything it printed, stdout and stderr."""
+    result = warmfit_cli(*args)
+    return result.exit_code, result.output
+
+
 def warmfit_json(*args: object) -> list[dict[str, Any]]:
     """The ``results`` of ``warmfit ARGS --format json``, which must exit 0."""
     results: list[dict[str, Any]] = json.loads(warmfit_ok(*args, "--format", "json").stdout)[
         "results"
     ]
     return results
+
+
+def warmfit_process(*args: object, **options: Any) -> subprocess.CompletedProcess[str]:
+    """``python -m warmfit ARGS`` as a process of its own (signals, exit at exit, a
+    trainer it starts), its output captured as text; ``options`` go to subprocess.run."""
+    return subprocess.run(
+        [sys.executable, "-m", "warmfit", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        **options,
+    )
 
 
 def invoke(*args: object, env: dict[str, str] | None = None) -> tuple[int, str, str]:

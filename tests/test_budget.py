@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.command_line import warmfit_cli, warmfit_json
+from tests.command_line import warmfit_cli, warmfit_json, warmfit_output
 from tests.whole_waves import policy_column, whole_wave, write_waves
 from warmfit.format.trace import read_trace
 from warmfit.replay import replay
@@ -62,15 +62,6 @@ def test_a_budget_too_large_is_one_line_and_exit_2(command, budget):
     assert len(lines[0]) < 400  # the 5,000 digits are not echoed
 
 
-def run_cli(*args: str) -> tuple[int, str]:
-    from typer.testing import CliRunner
-
-    from warmfit.cli import app
-
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.output
-
-
 @pytest.mark.parametrize(
     ("command", "words", "written"),
     [
@@ -86,7 +77,7 @@ def test_a_budget_split_by_a_space_is_named_as_one(tmp_path, monkeypatch, comman
     file or directory"; a missing path that reads as a size says how to write --budget."""
     monkeypatch.chdir(tmp_path)
     missing = words[-1]
-    code, output = run_cli(command, str(REPO / "traces/pr991"), *words)
+    code, output = warmfit_output(command, str(REPO / "traces/pr991"), *words)
     assert code == 2
     assert output == (
         f"warmfit: error: {missing}: no such file or directory. Check the path. "
@@ -107,7 +98,7 @@ def test_a_missing_path_that_is_no_size_or_a_command_without_budget_gets_no_hint
     tmp_path, monkeypatch, args, missing
 ):
     monkeypatch.chdir(tmp_path)
-    code, output = run_cli(*args)
+    code, output = warmfit_output(*args)
     assert code == 2
     assert output == f"warmfit: error: {missing}: no such file or directory. Check the path.\n"
 

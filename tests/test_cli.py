@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from tests.command_line import warmfit_stdout
 from warmfit.cli import app
 from warmfit.replay import PER_WAVE_SCHEMA, SUMMARY_COLUMNS
 
@@ -19,14 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 PR991 = str(REPO / "traces/pr991")
 
 
-def invoke(*args: str) -> str:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    return result.stdout  # what others rely on; warnings go to stderr
-
-
 def test_markdown_reads_like_the_pr_table() -> None:
-    assert invoke("replay", PR991, "--format", "markdown") == (
+    assert warmfit_stdout("replay", PR991, "--format", "markdown") == (
         "| run | max-merge median (min) | warm-fit median (min) | envelope median (min) "
         "| waves under their peak | under beyond the seen range |\n"
         "|---|---|---|---|---|---|\n"
@@ -40,7 +35,7 @@ def test_markdown_reads_like_the_pr_table() -> None:
 
 
 def test_json_follows_the_spec() -> None:
-    doc = json.loads(invoke("replay", PR991, "-f", "json", "--safety", "1.1"))
+    doc = json.loads(warmfit_stdout("replay", PR991, "-f", "json", "--safety", "1.1"))
     assert doc["schema"] == "warmfit.replay/1" and doc["safety_factor"] == 1.1
     assert [tuple(r) for r in doc["results"]] == [SUMMARY_COLUMNS] * 6  # 2 runs, 3 policies
     ep1_warm = doc["results"][1]
@@ -61,7 +56,7 @@ def test_json_has_null_figures_for_a_run_without_priced_waves(tmp_path: Path) ->
         ),
         tmp_path / "t.parquet",
     )
-    doc = json.loads(invoke("replay", str(tmp_path), "-f", "json", "-p", "max-merge"))
+    doc = json.loads(warmfit_stdout("replay", str(tmp_path), "-f", "json", "-p", "max-merge"))
     assert doc["results"] == [
         {
             "run": "run", "policy": "max-merge", "priced_waves": 0,
@@ -73,8 +68,8 @@ def test_json_has_null_figures_for_a_run_without_priced_waves(tmp_path: Path) ->
 
 
 def test_csv_carries_the_same_figures_as_json() -> None:
-    doc = json.loads(invoke("replay", PR991, "-f", "json"))
-    rows = list(csv.DictReader(io.StringIO(invoke("replay", PR991, "-f", "csv"))))
+    doc = json.loads(warmfit_stdout("replay", PR991, "-f", "json"))
+    rows = list(csv.DictReader(io.StringIO(warmfit_stdout("replay", PR991, "-f", "csv"))))
     assert len(rows) == len(doc["results"])
     for row, result in zip(rows, doc["results"], strict=True):
         assert float(row["median_over_estimate"]) == result["median_over_estimate"]
@@ -82,14 +77,14 @@ def test_csv_carries_the_same_figures_as_json() -> None:
 
 
 def test_table_fits_an_80_column_terminal() -> None:
-    out = invoke("replay", PR991)
+    out = warmfit_stdout("replay", PR991)
     assert "EP1" in out and "warm-fit" in out and "+15.8%" in out
     assert max(len(line) for line in out.splitlines()) <= 80
 
 
 def test_per_wave_parquet_follows_the_spec_and_is_never_overwritten(tmp_path: Path) -> None:
     target = tmp_path / "waves.parquet"
-    invoke("replay", PR991, "--per-wave", str(target))
+    warmfit_stdout("replay", PR991, "--per-wave", str(target))
     per_wave = pl.read_parquet(target)
     assert per_wave.schema == pl.Schema(PER_WAVE_SCHEMA)
     assert per_wave.height == 3 * (26 + 17)  # every wave, thrice: one row per policy
@@ -97,11 +92,11 @@ def test_per_wave_parquet_follows_the_spec_and_is_never_overwritten(tmp_path: Pa
     assert (
         result.exit_code == 2 and f"will not overwrite without --force: {target}" in result.output
     )
-    invoke("replay", PR991, "--per-wave", str(target), "--force")
+    warmfit_stdout("replay", PR991, "--per-wave", str(target), "--force")
 
 
 def test_a_user_policy_replays_by_module_and_class() -> None:
-    out = invoke("replay", PR991, "-p", "tests.example_policy:LastWhole", "-f", "csv")
+    out = warmfit_stdout("replay", PR991, "-p", "tests.example_policy:LastWhole", "-f", "csv")
     assert out.splitlines()[1].startswith("EP1,last-whole,25,")
 
 
@@ -167,7 +162,7 @@ def test_no_arguments_still_show_the_help() -> None:
 
 
 def test_validate_prints_a_summary() -> None:
-    out = invoke("validate", PR991)
+    out = warmfit_stdout("validate", PR991)
     assert "valid warmfit trace (format v1)" in out
     counts = {
         line.split()[0]: int(line.split()[1].replace(",", "")) for line in out.splitlines()[1:7]
@@ -183,7 +178,7 @@ def test_validate_prints_a_summary() -> None:
 
 
 def test_policies_lists_each_registered_policy_on_one_line() -> None:
-    lines = invoke("policies").splitlines()
+    lines = warmfit_stdout("policies").splitlines()
     assert lines[0].startswith("max-merge ") and lines[1].startswith("warm-fit ")
 
 
@@ -194,7 +189,7 @@ def test_every_command_has_a_one_line_help_and_an_example() -> None:
         first, _, rest = text.partition("\n\n")
         assert first and "\n" not in first.strip(), name
         assert "Example: warmfit " + name in rest, name
-        assert invoke(name, "--help")
+        assert warmfit_stdout(name, "--help")
 
 
 @pytest.mark.parametrize("make", ["dir", "parent-is-file"])

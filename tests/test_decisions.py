@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from tests.command_line import warmfit_stdout
 from warmfit.cli import app
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.replay import BUDGET_COLUMNS, IN_FIGURES, replay
@@ -24,12 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "traces"
 STORED = sorted(p for p in TRACES.iterdir() if p.is_dir())
 os.environ.setdefault("_TYPER_FORCE_DISABLE_TERMINAL", "1")
-
-
-def invoke(*args: str) -> str:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    return result.stdout
 
 
 # One signature "s", one rank, baseline 0, no outputs, no floor; whole caller readings.
@@ -90,7 +85,7 @@ def test_a_budget_counts_admitted_refused_and_oom_waves() -> None:
 def test_budget_counts_agree_with_the_per_wave_file(tmp_path: Path) -> None:
     out = tmp_path / "waves.parquet"
     doc = json.loads(
-        invoke(
+        warmfit_stdout(
             "replay",
             str(TRACES / "art-h200"),
             "-p",
@@ -141,7 +136,9 @@ def test_results_by_signature_add_up_to_the_runs(trace: Path) -> None:
 
 
 def test_by_signature_in_json_gains_a_signature_field() -> None:
-    doc = json.loads(invoke("replay", str(TRACES / "cpu-demo"), "--by", "signature", "-f", "json"))
+    doc = json.loads(
+        warmfit_stdout("replay", str(TRACES / "cpu-demo"), "--by", "signature", "-f", "json")
+    )
     assert {r["signature"] for r in doc["results"]} == {"score/d64-l2-v64", "train/d64-l2-v64"}
     assert list(doc["results"][0])[:3] == ["run", "signature", "policy"]
 
@@ -190,7 +187,7 @@ def test_sweep_points_are_the_replay_figures_at_each_factor() -> None:
 def test_sweep_json_follows_the_spec(tmp_path: Path) -> None:
     picture = tmp_path / "pareto.png"
     doc = json.loads(
-        invoke(
+        warmfit_stdout(
             "sweep",
             str(TRACES / "pr991"),
             "-f",

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
+from tests.command_line import invoke
 from tests.test_check import small_trace
 from tests.test_gate_edges import LONE, OVER, SAFE_UNDER, UNDER_RUN, frame
-from warmfit.cli import app
 from warmfit.errors import UsageError
 from warmfit.format.trace import readings_frame, write_trace
 from warmfit.replay import replay
@@ -56,19 +55,13 @@ EXPECT = (
 )
 
 
-def invoke(*args: str, columns: int = 80) -> tuple[int, str, str]:
-    env = {"_TYPER_FORCE_DISABLE_TERMINAL": "1", "COLUMNS": str(columns)}
-    result = CliRunner().invoke(app, list(args), env=env)
-    return result.exit_code, result.stdout, result.stderr
-
-
 def worked_check(tmp_path: Path, fmt: str, columns: int = 80) -> tuple[Path, str]:
     """``warmfit check`` of the worked trace against :data:`EXPECT`: the file and stdout."""
     trace = small_trace(tmp_path)
     expect = tmp_path / "e.toml"
     expect.write_text(EXPECT)
     code, out, err = invoke(
-        "check", str(trace), "--expect", str(expect), "-f", fmt, columns=columns
+        "check", str(trace), "--expect", str(expect), "-f", fmt, env={"COLUMNS": str(columns)}
     )
     assert code == 1, err
     assert err.startswith(f"warmfit: error: 2 of 4 expectations in {expect} fail ")
@@ -113,7 +106,9 @@ def test_the_table_spelled_out(tmp_path: Path, columns: int) -> None:
 def test_the_default_format_is_the_table(tmp_path: Path) -> None:
     """The table is what ``warmfit check`` prints without ``-f`` (as with ``-f table``)."""
     expect, table = worked_check(tmp_path, "table")
-    code, out, _ = invoke("check", str(small_trace(tmp_path)), "--expect", str(expect))
+    code, out, _ = invoke(
+        "check", str(small_trace(tmp_path)), "--expect", str(expect), env={"COLUMNS": "80"}
+    )
     assert (code, out) == (1, table)
 
 
@@ -375,7 +370,9 @@ def test_the_refusal_replays_a_policy_given_as_module_and_class(
     mode = ["--expect", str(target), "--update"] if update else ["--write-expect", str(target)]
     if update:
         target.write_text("[runs.over.last-whole]\nmax_under_peak = 0\n")
-    code, out, err = invoke("check", str(folder), *mode, "-p", "tests.example_policy:LastWhole")
+    code, out, err = invoke(
+        "check", str(folder), *mode, "-p", "tests.example_policy:LastWhole", env={"COLUMNS": "80"}
+    )
     assert (code, out) == (2, "")
     assert (
         err == f"warmfit: error: {under_refusal(target, 'last-whole', repr(SAFE_UNDER), update)}\n"

@@ -22,9 +22,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
 
-from warmfit.cli import app
+from tests.command_line import invoke
 from warmfit.format.trace import write_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,18 +93,6 @@ def child(
             f"the child cannot give up reading past permission bits ({done.stderr.strip()})"
         )
     return done
-
-
-def invoke(*args: str | Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Run the CLI in-process; any exception but SystemExit fails the test as a traceback."""
-    runner = CliRunner()
-    try:
-        result = runner.invoke(app, [str(a) for a in args], env=env)
-    except BaseException as exc:  # a polars PanicException is a BaseException
-        pytest.fail(f"traceback ({type(exc).__name__}: {exc}) from warmfit {args}")
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        pytest.fail(f"traceback ({result.exception!r}) from warmfit {args}")
-    return result.exit_code, result.stdout, result.stderr
 
 
 def no_traceback(done: subprocess.CompletedProcess[str]) -> None:

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.command_line import warmfit_cli
+from tests.command_line import warmfit_cli, warmfit_process
 from warmfit.errors import UsageError
 from warmfit.format.trace import read_trace
 from warmfit.recorder.log import (
@@ -68,12 +68,6 @@ def a_log(root: Path, rank: int = 0, **kwargs) -> Path:
     return write_log(root / "run=r" / f"rank={rank}" / LOG_NAME, **kwargs)
 
 
-def warmfit(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "warmfit", *args], capture_output=True, text=True, **kwargs
-    )
-
-
 def no_temporaries(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.name.endswith(".tmp")]
 
@@ -93,7 +87,7 @@ def test_recover_never_touches_a_foreign_arrow_file_beside_the_logs(tmp_path):
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
             w.write_table(table)
         foreign[path] = path.read_bytes()
-    done = warmfit("recover", str(tmp_path))
+    done = warmfit_process("recover", str(tmp_path))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     named = tmp_path / "run=r" / "rank=1" / LOG_NAME
@@ -110,7 +104,7 @@ def test_a_flipped_bit_in_the_schema_keeps_the_log_and_exits_2(tmp_path, where):
     at = bytes(data).index(where)  # a column name, or the marker: in the schema
     data[at + 3] ^= 0x04
     log.write_bytes(bytes(data))
-    done = warmfit("recover", str(tmp_path))
+    done = warmfit_process("recover", str(tmp_path))
     assert done.returncode == 2 and str(log) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert log.read_bytes() == bytes(data)  # every reading still there for a person
@@ -119,11 +113,11 @@ def test_a_flipped_bit_in_the_schema_keeps_the_log_and_exits_2(tmp_path, where):
 
 def test_recover_twice_is_a_no_op_that_exits_0(tmp_path):
     a_log(tmp_path)
-    first = warmfit("recover", str(tmp_path))
+    first = warmfit_process("recover", str(tmp_path))
     assert first.returncode == 0, first.stderr
     trace = next(tmp_path.rglob("*.parquet"))
     before = trace.read_bytes()
-    again = warmfit("recover", str(tmp_path))
+    again = warmfit_process("recover", str(tmp_path))
     assert again.returncode == 0, again.stderr
     assert "nothing to recover" in again.stdout
     assert trace.read_bytes() == before
@@ -293,7 +287,7 @@ def test_recover_of_a_damaged_log_exits_2_and_reruns_leave_no_temporary_files(tm
     data[at] ^= 0x01
     log.write_bytes(bytes(data))
     for _ in range(3):
-        done = warmfit("recover", str(tmp_path))
+        done = warmfit_process("recover", str(tmp_path))
         assert done.returncode == 2, done.stdout + done.stderr
         assert str(log) in done.stderr and "Traceback" not in done.stderr
         assert log.read_bytes() == bytes(data)
@@ -388,7 +382,7 @@ def test_a_disk_that_stays_full_says_how_many_readings_are_lost(tmp_path, traine
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.startswith("LOST 30 ")  # steps 2, 3 and 4: 3 x 5 waves x 2
     assert "warmfit recover" in done.stdout
-    recovered = warmfit("recover", str(out))
+    recovered = warmfit_process("recover", str(out))
     assert recovered.returncode == 0, recovered.stderr
     assert "could not write 30 more" in recovered.stdout
     rows = read_trace([out])
@@ -415,7 +409,7 @@ def test_a_full_disk_during_compaction_leaves_the_log_intact(tmp_path, trainer):
     assert limited.returncode == 2 and str(log) in limited.stderr, limited.stderr
     assert "Traceback" not in limited.stderr
     assert read_log(log).readings == 50 and no_temporaries(out) == []
-    assert warmfit("recover", str(out)).returncode == 0
+    assert warmfit_process("recover", str(out)).returncode == 0
     assert read_trace([out]).height == 50
 
 
@@ -432,7 +426,7 @@ def _limit_file_size(limit: int):
 @pytest.mark.torch
 def test_warmfit_record_exits_non_zero_and_counts_readings_lost_to_a_full_disk(tmp_path, trainer):
     out = tmp_path / "rec"
-    done = warmfit("record", "-o", str(out), "--", sys.executable, str(trainer), "stays")
+    done = warmfit_process("record", "-o", str(out), "--", sys.executable, str(trainer), "stays")
     assert done.returncode != 0, done.stderr
     assert "30 readings" in done.stderr and "LOST" in done.stderr
     assert read_trace([out]).height == 20
@@ -442,7 +436,7 @@ def test_warmfit_record_exits_non_zero_and_counts_readings_lost_to_a_full_disk(t
 def test_warmfit_record_exits_non_zero_when_the_exit_hook_could_not_close(tmp_path, trainer):
     # The trainer exits 0 and leaves closing to the exit hook, which can only warn.
     out = tmp_path / "rec"
-    done = warmfit("record", "-o", str(out), "--", sys.executable, str(trainer), "atexit")
+    done = warmfit_process("record", "-o", str(out), "--", sys.executable, str(trainer), "atexit")
     assert done.returncode == 2, done.stderr
     assert "could not close the recorder" in done.stderr  # the hook's warning
     assert "30 readings" in done.stderr and "LOST" in done.stderr
@@ -470,7 +464,7 @@ def test_recover_refuses_a_log_that_a_live_recording_still_writes(tmp_path, trai
     child, log, pid = _start_waiting_writer(trainer, out)
     try:
         before = log.read_bytes()
-        done = warmfit("recover", str(out))
+        done = warmfit_process("recover", str(out))
         assert done.returncode == 2, done.stdout + done.stderr
         assert f"still being written by pid {pid}" in done.stderr
         assert "Traceback" not in done.stderr
@@ -610,7 +604,7 @@ def test_record_force_refuses_to_remove_a_log_a_live_recording_writes(tmp_path, 
     env.update(WARMFIT_RECORD_DIR=str(out), WARMFIT_RECORD_RUN="r", WARMFIT_RECORD_FLUSH_S="3600")
     first, log, pid = _start_waiting_writer(trainer, out, env)
     try:
-        done = warmfit("record", "-o", str(out), "--run", "r", "--force", "--", "true")
+        done = warmfit_process("record", "-o", str(out), "--run", "r", "--force", "--", "true")
         assert done.returncode == 2 and f"still being written by pid {pid}" in done.stderr
         assert log.exists()
     finally:

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from tests.command_line import warmfit_output
 from warmfit.cli import app
 from warmfit.format.trace import read_trace
 from warmfit.importers.table import (
@@ -55,11 +56,6 @@ peak_bytes = { column = "peak_gib", unit = "GiB" }
 """
 
 
-def invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.output
-
-
 @pytest.fixture
 def table(tmp_path: Path) -> Path:
     path = tmp_path / "runs.csv"
@@ -77,7 +73,9 @@ def test_a_users_own_table_imports_with_a_ten_line_mapping(table: Path, tmp_path
     mapping = write_map(tmp_path, MAPPING)
     assert len(MAPPING.splitlines()) == 10
     out = tmp_path / "out" / "runs.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     assert "5 readings in 2 runs from 5 of 6 rows" in output
     trace = read_trace([out])  # a valid v1 trace
@@ -99,7 +97,7 @@ def test_a_users_own_table_imports_with_a_ten_line_mapping(table: Path, tmp_path
     assert metadata[SHA256_KEY.encode()] == hashlib.sha256(table.read_bytes()).hexdigest().encode()
     assert json.loads(metadata[MAPPING_KEY.encode()])["run"] == {"label": "{job}-{card}"}
     # it replays
-    code, output = invoke("replay", str(out), "--format", "json")
+    code, output = warmfit_output("replay", str(out), "--format", "json")
     assert code == 0 and len(json.loads(output)["results"]) == 6  # 2 runs, 3 policies
 
 
@@ -109,20 +107,22 @@ def test_the_output_is_never_the_input_and_needs_force_to_overwrite(
     mapping = write_map(tmp_path, MAPPING)
     out = tmp_path / "runs.parquet"
     args = ["import", "table", str(table), "--map", str(mapping), "-o", str(out)]
-    assert invoke(*args)[0] == 0
+    assert warmfit_output(*args)[0] == 0
     first = out.read_bytes()
-    code, output = invoke(*args)
+    code, output = warmfit_output(*args)
     assert code == 2 and "will not overwrite without --force" in output
-    assert invoke(*args, "--force")[0] == 0 and out.read_bytes() == first  # deterministic
+    assert warmfit_output(*args, "--force")[0] == 0 and out.read_bytes() == first  # deterministic
     # a table named like a trace is still an input: never written over, even with --force
     disguised = tmp_path / "table.parquet"
     disguised.write_text(TABLE)
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(disguised), "--map", str(mapping), "-o", str(disguised), "--force"
     )
     assert code == 2 and "never writes onto its input" in output
     assert disguised.read_text() == TABLE
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", "t.csv")
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", "t.csv"
+    )
     assert code == 2 and "name a .parquet file" in output
 
 
@@ -159,7 +159,9 @@ def test_a_broken_mapping_is_refused_naming_its_key_and_column(
     assert text != MAPPING
     mapping = write_map(tmp_path, text)
     out = tmp_path / "out.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 2, output
     assert output.startswith(f"warmfit: error: {mapping}: ") and named in output
     assert "Traceback" not in output and len(output.strip().splitlines()) == 1
@@ -168,7 +170,7 @@ def test_a_broken_mapping_is_refused_naming_its_key_and_column(
 
 def test_a_mapping_that_is_not_toml_is_refused(table: Path, tmp_path: Path) -> None:
     mapping = write_map(tmp_path, "[filter\nstatus = 'done'\n")
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 2 and f"{mapping}: the mapping is not valid TOML" in output
@@ -195,7 +197,9 @@ def test_a_bad_row_is_refused_naming_file_column_and_row(
     table.write_text(TABLE.replace(*change, 1))
     mapping = write_map(tmp_path, MAPPING)
     out = tmp_path / "out.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 2, output
     assert output.startswith(f"warmfit: error: {table}, ") and where in output
     assert "(line " in output and "Traceback" not in output and not out.exists()
@@ -287,7 +291,7 @@ def test_a_row_no_derive_case_matches_is_refused(tmp_path: Path) -> None:
             "[run]", '[derive.size]\ncases = [{ when = { job = "llama-8b" }, value = "8b" }]\n[run]'
         ),
     )
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert (
@@ -299,7 +303,7 @@ def test_one_label_for_two_identities_and_a_repeated_size_are_refused(
     table: Path, tmp_path: Path
 ) -> None:
     mapping = write_map(tmp_path, MAPPING.replace('"{job}-{card}"', '"all"\nidentity = ["job"]'))
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 2 and "column 'job', row 5: gives the run label 'all' of row 1" in output
@@ -307,7 +311,7 @@ def test_one_label_for_two_identities_and_a_repeated_size_are_refused(
     mapping = write_map(
         tmp_path, MAPPING.replace('by = ["seq_tokens"]', 'by = ["seq_tokens"], distinct = true')
     )
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 2 and "column 'seq_tokens', row 7: repeats the seq_tokens of row 2" in output
@@ -345,7 +349,9 @@ def test_a_shuffle_is_fixed_by_the_run_label_and_the_seed(table: Path, tmp_path:
 def test_a_filter_that_keeps_nothing_writes_nothing(table: Path, tmp_path: Path) -> None:
     mapping = write_map(tmp_path, MAPPING.replace('status = "done"', 'status = "queued"'))
     out = tmp_path / "o.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 2 and "no row of" in output and not out.exists()
 
 
@@ -389,7 +395,9 @@ def test_a_huge_number_is_refused_and_never_printed_in_full(
     table.write_text(TABLE.replace("10.5,done", f"{cell},done", 1))
     mapping = write_map(tmp_path, MAPPING)
     out = tmp_path / "out.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 2, output
     assert output.startswith(f"warmfit: error: {table}, column 'peak_gib', row 1: {shown}")
     assert "Traceback" not in output and len(output.strip().splitlines()) == 1
@@ -428,7 +436,9 @@ def test_extra_columns_of_the_trace_format_hold_numbers_that_keep_its_rules(
     )
     mapping = write_map(tmp_path, MAPPING + f"[extra]\n{extra}\n")
     out = tmp_path / "out.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 2, output
     assert named in output, output
     assert "Traceback" not in output and len(output.strip().splitlines()) == 1
@@ -446,9 +456,11 @@ def test_extra_columns_of_the_trace_format_take_numbers_as_fields_does(
     )
     mapping = write_map(tmp_path, MAPPING + extra)
     out = tmp_path / "out.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
-    assert invoke("validate", str(out))[0] == 0
+    assert warmfit_output("validate", str(out))[0] == 0
     trace = read_trace([out]).sort("run", "seq")
     assert trace.get_column("padded_tokens").to_list() == [1024, 2048, 4096, 640, 2048]
     assert set(trace.get_column("sum_sq_tokens")) == {7}
@@ -461,7 +473,9 @@ def test_an_output_that_cannot_be_written_is_one_line(table: Path, tmp_path: Pat
     blocker = tmp_path / "afile"
     blocker.write_text("x")
     out = blocker / "runs.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 2 and "Traceback" not in output
     assert output.startswith(f"warmfit: error: cannot write {out}: ")
 
@@ -494,7 +508,9 @@ def test_the_newcomers_table_imports_with_expressions_and_an_oom_reading(tmp_pat
     table.write_text(NEWCOMER)
     mapping = write_map(tmp_path, NEWCOMER_MAP)
     out = tmp_path / "team.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     assert "warning" not in output  # the baselines are set
     trace = read_trace([out]).sort("seq")
@@ -511,7 +527,7 @@ def test_the_newcomers_table_imports_with_expressions_and_an_oom_reading(tmp_pat
     assert trace.get_column("whole").to_list() == [True, True, True, False]
     # a missing peak is refused where the reading is not an OOM
     table.write_text(NEWCOMER.replace("2048,2,26000", "2048,2,n/a"))
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(out), "--force"
     )
     assert (
@@ -563,7 +579,7 @@ def test_where_derive_and_templates_take_expressions(table: Path, tmp_path: Path
     assert frame.get_column("ratio").to_list()[0] == 2048 / 1536
     # a NULL derived value names the row; an expression polars cannot parse names the key
     mapping.write_text(mapping.read_text().replace(" ELSE '7b'", ""))
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert (
@@ -573,7 +589,7 @@ def test_where_derive_and_templates_take_expressions(table: Path, tmp_path: Path
         in output
     )
     mapping.write_text(mapping.read_text().replace('"seq_tokens"', '"seq_tokens +* 2"'))
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert (
@@ -586,14 +602,14 @@ def test_where_derive_and_templates_take_expressions(table: Path, tmp_path: Path
         .replace("seq_tokens +* 2", "seq_tokens")
         .replace("seq_tokens >= 1024", "seq_tokens = 'x'")
     )
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 2 and "where: cannot be evaluated: cannot compare string with numeric" in output
     mapping.write_text(
         mapping.read_text().replace("status = 'done' AND seq_tokens = 'x'", "seq_tokens + 1")
     )
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 2 and "where: gives Int64 values, not true or false" in output
@@ -603,7 +619,7 @@ def test_an_output_never_lands_on_the_mapping_it_extends(table: Path, tmp_path: 
     """Issue 42: -o BASE --force, where the mapping extends BASE, is refused."""
     base = write_map(tmp_path, MAPPING, "base.parquet")  # a TOML file named like a trace
     mapping = write_map(tmp_path, 'extends = "base.parquet"\n', "m.toml")
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(base), "--force"
     )
     assert code == 2 and "never writes onto its input" in output
@@ -627,7 +643,7 @@ def test_a_mapping_too_deep_or_a_constant_too_large_is_one_line(
 ) -> None:
     """Issue 42: RecursionError and a constant of 2**63 were tracebacks."""
     mapping = write_map(tmp_path, text)
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 2 and said in output, output
@@ -645,7 +661,7 @@ def test_a_wide_header_is_checked_in_linear_time(tmp_path: Path) -> None:
         tmp_path,
         '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "c1"\npeak_bytes = "c2"\n',
     )
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 2 and "names a column twice in its header: c7." in output
@@ -657,7 +673,7 @@ def test_a_mapping_that_makes_too_many_readings_is_refused(table: Path, tmp_path
     """Issue 42: a mapping expanding each row into many readings is capped, early."""
     readings = ", ".join(["{ peak_bytes = 1 }"] * 1001)
     mapping = write_map(tmp_path, MAPPING + f"[[waves]]\nreadings = [{readings}]\n")
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(table), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert (
@@ -760,7 +776,9 @@ def test_a_derived_value_is_a_name_in_later_expressions_but_no_column(tmp_path: 
     )
     out = tmp_path / "o.parquet"
     mapping = write_map(tmp_path, '[derive]\nd = "n * 2"\n' + fields)
-    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     rows = pq.read_table(out).select(["packed_tokens", "logical_tokens"]).to_pylist()
     assert rows == [{"packed_tokens": 2, "logical_tokens": 3}]
@@ -772,7 +790,7 @@ def test_a_derived_value_is_a_name_in_later_expressions_but_no_column(tmp_path: 
         ),
     ]:
         mapping = write_map(tmp_path, before + fields)
-        code, output = invoke(
+        code, output = warmfit_output(
             "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "x.parquet")
         )
         assert code == 2
@@ -794,7 +812,9 @@ def test_a_flag_and_an_extra_column_take_expressions(tmp_path: Path) -> None:
         '[extra]\nx = "n + peak"\n',
     )
     out = tmp_path / "o.parquet"
-    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     rows = pq.read_table(out).select(["packed_tokens", "oom", "whole", "x"]).to_pylist()
     assert rows == [
@@ -807,7 +827,7 @@ def test_a_table_of_only_a_header_has_no_row_to_keep(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("job,card,seq_tokens,padded_tokens,peak_gib,status\n")
     mapping = write_map(tmp_path, MAPPING)
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 2
@@ -829,7 +849,9 @@ def test_text_numbers_null_floors_and_null_where_as_the_how_to_says(tmp_path: Pa
         'peak_bytes = "peak"\nbaseline_bytes = 0\nstatic_floor_bytes = "NULL"\n',
     )
     out = tmp_path / "o.parquet"
-    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     rows = pq.read_table(out).select(["packed_tokens", "peak_bytes", "static_floor_bytes"])
     assert rows.to_pylist() == [
@@ -853,7 +875,9 @@ def test_order_by_puts_empty_cells_first_and_keeps_equal_rows_in_table_order(
         'packed_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
     )
     out = tmp_path / "o.parquet"
-    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     trace = pq.read_table(out).to_pydict()
     assert trace["packed_tokens"] == [41, *range(1, 41, 2), *range(2, 41, 2)]
@@ -872,7 +896,9 @@ def test_int64_arithmetic_exact_past_a_float_imports_to_the_token(tmp_path: Path
         'peak_bytes = "peak"\nbaseline_bytes = 0\n',
     )
     out = tmp_path / "o.parquet"
-    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     assert pq.read_table(out).column("packed_tokens").to_pylist() == [3_458_764_513_820_541_228]
     assert 3 * (2**60 + 100) == 3_458_764_513_820_541_228
@@ -889,7 +915,9 @@ def test_order_distinct_allows_one_size_in_each_of_two_runs(tmp_path: Path) -> N
         'signature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
     )
     out = tmp_path / "o.parquet"
-    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     assert pq.read_table(out).column("peak_bytes").to_pylist() == [5, 6, 7, 8]
 
@@ -905,7 +933,9 @@ def test_a_run_of_two_rows_is_shuffled_too(tmp_path: Path) -> None:
         'packed_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
     )
     out = tmp_path / "o.parquet"
-    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     assert pq.read_table(out).column("packed_tokens").to_pylist() == [2, 1]
 
@@ -922,7 +952,7 @@ def test_the_absolute_peak_warning_starts_at_a_quarter(
         tmp_path,
         '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\n',
     )
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 0, output
@@ -946,7 +976,7 @@ def test_a_table_of_more_than_20_million_readings_is_refused_before_any_is_made(
         '[run]\nlabel = "r"\nidentity = ["g"]\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
         f'peak_bytes = "peak"\nbaseline_bytes = 0\n[[waves]]\nreadings = [{readings}]\n',
     )
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 2
@@ -980,7 +1010,9 @@ def test_two_readings_a_row_are_written_row_by_row(tmp_path: Path) -> None:
         '{ phase = "caller", peak_bytes = "c" }]\n[extra]\nestimate_bytes = "e"\n',
     )
     out = tmp_path / "o.parquet"
-    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     rows = pq.read_table(out).select(["seq", "wave", "phase", "peak_bytes", "estimate_bytes"])
     assert rows.to_pylist() == [
@@ -1000,7 +1032,9 @@ def test_the_mapping_is_kept_as_written_beyond_ascii(tmp_path: Path) -> None:
         'signature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
     )
     out = tmp_path / "o.parquet"
-    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     stored = pq.read_schema(out).metadata[MAPPING_KEY.encode()].decode()
     assert '"description":"mesures de l\'équipe, 10 µs"' in stored
@@ -1017,7 +1051,7 @@ def test_a_whole_reading_must_be_the_caller_reading_of_a_flat_wave(tmp_path: Pat
             '[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
             f'peak_bytes = "peak"\nbaseline_bytes = 0\nwhole = true\n{change}',
         )
-        code, output = invoke(
+        code, output = warmfit_output(
             "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
         )
         assert code == 2
@@ -1054,7 +1088,7 @@ def test_the_absolute_peak_warning_names_the_run_of_the_largest_share(
         '[run]\nlabel = "{job}"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
         'peak_bytes = "peak"\n',
     )
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 0, output
@@ -1072,7 +1106,7 @@ def test_order_distinct_refuses_a_run_of_two_rows_of_one_size(tmp_path: Path) ->
         'order = { by = ["n"], distinct = true }\n[run]\nlabel = "r"\n[fields]\n'
         'signature = "s"\npacked_tokens = "n"\npeak_bytes = "peak"\nbaseline_bytes = 0\n',
     )
-    code, output = invoke(
+    code, output = warmfit_output(
         "import", "table", str(path), "--map", str(mapping), "-o", str(tmp_path / "o.parquet")
     )
     assert code == 2
@@ -1093,7 +1127,9 @@ def test_a_scale_below_one_and_the_largest_rank_import(tmp_path: Path) -> None:
         'peak_bytes = { column = "peak", scale = 0.5 }\nbaseline_bytes = 0\nrank = 2147483647\n',
     )
     out = tmp_path / "o.parquet"
-    code, output = invoke("import", "table", str(path), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     row = pq.read_table(out).select(["peak_bytes", "rank"]).to_pylist()
     assert row == [{"peak_bytes": 2, "rank": 2_147_483_647}]

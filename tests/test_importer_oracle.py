@@ -25,9 +25,8 @@ from typing import Any
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from warmfit.cli import app
+from tests.command_line import warmfit_output
 
 #: The units' definitions (not warmfit's table of them).
 UNIT_BYTES = {
@@ -62,11 +61,6 @@ COMPARED = (
     "whole",
 )
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.output
 
 
 def written(path: Path) -> list[dict[str, Any]]:
@@ -240,7 +234,9 @@ def test_import_table_equals_a_plain_reading_of_the_csv_and_mapping(case: dict[s
         mapping.write_text(mapping_text(case))
         want = table_oracle(table, mapping, case["unit"])
         out = folder / "out.parquet"
-        code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+        code, output = warmfit_output(
+            "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+        )
         if not want:  # every row filtered out
             assert code == 2, output
             return
@@ -267,7 +263,9 @@ def test_units_are_their_definitions_megabytes_are_not_mebibytes(tmp_path: Path)
         mapping = tmp_path / "map.toml"
         mapping.write_text(mapping_text(case))
         out = tmp_path / f"{unit}.parquet"
-        code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+        code, output = warmfit_output(
+            "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+        )
         assert code == 0, output
         (reading,) = written(out)
         assert reading["peak_bytes"] == 3 * scale, unit
@@ -292,7 +290,9 @@ def test_half_to_even_rounding_in_both_directions(tmp_path: Path) -> None:
     mapping = tmp_path / "map.toml"
     mapping.write_text(mapping_text(case))
     out = tmp_path / "out.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     assert [r["baseline_bytes"] for r in written(out)] == [0, 2, 2, 4]
     assert [r["peak_bytes"] for r in written(out)] == [2**30] * 4
@@ -308,13 +308,17 @@ def test_the_largest_size_imports_exactly_and_one_more_is_refused(tmp_path: Path
     table = tmp_path / "t.csv"
     table.write_text(f"n,peak,base\n1,{2**63 - 1},{2**63 - 2}\n")
     out = tmp_path / "out.parquet"
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 0, output
     (reading,) = written(out)
     assert (reading["peak_bytes"], reading["baseline_bytes"]) == (2**63 - 1, 2**63 - 2)
     table.write_text(f"n,peak,base\n1,{2**63},0\n")
     out.unlink()
-    code, output = invoke("import", "table", str(table), "--map", str(mapping), "-o", str(out))
+    code, output = warmfit_output(
+        "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+    )
     assert code == 2, output
     assert "Traceback" not in output and "'peak'" in output and "row 1" in output
     assert not out.exists()
@@ -487,7 +491,7 @@ def test_import_art_misses_equals_a_plain_reading_of_the_reports(
         folder.mkdir()
         write_reports(folder, reports)
         out = Path(tmp) / "misses.parquet"
-        code, output = invoke("import", "art-misses", str(folder), "-o", str(out))
+        code, output = warmfit_output("import", "art-misses", str(folder), "-o", str(out))
         assert code == 0, output
         assert art_written(out) == art_oracle(folder)
 
@@ -501,7 +505,7 @@ def test_a_time_outside_utc_is_malformed_and_the_rest_imported(tmp_path: Path) -
     (folder / "good.json").write_text(json.dumps(good) + "\n")
     (folder / "east.json").write_text(json.dumps(east) + "\n")
     out = tmp_path / "misses.parquet"
-    code, output = invoke("import", "art-misses", str(folder), "-o", str(out))
+    code, output = warmfit_output("import", "art-misses", str(folder), "-o", str(out))
     assert code == 2, output
     assert "east.json" in output and "malformed" in output and "good.json" not in output
     assert [r["art_report_id"] for r in art_written(out)] == ["a" * 32]
@@ -523,14 +527,14 @@ def test_the_16_mib_cap_is_exact(tmp_path: Path) -> None:
     assert len(bare.encode()) == MAX_REPORT
     (folder / "at-cap-bare.json").write_text(bare)
     out = tmp_path / "a.parquet"
-    code, output = invoke("import", "art-misses", str(folder), "-o", str(out))
+    code, output = warmfit_output("import", "art-misses", str(folder), "-o", str(out))
     assert code == 0, output
     assert len(art_written(out)) == 2
     over = json.dumps(record | {"id": "d" * 32, "incomplete_reasons": ["x" * (pad - 1)]}) + "\n"
     assert len(over.encode()) == MAX_REPORT + 1
     (folder / "over-cap.json").write_text(over)
     out2 = tmp_path / "b.parquet"
-    code, output = invoke("import", "art-misses", str(folder), "-o", str(out2))
+    code, output = warmfit_output("import", "art-misses", str(folder), "-o", str(out2))
     assert code == 2, output
     assert "over-cap.json" in output and "oversized" in output
     assert [r["art_report_id"] for r in art_written(out2)] == ["c" * 32, "e" * 32]
@@ -594,7 +598,7 @@ def test_art_fields_at_the_trace_columns_limits(tmp_path: Path) -> None:
     for name, record in {**good, **bad}.items():
         (folder / f"{name}.json").write_text(json.dumps(record) + "\n")
     out = tmp_path / "misses.parquet"
-    code, output = invoke("import", "art-misses", str(folder), "-o", str(out))
+    code, output = warmfit_output("import", "art-misses", str(folder), "-o", str(out))
     assert code == 2, output
     for name in bad:
         (line,) = [x for x in output.splitlines() if f"{name}.json" in x]
@@ -699,7 +703,7 @@ def test_every_report_the_how_to_refuses_is_named_with_its_reason(tmp_path: Path
         json.dumps(plain_report(40)).replace('"kind"', '"id": "x", "kind"', 1) + "\n"
     )
     out = tmp_path / "misses.parquet"
-    code, output = invoke("import", "art-misses", str(folder), "-o", str(out))
+    code, output = warmfit_output("import", "art-misses", str(folder), "-o", str(out))
     assert code == 2, output
     reasons = {**{name: reason for name, (_, reason) in REFUSED.items()}, "key-twice": "malformed"}
     for name, reason in reasons.items():

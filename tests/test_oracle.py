@@ -34,12 +34,11 @@ import polars as pl
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from tests import oracle
+from tests.command_line import warmfit_stdout
 from tests.oracle import Row
 from tests.strategies import examples, oracle_traces, traces
-from warmfit.cli import app
 from warmfit.errors import UsageError
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.policies import WarmFit
@@ -468,29 +467,24 @@ def test_warmfit_sweeps_the_worked_trace_like_the_oracle(tmp_path: Path) -> None
 # --------------------------------------------------------------------------- the command line
 
 
-def invoke(*args: str) -> dict[str, Any]:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    doc: dict[str, Any] = json.loads(result.stdout)
-    return doc
-
-
 def test_the_command_line_gives_the_oracles_figures_and_rows(tmp_path: Path) -> None:
     trace = write_rows(WORKED, tmp_path / "trace", parts=3)
     per_wave = tmp_path / "per-wave.parquet"
     policies = [arg for p in BUILT_IN for arg in ("-p", p)]
-    doc = invoke(
+    doc = json.loads(warmfit_stdout(
         "replay", str(trace), *policies, "--safety", str(WORKED_SAFETY), "--format", "json",
         "--by", "signature", "--budget", str(WORKED_BUDGET), "--per-wave", str(per_wave),
-    )  # fmt: skip
+    ))  # fmt: skip
     assert (doc["schema"], doc["safety_factor"]) == ("warmfit.replay/1", WORKED_SAFETY)
     assert_same(doc["results"], WORKED_BY_SIGNATURE, "replay --format json")
     assert_same(rows_of(pl.read_parquet(per_wave)), worked_per_wave(), "replay --per-wave")
     # the defaults (SPEC §9): max-merge, warm-fit and envelope, f = 1.1, by run, no budget
-    doc = invoke("replay", str(trace), "--format", "json")
+    doc = json.loads(warmfit_stdout("replay", str(trace), "--format", "json"))
     assert doc["safety_factor"] == 1.1
     assert_same(doc["results"], oracle.replay(WORKED).summary, "replay's defaults")
-    doc = invoke("sweep", str(trace), *policies, "--format", "json", "--grid", "1.0:1.2:0.05")
+    doc = json.loads(
+        warmfit_stdout("sweep", str(trace), *policies, "--format", "json", "--grid", "1.0:1.2:0.05")
+    )
     assert doc["schema"] == "warmfit.sweep/1"
     grid = [1.0, 1.05, 1.1, 1.15, 1.2]
     assert_same(doc["results"], oracle.sweep(WORKED, BUILT_IN, "run", grid), "sweep --format json")
@@ -761,7 +755,7 @@ def test_the_command_line_gives_the_oracles_figures_on_generated_traces(
         args = ["replay", str(trace), "--format", "json", "--per-wave", str(per_wave)]
         args += [a for p in BUILT_IN for a in ("-p", p)]
         args += [] if budget is None else ["--budget", str(budget)]
-        doc = invoke(*args)
+        doc = json.loads(warmfit_stdout(*args))
         assert_same(doc["results"], want.summary, "replay --format json")
         assert_same(rows_of(pl.read_parquet(per_wave)), want.per_wave, "replay --per-wave")
 

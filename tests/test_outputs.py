@@ -12,9 +12,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
-from warmfit.cli import app
+from tests.command_line import warmfit_output
 from warmfit.errors import TraceError
 from warmfit.format.files import write_atomically
 from warmfit.format.trace import read_trace
@@ -31,25 +30,21 @@ OUTPUTS = {
 SUFFIX = {"per-wave": ".parquet", "write-expect": ".toml", "plot": ".png", "sweep --plot": ".png"}
 
 
-def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in result.output
-    return result.exit_code, result.output
-
-
 @pytest.mark.parametrize("kind", list(OUTPUTS))
 def test_an_output_creates_its_missing_folders(tmp_path: Path, kind: str) -> None:
     if "plot" in kind:
         pytest.importorskip("matplotlib")
     out = tmp_path / "new" / "deeper" / f"result{SUFFIX[kind]}"
-    code, output = run(*OUTPUTS[kind](PR991, out))
+    code, output = warmfit_output(*OUTPUTS[kind](PR991, out))
     assert code == 0, output
     assert out.is_file() and out.stat().st_size > 0
 
 
 def test_a_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    code, output = run(*OUTPUTS["per-wave"](PR991, tmp_path / "file" / "sub" / "w.parquet"))
+    code, output = warmfit_output(
+        *OUTPUTS["per-wave"](PR991, tmp_path / "file" / "sub" / "w.parquet")
+    )
     assert code == 2 and "is a file, not a folder" in output
 
 
@@ -70,21 +65,21 @@ def test_per_wave_inside_an_input_trace_directory_is_refused(tmp_path: Path) -> 
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(f.read_bytes())
     inside = trace / "sub" / "perwave.parquet"
-    code, output = run("replay", str(trace), "--per-wave", str(inside), "--force")
+    code, output = warmfit_output("replay", str(trace), "--per-wave", str(inside), "--force")
     assert code == 2 and "inside the trace directory" in output and str(trace) in output
     assert not inside.exists() and not inside.parent.exists()
     via_dots = tmp_path / "trace" / ".." / "trace" / "w.parquet"
-    code, output = run("replay", str(trace), "--per-wave", str(via_dots))
+    code, output = warmfit_output("replay", str(trace), "--per-wave", str(via_dots))
     assert code == 2 and "inside the trace directory" in output
     # beside the trace is fine, and so is a file that the next replay does not read
-    assert run("replay", str(trace), "--per-wave", str(tmp_path / "w.parquet"))[0] == 0
-    assert run("check", str(trace), "--write-expect", str(trace / "expect.toml"))[0] == 0
+    assert warmfit_output("replay", str(trace), "--per-wave", str(tmp_path / "w.parquet"))[0] == 0
+    assert warmfit_output("check", str(trace), "--write-expect", str(trace / "expect.toml"))[0] == 0
 
 
 def per_wave_file(tmp_path: Path, metadata: bool) -> Path:
     """A per-wave file as 'warmfit replay --per-wave' writes it (with or without its mark)."""
     out = tmp_path / "w.parquet"
-    assert run("replay", str(PR991), "--per-wave", str(out))[0] == 0
+    assert warmfit_output("replay", str(PR991), "--per-wave", str(out))[0] == 0
     table = pq.read_table(out)
     meta = {b"warmfit.per_wave": b"1"} if metadata else {}
     table = table.replace_schema_metadata(meta)
@@ -102,7 +97,7 @@ def test_a_per_wave_file_in_a_trace_directory_is_named_as_one(
     message = str(caught.value)
     assert "is a per-wave file written by 'warmfit replay --per-wave', not a trace" in message
     assert "Move it out of the trace directory" in message and "schema" not in message
-    code, output = run("replay", str(per_wave))
+    code, output = warmfit_output("replay", str(per_wave))
     assert code == 2 and "per-wave file" in output and str(per_wave) in output
 
 

@@ -12,10 +12,9 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
+from tests.command_line import invoke
 from tests.strategies import examples, traces
-from warmfit.cli import app
 from warmfit.errors import UsageError
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.replay.admission import SEARCH_CAP_TOKENS, largest_admitted
@@ -39,12 +38,11 @@ from warmfit.report.recommend import (
 REPO = Path(__file__).resolve().parent.parent
 ART = REPO / "traces" / "art-h200" / "recompute_memory_final.parquet"
 EAGER = "qwen3.8-27b-tp4-eager-core_attn"
-ENV = {"_TYPER_FORCE_DISABLE_TERMINAL": "1", "COLUMNS": "200"}
 
 
 def cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, ["recommend", *args], env=ENV)
-    return result.exit_code, result.stdout, result.stderr
+    """``warmfit recommend ARGS``, 200 columns wide."""
+    return invoke("recommend", *args, env={"COLUMNS": "200"})
 
 
 def row_of(rec: Recommendation, run: str, policy: str) -> dict[str, object]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.command_line import warmfit_cli
+from tests.command_line import warmfit_cli, warmfit_process
 from tests.conftest import torch_script
 from warmfit.format.trace import read_trace
 
@@ -45,12 +45,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def warmfit(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "warmfit", *args], capture_output=True, text=True, **kwargs
-    )
-
-
 @pytest.fixture
 def script(tmp_path: Path) -> Path:
     return torch_script(tmp_path, SCRIPT)
@@ -76,7 +70,9 @@ def recording_to_stop(out: Path, script: Path, sigint: object = None, **popen: o
 
 def test_record_exits_with_the_command_exit_code_and_leaves_a_valid_trace(tmp_path, script):
     out = tmp_path / "rec"
-    done = warmfit("record", "-o", str(out), "--run", "r1", "--", sys.executable, str(script), "3")
+    done = warmfit_process(
+        "record", "-o", str(out), "--run", "r1", "--", sys.executable, str(script), "3"
+    )
     assert done.returncode == 3, done.stderr
     rows = read_trace([out])
     assert rows.height == 31 and set(rows["run"]) == {"r1"}  # 15 waves x 2 + 1
@@ -85,23 +81,25 @@ def test_record_exits_with_the_command_exit_code_and_leaves_a_valid_trace(tmp_pa
 
 
 def test_record_without_a_command_is_a_usage_error(tmp_path):
-    done = warmfit("record", "-o", str(tmp_path / "x"))
+    done = warmfit_process("record", "-o", str(tmp_path / "x"))
     assert done.returncode == 2
     assert "no command to record" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_record_refuses_to_overwrite_a_run_without_force(tmp_path, script):
     out = tmp_path / "rec"
-    assert warmfit("record", "-o", str(out), "--", sys.executable, str(script)).returncode == 0
-    again = warmfit("record", "-o", str(out), "--", sys.executable, str(script))
+    assert (
+        warmfit_process("record", "-o", str(out), "--", sys.executable, str(script)).returncode == 0
+    )
+    again = warmfit_process("record", "-o", str(out), "--", sys.executable, str(script))
     assert again.returncode == 2 and "--force" in again.stderr
-    forced = warmfit("record", "-o", str(out), "--force", "--", sys.executable, str(script))
+    forced = warmfit_process("record", "-o", str(out), "--force", "--", sys.executable, str(script))
     assert forced.returncode == 0
     assert read_trace([out]).height == 31
 
 
 def test_recover_without_logs_names_the_directory(tmp_path):
-    done = warmfit("recover", str(tmp_path))
+    done = warmfit_process("recover", str(tmp_path))
     assert done.returncode == 2
     assert str(tmp_path) in done.stderr and "Traceback" not in done.stderr
 
@@ -122,7 +120,7 @@ def test_a_sigkilled_recording_is_recovered_with_every_flushed_reading(tmp_path,
         child.send_signal(signal.SIGKILL)
         child.wait()
     assert list(tmp_path.rglob("*.parquet")) == []  # nothing was compacted
-    done = warmfit("recover", str(tmp_path))
+    done = warmfit_process("recover", str(tmp_path))
     assert done.returncode == 0, done.stderr
     rows = read_trace([tmp_path])
     assert rows.height == 30  # 3 flushed steps x 5 waves x 2 readings; the last wave was lost
@@ -203,11 +201,11 @@ def test_the_record_and_recover_commands_do_not_import_torch():
 
 def test_a_command_that_cannot_start_leaves_no_directory_behind(tmp_path):
     out = tmp_path / "new" / "rec"
-    done = warmfit("record", "-o", str(out), "--", "/nonexistent/trainer")
+    done = warmfit_process("record", "-o", str(out), "--", "/nonexistent/trainer")
     assert done.returncode == 2 and "command not found" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "new").exists()
-    bare = warmfit("record", "-o", str(out), "--", "warmfit-no-such-command")
+    bare = warmfit_process("record", "-o", str(out), "--", "warmfit-no-such-command")
     assert bare.returncode == 2 and "command not found" in bare.stderr
     assert not (tmp_path / "new").exists()
 
@@ -217,7 +215,7 @@ def test_force_with_a_command_that_cannot_start_keeps_the_earlier_recording(tmp_
     earlier = out / "run=r" / "rank=0" / "readings.parquet"
     earlier.parent.mkdir(parents=True)
     earlier.write_bytes(b"an earlier recording")
-    done = warmfit("record", "-o", str(out), "--run", "r", "--force", "--", "/nonexistent")
+    done = warmfit_process("record", "-o", str(out), "--run", "r", "--force", "--", "/nonexistent")
     assert done.returncode == 2 and "command not found" in done.stderr
     assert earlier.read_bytes() == b"an earlier recording"
 
@@ -240,7 +238,7 @@ def test_recover_recovers_the_other_logs_and_exits_2_naming_the_one_it_could_not
     _log(bad, 0)
     _log(good, 1)
     pq.write_table(pa.table({"x": [1]}), bad.with_name("readings.parquet"))  # not its readings
-    done = warmfit("recover", str(tmp_path))
+    done = warmfit_process("recover", str(tmp_path))
     assert done.returncode == 2, done.stdout + done.stderr
     assert str(bad) in done.stderr and "does not hold the log's readings" in done.stderr
     assert "Traceback" not in done.stderr
@@ -252,7 +250,7 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path):
     """-o below a file: exit 2 and one line, not a NotADirectoryError traceback."""
     blocker = tmp_path / "afile"
     blocker.write_text("x")
-    done = warmfit("record", "-o", str(blocker / "sub"), "--", sys.executable, "-c", "pass")
+    done = warmfit_process("record", "-o", str(blocker / "sub"), "--", sys.executable, "-c", "pass")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr == (
         f"warmfit: error: cannot create {blocker / 'sub' / 'run=sub'}: Not a directory. Give -o "

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.command_line import warmfit_stdout
 from warmfit.cli import app
 from warmfit.errors import TraceError, UsageError
 from warmfit.format.trace import is_per_wave_file, read_trace, readings_frame, write_trace
@@ -336,37 +337,31 @@ def test_the_column_and_the_per_wave_marker_coexist(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the CLI
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
 def test_the_command_line_reports_the_recorded_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace = str(write_worked(tmp_path / "t"))
-    doc = json.loads(run("replay", trace, "--format", "json", "--budget", str(BUDGET)))
+    doc = json.loads(warmfit_stdout("replay", trace, "--format", "json", "--budget", str(BUDGET)))
     assert doc["results"][-1] == {**RECORDED_ROW, **BUDGET_FIGURES}
-    csv = run("replay", trace, "--format", "csv", "--by", "signature").splitlines()
+    csv = warmfit_stdout("replay", trace, "--format", "csv", "--by", "signature").splitlines()
     assert csv[-1] == (
         "R,s,recorded,3,0.19999999999999996,-0.033333333333333326,0.25,1,0,0,1,200,1,1"
     )
-    table = run("replay", trace, "-p", "recorded")
+    table = warmfit_stdout("replay", trace, "-p", "recorded")
     assert "recorded" in table and "+20.0%" in table and "1/1" in table
-    markdown = run("replay", trace, "--format", "markdown")
+    markdown = warmfit_stdout("replay", trace, "--format", "markdown")
     assert "recorded median (min)" in markdown and "+20% (-3%)" in markdown
     per_wave = tmp_path / "waves.parquet"
-    run("replay", trace, "--per-wave", str(per_wave), "--budget", str(BUDGET))
+    warmfit_stdout("replay", trace, "--per-wave", str(per_wave), "--budget", str(BUDGET))
     assert recorded_rows(pl.read_parquet(per_wave)) == RECORDED_WAVES
-    orders = json.loads(run("replay", trace, "--permute", "3", "--format", "json"))
+    orders = json.loads(warmfit_stdout("replay", trace, "--permute", "3", "--format", "json"))
     assert orders["results"][-1]["permutations"] == 3
     # the same bytes on two worker processes, one batch a stream
     monkeypatch.setattr(workers, "WORKER_BYTES", 0)
     monkeypatch.setenv("WARMFIT_BATCH_READINGS", "1")
     write_trace(worked_frame().with_columns(run=pl.lit("Q")), tmp_path / "t" / "q.parquet")
-    one = run("replay", trace, "--format", "json", "--jobs", "1", "--by", "signature")
-    two = run("replay", trace, "--format", "json", "--jobs", "2", "--by", "signature")
+    one = warmfit_stdout("replay", trace, "--format", "json", "--jobs", "1", "--by", "signature")
+    two = warmfit_stdout("replay", trace, "--format", "json", "--jobs", "2", "--by", "signature")
     assert one == two
 
 

@@ -17,10 +17,9 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from tests.command_line import warmfit_cli, warmfit_process
 from tests.conftest import torch_script
-from warmfit.cli import app
 from warmfit.format.trace import (
     no_whole_warning,
     pairs_without_whole,
@@ -32,16 +31,6 @@ from warmfit.format.trace import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def cli(*args: object):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def warmfit(*args: object, **kwargs) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "warmfit", *map(str, args)], capture_output=True, text=True, **kwargs
-    )
 
 
 def reading(seq: int, wave: int, **kw) -> dict[str, object]:
@@ -100,16 +89,16 @@ def no_whole_trace(tmp_path: Path) -> Path:
 
 
 def test_replay_warns_on_stderr_without_changing_its_output_or_exit_code(no_whole_trace) -> None:
-    result = cli("replay", no_whole_trace, "-f", "json")
+    result = warmfit_cli("replay", no_whole_trace, "-f", "json")
     assert result.exit_code == 0
     assert json.loads(result.stdout)["results"]  # stdout is untouched
     assert "no whole reading in run 'mine' signature 'train'" in result.stderr
     assert "forward_done()" in result.stderr
-    assert "no whole reading" not in cli("replay", REPO / "traces/pr991").stderr
+    assert "no whole reading" not in warmfit_cli("replay", REPO / "traces/pr991").stderr
 
 
 def test_validate_warns_on_stderr_and_exits_0(no_whole_trace) -> None:
-    result = cli("validate", no_whole_trace)
+    result = warmfit_cli("validate", no_whole_trace)
     assert result.exit_code == 0
     assert "no whole reading in run 'mine' signature 'train'" in result.stderr
     assert "no whole reading" not in result.stdout
@@ -119,7 +108,7 @@ def test_validate_warns_on_stderr_and_exits_0(no_whole_trace) -> None:
 
 
 def test_validate_shows_how_the_trace_was_recorded() -> None:
-    out = cli("validate", REPO / "traces/cpu-demo").stdout
+    out = warmfit_cli("validate", REPO / "traces/cpu-demo").stdout
     import torch  # noqa: F401  (the demo trace says which torch recorded it)
 
     meta = pq.read_schema(next((REPO / "traces/cpu-demo").rglob("*.parquet"))).metadata
@@ -132,7 +121,7 @@ def test_validate_shows_how_the_trace_was_recorded() -> None:
 
 def test_validate_counts_waves_whole_and_oom_readings_per_run_and_signature(tmp_path) -> None:
     write_trace(mixed_frame(), tmp_path / "t.parquet")
-    out = cli("validate", tmp_path).stdout
+    out = warmfit_cli("validate", tmp_path).stdout
     table = {tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines()}
     #                  waves readings whole oom
     assert table[("a", "whole")] == ["1", "2", "1", "0"]
@@ -147,7 +136,7 @@ def test_validate_shows_recovered_files_lost_readings_and_mixed_metadata(tmp_pat
                 {"warmfit.meter": "torch.cuda", "warmfit.recovered": "true",
                  "warmfit.readings_lost": "30", "warmfit.skipped_waves": "2"})  # fmt: skip
     write_trace(frame.filter(pl.col("run") != "a"), tmp_path / "b.parquet", {"warmfit.meter": "x"})
-    out = cli("validate", tmp_path).stdout
+    out = warmfit_cli("validate", tmp_path).stdout
     assert "  meter       torch.cuda (1 of 2 files); x (1 of 2 files)\n" in out
     assert (
         "  not known   device, torch, recorder (no warmfit.device, warmfit.torch_version, "
@@ -166,7 +155,7 @@ def test_validate_shows_the_reserved_peak_where_the_trace_has_one(tmp_path) -> N
     )
     write_trace(frame, tmp_path / "t.parquet")
     assert read_trace([tmp_path])["reserved_peak_bytes"].to_list()[:2] == [2_000_000, 3_000_000]
-    out = cli("validate", tmp_path).stdout
+    out = warmfit_cli("validate", tmp_path).stdout
     assert "reserved peak" in out
     rows = {tuple(line.split()[:2]): line.split()[6:] for line in out.splitlines()}
     assert rows[("a", "whole")] == ["3.00", "MB"]
@@ -179,7 +168,10 @@ def test_replay_ignores_the_reserved_column(tmp_path) -> None:
     extra = tmp_path / "extra"
     write_trace(mixed_frame(), plain / "t.parquet")
     write_trace(mixed_frame().with_columns(reserved_peak_bytes=pl.lit(10**9)), extra / "t.parquet")
-    assert cli("replay", plain, "-f", "json").stdout == cli("replay", extra, "-f", "json").stdout
+    assert (
+        warmfit_cli("replay", plain, "-f", "json").stdout
+        == warmfit_cli("replay", extra, "-f", "json").stdout
+    )
 
 
 # --------------------------------------------------------------------------- 3 and 9: record
@@ -235,7 +227,7 @@ def plain_run(trainer: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.torch
 def test_recording_gives_bit_identical_training_with_bad_wave_values(trainer, tmp_path) -> None:
     plain = plain_run(trainer)
-    recorded = warmfit("record", "-o", tmp_path / "rec", "--", sys.executable, trainer)
+    recorded = warmfit_process("record", "-o", tmp_path / "rec", "--", sys.executable, trainer)
     assert plain.returncode == recorded.returncode == 0, recorded.stderr
     assert plain.stdout == recorded.stdout  # every loss and the final weights, bit for bit
     assert plain.stdout.count("\n") == 4 * 6 + 1
@@ -249,7 +241,9 @@ def test_recording_gives_bit_identical_training_with_bad_wave_values(trainer, tm
 @pytest.mark.torch
 def test_a_float_count_fails_the_same_way_with_and_without_recording(trainer, tmp_path) -> None:
     plain = plain_run(trainer, "float")
-    recorded = warmfit("record", "-o", tmp_path / "rec", "--", sys.executable, trainer, "float")
+    recorded = warmfit_process(
+        "record", "-o", tmp_path / "rec", "--", sys.executable, trainer, "float"
+    )
     assert plain.returncode == recorded.returncode == 1
     assert plain.stdout == recorded.stdout and plain.stdout.count("\n") == 2 * 6
     last = [line for line in plain.stderr.splitlines() if "UsageError" in line]
@@ -259,7 +253,7 @@ def test_a_float_count_fails_the_same_way_with_and_without_recording(trainer, tm
 
 @pytest.mark.torch
 def test_record_warns_when_the_trainer_never_calls_forward_done(trainer, tmp_path) -> None:
-    done = warmfit(
+    done = warmfit_process(
         "record", "-o", tmp_path / "rec", "--", sys.executable, trainer, "no-forward-done"
     )
     assert done.returncode == 0
@@ -269,7 +263,9 @@ def test_record_warns_when_the_trainer_never_calls_forward_done(trainer, tmp_pat
 
 def test_record_of_a_command_that_fails_exits_with_its_code_without_the_hint(tmp_path) -> None:
     out = tmp_path / "new" / "rec"
-    done = warmfit("record", "-o", out, "--", sys.executable, "-c", "import no_such_module_xyz")
+    done = warmfit_process(
+        "record", "-o", out, "--", sys.executable, "-c", "import no_such_module_xyz"
+    )
     assert done.returncode == 1
     assert "ModuleNotFoundError" in done.stderr
     assert "Recorder.from_env" not in done.stderr and "did you" not in done.stderr
@@ -281,7 +277,7 @@ def test_record_of_a_command_that_records_nothing_says_so_and_exits_2(tmp_path) 
     out = tmp_path / "rec"
     out.mkdir()  # the user's folder: kept
     (out / "run=other").mkdir()  # another run's folder: kept
-    done = warmfit("record", "-o", out, "--", sys.executable, "-c", "pass")
+    done = warmfit_process("record", "-o", out, "--", sys.executable, "-c", "pass")
     assert done.returncode == 2
     assert "nothing was recorded" in done.stderr and "Recorder.from_env()" in done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["run=other"]
@@ -290,6 +286,6 @@ def test_record_of_a_command_that_records_nothing_says_so_and_exits_2(tmp_path) 
 def test_a_recorder_that_records_nothing_leaves_no_folder(tmp_path) -> None:
     code = "from warmfit.recorder import Recorder; Recorder.from_env(device='cpu').close()"
     pytest.importorskip("torch")
-    done = warmfit("record", "-o", tmp_path / "rec", "--", sys.executable, "-c", code)
+    done = warmfit_process("record", "-o", tmp_path / "rec", "--", sys.executable, "-c", code)
     assert done.returncode == 2 and "nothing was recorded" in done.stderr
     assert not (tmp_path / "rec").exists()
