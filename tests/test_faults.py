@@ -305,34 +305,10 @@ def test_a_cluster_without_a_worker_is_named_not_waited_on(trace: Path, tmp_path
     assert "has no worker (waited 2 s)" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_lost_scheduler_ends_the_command_with_exit_2(trace: Path, tmp_path: Path) -> None:
-    """The scheduler killed mid-replay: exit 2 with one line, never a traceback or a hang."""
-    scheduler, address = _scheduler(tmp_path)
-    worker = _worker(address)
-    try:
-        started = subprocess.Popen(
-            [sys.executable, "-m", "warmfit", "replay", str(trace), "--cluster", address,
-             "-p", "tests.slow_policy:Slow"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            env={**os.environ, "WARMFIT_BATCH_READINGS": "1000", "WARMFIT_TEST_WORKERS": "always"},
-        )  # fmt: skip
-        time.sleep(4)  # connected, and replaying
-        assert started.poll() is None, started.communicate()
-        _ended(scheduler)
-        _, err = started.communicate(timeout=120)
-    finally:
-        _ended(scheduler, worker)
-    assert started.returncode == 2, err
-    message = err.decode()
-    assert "Traceback" not in message and message.count("warmfit: error:") == 1, message
-
-
-def test_a_lost_sole_worker_ends_the_command_after_the_task_deadline(
-    trace: Path, tmp_path: Path
-) -> None:
-    """The cluster's only worker killed mid-replay: the scheduler keeps the tasks and
-    waits for a worker that never comes; the command ends at its tasks' deadline (60 s,
-    here 12 s with WARMFIT_WORKER_PATIENCE=0.2), exit 2 with one line saying so."""
+def _lost_mid_replay(trace: Path, tmp_path: Path, lost: str, patience: str = "1") -> str:
+    """A slow replay on a cluster of one scheduler and one worker, ``lost`` ("scheduler"
+    or "worker") killed after 4 s: the command's exit code must be 2 with one line and no
+    traceback; that line."""
     scheduler, address = _scheduler(tmp_path)
     worker = _worker(address)
     try:
@@ -341,17 +317,32 @@ def test_a_lost_sole_worker_ends_the_command_after_the_task_deadline(
              "-p", "tests.slow_policy:Slow"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             env={**os.environ, "WARMFIT_BATCH_READINGS": "1000", "WARMFIT_TEST_WORKERS": "always",
-                 "WARMFIT_WORKER_PATIENCE": "0.2"},
+                 "WARMFIT_WORKER_PATIENCE": patience},
         )  # fmt: skip
         time.sleep(4)  # connected, and replaying
         assert started.poll() is None, started.communicate()
-        _ended(worker)
+        _ended(scheduler if lost == "scheduler" else worker)
         _, err = started.communicate(timeout=120)
     finally:
         _ended(scheduler, worker)
     message = err.decode()
     assert started.returncode == 2, message
     assert "Traceback" not in message and message.count("warmfit: error:") == 1, message
+    return message
+
+
+def test_a_lost_scheduler_ends_the_command_with_exit_2(trace: Path, tmp_path: Path) -> None:
+    """The scheduler killed mid-replay: exit 2 with one line, never a traceback or a hang."""
+    _lost_mid_replay(trace, tmp_path, "scheduler")
+
+
+def test_a_lost_sole_worker_ends_the_command_after_the_task_deadline(
+    trace: Path, tmp_path: Path
+) -> None:
+    """The cluster's only worker killed mid-replay: the scheduler keeps the tasks and
+    waits for a worker that never comes; the command ends at its tasks' deadline (60 s,
+    here 12 s with WARMFIT_WORKER_PATIENCE=0.2), exit 2 with one line saying so."""
+    message = _lost_mid_replay(trace, tmp_path, "worker", patience="0.2")
     assert "did not finish within 12 s" in message and "no worker" in message, message
 
 
