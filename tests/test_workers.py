@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,3 +162,62 @@ def test_a_killed_resource_tracker_prints_no_traceback(
     code, _, err = started.finish(limit=120)
     assert code == 0, err
     assert "Traceback" not in err and "resource_tracker" not in err, err
+
+
+# --------------------------------------------------------------------------- the fork server's hook
+
+
+def _raised_in(function: str, filename: str, error: BaseException) -> tuple[Any, ...]:
+    """``sys.exc_info()`` of ``error`` raised in a function ``function`` of a file named
+    ``filename`` (compiled under that name), as the fork server's hook is given it."""
+    code = compile(f"def {function}(error):\n    raise error\n", filename, "exec")
+    space: dict[str, Any] = {}
+    exec(code, space)
+    try:
+        space[function](error)
+    except BaseException:
+        return sys.exc_info()
+    raise AssertionError("not raised")
+
+
+@pytest.mark.parametrize(
+    ("function", "filename", "error", "silent"),
+    [
+        # a worker that cannot start because the command ended as it started it
+        ("_main", "/usr/lib/python3/multiprocessing/spawn.py", OSError(9, "gone"), True),
+        ("_main", "/usr/lib/python3/multiprocessing/spawn.py", EOFError(), True),
+        ("_main", "/usr/lib/python3/multiprocessing/spawn.py", ValueError("a bug"), False),
+        ("_main", "/usr/lib/python3/other.py", OSError(9, "gone"), False),
+        ("main", "/usr/lib/python3/multiprocessing/spawn.py", OSError(9, "gone"), False),
+        # the server, out of file descriptors, taking a new worker's
+        ("recvfds", "/usr/lib/python3/multiprocessing/reduction.py", AssertionError(), True),
+        ("recvfds", "/usr/lib/python3/multiprocessing/reduction.py", OSError(24, "many"), True),
+        ("recvfds", "/usr/lib/python3/multiprocessing/reduction.py", ValueError("bug"), False),
+        ("sendfds", "/usr/lib/python3/multiprocessing/reduction.py", AssertionError(), False),
+    ],
+)
+def test_the_fork_server_is_silent_only_for_a_command_that_left(
+    function: str,
+    filename: str,
+    error: BaseException,
+    silent: bool,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fork server's ``sys.excepthook`` says nothing for the two failures that mean
+    the command has gone (a worker's start-up data gone; the server out of descriptors),
+    and prints any other exception as Python would."""
+    from warmfit.replay.forkserver import _quiet_when_the_command_left
+
+    printed: list[type[BaseException]] = []
+    monkeypatch.setattr(sys, "__excepthook__", lambda kind, value, tb: printed.append(kind))
+    _quiet_when_the_command_left(*_raised_in(function, filename, error))
+    assert printed == ([] if silent else [type(error)])
+
+
+def test_importing_the_fork_servers_module_elsewhere_changes_no_exit_code() -> None:
+    """Only the fork server ends at once (``os._exit(0)`` at exit): a process that merely
+    imports the module (a test importing every module) keeps its own exit code."""
+    code = "import sys, warmfit.replay.forkserver; sys.exit(3)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert done.returncode == 3, done.stderr
