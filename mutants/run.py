@@ -526,7 +526,9 @@ KILLERS.update({
                                     "tests/test_pricer_admission.py"),
     "warmfit/report/table.py": ("tests/test_layouts.py", "tests/test_stream.py",
                                 "tests/test_hostile_input.py", "tests/test_cli.py"),
-    **dict.fromkeys(("warmfit/replay/engines.py", "warmfit/replay/forkserver.py",
+    # test_workers.py: the fork server's excepthook, and its exit, tested directly
+    "warmfit/replay/forkserver.py": (*_REPLAY_TESTS, "tests/test_workers.py"),
+    **dict.fromkeys(("warmfit/replay/engines.py",
                      "warmfit/replay/medians.py",
                      "warmfit/replay/perwave.py", "warmfit/replay/reference.py",
                      "warmfit/replay/stream.py", "warmfit/replay/vectorized.py"),
