@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -213,11 +212,3 @@ def test_the_fork_server_is_silent_only_for_a_command_that_left(
     monkeypatch.setattr(sys, "__excepthook__", lambda kind, value, tb: printed.append(kind))
     _quiet_when_the_command_left(*_raised_in(function, filename, error))
     assert printed == ([] if silent else [type(error)])
-
-
-def test_importing_the_fork_servers_module_elsewhere_changes_no_exit_code() -> None:
-    """Only the fork server ends at once (``os._exit(0)`` at exit): a process that merely
-    imports the module (a test importing every module) keeps its own exit code."""
-    code = "import sys, warmfit.replay.forkserver; sys.exit(3)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
-    assert done.returncode == 3, done.stderr
