@@ -245,3 +245,22 @@ def test_two_recordings_of_one_run_label_are_told_apart_from_a_bad_numbering(
     write_trace(readings_frame([row]), tmp_path / "b" / "run=mine" / "rank=0" / "r.parquet")
     with pytest.raises(Exception, match="record one again with --run NAME"):
         read_trace([tmp_path / "a", tmp_path / "b"])
+
+
+def test_columns_beside_replays_load_replays_columns_and_those_named_only(
+    tmp_path: Path,
+) -> None:
+    """Replay's columns are every required one but ``step`` (SPEC §2: replay never uses it);
+    ``columns=()`` loads those and no more, ``columns=("step",)`` adds it."""
+    write_trace(valid().with_columns(pl.lit("x").alias("host")), tmp_path / "t.parquet")
+    required = [
+        "run", "rank", "seq", "step", "wave", "signature", "kind", "phase", "whole",
+        "packed_tokens", "logical_tokens", "output_bytes", "baseline_bytes", "peak_bytes",
+        "static_floor_bytes", "oom",
+    ]  # fmt: skip
+    replays = [c for c in required if c != "step"]
+    assert read_trace([tmp_path], columns=()).columns == replays
+    with_step = read_trace([tmp_path], columns=("step",))
+    assert with_step.columns == [*replays, "step"]
+    assert with_step["step"].to_list() == [None, None, 3, None]
+    assert read_trace([tmp_path]).columns == [*required, "host"]
