@@ -524,8 +524,11 @@ KILLERS.update({
     # the one search of recommend and the Pricer's max_tokens
     "warmfit/replay/admission.py": ("tests/test_recommend.py", "tests/test_recommend_oracle.py",
                                     "tests/test_pricer_admission.py"),
+    # test_one_replay.py: replay's golden outputs in every format; test_sweep_grid.py: sweep's
     "warmfit/report/table.py": ("tests/test_layouts.py", "tests/test_stream.py",
-                                "tests/test_hostile_input.py", "tests/test_cli.py"),
+                                "tests/test_hostile_input.py", "tests/test_cli.py",
+                                "tests/test_one_replay.py", "tests/test_sweep_grid.py",
+                                "tests/test_table.py"),
     **dict.fromkeys(("warmfit/replay/engines.py", "warmfit/replay/forkserver.py",
                      "warmfit/replay/medians.py",
                      "warmfit/replay/perwave.py", "warmfit/replay/reference.py",
