@@ -245,3 +245,77 @@ def test_two_recordings_of_one_run_label_are_told_apart_from_a_bad_numbering(
     write_trace(readings_frame([row]), tmp_path / "b" / "run=mine" / "rank=0" / "r.parquet")
     with pytest.raises(Exception, match="record one again with --run NAME"):
         read_trace([tmp_path / "a", tmp_path / "b"])
+
+
+def test_columns_beside_replays_load_replays_columns_and_those_named_only(
+    tmp_path: Path,
+) -> None:
+    """Replay's columns are every required one but ``step`` (SPEC §2: replay never uses it);
+    ``columns=()`` loads those and no more, ``columns=("step",)`` adds it."""
+    write_trace(valid().with_columns(pl.lit("x").alias("host")), tmp_path / "t.parquet")
+    required = [
+        "run", "rank", "seq", "step", "wave", "signature", "kind", "phase", "whole",
+        "packed_tokens", "logical_tokens", "output_bytes", "baseline_bytes", "peak_bytes",
+        "static_floor_bytes", "oom",
+    ]  # fmt: skip
+    replays = [c for c in required if c != "step"]
+    assert read_trace([tmp_path], columns=()).columns == replays
+    with_step = read_trace([tmp_path], columns=("step",))
+    assert with_step.columns == [*replays, "step"]
+    assert with_step["step"].to_list() == [None, None, 3, None]
+    assert read_trace([tmp_path]).columns == [*required, "host"]
+
+
+def test_write_trace_takes_an_arrow_table_as_a_polars_frame(tmp_path: Path) -> None:
+    write_trace(valid(), tmp_path / "polars" / "t.parquet")
+    write_trace(valid().to_arrow(), tmp_path / "arrow" / "t.parquet")
+    assert read_trace([tmp_path / "arrow"]).equals(read_trace([tmp_path / "polars"]))
+
+
+def test_written_optional_columns_take_their_types_and_other_extras_keep_theirs(
+    tmp_path: Path,
+) -> None:
+    frame = valid().with_columns(
+        pl.lit(7, pl.Int32).alias("estimate_bytes"),
+        pl.lit(200, pl.UInt16).alias("padded_tokens"),
+        pl.lit(900, pl.Int32).alias("sum_sq_tokens"),
+        pl.lit(3, pl.Int16).alias("host_id"),
+    )
+    schema = pq.read_schema(write_trace(frame, tmp_path / "t.parquet"))
+    types = {name: schema.field(name).type for name in schema.names}
+    assert types["estimate_bytes"] == types["padded_tokens"] == pa.int64()
+    assert types["sum_sq_tokens"] == pa.int64()
+    assert types["host_id"] == pa.int16()  # no meaning to warmfit: as it came
+    assert types["rank"] == pa.int32() and types["peak_bytes"] == pa.int64()
+
+
+def test_writing_without_required_columns_names_them_in_the_formats_order(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(TraceError, match=r"required columns peak_bytes, oom\.") as caught:
+        write_trace(valid().drop("oom", "peak_bytes"), tmp_path / "t.parquet")
+    assert "docs/reference/trace-format.md" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_written_trace_has_row_groups_of_2_to_the_17_readings(tmp_path: Path) -> None:
+    """2**17 + 1 readings: one row group of 131,072 and one of 1."""
+    n = 2**17 + 1
+    frame = pl.select(seq=pl.int_range(0, n, dtype=pl.Int64)).with_columns(
+        run=pl.lit("r"), rank=pl.lit(0), step=pl.lit(None, pl.Int64), wave=pl.col("seq"),
+        signature=pl.lit("s"), kind=pl.lit("flat"), phase=pl.lit("caller"),
+        whole=pl.lit(True), packed_tokens=pl.lit(1), logical_tokens=pl.lit(1),
+        output_bytes=pl.lit(0), baseline_bytes=pl.lit(0), peak_bytes=pl.lit(1),
+        static_floor_bytes=pl.lit(None, pl.Int64), oom=pl.lit(False),
+    )  # fmt: skip
+    meta = pq.ParquetFile(write_trace(frame, tmp_path / "t.parquet")).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [131_072, 1]
+
+
+def test_a_write_that_fails_leaves_no_file_and_no_folder_it_made(tmp_path: Path) -> None:
+    """Parquet has no interval type, so pyarrow refuses the column once writing has begun."""
+    gap = pa.array([pa.MonthDayNano([0, 1, 0])] * 4, pa.month_day_nano_interval())
+    table = valid().to_arrow().append_column("gap", gap)
+    with pytest.raises(pa.ArrowNotImplementedError):
+        write_trace(table, tmp_path / "new" / "deeper" / "t.parquet")
+    assert list(tmp_path.iterdir()) == []

@@ -68,8 +68,7 @@ def write_trace(
     so a replay reading one batch of streams decodes little beyond them.
     """
     table = to_arrow(frame, metadata)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = Path(path)  # write_atomically makes its missing folders, and unmakes them on failure
 
     def write(sink: BinaryIO) -> None:
         pq.write_table(
