@@ -230,7 +230,8 @@ def test_both_engines_hand_the_fold_the_recorded_prices_unscaled() -> None:
     - wave 2: paid 0 B on its first reading and 9_000 B on its second (500, 600 B): the
       first, 0, counts; max-merge 30 B/token * 100 = 3_000, 3_300 at 1.1.
 
-    A recorded price's bytes before the factor are the price itself (-1: none)."""
+    A recorded price's bytes before the factor are the price itself (-1: none). Warm-fit,
+    between them, prices as it does without ``recorded`` (no price lands in its place)."""
     frame = _frame(
         {"wave": 0, "phase": "forward", "peak_bytes": 1_000},
         {"wave": 0, "whole": True, "peak_bytes": 2_000, "estimate_bytes": 7_000},
@@ -240,14 +241,50 @@ def test_both_engines_hand_the_fold_the_recorded_prices_unscaled() -> None:
     )
     for engine in ("scalar", "vectorized"):
         priced = warmfit.replay.engines.price(
-            frame, [MaxMerge], 1.1, engine, "run", False, recorded=True
+            frame, BUILT_IN, 1.1, engine, "run", False, recorded=True
         )
-        assert priced.engine == engine
-        assert priced.estimate.tolist() == [-1, 7_000, 2_200, -1, 3_300, 0], engine
-        assert priced.set_by.tolist() == [0, 3, 1, 0, 1, 3], engine
-        assert priced.unscaled is not None
-        assert priced.unscaled.tolist() == [-1, 7_000, 2_000, -1, 3_000, 0], engine
+        alone = warmfit.replay.engines.price(frame, BUILT_IN, 1.1, engine, "run", False)
+        assert priced.engine == alone.engine == engine
+        assert priced.unscaled is not None and alone.unscaled is not None
+        # per wave: max-merge, warm-fit, recorded
+        assert priced.estimate[0::3].tolist() == [-1, 2_200, 3_300], engine
+        assert priced.estimate[2::3].tolist() == [7_000, -1, 0], engine
+        assert priced.set_by[0::3].tolist() == [0, 1, 1], engine
+        assert priced.set_by[2::3].tolist() == [3, 0, 3], engine
+        assert priced.unscaled[0::3].tolist() == [-1, 2_000, 3_000], engine
+        assert priced.unscaled[2::3].tolist() == [7_000, -1, 0], engine
+        for got, without in [
+            (priced.estimate, alone.estimate),
+            (priced.set_by, alone.set_by),
+            (priced.unscaled, alone.unscaled),
+        ]:
+            kept = got.reshape(3, 3)[:, :2].ravel()
+            assert kept.tolist() == without.tolist(), engine
         assert priced.actual.tolist() == [2_000, 3_000, 600], engine
+    # a trace without the column: recorded prices nothing, on either engine
+    for engine in ("scalar", "vectorized"):
+        bare = warmfit.replay.engines.price(
+            frame.drop("estimate_bytes"), [MaxMerge], 1.1, engine, "run", False, recorded=True
+        )
+        assert bare.estimate.tolist() == [-1, -1, 2_200, -1, 3_300, -1], engine
+        assert bare.unscaled is not None
+        assert bare.unscaled.tolist() == [-1, -1, 2_000, -1, 3_000, -1], engine
+
+
+def test_both_engines_give_each_profile_as_it_stands_after_the_trace() -> None:
+    # Signature s learns 200 then 300 B/token (20_000, 30_000 B on 100 tokens); z learns
+    # 50 B/token (5_000 B); a replay keeps each (run, rank, signature, policy)'s profile
+    # (recommend prices from them), on either engine.
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 20_000},
+        {"wave": 1, "whole": True, "peak_bytes": 30_000},
+        {"wave": 2, "whole": True, "peak_bytes": 5_000, "signature": "z"},
+    )
+    for engine in ("scalar", "vectorized"):
+        profiles = replay(frame, ["max-merge"], 1.1, engine).profiles
+        assert sorted(profiles) == [("run", 0, "s", "max-merge"), ("run", 0, "z", "max-merge")]
+        rates = [profiles[("run", 0, sig, "max-merge")].rate_max for sig in "sz"]  # type: ignore[attr-defined]
+        assert rates == [300.0, 50.0], engine
 
 
 # --------------------------------------------------------------------------- int() not round()
