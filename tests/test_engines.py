@@ -7,6 +7,7 @@ numbers are spelled out so that a reader can check them by hand.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -159,6 +160,131 @@ def test_prices_below_the_price_limit_stay_on_the_vectorized_engine(reference_sp
     result = replay(at_limit, ["max-merge"], 1.0, "vectorized")
     assert reference_spy.calls == 1 and result.engine == "scalar"  # and it says so
     assert result.per_wave.get_column("estimate_bytes").to_list() == [None, 2**61]
+
+
+def test_an_estimate_of_exactly_the_price_limit_goes_to_the_reference_engine(
+    reference_spy: _Spy,
+) -> None:
+    # p = 2**60 < PRICE_LIMIT = 2**61, but at a safety factor of 2.0 the estimate is
+    # 2**60 * 2 = 2**61, exactly the limit: the reference engine prices it (and says so);
+    # at 1.5 it is 3 * 2**59, below: the vectorized engine keeps it.
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 2**48, "packed_tokens": 1, "logical_tokens": 1},
+        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**12,
+         "logical_tokens": 2**12},
+    )  # fmt: skip
+    at_limit = replay(frame, ["max-merge"], 2.0, "vectorized")
+    assert reference_spy.calls == 1 and at_limit.engine == "scalar"
+    assert at_limit.per_wave.get_column("estimate_bytes").to_list() == [None, 2**61]
+    below = replay(frame, ["max-merge"], 1.5, "vectorized")
+    assert reference_spy.calls == 1 and below.engine == "vectorized"
+    # a price of exactly 2**61 (2**49 B/token * 2**12 tokens) goes there too, even when
+    # a safety factor of 0.5 brings its estimate down to 2**60
+    at_price_limit = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 2**49, "packed_tokens": 1, "logical_tokens": 1},
+        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**12,
+         "logical_tokens": 2**12},
+    )  # fmt: skip
+    halved = replay(at_price_limit, ["max-merge"], 0.5, "vectorized")
+    assert reference_spy.calls == 2 and halved.engine == "scalar"
+    assert halved.per_wave.get_column("estimate_bytes").to_list() == [None, 2**60]
+
+
+def test_both_engines_hand_the_fold_the_same_arrays_spelled_out() -> None:
+    """What each engine gives the summary fold, per wave (max-merge, safety factor 1.0):
+
+    - wave 0 (s, 20_000 B / 100 tokens): no profile, no floor: unpriced (-1, code 0, -1);
+    - wave 1 (s, 1_000 output bytes): 200 B/token * 100 = 20_000 + 1_000 = 21_000 (profile);
+    - wave 2 (z, 500 B below its 1_000 output bytes): unpriced; it teaches 0 B/token;
+    - wave 3 (z, no outputs): p = 0, no floor: 0 bytes, set by the profile (0 >= 0);
+    - wave 4 (f, floor 3_000, 10 output bytes): no profile: 3_010 bytes, set by the floor.
+
+    Numpy must not warn on the way (a warning reaches the user's terminal)."""
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 20_000},
+        {"wave": 1, "whole": True, "peak_bytes": 500, "output_bytes": 1_000},
+        {"wave": 2, "whole": True, "peak_bytes": 500, "output_bytes": 1_000, "signature": "z"},
+        {"wave": 3, "whole": True, "peak_bytes": 500, "signature": "z"},
+        {"wave": 4, "whole": True, "peak_bytes": 500, "output_bytes": 10, "signature": "f",
+         "static_floor_bytes": 3_000},
+    )  # fmt: skip
+    for engine in ("scalar", "vectorized"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            priced = warmfit.replay.engines.price(frame, [MaxMerge], 1.0, engine, "run", False)
+        assert priced.engine == engine
+        assert priced.estimate.tolist() == [-1, 21_000, -1, 0, 3_010], engine
+        assert priced.set_by.tolist() == [0, 1, 0, 1, 2], engine
+        assert priced.unscaled is not None
+        assert priced.unscaled.tolist() == [-1, 21_000, -1, 0, 3_010], engine
+        assert priced.actual.tolist() == [20_000, 500, 500, 500, 500], engine
+
+
+def test_both_engines_hand_the_fold_the_recorded_prices_unscaled() -> None:
+    """``recorded`` after max-merge (safety factor 1.1), per wave, spelled out:
+
+    - wave 0: a forward reading (1_000 B, no price), then the caller's (2_000 B, 7_000 B
+      paid): recorded 7_000, the first price there is; max-merge unpriced;
+    - wave 1 (3_000 B, no price): recorded unpriced; max-merge 20 B/token * 100 = 2_000,
+      2_200 at 1.1;
+    - wave 2: paid 0 B on its first reading and 9_000 B on its second (500, 600 B): the
+      first, 0, counts; max-merge 30 B/token * 100 = 3_000, 3_300 at 1.1.
+
+    A recorded price's bytes before the factor are the price itself (-1: none). Warm-fit,
+    between them, prices as it does without ``recorded`` (no price lands in its place)."""
+    frame = _frame(
+        {"wave": 0, "phase": "forward", "peak_bytes": 1_000},
+        {"wave": 0, "whole": True, "peak_bytes": 2_000, "estimate_bytes": 7_000},
+        {"wave": 1, "whole": True, "peak_bytes": 3_000},
+        {"wave": 2, "whole": True, "peak_bytes": 500, "estimate_bytes": 0},
+        {"wave": 2, "whole": True, "peak_bytes": 600, "estimate_bytes": 9_000},
+    )
+    for engine in ("scalar", "vectorized"):
+        priced = warmfit.replay.engines.price(
+            frame, BUILT_IN, 1.1, engine, "run", False, recorded=True
+        )
+        alone = warmfit.replay.engines.price(frame, BUILT_IN, 1.1, engine, "run", False)
+        assert priced.engine == alone.engine == engine
+        assert priced.unscaled is not None and alone.unscaled is not None
+        # per wave: max-merge, warm-fit, recorded
+        assert priced.estimate[0::3].tolist() == [-1, 2_200, 3_300], engine
+        assert priced.estimate[2::3].tolist() == [7_000, -1, 0], engine
+        assert priced.set_by[0::3].tolist() == [0, 1, 1], engine
+        assert priced.set_by[2::3].tolist() == [3, 0, 3], engine
+        assert priced.unscaled[0::3].tolist() == [-1, 2_000, 3_000], engine
+        assert priced.unscaled[2::3].tolist() == [7_000, -1, 0], engine
+        for got, without in [
+            (priced.estimate, alone.estimate),
+            (priced.set_by, alone.set_by),
+            (priced.unscaled, alone.unscaled),
+        ]:
+            kept = got.reshape(3, 3)[:, :2].ravel()
+            assert kept.tolist() == without.tolist(), engine
+        assert priced.actual.tolist() == [2_000, 3_000, 600], engine
+    # a trace without the column: recorded prices nothing, on either engine
+    for engine in ("scalar", "vectorized"):
+        bare = warmfit.replay.engines.price(
+            frame.drop("estimate_bytes"), [MaxMerge], 1.1, engine, "run", False, recorded=True
+        )
+        assert bare.estimate.tolist() == [-1, -1, 2_200, -1, 3_300, -1], engine
+        assert bare.unscaled is not None
+        assert bare.unscaled.tolist() == [-1, -1, 2_000, -1, 3_000, -1], engine
+
+
+def test_both_engines_give_each_profile_as_it_stands_after_the_trace() -> None:
+    # Signature s learns 200 then 300 B/token (20_000, 30_000 B on 100 tokens); z learns
+    # 50 B/token (5_000 B); a replay keeps each (run, rank, signature, policy)'s profile
+    # (recommend prices from them), on either engine.
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 20_000},
+        {"wave": 1, "whole": True, "peak_bytes": 30_000},
+        {"wave": 2, "whole": True, "peak_bytes": 5_000, "signature": "z"},
+    )
+    for engine in ("scalar", "vectorized"):
+        profiles = replay(frame, ["max-merge"], 1.1, engine).profiles
+        assert sorted(profiles) == [("run", 0, "s", "max-merge"), ("run", 0, "z", "max-merge")]
+        rates = [profiles[("run", 0, sig, "max-merge")].rate_max for sig in "sz"]  # type: ignore[attr-defined]
+        assert rates == [300.0, 50.0], engine
 
 
 # --------------------------------------------------------------------------- int() not round()

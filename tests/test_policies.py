@@ -61,6 +61,22 @@ def test_rate_and_sharing_of_a_reading() -> None:
     assert Reading(100, 100, 1_000, 5_000).rate == 0.0
 
 
+def test_a_reading_and_a_request_given_only_tokens_take_the_documented_defaults() -> None:
+    # What a policy of one's own sees when a caller gives tokens and bytes only: no
+    # outputs, not whole, the caller phase, a flat wave, no floor (base.py's defaults).
+    r = Reading(100, 200, 5_000)
+    assert (r.output_bytes, r.whole, r.phase, r.kind, r.static_floor_bytes) == (
+        0,
+        False,
+        "caller",
+        "flat",
+        None,
+    )
+    assert r.rate == 50.0  # every one of the 5_000 bytes is above the (no) outputs
+    q = PriceRequest(100, 200)
+    assert (q.output_bytes, q.kind, q.static_floor_bytes) == (0, "flat", None)
+
+
 @pytest.mark.parametrize("cls", [MaxMerge, WarmFit, WarmAffine])
 def test_no_profile_before_any_reading(cls: type[Policy]) -> None:
     assert cls().price(req(1_000)) is None

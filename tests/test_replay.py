@@ -17,7 +17,8 @@ from tests.whole_waves import policy_column, whole_wave, write_waves
 from warmfit.errors import PolicyError, UsageError
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.policies import MaxMerge
-from warmfit.replay import PER_WAVE_SCHEMA, SUMMARY_COLUMNS, replay
+from warmfit.replay import PER_WAVE_SCHEMA, SUMMARY_COLUMNS, estimate_bytes, replay
+from warmfit.replay.semantics import check_budget, first_recorded, unscaled_bytes
 from warmfit.samples.synthetic import EP1, EP2, pr991_readings, write_pr991
 
 REPO = Path(__file__).resolve().parent.parent
@@ -347,6 +348,16 @@ def test_a_numpy_price_is_a_price() -> None:
         _checked_price(MaxMerge, np.float64("nan"))
 
 
+def test_a_price_of_zero_or_a_fraction_is_a_price_and_a_boolean_is_not() -> None:
+    from warmfit.replay.reference import _checked_price
+
+    assert _checked_price(MaxMerge, 0) == 0  # no compute bytes: still a price (>= 0)
+    assert _checked_price(MaxMerge, 0.5) == 0.5
+    for value in (True, False):  # a bool is an int to Python, not a number of bytes
+        with pytest.raises(PolicyError, match=f"'max-merge' priced a wave at {value}"):
+            _checked_price(MaxMerge, value)
+
+
 # --------------------------------------------------------------------------- 1, 2: summary counts
 
 
@@ -403,3 +414,55 @@ def test_set_by_floor_counts_only_figure_waves(tmp_path: Path) -> None:
     expected = {"set_by_floor": 0, "set_by_profile": 1, "priced_waves": 1, "oom_waves": 1}
     for row in warmfit_json("replay", folder):
         assert {k: row[k] for k in expected} == expected, row["policy"]
+
+
+# --------------------------------------------------------------------------- semantics' edges
+# (issue 38's generated pass over warmfit/replay/semantics.py: its survivors' tests)
+
+
+def test_first_recorded_of_no_waves_is_an_empty_int64_array() -> None:
+    # A batch with no wave has no recorded price: an empty int64 array (not one -1, not None).
+    got = first_recorded(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    assert isinstance(got, np.ndarray) and got.dtype == np.int64 and got.shape == (0,)
+
+
+def test_a_price_of_zero_without_a_floor_adds_no_byte_before_the_factor() -> None:
+    # p = 0.9 B truncates to 0 learned bytes; with no floor the bytes before the safety
+    # factor are the outputs alone: 0 + 0 = 0 and 5 + 0 = 5 (a floor taken as 1 B gives 1, 6).
+    assert unscaled_bytes(0.9, 0, None) == 0
+    assert unscaled_bytes(0.9, 5, None) == 5
+    assert unscaled_bytes(0.0, 5, 0) == 5
+
+
+def test_bytes_before_the_factor_are_exact_up_to_int64_and_capped_there() -> None:
+    # 2**63 - 1 B of outputs and p = 0: exactly int64's largest, kept as it is;
+    # 5 B of floor more would pass it: capped at 2**63 - 1 (an estimate past it is refused).
+    largest = 2**63 - 1
+    assert unscaled_bytes(0.0, largest, None) == largest
+    assert unscaled_bytes(0.0, largest, 5) == largest
+    assert unscaled_bytes(None, largest - 7, 5) == largest - 2
+
+
+def test_an_estimate_of_2_to_the_63_bytes_is_refused_and_one_double_below_is_not() -> None:
+    # 2**63 bytes does not fit int64's largest (2**63 - 1); the double just below it,
+    # 2**63 - 1024, does, and is the estimate at a safety factor of 1.0.
+    with pytest.raises(OverflowError, match="exceeds int64"):
+        estimate_bytes(2.0**63, 0, None, 1.0)
+    assert estimate_bytes(2.0**63 - 1024, 0, None, 1.0) == (2**63 - 1024, "profile")
+    # the same price through a replay: 2**61 B/token learned on 1 token, then a
+    # 4-token wave is priced 2**63 bytes: refused on both engines
+    frame = readings_frame([
+        whole_wave(0, 2**61, tokens=1), whole_wave(1, 1, tokens=4),
+    ])  # fmt: skip
+    for engine in ("scalar", "vectorized"):
+        with pytest.raises(UsageError, match=r"above 2\*\*63 bytes"):
+            replay(frame, ["max-merge"], 1.0, engine)
+
+
+def test_a_checked_budget_is_the_budget_given() -> None:
+    # recommend reads check_budget's answer (None: no budget): 0 and 5 bytes come back as given.
+    assert check_budget(0) == 0
+    assert check_budget(5) == 5
+    assert check_budget(None) is None
+    with pytest.raises(UsageError, match="bytes >= 0"):
+        check_budget(-1)
