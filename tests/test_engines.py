@@ -143,11 +143,7 @@ def test_an_estimate_beyond_int64_after_the_safety_factor_is_refused(reference_s
 
 def test_prices_below_the_price_limit_stay_on_the_vectorized_engine(reference_spy: _Spy) -> None:
     # p = 2**60 < PRICE_LIMIT = 2**61, estimate int(2**60 * 1.5): numpy's int64 is exact here.
-    frame = _frame(
-        {"wave": 0, "whole": True, "peak_bytes": 2**48, "packed_tokens": 1, "logical_tokens": 1},
-        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**12,
-         "logical_tokens": 2**12},
-    )  # fmt: skip
+    frame = _seed_then_4096_tokens(2**48)
     vectorized = replay(frame, ["max-merge"], 1.5, "vectorized")
     assert reference_spy.calls == 0
     assert vectorized.per_wave.get_column("estimate_bytes").to_list() == [None, 3 * 2**59]
@@ -162,17 +158,24 @@ def test_prices_below_the_price_limit_stay_on_the_vectorized_engine(reference_sp
     assert result.per_wave.get_column("estimate_bytes").to_list() == [None, 2**61]
 
 
+def _seed_then_4096_tokens(seed_peak: int) -> pl.DataFrame:
+    """A seed wave of one token peaking at ``seed_peak`` bytes (its rate in B/token), then
+    a wave of 2**12 tokens that max-merge prices at ``seed_peak * 2**12`` bytes."""
+    return _frame(
+        {"wave": 0, "whole": True, "peak_bytes": seed_peak, "packed_tokens": 1,
+         "logical_tokens": 1},
+        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**12,
+         "logical_tokens": 2**12},
+    )  # fmt: skip
+
+
 def test_an_estimate_of_exactly_the_price_limit_goes_to_the_reference_engine(
     reference_spy: _Spy,
 ) -> None:
     # p = 2**60 < PRICE_LIMIT = 2**61, but at a safety factor of 2.0 the estimate is
     # 2**60 * 2 = 2**61, exactly the limit: the reference engine prices it (and says so);
     # at 1.5 it is 3 * 2**59, below: the vectorized engine keeps it.
-    frame = _frame(
-        {"wave": 0, "whole": True, "peak_bytes": 2**48, "packed_tokens": 1, "logical_tokens": 1},
-        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**12,
-         "logical_tokens": 2**12},
-    )  # fmt: skip
+    frame = _seed_then_4096_tokens(2**48)
     at_limit = replay(frame, ["max-merge"], 2.0, "vectorized")
     assert reference_spy.calls == 1 and at_limit.engine == "scalar"
     assert at_limit.per_wave.get_column("estimate_bytes").to_list() == [None, 2**61]
@@ -180,11 +183,7 @@ def test_an_estimate_of_exactly_the_price_limit_goes_to_the_reference_engine(
     assert reference_spy.calls == 1 and below.engine == "vectorized"
     # a price of exactly 2**61 (2**49 B/token * 2**12 tokens) goes there too, even when
     # a safety factor of 0.5 brings its estimate down to 2**60
-    at_price_limit = _frame(
-        {"wave": 0, "whole": True, "peak_bytes": 2**49, "packed_tokens": 1, "logical_tokens": 1},
-        {"wave": 1, "whole": True, "peak_bytes": 1, "packed_tokens": 2**12,
-         "logical_tokens": 2**12},
-    )  # fmt: skip
+    at_price_limit = _seed_then_4096_tokens(2**49)
     halved = replay(at_price_limit, ["max-merge"], 0.5, "vectorized")
     assert reference_spy.calls == 2 and halved.engine == "scalar"
     assert halved.per_wave.get_column("estimate_bytes").to_list() == [None, 2**60]
