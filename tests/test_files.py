@@ -174,3 +174,23 @@ def test_what_cannot_be_read_as_a_trace_is_an_error(tmp_path: Path, make: str, s
     assert said in str(raised.value)
     if make == "missing":  # 'true' may have been meant as a flag's value
         assert "a flag takes no value" in str(raised.value)
+
+
+def test_folders_made_before_one_that_fails_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``a/b/c/out.csv`` where making ``c`` fails (a quota, a race): ``a`` and ``b``,
+    made for the write, are removed too, deepest first."""
+    made = []
+    real_mkdir = Path.mkdir
+
+    def mkdir(self: Path, *args: object, **kwargs: object) -> None:
+        if self.name == "c":
+            raise PermissionError(13, "Permission denied", str(self))
+        real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(self.name)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    with pytest.raises(PermissionError):
+        write_bytes_atomically(tmp_path / "a" / "b" / "c" / "out.csv", b"x")
+    assert made == ["a", "b"] and os.listdir(tmp_path) == []
