@@ -17,6 +17,7 @@ import pytest
 from warmfit.errors import TraceError
 from warmfit.format.files import (
     find_trace_files,
+    missing_path,
     not_regular,
     same_file,
     write_atomically,
@@ -194,3 +195,33 @@ def test_folders_made_before_one_that_fails_are_removed(
     with pytest.raises(PermissionError):
         write_bytes_atomically(tmp_path / "a" / "b" / "c" / "out.csv", b"x")
     assert made == ["a", "b"] and os.listdir(tmp_path) == []
+
+
+def test_a_folder_another_writer_makes_meanwhile_is_used_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writers into one new folder: the folder is missing when this one looks, and
+    there when it makes it (the other made it meanwhile). The write goes on."""
+    import warmfit.format.files as files
+
+    shared = tmp_path / "shared"
+    real_lexists = os.path.lexists
+
+    def racing(path: object) -> bool:
+        if Path(str(path)) == shared and not real_lexists(shared):
+            shared.mkdir()  # the other writer, between the look and the mkdir
+            return False
+        return real_lexists(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files.os.path, "lexists", racing)
+    assert write_bytes_atomically(shared / "out.csv", b"x").read_bytes() == b"x"
+
+
+def test_a_missing_paths_fix_names_a_flags_value_and_the_commands_guess() -> None:
+    plain = str(missing_path(Path("traces/mine"), None))
+    assert plain.endswith("Check the path.")
+    assert "flag" not in plain
+    flag = str(missing_path(Path("TRUE"), None))
+    assert "If 'TRUE' was meant as the value of a flag (--force), leave it out" in flag
+    guessed = str(missing_path(Path("traces/mine"), "Did you mean traces/mine.parquet?"))
+    assert guessed.endswith("Check the path. Did you mean traces/mine.parquet?")
