@@ -225,3 +225,19 @@ def test_a_missing_paths_fix_names_a_flags_value_and_the_commands_guess() -> Non
     assert "If 'TRUE' was meant as the value of a flag (--force), leave it out" in flag
     guessed = str(missing_path(Path("traces/mine"), "Did you mean traces/mine.parquet?"))
     assert guessed.endswith("Check the path. Did you mean traces/mine.parquet?")
+
+
+def test_a_temporary_file_removed_by_someone_else_keeps_the_writes_own_error(
+    tmp_path: Path,
+) -> None:
+    """A cleaner (tmpreaper, a person) removes the temporary file while the write fails:
+    the error raised is the write's own, not a FileNotFoundError from the clean-up."""
+
+    def removed_then_full(sink: object) -> None:
+        for stray in tmp_path.glob(".out.csv.*.tmp"):
+            stray.unlink()
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(tmp_path / "out.csv", removed_then_full)
+    assert os.listdir(tmp_path) == []
