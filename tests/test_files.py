@@ -86,6 +86,8 @@ def test_written_over_names_the_input_a_target_would_replace(tmp_path: Path) -> 
     hard = tmp_path / "hard.parquet"
     os.link(b, hard)
     assert written_over(tmp_path / "new.csv", [a, b]) is None  # nothing there yet
+    # a target that does not exist yet still names the input, once 'missing' is made
+    assert written_over(tmp_path / "missing" / ".." / "a.parquet", [a]) == a
     (tmp_path / "sub").mkdir()
     assert written_over(tmp_path / "sub" / ".." / "a.parquet", [b, a]) == a
     assert written_over(hard, [a, b]) == b  # the same file under another name

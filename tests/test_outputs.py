@@ -167,3 +167,19 @@ def test_a_write_that_fails_half_way_leaves_the_target_and_no_temporary_file(
         write_atomically(target, half)
     assert target.read_bytes() == b"the old 17 bytes!"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+
+
+def test_an_output_through_a_missing_folder_and_dots_never_writes_onto_its_input(
+    tmp_path: Path,
+) -> None:
+    """``in/missing/../run.data`` names the input ``in/run.data`` once ``missing`` is
+    made (write_atomically makes it): the check for the input looked only at outputs
+    that existed already, and ``check --write-expect`` wrote its TOML over the trace."""
+    trace = tmp_path / "in" / "run.data"  # a trace named directly: read whatever its suffix
+    trace.parent.mkdir()
+    trace.write_bytes(next(PR991.rglob("*.parquet")).read_bytes())
+    before = trace.read_bytes()
+    through = tmp_path / "in" / "missing" / ".." / "run.data"
+    code, output = warmfit_output("check", str(trace), "--write-expect", str(through))
+    assert code == 2 and "it is the input trace" in output, output
+    assert trace.read_bytes() == before and sorted(os.listdir(trace.parent)) == ["run.data"]

@@ -186,7 +186,7 @@ def check_new_file(path: Path, force: bool, inputs: list[Path] | None = None) ->
 
     if path.is_dir():
         raise UsageError(f"{path} is a directory; name a file to write.")
-    if inputs is not None and os.path.lexists(path):
+    if inputs is not None:
         hit = written_over(path, find_trace_files(inputs))
         if hit is not None:
             raise UsageError(

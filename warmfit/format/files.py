@@ -60,9 +60,8 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
 
 
 def written_over(target: str | os.PathLike[str], inputs: Iterable[Path]) -> Path | None:
-    """The input that writing ``target`` would replace, if any."""
-    if not os.path.lexists(target):
-        return None
+    """The input that writing ``target`` would replace, if any. A target that does not
+    exist yet may still name one: ``missing/../trace.data`` once ``missing`` is made."""
     resolved = Path(target).resolve()
     for path in inputs:
         if same_file(target, path) or path.resolve() == resolved:
