@@ -177,6 +177,8 @@ def test_what_cannot_be_read_as_a_trace_is_an_error(tmp_path: Path, make: str, s
     assert said in str(raised.value)
     if make == "missing":  # 'true' may have been meant as a flag's value
         assert "a flag takes no value" in str(raised.value)
+    if make == "empty":  # no logs there: nothing to recover
+        assert "recover" not in str(raised.value) and "-o directory" in str(raised.value)
 
 
 def test_folders_made_before_one_that_fails_are_removed(
