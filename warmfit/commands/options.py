@@ -193,7 +193,6 @@ def check_new_file(path: Path, force: bool, inputs: list[Path] | None = None) ->
                 f"will not write {path}: it is the input trace {hit}, and warmfit never "
                 "writes onto its input, not even with --force. Name another file."
             )
-    if inputs is not None:
         inside = inside_trace_directory(path, inputs)
         if inside is not None:
             raise UsageError(
