@@ -3,6 +3,9 @@ the invariants the PR relies on as hypothesis properties."""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.command_line import Invoke
+from tests.command_line import Invoke, warmfit_process
 from tests.strategies import byte_counts, histories, readings, requests
 from tests.test_plot import worked
 from warmfit.errors import PolicyError
@@ -407,3 +410,112 @@ def test_a_misspelt_policy_gets_a_suggestion() -> None:
         get_policy("warmfit")
     with pytest.raises(PolicyError, match="not its file: mypol:MeanWhole"):
         get_policy("mypol.py:MeanWhole")
+
+
+# --------------------------------------------------------------------------- plugins
+
+#: A policy package as pip would install it: a module and its ``.dist-info`` whose
+#: ``entry_points.txt`` declares the module's class in the ``warmfit.policies`` group.
+PLUGIN_MODULE = '''
+from warmfit.policies import MaxMerge
+
+
+class Copied(MaxMerge):
+    """max-merge under another name: its rows must equal max-merge's."""
+
+    name = "copied-max-merge"
+    summary = "max-merge, installed as a plugin"
+'''
+
+
+def install_plugin(site: Path, entries: str, module: str = PLUGIN_MODULE) -> Path:
+    """Write the plugin module and a dist-info declaring ``entries`` under ``site``."""
+    info = site / "copied_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: copied-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[warmfit.policies]\n{entries}\n")
+    (site / "copied_plugin.py").write_text(module)
+    return site
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The registry as if no entry point had been read yet; restored afterwards."""
+    import warmfit.policies as registry
+
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_LOADED", False)
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    yield
+    sys.modules.pop("copied_plugin", None)
+
+
+def test_a_policy_installed_as_a_plugin_is_listed_and_replays(tmp_path: Path) -> None:
+    """The ``warmfit.policies`` entry-point group, end to end in a process of its own:
+    the plugin is listed after the built-ins, and prices a stored trace by its name
+    exactly as the class it copies does."""
+    site = install_plugin(tmp_path / "site", "copied = copied_plugin:Copied")
+    path = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    listed = warmfit_process("policies", env=env)
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert names == ["max-merge", "warm-fit", "warm-affine", "envelope", "copied-max-merge"]
+    assert "max-merge, installed as a plugin" in listed.stdout
+    trace = str(REPO / "traces" / "pr991")
+    run = warmfit_process("replay", trace, "-p", "max-merge", "-p", "copied-max-merge",
+                          "--format", "csv", env=env)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rows = [line.split(",") for line in run.stdout.splitlines()[1:]]
+    assert [r[1] for r in rows] == ["max-merge", "copied-max-merge"] * 2
+    for ours, theirs in zip(rows[::2], rows[1::2], strict=True):
+        assert ours[:1] + ours[2:] == theirs[:1] + theirs[2:]
+
+
+def test_plugins_are_read_once_and_only_when_a_name_is_looked_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_registry: None
+) -> None:
+    import warmfit.policies as registry
+
+    monkeypatch.syspath_prepend(str(install_plugin(tmp_path, "copied = copied_plugin:Copied")))
+    assert "copied-max-merge" not in registry._REGISTRY  # nothing read at import
+    assert get_policy("copied-max-merge").name == "copied-max-merge"
+    assert policy_names()[-1] == "copied-max-merge"
+    # once read, the group is not read again: a plugin removed since stays registered
+    del registry._REGISTRY["copied-max-merge"]
+    assert "copied-max-merge" not in policy_names()
+
+
+@pytest.mark.parametrize(
+    ("entries", "module", "expected"),
+    [
+        (
+            "broken = copied_plugin:Copied",
+            "raise ImportError('needs pricing-extras')\n",
+            "the policy plugin 'broken' (copied_plugin:Copied) failed to load: needs "
+            "pricing-extras. Fix or uninstall the package that provides it.",
+        ),
+        (
+            "clash = copied_plugin:Clash",
+            "from warmfit.policies import WarmFit\n\n\nclass Clash(WarmFit):\n"
+            "    name = 'max-merge'\n",
+            "the policy plugin 'clash' (copied_plugin:Clash) failed to load: two policies "
+            "are named 'max-merge': warmfit.policies.max_merge.MaxMerge and "
+            "copied_plugin.Clash. Rename one of them.",
+        ),
+    ],
+    ids=["import-error", "name-taken"],
+)
+def test_a_plugin_that_cannot_be_registered_is_named_with_exit_2(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_registry: None,
+    invoke: Invoke,
+    entries: str,
+    module: str,
+    expected: str,
+) -> None:
+    monkeypatch.syspath_prepend(str(install_plugin(tmp_path, entries, module)))
+    code, out, err = invoke("replay", str(REPO / "traces" / "pr991"), "-p", "warm-fit")
+    assert (code, out) == (2, "")
+    assert expected in err
+    assert "Traceback" not in err
