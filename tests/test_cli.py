@@ -178,8 +178,13 @@ def test_validate_prints_a_summary() -> None:
 
 
 def test_policies_lists_each_registered_policy_on_one_line() -> None:
-    lines = warmfit_stdout("policies").splitlines()
-    assert lines[0].startswith("max-merge ") and lines[1].startswith("warm-fit ")
+    """Names padded to the longest (``warm-affine``, 11 characters), two spaces, summary."""
+    assert warmfit_stdout("policies").splitlines() == [
+        "max-merge    highest rate and sharing ever seen (before ART PR #991)",
+        "warm-fit     max-merge lowered by a fit over the warm waves (ART PR #991)",
+        "warm-affine  warm-fit lowered by a fixed cost + per-token rate over the warm waves",
+        "envelope     interpolate between measured sizes, never below a smaller size's cost",
+    ]
 
 
 def test_every_command_has_a_one_line_help_and_an_example() -> None:

@@ -234,6 +234,23 @@ def test_per_wave_rows_follow_the_spec_schema_and_order() -> None:
     ]  # fmt: skip
 
 
+def test_a_results_repr_shows_what_replay_made_not_the_readings_it_was_given() -> None:
+    """The readings are the caller's frame, kept by reference for the reports: a result
+    printed in a notebook shows its per-wave rows and summary, not the input again."""
+    result = replay(readings_frame(WORKED), policies=["warm-fit"])
+    shown = repr(result)
+    assert shown.startswith("ReplayResult(per_wave=shape: (3, ")
+    assert "summary=shape: (1, " in shown and "policies=('warm-fit',)" in shown
+    assert "readings=" not in shown
+    assert result.readings.height == len(WORKED)
+    # what the plot colours by: wave 0 seeds the profile, the whole waves after it are warm
+    assert result.roles.rows() == [
+        ("run", 0, 0, "seed"),
+        ("run", 0, 1, "warm"),
+        ("run", 0, 2, "warm"),
+    ]
+
+
 def test_summary_has_a_row_for_every_run_and_policy_in_order() -> None:
     rows = [dict(WORKED[0], run="b"), dict(WORKED[1], run="a")]
     summary = replay(readings_frame(rows), policies=["warm-fit", "max-merge"]).summary
