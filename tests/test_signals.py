@@ -280,3 +280,52 @@ def test_only_a_thread_python_would_join_sends_the_exit_through_python() -> None
     joined.join()
     daemon.join()
     assert not _other_threads_to_join()
+
+
+#: Raises ``WARMFIT_TEST_RAISE`` when ``typer`` is imported: an error of the start-up's
+#: imports that is no signal (a broken install; a KeyboardInterrupt raised by code).
+RAISER = textwrap.dedent(
+    """
+    import os, sys
+
+    class Raiser:
+        def find_spec(self, name, path=None, target=None):
+            if name == "typer":
+                raise {"KeyboardInterrupt": KeyboardInterrupt, "ImportError": ImportError}[
+                    os.environ["WARMFIT_TEST_RAISE"]]("raised while typer imports")
+            return None
+
+    sys.meta_path.insert(0, Raiser())
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "last_line"),
+    [
+        (
+            "KeyboardInterrupt",
+            130,
+            "warmfit: interrupted (Ctrl-C) as it started; nothing was written.",
+        ),
+        ("ImportError", 1, "ImportError: raised while typer imports"),
+    ],
+)
+def test_an_error_while_the_command_line_imports_is_a_stop_or_itself(
+    tmp_path: Path, raised: str, code: int, last_line: str
+) -> None:
+    """``python -m warmfit`` before ``warmfit.cli`` is imported: a KeyboardInterrupt is a
+    stop however it came (its one line, exit 130); any other error is no signal, and is
+    raised as it is (Python's traceback ends with it), not turned into a stop."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(RAISER)
+    path = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "WARMFIT_TEST_RAISE": raised}
+    done = subprocess.run(
+        [sys.executable, "-m", "warmfit", "policies"],
+        cwd=REPO, capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (code, "")
+    assert done.stderr.strip().splitlines()[-1] == last_line
+    assert ("Traceback" in done.stderr) == (raised == "ImportError")
