@@ -183,3 +183,28 @@ def test_an_output_through_a_missing_folder_and_dots_never_writes_onto_its_input
     code, output = warmfit_output("check", str(trace), "--write-expect", str(through))
     assert code == 2 and "it is the input trace" in output, output
     assert trace.read_bytes() == before and sorted(os.listdir(trace.parent)) == ["run.data"]
+
+
+@pytest.mark.parametrize("kind", list(OUTPUTS))
+def test_an_existing_output_is_kept_without_force(tmp_path: Path, kind: str) -> None:
+    """Every command that writes a file refuses one already there (exit 2, its bytes as
+    they were) unless --force is given."""
+    out = tmp_path / f"result{SUFFIX[kind]}"
+    out.write_bytes(b"someone's file")
+    code, output = warmfit_output(*OUTPUTS[kind](PR991, out))
+    assert code == 2 and f"will not overwrite without --force: {out}" in output
+    assert out.read_bytes() == b"someone's file"
+
+
+@pytest.mark.parametrize("kind", list(OUTPUTS))
+def test_an_output_named_as_the_input_trace_is_refused_even_with_force(
+    tmp_path: Path, kind: str
+) -> None:
+    """A trace file named directly is read whatever its suffix: one named like the
+    output (``trace.png``) and given as both is still never written over."""
+    trace = tmp_path / f"trace{SUFFIX[kind]}"
+    trace.write_bytes((PR991 / "EP1.parquet").read_bytes())
+    before = trace.read_bytes()
+    code, output = warmfit_output(*OUTPUTS[kind](trace, trace), "--force")
+    assert code == 2 and "never writes onto its input" in output
+    assert trace.read_bytes() == before
