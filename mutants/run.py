@@ -614,7 +614,7 @@ MORE_MODULES: dict[str, tuple[str, ...]] = {
                                   "tests/test_cli.py"),
     "warmfit/run/__init__.py": _RUN_TESTS,
     "warmfit/run/cluster.py": _RUN_TESTS,
-    "warmfit/run/memory.py": _RUN_TESTS,
+    "warmfit/run/memory.py": (*_RUN_TESTS, "tests/test_memory.py"),
     "warmfit/run/signals.py": _RUN_TESTS,
     "warmfit/run/tasks.py": _RUN_TESTS,
     "warmfit/run/workers.py": _RUN_TESTS,

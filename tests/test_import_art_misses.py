@@ -193,7 +193,10 @@ def test_a_directory_with_no_good_report_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "m.parquet"
     result = CliRunner().invoke(app, ["import", "art-misses", str(folder), "-o", str(out)])
     assert result.exit_code == 2 and not out.exists()
-    assert "no report could be imported (0 reports imported, 1 malformed" in result.output
+    assert "no report could be imported (0 reports imported, 1 malformed" in result.stderr
+    # nothing on stdout: no line on where estimate_bytes came from, the refusal on stderr
+    assert result.stdout == ""
+    assert f"warmfit: refused {folder / 'a.json'} (malformed): " in result.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
     result = CliRunner().invoke(app, ["import", "art-misses", str(empty), "-o", str(out)])
@@ -203,6 +206,20 @@ def test_a_directory_with_no_good_report_writes_nothing(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2 and "does not exist" in result.output
     assert "Traceback" not in result.output and not out.exists()
+
+
+def test_an_existing_output_needs_force(tmp_path: Path) -> None:
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    (folder / "one.json").write_bytes(canonical(report(1, occurred="2026-01-01T00:00:00Z")))
+    out = tmp_path / "m.parquet"
+    out.write_bytes(b"someone's file")
+    args = ["import", "art-misses", str(folder), "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and f"will not overwrite without --force: {out}" in result.stderr
+    assert out.read_bytes() == b"someone's file"
+    assert CliRunner().invoke(app, [*args, "--force"]).exit_code == 0
+    assert out.read_bytes().startswith(b"PAR1")
 
 
 def test_a_number_beyond_its_column_is_refused_as_malformed(tmp_path: Path) -> None:

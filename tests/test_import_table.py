@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -124,6 +125,14 @@ def test_the_output_is_never_the_input_and_needs_force_to_overwrite(
         "import", "table", str(table), "--map", str(mapping), "-o", "t.csv"
     )
     assert code == 2 and "name a .parquet file" in output
+    # a hard link to the table, under another name, is the same file: refused too
+    linked = tmp_path / "linked.parquet"
+    os.link(disguised, linked)
+    code, output = warmfit_output(
+        "import", "table", str(disguised), "--map", str(mapping), "-o", str(linked), "--force"
+    )
+    assert code == 2 and f"will not write {linked}: it is the input {disguised}" in output
+    assert linked.read_text() == TABLE and os.path.samefile(linked, disguised)
 
 
 @pytest.mark.parametrize(
@@ -555,6 +564,7 @@ def test_all_zero_baselines_under_flat_peaks_are_warned_about(tmp_path: Path) ->
         in result.output
     )
     assert "smallest peak is 73% of the largest" in result.output
+    assert "warning" in result.stderr and "warning" not in result.stdout  # stdout: the summary
     # saying baseline_bytes = 0 plainly is heard: no warning
     mapping.write_text(mapping.read_text() + "baseline_bytes = 0\n")
     result = CliRunner().invoke(

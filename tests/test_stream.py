@@ -445,20 +445,6 @@ def test_the_engines_reading_counts_are_the_traces(parts: list[pl.DataFrame]) ->
     assert got.to_dicts() == reading_counts(frame).sort(keys).select(got.columns).to_dicts()
 
 
-def test_freed_memory_settings_touch_only_what_they_say(monkeypatch: pytest.MonkeyPatch) -> None:
-    from warmfit.run.memory import JEMALLOC_CONF, KEEP, keep_freed_memory, polars_keeps_freed_memory
-
-    keep_freed_memory()  # glibc's mallopt, or nothing: never an error
-    monkeypatch.setenv(JEMALLOC_CONF, "polars-default")
-    with polars_keeps_freed_memory():
-        assert os.environ[JEMALLOC_CONF] == KEEP
-    assert os.environ[JEMALLOC_CONF] == "polars-default"
-    monkeypatch.delenv(JEMALLOC_CONF)
-    with polars_keeps_freed_memory():
-        assert os.environ[JEMALLOC_CONF] == KEEP
-    assert JEMALLOC_CONF not in os.environ
-
-
 # --------------------------------------------------------------------------- faults, caused
 
 
