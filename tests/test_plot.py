@@ -300,7 +300,7 @@ def test_a_signature_some_runs_lack_is_named_once(tmp_path: Path) -> None:
     args = ["plot", str(tmp_path / "trace"), "-o", str(tmp_path / "f.png"), "--signature", "t"]
     result = CliRunner().invoke(app, [*args, "--engine", "scalar"])
     assert result.exit_code == 0, result.output
-    assert "signature 't' is not in 1 run (other): the middle panel shows" in result.output
+    assert "signature 't' is not in 1 run (other): the middle panel shows" in result.stderr
     assert result.output.count("middle panel") == 1
 
 
@@ -771,7 +771,7 @@ def test_plot_rank_draws_that_ranks_waves_alone(
     assert result.exit_code == 0, result.output
     (data,) = seen
     assert data.rank == 1 and data.runs == ("R",)
-    assert "rank 1 is not in 1 run (solo): not drawn" in result.output
+    assert "rank 1 is not in 1 run (solo): not drawn" in result.stderr
     for frame in (data.peaks, data.rates, data.drawn.peaks, data.drawn.rates):
         assert frame.get_column("rank").unique().to_list() == [1]
     assert data.main_profiles == {"R": (1, "s")}
