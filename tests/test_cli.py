@@ -337,3 +337,17 @@ def test_verbose_says_how_many_jobs_and_why(monkeypatch: pytest.MonkeyPatch) -> 
         "this process\n"
     )
     assert CliRunner().invoke(app, ["replay", PR991, "-f", "csv"]).stderr == ""  # quiet
+
+
+def test_verbose_names_the_cluster_and_lists_no_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --cluster the batches go to its workers: --verbose names it (escaped), before
+    the replay finds nothing listening there (1 s here) and says so."""
+    pytest.importorskip("distributed")
+    monkeypatch.setenv("WARMFIT_WORKER_PATIENCE", "0.1")
+    result = CliRunner().invoke(
+        app, ["replay", PR991, "-v", "--cluster", "tcp://127.0.0.1:9\x1b", "-f", "csv"]
+    )
+    assert result.exit_code == 2 and result.stdout == ""
+    first, *rest = result.stderr.splitlines()
+    assert first == "jobs: on the Dask cluster at tcp://127.0.0.1:9\\x1b"
+    assert len(rest) == 1 and "cannot reach the Dask scheduler" in rest[0]

@@ -473,3 +473,16 @@ def test_a_trace_of_one_reading_has_order_figures(tmp_path: Path, invoke: Invoke
     assert code == 0, err
     text = json.dumps(json.loads(out))
     assert '"permutations": 3' in text and '"under_peak_worst": 0' in text
+
+
+def test_the_seed_of_permute_is_taken_and_refused_alone(tmp_path: Path, invoke: Invoke) -> None:
+    """``--permute 3 --seed 7`` replays (the seed chooses the orders); ``--seed 7``
+    without ``--permute`` is refused, naming what to add."""
+    trace = str(Path(__file__).resolve().parent.parent / "traces" / "pr991")
+    code, out, err = invoke("replay", trace, "-p", "max-merge", "--permute", "3", "--seed", "7",
+                            "-f", "json")  # fmt: skip
+    assert code == 0, err
+    assert '"permutations": 3' in json.dumps(json.loads(out))
+    code, out, err = invoke("replay", trace, "-p", "max-merge", "--seed", "7")
+    assert (code, out) == (2, "")
+    assert "--seed chooses the orders of --permute; give --permute N with it." in err
