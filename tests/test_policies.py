@@ -225,6 +225,25 @@ def test_registering_a_second_policy_under_a_taken_name_fails() -> None:
         register(Impostor)
 
 
+@pytest.mark.parametrize("name", [None, "", 7], ids=["unset", "empty", "not-a-string"])
+def test_a_policy_class_without_a_usable_name_is_refused(name: object) -> None:
+    """A concrete policy class must name itself (its ``--policy`` name): unset, empty or
+    not a string is refused before anything is registered."""
+
+    class Nameless(MaxMerge):
+        pass
+
+    if name is None:
+        Nameless.name = None  # type: ignore[assignment]  # as if no class above had set one
+    else:
+        Nameless.name = name  # type: ignore[assignment]
+    with pytest.raises(
+        PolicyError, match=r"^policy class .*Nameless has no 'name': give it one\.$"
+    ):
+        register(Nameless)
+    assert Nameless not in [get_policy(n) for n in policy_names()]
+
+
 # ----------------------------------------------------------------- properties
 
 POLICIES = [MaxMerge, WarmFit, WarmAffine]
@@ -483,6 +502,27 @@ def test_plugins_are_read_once_and_only_when_a_name_is_looked_up(
     # once read, the group is not read again: a plugin removed since stays registered
     del registry._REGISTRY["copied-max-merge"]
     assert "copied-max-merge" not in policy_names()
+
+
+def test_as_imported_the_registry_has_read_no_plugin_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second, fresh instance of the module (its own registry, as a new process
+    imports it): the built-ins only, then the plugins at the first lookup."""
+    import importlib.util
+
+    import warmfit.policies as registry
+
+    monkeypatch.syspath_prepend(str(install_plugin(tmp_path, "copied = copied_plugin:Copied")))
+    spec = importlib.util.spec_from_file_location("fresh_policies", registry.__file__)
+    assert spec is not None and spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    try:
+        assert list(fresh._REGISTRY) == ["max-merge", "warm-fit", "warm-affine", "envelope"]
+        assert fresh.policy_names()[-1] == "copied-max-merge"
+    finally:
+        sys.modules.pop("copied_plugin", None)
 
 
 @pytest.mark.parametrize(
