@@ -55,3 +55,32 @@ def test_a_trace_of_no_readings_has_no_table(tmp_path: Path) -> None:
         "warmfit.torch_version, warmfit.recorder metadata: written by another tool or imported)",
         "  recovered   no",
     ]
+
+
+def test_a_recovered_trace_says_so_with_its_tallies_and_reserved_peaks(tmp_path: Path) -> None:
+    """One of two files recovered; the readings lost added over the files (3 + 1), the
+    waves skipped (2); a reserved-peak column gets its own column and caption."""
+    import polars as pl
+
+    def frame(run: str, reserved: int) -> pl.DataFrame:
+        rows = [dict(ROW, run=run, whole=True)]
+        return readings_frame(rows).with_columns(reserved_peak_bytes=pl.lit(reserved, pl.Int64))
+
+    write_trace(frame("run", 3 * 2**30), tmp_path / "a.parquet", {
+        "warmfit.recovered": "true", "warmfit.readings_lost": "3", "warmfit.skipped_waves": "2",
+    })  # fmt: skip
+    write_trace(frame("b", 2**30), tmp_path / "b.parquet", {"warmfit.readings_lost": "1"})
+    lines = warmfit_stdout("validate", tmp_path).splitlines()
+    assert lines[8:11] == [
+        "  recovered   yes, 1 of 2 files (written by 'warmfit recover' or after a rank did not "
+        "close: readings after its last flush may be missing)",
+        "              4 readings lost (the recorder could not write them)",
+        "              2 waves skipped by the recorder (arguments it cannot record)",
+    ]
+    assert lines[11].split() == [
+        "run", "signature", "waves", "readings", "whole", "oom", "reserved", "peak",
+    ]  # fmt: skip
+    assert lines[13].split() == ["b", "s", "1", "1", "1", "0", "1.07", "GB"]
+    assert lines[14].split() == ["run", "s", "1", "1", "1", "0", "3.22", "GB"]
+    caption = " ".join(lines[15:])
+    assert caption.endswith("; reserved peak = the largest allocator reserved pool (not priced)")
