@@ -244,6 +244,64 @@ def test_a_policy_class_without_a_usable_name_is_refused(name: object) -> None:
     assert Nameless not in [get_policy(n) for n in policy_names()]
 
 
+def test_register_gives_back_the_class_and_refuses_an_abstract_one() -> None:
+    """Usable as a decorator (the class is given back); a named class that leaves
+    abstract methods is named with what it lacks."""
+
+    class Half(Policy):
+        name = "half"
+
+    with pytest.raises(
+        PolicyError, match=r"^policy class .*Half does not implement observe, price\.$"
+    ):
+        register(Half)
+    assert register(MaxMerge) is MaxMerge
+
+
+def test_an_unknown_name_with_nothing_close_gets_no_suggestion() -> None:
+    with pytest.raises(PolicyError) as caught:
+        get_policy("zzzz")
+    assert str(caught.value) == (
+        "unknown policy 'zzzz'; registered policies: max-merge, warm-fit, warm-affine, "
+        "envelope. Run 'warmfit policies' to list them, or give 'module:Class'."
+    )
+
+
+def test_a_module_that_cannot_be_imported_gets_no_file_hint() -> None:
+    with pytest.raises(PolicyError) as caught:
+        get_policy("no_such_module_here:Thing")
+    assert str(caught.value).startswith(
+        "cannot load policy 'no_such_module_here:Thing': ModuleNotFoundError: No module named "
+        "'no_such_module_here'. Give a registered name"
+    )
+
+
+POLICY_HERE = "from warmfit.policies import MaxMerge\n\nclass Here(MaxMerge):\n    name = 'here'\n"
+
+
+@pytest.mark.parametrize(
+    "path_has", ["nothing", "the folder", "an empty entry"], ids=["neither", "cwd", "empty"]
+)
+def test_a_module_in_the_current_folder_is_found_as_python_m_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path_has: str
+) -> None:
+    """``-p here_policy:Here`` from the folder that holds ``here_policy.py``: the folder
+    is put on sys.path once, and only when neither it nor ``""`` (the current folder,
+    as ``python -m`` gives it) is there already."""
+    (tmp_path / "here_policy.py").write_text(POLICY_HERE)
+    monkeypatch.chdir(tmp_path)
+    start = [p for p in sys.path if p not in ("", str(tmp_path))]
+    start += {"nothing": [], "the folder": [str(tmp_path)], "an empty entry": [""]}[path_has]
+    monkeypatch.setattr(sys, "path", list(start))
+    monkeypatch.delitem(sys.modules, "here_policy", raising=False)
+    try:
+        assert get_policy("here_policy:Here").name == "here"
+        added = [str(tmp_path)] if path_has == "nothing" else []
+        assert sys.path == start + added
+    finally:
+        sys.modules.pop("here_policy", None)
+
+
 # ----------------------------------------------------------------- properties
 
 POLICIES = [MaxMerge, WarmFit, WarmAffine]
