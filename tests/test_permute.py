@@ -486,3 +486,24 @@ def test_the_seed_of_permute_is_taken_and_refused_alone(tmp_path: Path, invoke: 
     code, out, err = invoke("replay", trace, "-p", "max-merge", "--seed", "7")
     assert (code, out) == (2, "")
     assert "--seed chooses the orders of --permute; give --permute N with it." in err
+
+
+def test_permute_by_signature_gives_each_result_its_own_orders(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    """--by signature --permute: one row per run, signature and policy, as without
+    --permute, each joined to the orders of its own signature."""
+    rows = [
+        dict(seq=i, wave=i, signature=s, packed_tokens=100 * (i + 1), logical_tokens=100 * (i + 1),
+             peak_bytes=(7 if s == "a" else 3) * 1000 * (i + 1) + 50_000, whole=True)
+        for i, s in enumerate("abab")
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    base = ["replay", str(tmp_path), "-p", "max-merge", "--by", "signature", "-f", "json"]
+    code, plain, err = invoke(*base)
+    assert code == 0, err
+    code, out, err = invoke(*base, "--permute", "2")
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    assert [(r["run"], r["signature"]) for r in results] == [("run", "a"), ("run", "b")]
+    assert len(results) == len(json.loads(plain)["results"])
