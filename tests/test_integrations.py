@@ -170,6 +170,39 @@ def test_position_ids_for_every_row_are_read_and_other_shapes_ignored():
         assert batch_tokens({"input_ids": ids, "position_ids": other}) == rows
 
 
+# --------------------------------------------------------------------------- what both share
+
+
+def test_a_signature_neither_a_str_nor_a_function_is_a_usage_error():
+    from warmfit.integrations._common import WaveSpec
+
+    with pytest.raises(UsageError, match=r"^signature must be a str or a function "
+                       r"\(module, batch\) -> str; got int\.$"):  # fmt: skip
+        WaveSpec(7, None, None)
+
+
+def test_a_wave_spec_opens_a_wave_from_one_real_token_and_none_for_padding_alone(tmp_path):
+    """A row of 3 with 1 real token: packed 1, padded 3, squares 1, output 0 bytes unless
+    output_bytes says (4 bytes per id: 12); all padding: no wave, and none skipped."""
+    from warmfit.integrations._common import WaveSpec
+
+    recorder = Recorder(tmp_path, run="spec", device="cpu", flush_interval_s=3600)
+    ids = torch.ones(1, 3, dtype=torch.long)
+    padding = {"input_ids": ids, "attention_mask": torch.zeros(1, 3)}
+    one = {"input_ids": ids, "attention_mask": torch.tensor([[1, 0, 0]])}
+    spec = WaveSpec("s", None, None)
+    assert spec.wave(recorder, None, padding) is None
+    wave = spec.wave(recorder, None, one)
+    assert wave is not None
+    assert (wave.signature, wave.packed_tokens, wave.logical_tokens) == ("s", 1, 1)
+    assert (wave.padded_tokens, wave.sum_sq_tokens, wave.output_bytes) == (3, 1, 0)
+    sized = WaveSpec("s", None, lambda batch: 4 * batch["input_ids"].numel())
+    wave = sized.wave(recorder, None, one)
+    assert wave is not None and wave.output_bytes == 12
+    assert recorder.skipped_waves == 0
+    recorder.close()
+
+
 # --------------------------------------------------------------------------- Lightning
 
 
