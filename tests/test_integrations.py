@@ -239,7 +239,10 @@ def pl():
     return pytest.importorskip("lightning.pytorch")
 
 
-def _tiny_module(pl, manual: bool = False):
+def _tiny_module(pl, manual: bool = False, backwards: int = 1, step: bool = True):
+    """A tiny language model; with ``manual``, each batch runs ``backwards`` forward and
+    backward passes, then an optimizer step (none when not ``step``)."""
+
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -247,19 +250,23 @@ def _tiny_module(pl, manual: bool = False):
             self.head = torch.nn.Linear(32, 17)
             self.automatic_optimization = not manual
 
-        def training_step(self, batch, batch_idx):
+        def loss(self, batch):
             logits = self.head(torch.relu(self.embed(batch["input_ids"])))
             loss = torch.nn.functional.cross_entropy(
                 logits.flatten(0, 1), batch["input_ids"].flatten(), reduction="none"
             )
-            loss = (loss * batch["attention_mask"].flatten()).mean()
-            if manual:
-                optimizer = self.optimizers()
-                optimizer.zero_grad()
-                self.manual_backward(loss)
+            return (loss * batch["attention_mask"].flatten()).mean()
+
+        def training_step(self, batch, batch_idx):
+            if not manual:
+                return self.loss(batch)
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            for _ in range(backwards):
+                self.manual_backward(self.loss(batch))
+            if step:
                 optimizer.step()
-                return None
-            return loss
+            return None
 
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=1e-2)
@@ -267,7 +274,7 @@ def _tiny_module(pl, manual: bool = False):
     return Tiny()
 
 
-def _fit(pl, module, callback, max_steps: int, accumulate: int = 1, loader=None) -> None:
+def _fit(pl, module, callback, max_steps: int, accumulate: int = 1, loader=None, **options) -> None:
     trainer = pl.Trainer(
         max_steps=max_steps,
         accumulate_grad_batches=accumulate,
@@ -278,6 +285,7 @@ def _fit(pl, module, callback, max_steps: int, accumulate: int = 1, loader=None)
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=[callback],
+        **options,
     )
     if loader is None:
         loader = torch.utils.data.DataLoader(_lightning_batches(), batch_size=None)
@@ -318,6 +326,82 @@ def test_lightning_manual_optimization_records_the_whole_batch(pl, tmp_path):
     rows = _readings(recorder)
     _check_waves(rows, waves=3, steps=[0, 1, 2])
     assert {r["signature"] for r in rows} == {"manual"}
+
+
+def test_lightning_manual_optimization_takes_one_forward_reading_per_batch(pl, tmp_path):
+    """Two backward passes in each batch: the forward reading is taken at the first (a
+    second forward_done() would be refused), and the wave still runs to the batch's end."""
+    from warmfit.integrations.lightning import WarmfitCallback
+
+    recorder = Recorder(tmp_path, run="pl", device="cpu", flush_interval_s=3600)
+    _fit(pl, _tiny_module(pl, manual=True, backwards=2), WarmfitCallback(recorder), max_steps=2)
+    _check_waves(_readings(recorder), waves=2, steps=[0, 1])
+
+
+@pytest.mark.parametrize("manual", [False, True])
+def test_lightning_takes_the_caller_reading_before_the_step_only_with_automatic_optimization(
+    pl, tmp_path, manual
+):
+    """A meter whose peak grows by 100 bytes at each optimizer step, from 100: with
+    automatic optimization the caller reading is taken after backward, before the step
+    (wave k reads 100 + 100k); with manual optimization at the batch's end, after it
+    (100 + 100(k + 1)). The forward readings are 100 + 100k either way."""
+    from tests.fixed_meter import FixedMeter
+    from warmfit.integrations.lightning import WarmfitCallback
+
+    meter = FixedMeter(0, 100)
+    module = _tiny_module(pl, manual=manual)
+    configure = module.configure_optimizers
+
+    def configure_optimizers():
+        optimizer = configure()
+        optimizer.register_step_post_hook(lambda *_: setattr(meter, "peak", meter.peak + 100))
+        return optimizer
+
+    module.configure_optimizers = configure_optimizers
+    recorder = Recorder(tmp_path, run="pl", meter=meter, flush_interval_s=3600)
+    _fit(pl, module, WarmfitCallback(recorder), max_steps=3)
+    rows = _readings(recorder)
+    assert [r["peak_bytes"] for r in rows[::2]] == [100, 200, 300]
+    callers = [200, 300, 400] if manual else [100, 200, 300]
+    assert [r["peak_bytes"] for r in rows[1::2]] == callers
+
+
+def test_lightning_flushes_the_readings_after_the_last_step_when_training_ends(pl, tmp_path):
+    """Manual optimization that never steps the optimizer (no recorder step, so no flush
+    at a step): the 2 waves' 4 readings are in the log when fit() returns, before close."""
+    from warmfit.integrations.lightning import WarmfitCallback
+    from warmfit.recorder.log import LOG_NAME, rank_dir, read_log
+
+    recorder = Recorder(tmp_path, run="pl", device="cpu", flush_interval_s=3600)
+    module = _tiny_module(pl, manual=True, step=False)
+    _fit(pl, module, WarmfitCallback(recorder), -1, max_epochs=1, limit_train_batches=2)
+    assert recorder.readings == 4 and recorder.current_step == 0
+    assert read_log(rank_dir(tmp_path, "pl", 0) / LOG_NAME).readings == 4
+    _check_waves(_readings(recorder), waves=2, steps=[0, 0])
+
+
+def test_lightning_without_warmfit_record_never_counts_a_batch(pl, tmp_path, monkeypatch):
+    """No ``warmfit record``: the recorder records nothing, and the token and signature
+    functions are never called (recording costs nothing)."""
+    from warmfit.integrations.lightning import WarmfitCallback
+    from warmfit.recorder import ENV_DIR
+
+    monkeypatch.delenv(ENV_DIR, raising=False)
+    called = []
+
+    def signature(module, batch):
+        called.append("signature")
+        return "s"
+
+    def tokens(batch):
+        called.append("tokens")
+        return 5, 5
+
+    callback = WarmfitCallback(signature=signature, tokens=tokens)
+    _fit(pl, _tiny_module(pl), callback, max_steps=2)
+    assert callback.recorder is not None and not callback.recorder.enabled
+    assert called == []
 
 
 def test_lightning_out_of_memory_is_recorded_on_the_phase_it_interrupted(pl, tmp_path):
