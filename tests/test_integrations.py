@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -445,6 +450,111 @@ def _tiny_hf(hf_demo, steps: int):
     )  # fmt: skip
 
 
+def test_hf_demo_pads_to_a_multiple_of_8_with_labels_ignored_on_padding(hf_demo):
+    """Sequences of 3 and 9 tokens: padded to 16 (9 rounded up to a multiple of 8), ids 0
+    and labels -100 on padding, the mask 1 on the real tokens."""
+    batch = hf_demo.MarkovBatches._pad([[5, 6, 7], list(range(1, 10))])
+    ids = [[5, 6, 7] + [0] * 13, list(range(1, 10)) + [0] * 7]
+    assert batch["input_ids"].tolist() == ids
+    assert batch["attention_mask"].tolist() == [[1] * 3 + [0] * 13, [1] * 9 + [0] * 7]
+    labels = [[5, 6, 7] + [-100] * 13, list(range(1, 10)) + [-100] * 7]
+    assert batch["labels"].tolist() == labels
+    assert hf_demo.MarkovBatches._pad([[1] * 8])["input_ids"].shape == (1, 8)
+
+
+def test_hf_demo_batches_alternate_buckets_and_follow_the_chain_4_times_in_5(hf_demo):
+    """10 batches of 3 sequences: 5 of 8 to 56 tokens and 5 of 64 to 128 (shuffled), every
+    real token in 1..31; about 80% of the steps from one token to the next follow the
+    fixed chain (the rest are drawn at random)."""
+    data = hf_demo.MarkovBatches(_tiny_hf(hf_demo, steps=5), 10, seed=3)
+    assert len(data) == 10 and data[9] is data.batches[9]
+    lengths = sorted(int(b["attention_mask"].sum(dim=1).max()) for b in data.batches)
+    assert all(8 <= n <= 56 for n in lengths[:5]) and all(64 <= n <= 128 for n in lengths[5:])
+    follows = steps = 0
+    for batch in data.batches:
+        assert batch["input_ids"].shape[0] == 3
+        for row, mask in zip(
+            batch["input_ids"].tolist(), batch["attention_mask"].tolist(), strict=True
+        ):
+            real = row[: sum(mask)]
+            assert all(1 <= t < 32 for t in real)
+            follows += sum(data.next_token[a - 1] == b for a, b in itertools.pairwise(real))
+            steps += len(real) - 1
+    assert 0.75 < follows / steps < 0.85
+
+
+def test_hf_demo_signatures_by_the_longest_sequence_and_logs_about_6_times(hf_demo, tmp_path):
+    """A longest sequence of 56 tokens is short, 64 and 128 long; the loss is logged every
+    steps // 6 steps, at least every step."""
+    signature = hf_demo.signature_of()
+    for longest, name in ((8, "short"), (56, "short"), (64, "long"), (128, "long")):
+        batch = {"input_ids": torch.ones(2, 128), "attention_mask": torch.zeros(2, 128)}
+        batch["attention_mask"][1, :longest] = 1
+        assert signature(None, batch) == f"train/{name}"
+    for steps, every in ((1, 1), (11, 1), (12, 2), (30, 5)):
+        trainer, _ = hf_demo.build_trainer(
+            _tiny_hf(hf_demo, steps=steps), str(tmp_path / "out"), recorder=Recorder(None)
+        )
+        assert (trainer.args.max_steps, trainer.args.logging_steps) == (steps, every)
+        assert len(trainer.train_dataset) == 2 * steps  # two micro-batches a step
+
+
+def test_hf_demo_records_the_shipped_traces_first_step_again(hf_demo, tmp_path):
+    """traces/hf-qwen3moe-cpu is the demo with its defaults (its README: 255,360
+    parameters; recording again gives the same readings). Its first optimizer step,
+    recorded again, is the trace's first two waves: steps, signatures, tokens, whether
+    whole, and each reading's bytes above its baseline."""
+    import polars as pl
+
+    cfg = hf_demo.HfDemoConfig()
+    recorder = Recorder(tmp_path / "trace", run="again", device="cpu", flush_interval_s=3600)
+    trainer, _ = hf_demo.build_trainer(cfg, str(tmp_path / "out"), recorder=recorder)
+    assert sum(p.numel() for p in trainer.model.parameters()) == 255_360
+    assert cfg.model_tag == "qwen3moe-h64-l2-e8k2"
+    args = trainer.args  # the README's: 30 steps of 2 micro-batches, lr 3e-3 constant, seed 0
+    assert (args.max_steps, args.gradient_accumulation_steps, args.seed) == (30, 2, 0)
+    assert (args.learning_rate, args.lr_scheduler_type) == (3e-3, "constant")
+    assert args.use_cpu and args.device.type == "cpu"
+    trainer.args.max_steps = 1
+    trainer.train()
+    recorder.close()
+    shipped = Path(__file__).resolve().parent.parent / "traces" / "hf-qwen3moe-cpu"
+    columns = ["step", "wave", "signature", "phase", "whole", "packed_tokens", "logical_tokens"]
+
+    def readings(trace: Path) -> list[dict[str, object]]:
+        rows = read_trace([trace]).sort("seq")
+        return rows.select(
+            *columns, above=pl.col("peak_bytes") - pl.col("baseline_bytes")
+        ).to_dicts()
+
+    again = readings(tmp_path / "trace")
+    assert len(again) == 4 and again == readings(shipped)[:4]
+    assert [r["packed_tokens"] for r in again] == [432, 432, 381, 381]
+
+
+def test_hf_demo_main_trains_says_so_and_refuses_0_steps(hf_demo, tmp_path, monkeypatch, capsys):
+    """One step of the demo under warmfit record (its environment): 2 micro-batches, 4
+    readings; one step logs one loss, the train loss; chance is ln 256 = 5.5452."""
+    from warmfit.recorder import ENV_DIR, ENV_RUN
+
+    with pytest.raises(SystemExit) as refused:
+        hf_demo.main(["--steps", "0"])
+    assert refused.value.code == 2 and "--steps must be at least 1" in capsys.readouterr().err
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(ENV_RUN, "demo")
+    assert hf_demo.main(["--steps", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""  # no progress bar
+    said = re.search(  # its last line (the Trainer prints its logs before it)
+        r"\ndone: qwen3moe-h64-l2-e8k2, 1 steps in [0-9.]+ s; loss (\d\.\d{4}) -> (\d\.\d{4}) "
+        r"\(chance is 5\.5452; train loss (\d\.\d{4})\); recorded 4 readings\n\Z",
+        out,
+    )
+    assert said is not None, out
+    assert said[1] == said[2] == said[3]
+    assert read_trace([tmp_path]).height == 4
+
+
 def test_hf_trainer_records_each_micro_batch_of_accumulation(hf_demo, tmp_path):
     cfg = _tiny_hf(hf_demo, steps=2)
     recorder = Recorder(tmp_path / "trace", run="hf", device="cpu", flush_interval_s=3600)
@@ -493,6 +603,149 @@ def test_hf_record_trainer_refuses_a_second_call_and_leaves_an_unrecorded_traine
     plain, rec = hf_demo.build_trainer(cfg, str(tmp_path / "out2"))
     assert not rec.enabled
     assert "training_step" not in vars(plain) and "compute_loss" not in vars(plain)
+
+
+class _Trainer:
+    """What record_trainer and use_sampler use of a Hugging Face Trainer (``args``,
+    ``model``, ``training_step`` running ``compute_loss`` then backward, ``add_callback``),
+    without a training loop: the wrappers' own logic, step by step. ``losses``: the loss
+    computed that many times per step (a trainer of several losses); ``per_row``: a batch
+    of several rows run as one ``training_step`` per row, called from inside itself;
+    ``oom``: each step runs out of memory after its backward."""
+
+    def __init__(self, losses: int = 1, per_row: bool = False, oom: bool = False) -> None:
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(1, 1)
+        self.args = SimpleNamespace(device="cpu", max_steps=4)
+        self.callbacks: list[object] = []
+        self.losses, self.per_row, self.oom = losses, per_row, oom
+
+    def add_callback(self, callback: object) -> None:
+        self.callbacks.append(callback)
+
+    def compute_loss(self, model, inputs):
+        return model(inputs["input_ids"].float()[..., None]).sum()
+
+    def training_step(self, model, inputs):
+        rows = len(inputs["input_ids"])
+        if self.per_row and rows > 1:
+            one = [{k: v[i : i + 1] for k, v in inputs.items()} for i in range(rows)]
+            return sum(self.training_step(model, row) for row in one)
+        loss = sum(self.compute_loss(model, inputs) for _ in range(self.losses))
+        loss.backward()
+        if self.oom:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return loss.detach()
+
+
+@pytest.mark.parametrize("options", [{}, {"losses": 2, "per_row": True}])
+def test_hf_record_trainer_returns_each_steps_loss_and_records_one_wave_per_outer_step(
+    tmp_path, options
+):
+    """A micro-batch of padding alone runs unrecorded (its compute_loss outside any wave,
+    before the first); one of two rows of 3 tokens is one wave of 6, however many times
+    its step computes the loss (the forward reading taken at the first) or calls
+    training_step inside itself (only the outer call recorded). Each step returns the
+    loss the unrecorded trainer returns, and leaves the same gradients."""
+    pytest.importorskip("transformers")
+    from tests.fixed_meter import FixedMeter
+    from warmfit.integrations.huggingface import WarmfitStepCallback, record_trainer
+
+    recorder = Recorder(tmp_path, run="hf", meter=FixedMeter(0, 100), flush_interval_s=3600)
+    plain, trainer = _Trainer(**options), _Trainer(**options)
+    assert record_trainer(trainer, recorder, signature="train") is recorder
+    assert [type(c) for c in trainer.callbacks] == [WarmfitStepCallback]
+    padding = {"input_ids": torch.ones(2, 3), "attention_mask": torch.zeros(2, 3)}
+    rows = {"input_ids": torch.tensor([[1.0, 2, 3], [4, 5, 6]]), "attention_mask": torch.ones(2, 3)}
+    for batch in (padding, rows):
+        want = plain.training_step(plain.model, batch)
+        got = trainer.training_step(trainer.model, batch)
+        assert got is not None and got.item() == want.item() != 0
+    assert torch.equal(trainer.model.weight.grad, plain.model.weight.grad)
+    readings = _readings(recorder)
+    _check_waves(readings, waves=1, steps=[0])
+    assert [(r["signature"], r["packed_tokens"]) for r in readings] == [("train", 6)] * 2
+
+
+def test_hf_a_sampler_wave_that_runs_out_of_memory_returns_0_and_drops_its_gradients():
+    pytest.importorskip("transformers")
+    from tests.fixed_meter import FixedMeter
+    from warmfit import Pricer
+    from warmfit.integrations.sampler import BudgetSampler, use_sampler
+
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 100))
+    sampler = BudgetSampler([3], pricer, 10**9, first_wave_samples=1)
+    trainer = _Trainer(oom=True)
+    use_sampler(trainer, sampler)
+    next(iter(sampler))
+    loss = trainer.training_step(trainer.model, {"input_ids": torch.ones(1, 3)})
+    assert loss.item() == 0
+    assert [p.grad for p in trainer.model.parameters()] == [None, None]
+    pricer.close()
+
+
+def test_hf_use_sampler_then_record_trainer_records_the_batch_shape_where_counts_agree(
+    tmp_path,
+):
+    """use_sampler first: record_trainer with a recorder that records nothing (outside
+    warmfit record) leaves the trainer as it is; with another pricer it is refused; with
+    the sampler's, it records the sampler's waves. Samples of 3 and 4 tokens, one per
+    wave: the first batch holds its 3 tokens (one row: padded 3, squares 9, recorded);
+    the second holds one more than its sample (a collator that adds a token), so its
+    shape is not the wave's: neither column is recorded."""
+    pytest.importorskip("transformers")
+    from tests.fixed_meter import FixedMeter
+    from warmfit import Pricer
+    from warmfit.integrations.huggingface import record_trainer
+    from warmfit.integrations.sampler import BudgetSampler, use_sampler
+
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    lengths = [3, 4]
+    sampler = BudgetSampler(lengths, pricer, 10**9, first_wave_samples=1)
+    trainer = _Trainer()
+    use_sampler(trainer, sampler)
+    off = Recorder(None)
+    assert record_trainer(trainer, off) is off and trainer.callbacks == []
+    other = Recorder(
+        tmp_path / "other", run="hf", meter=FixedMeter(0, 100), pricer=Pricer("max-merge")
+    )
+    with pytest.raises(UsageError, match=r"^record_trainer\(\): the trainer packs its waves"):
+        record_trainer(trainer, other)
+    other.close()
+    recorder = Recorder(tmp_path / "trace", run="hf", meter=FixedMeter(0, 100), pricer=pricer,
+                        flush_interval_s=3600)  # fmt: skip
+    assert record_trainer(trainer, recorder) is recorder and len(trainer.callbacks) == 1
+    counts = []
+    for extra, indices in enumerate(sampler):
+        tokens = sum(lengths[i] for i in indices) + extra
+        counts.append(tokens)
+        trainer.training_step(trainer.model, {"input_ids": torch.ones(1, tokens)})
+    assert len(counts) == 2
+    readings = _readings(recorder)
+    _check_waves(readings, waves=2, steps=[0, 0])
+    first, second = readings[0], readings[2]
+    shape = (first["packed_tokens"], first["padded_tokens"], first["sum_sq_tokens"])
+    assert shape == (counts[0], counts[0], counts[0] ** 2)
+    assert second["packed_tokens"] == counts[1] - 1
+    assert (second["padded_tokens"], second["sum_sq_tokens"]) == (None, None)
+
+
+def test_hf_record_trainer_then_use_sampler_needs_the_samplers_pricer(tmp_path):
+    pytest.importorskip("transformers")
+    from tests.fixed_meter import FixedMeter
+    from warmfit import Pricer
+    from warmfit.integrations.huggingface import record_trainer
+    from warmfit.integrations.sampler import BudgetSampler, use_sampler
+
+    sampler = BudgetSampler([3, 4], Pricer("max-merge"), 10**9, first_wave_samples=1)
+    for pricer in (None, Pricer("max-merge")):
+        recorder = Recorder(tmp_path / str(pricer is None), run="hf", meter=FixedMeter(0, 1),
+                            pricer=pricer)  # fmt: skip
+        trainer = _Trainer()
+        record_trainer(trainer, recorder)
+        with pytest.raises(UsageError, match=r"^use_sampler\(\): the trainer is recorded with"):
+            use_sampler(trainer, sampler)
+        recorder.close()
 
 
 def _pad_to_longest(samples: list[list[int]]) -> dict[str, torch.Tensor]:
