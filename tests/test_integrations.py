@@ -485,7 +485,7 @@ def test_hf_demo_batches_alternate_buckets_and_follow_the_chain_4_times_in_5(hf_
 
 def test_hf_demo_signatures_by_the_longest_sequence_and_logs_about_6_times(hf_demo, tmp_path):
     """A longest sequence of 56 tokens is short, 64 and 128 long; the loss is logged every
-    steps // 6 steps, at least every step."""
+    steps // 6 steps, at least every step; the padding id 0 is the model's."""
     signature = hf_demo.signature_of()
     for longest, name in ((8, "short"), (56, "short"), (64, "long"), (128, "long")):
         batch = {"input_ids": torch.ones(2, 128), "attention_mask": torch.zeros(2, 128)}
@@ -497,6 +497,19 @@ def test_hf_demo_signatures_by_the_longest_sequence_and_logs_about_6_times(hf_de
         )
         assert (trainer.args.max_steps, trainer.args.logging_steps) == (steps, every)
         assert len(trainer.train_dataset) == 2 * steps  # two micro-batches a step
+    # each seed its own batches (the data's seed is derived from it)
+    data = [
+        hf_demo.build_trainer(
+            _tiny_hf(hf_demo, steps=1), str(tmp_path / "out"), seed, Recorder(None)
+        )[0].train_dataset.batches
+        for seed in (0, 1, 2)
+    ]
+    ids = [[b["input_ids"].tolist() for b in batches] for batches in data]
+    assert all(ids[i] != ids[j] for i, j in itertools.combinations(range(3), 2))
+    # the batches pad with id 0, the model's padding id: its embedding starts at 0
+    embeddings = trainer.model.get_input_embeddings()
+    assert embeddings.padding_idx == 0 and not embeddings.weight[0].any()
+    assert embeddings.weight[1:].abs().sum(dim=1).all()
 
 
 def test_hf_demo_records_the_shipped_traces_first_step_again(hf_demo, tmp_path):
@@ -552,7 +565,13 @@ def test_hf_demo_main_trains_says_so_and_refuses_0_steps(hf_demo, tmp_path, monk
     )
     assert said is not None, out
     assert said[1] == said[2] == said[3]
-    assert read_trace([tmp_path]).height == 4
+    # seed 0 by default, as build_trainer's (the README's): the same two micro-batches
+    default, _ = hf_demo.build_trainer(
+        hf_demo.HfDemoConfig(steps=1), str(tmp_path / "out"), recorder=Recorder(None)
+    )
+    tokens = sorted(int(b["attention_mask"].sum()) for b in default.train_dataset.batches)
+    rows = read_trace([tmp_path]).filter(phase="forward")
+    assert sorted(rows["packed_tokens"]) == tokens
 
 
 def test_hf_trainer_records_each_micro_batch_of_accumulation(hf_demo, tmp_path):
