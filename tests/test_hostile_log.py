@@ -37,6 +37,7 @@ from warmfit.recorder.log import (
     read_log,
     recover,
     recover_all,
+    write_lost_readings,
 )
 
 ROW = (0, 0, 0, "sig", "flat", "forward", False, 10, 20, 0, 100, 200, None, False)
@@ -720,3 +721,76 @@ def test_recover_of_a_file_says_it_is_a_file(tmp_path: Path) -> None:
     done = warmfit_cli("recover", str(path))
     assert done.exit_code == 2
     assert "is a file, not a directory" in done.stderr
+
+
+def _rank_log(root: Path, rank: int, batches: int) -> Path:
+    """Rank ``rank``'s log of ``batches`` batches of 4 readings."""
+    path = root / "run=r" / f"rank={rank}" / LOG_NAME
+    writer = LogWriter(path, "r", rank, {"warmfit.meter": "test"}, fsync=False)
+    for b in range(batches):
+        writer.append(_readings(range(b * 4, b * 4 + 4)))
+    writer.release()
+    return path
+
+
+def test_recover_says_for_each_log_what_it_kept_dropped_and_lost(tmp_path: Path) -> None:
+    """Each log's line, worked out. Rank 0: 3 batches of 4 readings kept, 100 bytes of a
+    fourth cut off by the kill, 5 readings its recorder could not write; rank 1: its only
+    batch cut off (1,366 of its bytes), nothing kept, so the log is named, not a trace.
+    Rank 3's one batch is whole: nothing dropped, nothing more said. The summary adds
+    the bytes dropped: 1,466. With rank 2's log damaged after 2 batches
+    (1,416 bytes unreadable, kept for a person), exit 2 and its bytes are not counted as
+    dropped. Run again where every log is a trace, it has nothing to recover."""
+
+    def logs(root: Path, damaged: bool) -> list[str]:
+        torn = _rank_log(root, 0, 4)
+        torn.write_bytes(torn.read_bytes()[: read_log(torn).batch_ends[2] + 100])
+        write_lost_readings(torn, 5)
+        only = _rank_log(root, 1, 1)
+        only.write_bytes(only.read_bytes()[:-50])
+        lines = [
+            f"{torn.with_name('readings.parquet')}: kept 12 readings in 3 batches; dropped 100 "
+            "bytes of a batch cut off by the kill (a batch here held 4 readings on average); "
+            "the recorder could not write 5 more (a full disk) [its last batch is cut off (a "
+            "process killed while writing it)]",
+            f"{only}: kept 0 readings in 0 batches; dropped 1,366 bytes of a batch cut off by "
+            "the kill [nothing kept: its last batch is cut off (a process killed while writing "
+            "it)]",
+        ]
+        if not damaged:
+            whole = _rank_log(root, 3, 1)
+            lines.append(
+                f"{whole.with_name('readings.parquet')}: kept 4 readings in 1 batch [complete]"
+            )
+        else:
+            bad = _rank_log(root, 2, 3)
+            data = bad.read_bytes()
+            end = read_log(bad).batch_ends[1]
+            bad.write_bytes(data[: end + 8] + b"\x5a" * (len(data) - end - 8))
+            lines.append(
+                f"{bad.with_name('readings.parquet')}: kept 8 readings in 2 batches; 1,416 "
+                "bytes after them cannot be read (the log is kept) [readable prefix kept; the "
+                "log is kept]"
+            )
+        return lines
+
+    clean = tmp_path / "clean"
+    lines = logs(clean, damaged=False)
+    result = warmfit_cli("recover", clean)
+    assert (result.exit_code, result.stdout.splitlines()) == (0, [
+        *lines,
+        "recovered 3 logs: 16 readings kept, 1,466 bytes dropped. Readings taken after a "
+        f"rank's last flush were never written. Replay it: warmfit replay {clean}",
+    ])  # fmt: skip
+    result = warmfit_cli("recover", clean)  # again: the logs are traces now
+    assert (result.exit_code, result.stdout) == (0, (
+        f"nothing to recover: {clean} holds no write-ahead log; its recording is already "
+        f"a trace. Replay it: warmfit replay {clean}\n"
+    ))  # fmt: skip
+    damaged = tmp_path / "damaged"
+    lines = logs(damaged, damaged=True)
+    result = warmfit_cli("recover", damaged)
+    assert (result.exit_code, result.stdout.splitlines()) == (2, [
+        *lines, "recovered 3 logs: 20 readings kept, 1,466 bytes dropped."
+    ])  # fmt: skip
+    assert "1 log could not be recovered completely" in result.stderr

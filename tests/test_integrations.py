@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -170,6 +175,39 @@ def test_position_ids_for_every_row_are_read_and_other_shapes_ignored():
         assert batch_tokens({"input_ids": ids, "position_ids": other}) == rows
 
 
+# --------------------------------------------------------------------------- what both share
+
+
+def test_a_signature_neither_a_str_nor_a_function_is_a_usage_error():
+    from warmfit.integrations._common import WaveSpec
+
+    with pytest.raises(UsageError, match=r"^signature must be a str or a function "
+                       r"\(module, batch\) -> str; got int\.$"):  # fmt: skip
+        WaveSpec(7, None, None)
+
+
+def test_a_wave_spec_opens_a_wave_from_one_real_token_and_none_for_padding_alone(tmp_path):
+    """A row of 3 with 1 real token: packed 1, padded 3, squares 1, output 0 bytes unless
+    output_bytes says (4 bytes per id: 12); all padding: no wave, and none skipped."""
+    from warmfit.integrations._common import WaveSpec
+
+    recorder = Recorder(tmp_path, run="spec", device="cpu", flush_interval_s=3600)
+    ids = torch.ones(1, 3, dtype=torch.long)
+    padding = {"input_ids": ids, "attention_mask": torch.zeros(1, 3)}
+    one = {"input_ids": ids, "attention_mask": torch.tensor([[1, 0, 0]])}
+    spec = WaveSpec("s", None, None)
+    assert spec.wave(recorder, None, padding) is None
+    wave = spec.wave(recorder, None, one)
+    assert wave is not None
+    assert (wave.signature, wave.packed_tokens, wave.logical_tokens) == ("s", 1, 1)
+    assert (wave.padded_tokens, wave.sum_sq_tokens, wave.output_bytes) == (3, 1, 0)
+    sized = WaveSpec("s", None, lambda batch: 4 * batch["input_ids"].numel())
+    wave = sized.wave(recorder, None, one)
+    assert wave is not None and wave.output_bytes == 12
+    assert recorder.skipped_waves == 0
+    recorder.close()
+
+
 # --------------------------------------------------------------------------- Lightning
 
 
@@ -206,7 +244,10 @@ def pl():
     return pytest.importorskip("lightning.pytorch")
 
 
-def _tiny_module(pl, manual: bool = False):
+def _tiny_module(pl, manual: bool = False, backwards: int = 1, step: bool = True):
+    """A tiny language model; with ``manual``, each batch runs ``backwards`` forward and
+    backward passes, then an optimizer step (none when not ``step``)."""
+
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -214,19 +255,23 @@ def _tiny_module(pl, manual: bool = False):
             self.head = torch.nn.Linear(32, 17)
             self.automatic_optimization = not manual
 
-        def training_step(self, batch, batch_idx):
+        def loss(self, batch):
             logits = self.head(torch.relu(self.embed(batch["input_ids"])))
             loss = torch.nn.functional.cross_entropy(
                 logits.flatten(0, 1), batch["input_ids"].flatten(), reduction="none"
             )
-            loss = (loss * batch["attention_mask"].flatten()).mean()
-            if manual:
-                optimizer = self.optimizers()
-                optimizer.zero_grad()
-                self.manual_backward(loss)
+            return (loss * batch["attention_mask"].flatten()).mean()
+
+        def training_step(self, batch, batch_idx):
+            if not manual:
+                return self.loss(batch)
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            for _ in range(backwards):
+                self.manual_backward(self.loss(batch))
+            if step:
                 optimizer.step()
-                return None
-            return loss
+            return None
 
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=1e-2)
@@ -234,7 +279,7 @@ def _tiny_module(pl, manual: bool = False):
     return Tiny()
 
 
-def _fit(pl, module, callback, max_steps: int, accumulate: int = 1, loader=None) -> None:
+def _fit(pl, module, callback, max_steps: int, accumulate: int = 1, loader=None, **options) -> None:
     trainer = pl.Trainer(
         max_steps=max_steps,
         accumulate_grad_batches=accumulate,
@@ -245,6 +290,7 @@ def _fit(pl, module, callback, max_steps: int, accumulate: int = 1, loader=None)
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=[callback],
+        **options,
     )
     if loader is None:
         loader = torch.utils.data.DataLoader(_lightning_batches(), batch_size=None)
@@ -287,6 +333,82 @@ def test_lightning_manual_optimization_records_the_whole_batch(pl, tmp_path):
     assert {r["signature"] for r in rows} == {"manual"}
 
 
+def test_lightning_manual_optimization_takes_one_forward_reading_per_batch(pl, tmp_path):
+    """Two backward passes in each batch: the forward reading is taken at the first (a
+    second forward_done() would be refused), and the wave still runs to the batch's end."""
+    from warmfit.integrations.lightning import WarmfitCallback
+
+    recorder = Recorder(tmp_path, run="pl", device="cpu", flush_interval_s=3600)
+    _fit(pl, _tiny_module(pl, manual=True, backwards=2), WarmfitCallback(recorder), max_steps=2)
+    _check_waves(_readings(recorder), waves=2, steps=[0, 1])
+
+
+@pytest.mark.parametrize("manual", [False, True])
+def test_lightning_takes_the_caller_reading_before_the_step_only_with_automatic_optimization(
+    pl, tmp_path, manual
+):
+    """A meter whose peak grows by 100 bytes at each optimizer step, from 100: with
+    automatic optimization the caller reading is taken after backward, before the step
+    (wave k reads 100 + 100k); with manual optimization at the batch's end, after it
+    (100 + 100(k + 1)). The forward readings are 100 + 100k either way."""
+    from tests.fixed_meter import FixedMeter
+    from warmfit.integrations.lightning import WarmfitCallback
+
+    meter = FixedMeter(0, 100)
+    module = _tiny_module(pl, manual=manual)
+    configure = module.configure_optimizers
+
+    def configure_optimizers():
+        optimizer = configure()
+        optimizer.register_step_post_hook(lambda *_: setattr(meter, "peak", meter.peak + 100))
+        return optimizer
+
+    module.configure_optimizers = configure_optimizers
+    recorder = Recorder(tmp_path, run="pl", meter=meter, flush_interval_s=3600)
+    _fit(pl, module, WarmfitCallback(recorder), max_steps=3)
+    rows = _readings(recorder)
+    assert [r["peak_bytes"] for r in rows[::2]] == [100, 200, 300]
+    callers = [200, 300, 400] if manual else [100, 200, 300]
+    assert [r["peak_bytes"] for r in rows[1::2]] == callers
+
+
+def test_lightning_flushes_the_readings_after_the_last_step_when_training_ends(pl, tmp_path):
+    """Manual optimization that never steps the optimizer (no recorder step, so no flush
+    at a step): the 2 waves' 4 readings are in the log when fit() returns, before close."""
+    from warmfit.integrations.lightning import WarmfitCallback
+    from warmfit.recorder.log import LOG_NAME, rank_dir, read_log
+
+    recorder = Recorder(tmp_path, run="pl", device="cpu", flush_interval_s=3600)
+    module = _tiny_module(pl, manual=True, step=False)
+    _fit(pl, module, WarmfitCallback(recorder), -1, max_epochs=1, limit_train_batches=2)
+    assert recorder.readings == 4 and recorder.current_step == 0
+    assert read_log(rank_dir(tmp_path, "pl", 0) / LOG_NAME).readings == 4
+    _check_waves(_readings(recorder), waves=2, steps=[0, 0])
+
+
+def test_lightning_without_warmfit_record_never_counts_a_batch(pl, tmp_path, monkeypatch):
+    """No ``warmfit record``: the recorder records nothing, and the token and signature
+    functions are never called (recording costs nothing)."""
+    from warmfit.integrations.lightning import WarmfitCallback
+    from warmfit.recorder import ENV_DIR
+
+    monkeypatch.delenv(ENV_DIR, raising=False)
+    called = []
+
+    def signature(module, batch):
+        called.append("signature")
+        return "s"
+
+    def tokens(batch):
+        called.append("tokens")
+        return 5, 5
+
+    callback = WarmfitCallback(signature=signature, tokens=tokens)
+    _fit(pl, _tiny_module(pl), callback, max_steps=2)
+    assert callback.recorder is not None and not callback.recorder.enabled
+    assert called == []
+
+
 def test_lightning_out_of_memory_is_recorded_on_the_phase_it_interrupted(pl, tmp_path):
     from warmfit.integrations.lightning import WarmfitCallback
 
@@ -326,6 +448,130 @@ def _tiny_hf(hf_demo, steps: int):
         vocab=32, hidden=16, layers=1, heads=2, kv_heads=1, experts=4, expert_width=16,
         sequences_per_batch=3, steps=steps, accumulation=2,
     )  # fmt: skip
+
+
+def test_hf_demo_pads_to_a_multiple_of_8_with_labels_ignored_on_padding(hf_demo):
+    """Sequences of 3 and 9 tokens: padded to 16 (9 rounded up to a multiple of 8), ids 0
+    and labels -100 on padding, the mask 1 on the real tokens."""
+    batch = hf_demo.MarkovBatches._pad([[5, 6, 7], list(range(1, 10))])
+    ids = [[5, 6, 7] + [0] * 13, list(range(1, 10)) + [0] * 7]
+    assert batch["input_ids"].tolist() == ids
+    assert batch["attention_mask"].tolist() == [[1] * 3 + [0] * 13, [1] * 9 + [0] * 7]
+    labels = [[5, 6, 7] + [-100] * 13, list(range(1, 10)) + [-100] * 7]
+    assert batch["labels"].tolist() == labels
+    assert hf_demo.MarkovBatches._pad([[1] * 8])["input_ids"].shape == (1, 8)
+
+
+def test_hf_demo_batches_alternate_buckets_and_follow_the_chain_4_times_in_5(hf_demo):
+    """10 batches of 3 sequences: 5 of 8 to 56 tokens and 5 of 64 to 128 (shuffled), every
+    real token in 1..31; about 80% of the steps from one token to the next follow the
+    fixed chain (the rest are drawn at random)."""
+    data = hf_demo.MarkovBatches(_tiny_hf(hf_demo, steps=5), 10, seed=3)
+    assert len(data) == 10 and data[9] is data.batches[9]
+    lengths = sorted(int(b["attention_mask"].sum(dim=1).max()) for b in data.batches)
+    assert all(8 <= n <= 56 for n in lengths[:5]) and all(64 <= n <= 128 for n in lengths[5:])
+    follows = steps = 0
+    for batch in data.batches:
+        assert batch["input_ids"].shape[0] == 3
+        for row, mask in zip(
+            batch["input_ids"].tolist(), batch["attention_mask"].tolist(), strict=True
+        ):
+            real = row[: sum(mask)]
+            assert all(1 <= t < 32 for t in real)
+            follows += sum(data.next_token[a - 1] == b for a, b in itertools.pairwise(real))
+            steps += len(real) - 1
+    assert 0.75 < follows / steps < 0.85
+
+
+def test_hf_demo_signatures_by_the_longest_sequence_and_logs_about_6_times(hf_demo, tmp_path):
+    """A longest sequence of 56 tokens is short, 64 and 128 long; the loss is logged every
+    steps // 6 steps, at least every step; the padding id 0 is the model's."""
+    signature = hf_demo.signature_of()
+    for longest, name in ((8, "short"), (56, "short"), (64, "long"), (128, "long")):
+        batch = {"input_ids": torch.ones(2, 128), "attention_mask": torch.zeros(2, 128)}
+        batch["attention_mask"][1, :longest] = 1
+        assert signature(None, batch) == f"train/{name}"
+    for steps, every in ((1, 1), (11, 1), (12, 2), (30, 5)):
+        trainer, _ = hf_demo.build_trainer(
+            _tiny_hf(hf_demo, steps=steps), str(tmp_path / "out"), recorder=Recorder(None)
+        )
+        assert (trainer.args.max_steps, trainer.args.logging_steps) == (steps, every)
+        assert len(trainer.train_dataset) == 2 * steps  # two micro-batches a step
+    # each seed its own batches (the data's seed is derived from it)
+    data = [
+        hf_demo.build_trainer(
+            _tiny_hf(hf_demo, steps=1), str(tmp_path / "out"), seed, Recorder(None)
+        )[0].train_dataset.batches
+        for seed in (0, 1, 2)
+    ]
+    ids = [[b["input_ids"].tolist() for b in batches] for batches in data]
+    assert all(ids[i] != ids[j] for i, j in itertools.combinations(range(3), 2))
+    # the batches pad with id 0, the model's padding id: its embedding starts at 0
+    embeddings = trainer.model.get_input_embeddings()
+    assert embeddings.padding_idx == 0 and not embeddings.weight[0].any()
+    assert embeddings.weight[1:].abs().sum(dim=1).all()
+
+
+def test_hf_demo_records_the_shipped_traces_first_step_again(hf_demo, tmp_path):
+    """traces/hf-qwen3moe-cpu is the demo with its defaults (its README: 255,360
+    parameters; recording again gives the same readings). Its first optimizer step,
+    recorded again, is the trace's first two waves: steps, signatures, tokens, whether
+    whole, and each reading's bytes above its baseline."""
+    import polars as pl
+
+    cfg = hf_demo.HfDemoConfig()
+    recorder = Recorder(tmp_path / "trace", run="again", device="cpu", flush_interval_s=3600)
+    trainer, _ = hf_demo.build_trainer(cfg, str(tmp_path / "out"), recorder=recorder)
+    assert sum(p.numel() for p in trainer.model.parameters()) == 255_360
+    assert cfg.model_tag == "qwen3moe-h64-l2-e8k2"
+    args = trainer.args  # the README's: 30 steps of 2 micro-batches, lr 3e-3 constant, seed 0
+    assert (args.max_steps, args.gradient_accumulation_steps, args.seed) == (30, 2, 0)
+    assert (args.learning_rate, args.lr_scheduler_type) == (3e-3, "constant")
+    assert args.use_cpu and args.device.type == "cpu"
+    trainer.args.max_steps = 1
+    trainer.train()
+    recorder.close()
+    shipped = Path(__file__).resolve().parent.parent / "traces" / "hf-qwen3moe-cpu"
+    columns = ["step", "wave", "signature", "phase", "whole", "packed_tokens", "logical_tokens"]
+
+    def readings(trace: Path) -> list[dict[str, object]]:
+        rows = read_trace([trace]).sort("seq")
+        return rows.select(
+            *columns, above=pl.col("peak_bytes") - pl.col("baseline_bytes")
+        ).to_dicts()
+
+    again = readings(tmp_path / "trace")
+    assert len(again) == 4 and again == readings(shipped)[:4]
+    assert [r["packed_tokens"] for r in again] == [432, 432, 381, 381]
+
+
+def test_hf_demo_main_trains_says_so_and_refuses_0_steps(hf_demo, tmp_path, monkeypatch, capsys):
+    """One step of the demo under warmfit record (its environment): 2 micro-batches, 4
+    readings; one step logs one loss, the train loss; chance is ln 256 = 5.5452."""
+    from warmfit.recorder import ENV_DIR, ENV_RUN
+
+    with pytest.raises(SystemExit) as refused:
+        hf_demo.main(["--steps", "0"])
+    assert refused.value.code == 2 and "--steps must be at least 1" in capsys.readouterr().err
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(ENV_RUN, "demo")
+    assert hf_demo.main(["--steps", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""  # no progress bar
+    said = re.search(  # its last line (the Trainer prints its logs before it)
+        r"\ndone: qwen3moe-h64-l2-e8k2, 1 steps in [0-9.]+ s; loss (\d\.\d{4}) -> (\d\.\d{4}) "
+        r"\(chance is 5\.5452; train loss (\d\.\d{4})\); recorded 4 readings\n\Z",
+        out,
+    )
+    assert said is not None, out
+    assert said[1] == said[2] == said[3]
+    # seed 0 by default, as build_trainer's (the README's): the same two micro-batches
+    default, _ = hf_demo.build_trainer(
+        hf_demo.HfDemoConfig(steps=1), str(tmp_path / "out"), recorder=Recorder(None)
+    )
+    tokens = sorted(int(b["attention_mask"].sum()) for b in default.train_dataset.batches)
+    rows = read_trace([tmp_path]).filter(phase="forward")
+    assert sorted(rows["packed_tokens"]) == tokens
 
 
 def test_hf_trainer_records_each_micro_batch_of_accumulation(hf_demo, tmp_path):
@@ -376,6 +622,149 @@ def test_hf_record_trainer_refuses_a_second_call_and_leaves_an_unrecorded_traine
     plain, rec = hf_demo.build_trainer(cfg, str(tmp_path / "out2"))
     assert not rec.enabled
     assert "training_step" not in vars(plain) and "compute_loss" not in vars(plain)
+
+
+class _Trainer:
+    """What record_trainer and use_sampler use of a Hugging Face Trainer (``args``,
+    ``model``, ``training_step`` running ``compute_loss`` then backward, ``add_callback``),
+    without a training loop: the wrappers' own logic, step by step. ``losses``: the loss
+    computed that many times per step (a trainer of several losses); ``per_row``: a batch
+    of several rows run as one ``training_step`` per row, called from inside itself;
+    ``oom``: each step runs out of memory after its backward."""
+
+    def __init__(self, losses: int = 1, per_row: bool = False, oom: bool = False) -> None:
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(1, 1)
+        self.args = SimpleNamespace(device="cpu", max_steps=4)
+        self.callbacks: list[object] = []
+        self.losses, self.per_row, self.oom = losses, per_row, oom
+
+    def add_callback(self, callback: object) -> None:
+        self.callbacks.append(callback)
+
+    def compute_loss(self, model, inputs):
+        return model(inputs["input_ids"].float()[..., None]).sum()
+
+    def training_step(self, model, inputs):
+        rows = len(inputs["input_ids"])
+        if self.per_row and rows > 1:
+            one = [{k: v[i : i + 1] for k, v in inputs.items()} for i in range(rows)]
+            return sum(self.training_step(model, row) for row in one)
+        loss = sum(self.compute_loss(model, inputs) for _ in range(self.losses))
+        loss.backward()
+        if self.oom:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return loss.detach()
+
+
+@pytest.mark.parametrize("options", [{}, {"losses": 2, "per_row": True}])
+def test_hf_record_trainer_returns_each_steps_loss_and_records_one_wave_per_outer_step(
+    tmp_path, options
+):
+    """A micro-batch of padding alone runs unrecorded (its compute_loss outside any wave,
+    before the first); one of two rows of 3 tokens is one wave of 6, however many times
+    its step computes the loss (the forward reading taken at the first) or calls
+    training_step inside itself (only the outer call recorded). Each step returns the
+    loss the unrecorded trainer returns, and leaves the same gradients."""
+    pytest.importorskip("transformers")
+    from tests.fixed_meter import FixedMeter
+    from warmfit.integrations.huggingface import WarmfitStepCallback, record_trainer
+
+    recorder = Recorder(tmp_path, run="hf", meter=FixedMeter(0, 100), flush_interval_s=3600)
+    plain, trainer = _Trainer(**options), _Trainer(**options)
+    assert record_trainer(trainer, recorder, signature="train") is recorder
+    assert [type(c) for c in trainer.callbacks] == [WarmfitStepCallback]
+    padding = {"input_ids": torch.ones(2, 3), "attention_mask": torch.zeros(2, 3)}
+    rows = {"input_ids": torch.tensor([[1.0, 2, 3], [4, 5, 6]]), "attention_mask": torch.ones(2, 3)}
+    for batch in (padding, rows):
+        want = plain.training_step(plain.model, batch)
+        got = trainer.training_step(trainer.model, batch)
+        assert got is not None and got.item() == want.item() != 0
+    assert torch.equal(trainer.model.weight.grad, plain.model.weight.grad)
+    readings = _readings(recorder)
+    _check_waves(readings, waves=1, steps=[0])
+    assert [(r["signature"], r["packed_tokens"]) for r in readings] == [("train", 6)] * 2
+
+
+def test_hf_a_sampler_wave_that_runs_out_of_memory_returns_0_and_drops_its_gradients():
+    pytest.importorskip("transformers")
+    from tests.fixed_meter import FixedMeter
+    from warmfit import Pricer
+    from warmfit.integrations.sampler import BudgetSampler, use_sampler
+
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 100))
+    sampler = BudgetSampler([3], pricer, 10**9, first_wave_samples=1)
+    trainer = _Trainer(oom=True)
+    use_sampler(trainer, sampler)
+    next(iter(sampler))
+    loss = trainer.training_step(trainer.model, {"input_ids": torch.ones(1, 3)})
+    assert loss.item() == 0
+    assert [p.grad for p in trainer.model.parameters()] == [None, None]
+    pricer.close()
+
+
+def test_hf_use_sampler_then_record_trainer_records_the_batch_shape_where_counts_agree(
+    tmp_path,
+):
+    """use_sampler first: record_trainer with a recorder that records nothing (outside
+    warmfit record) leaves the trainer as it is; with another pricer it is refused; with
+    the sampler's, it records the sampler's waves. Samples of 3 and 4 tokens, one per
+    wave: the first batch holds its 3 tokens (one row: padded 3, squares 9, recorded);
+    the second holds one more than its sample (a collator that adds a token), so its
+    shape is not the wave's: neither column is recorded."""
+    pytest.importorskip("transformers")
+    from tests.fixed_meter import FixedMeter
+    from warmfit import Pricer
+    from warmfit.integrations.huggingface import record_trainer
+    from warmfit.integrations.sampler import BudgetSampler, use_sampler
+
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    lengths = [3, 4]
+    sampler = BudgetSampler(lengths, pricer, 10**9, first_wave_samples=1)
+    trainer = _Trainer()
+    use_sampler(trainer, sampler)
+    off = Recorder(None)
+    assert record_trainer(trainer, off) is off and trainer.callbacks == []
+    other = Recorder(
+        tmp_path / "other", run="hf", meter=FixedMeter(0, 100), pricer=Pricer("max-merge")
+    )
+    with pytest.raises(UsageError, match=r"^record_trainer\(\): the trainer packs its waves"):
+        record_trainer(trainer, other)
+    other.close()
+    recorder = Recorder(tmp_path / "trace", run="hf", meter=FixedMeter(0, 100), pricer=pricer,
+                        flush_interval_s=3600)  # fmt: skip
+    assert record_trainer(trainer, recorder) is recorder and len(trainer.callbacks) == 1
+    counts = []
+    for extra, indices in enumerate(sampler):
+        tokens = sum(lengths[i] for i in indices) + extra
+        counts.append(tokens)
+        trainer.training_step(trainer.model, {"input_ids": torch.ones(1, tokens)})
+    assert len(counts) == 2
+    readings = _readings(recorder)
+    _check_waves(readings, waves=2, steps=[0, 0])
+    first, second = readings[0], readings[2]
+    shape = (first["packed_tokens"], first["padded_tokens"], first["sum_sq_tokens"])
+    assert shape == (counts[0], counts[0], counts[0] ** 2)
+    assert second["packed_tokens"] == counts[1] - 1
+    assert (second["padded_tokens"], second["sum_sq_tokens"]) == (None, None)
+
+
+def test_hf_record_trainer_then_use_sampler_needs_the_samplers_pricer(tmp_path):
+    pytest.importorskip("transformers")
+    from tests.fixed_meter import FixedMeter
+    from warmfit import Pricer
+    from warmfit.integrations.huggingface import record_trainer
+    from warmfit.integrations.sampler import BudgetSampler, use_sampler
+
+    sampler = BudgetSampler([3, 4], Pricer("max-merge"), 10**9, first_wave_samples=1)
+    for pricer in (None, Pricer("max-merge")):
+        recorder = Recorder(tmp_path / str(pricer is None), run="hf", meter=FixedMeter(0, 1),
+                            pricer=pricer)  # fmt: skip
+        trainer = _Trainer()
+        record_trainer(trainer, recorder)
+        with pytest.raises(UsageError, match=r"^use_sampler\(\): the trainer is recorded with"):
+            use_sampler(trainer, sampler)
+        recorder.close()
 
 
 def _pad_to_longest(samples: list[list[int]]) -> dict[str, torch.Tensor]:
