@@ -12,6 +12,8 @@ import json
 import os
 import statistics
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,10 @@ from warmfit.format.batches import index_file, plan, read_batch
 from warmfit.format.pagecrc import verify
 from warmfit.format.schema import PER_WAVE_KEY
 from warmfit.format.trace import find_trace_files, read_trace, readings_frame, write_trace
+from warmfit.policies import MaxMerge, WarmFit
 from warmfit.replay import GROUPINGS, IN_FIGURES, replay
 from warmfit.replay.perwave import PerWaveWriter
-from warmfit.replay.stream import chain_sizes, replay_stream
+from warmfit.replay.stream import Lineup, chain_sizes, replay_stream
 from warmfit.replay.summary import SummaryFold
 from warmfit.report.table import render
 
@@ -228,6 +231,8 @@ def test_a_small_trace_replays_here_a_large_one_in_workers(
     large = replay_stream(TRACES, jobs=2, batch_readings=40)
     assert large.jobs == 2
     assert large.summary.equals(small.summary)
+    # without jobs, even a large trace replays here (jobs=1 is the default)
+    assert replay_stream(TRACES, batch_readings=40).jobs == 1
 
 
 def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
@@ -702,3 +707,62 @@ def test_the_no_whole_warning_counts_every_batch(
     warned = warmfit_ok("replay", folder).stderr
     assert "no whole reading in run 'A' signature 'cold'" in warned
     assert "late" not in warned
+
+
+# --------------------------------------------------------------------------- folds (issue 37)
+
+
+@dataclass(frozen=True)
+class _SeenFold:
+    """A :class:`~warmfit.replay.stream.Fold` that keeps, per batch, what its part was given:
+    the readings, the per-wave rows (or None), the profiles' keys (or None), the lineup."""
+
+    wants_rows: bool = False
+    wants_profiles: bool = False
+
+    def part(
+        self, readings: pl.DataFrame, priced: Any, profiles: Any, lineup: Lineup
+    ) -> tuple[int, int | None, list[Any] | None, Lineup]:
+        rows = None if priced.per_wave is None else priced.per_wave.height
+        return readings.height, rows, None if profiles is None else sorted(profiles), lineup
+
+    def start(self, policies: Sequence[str]) -> _SeenParts:
+        return _SeenParts(tuple(policies))
+
+
+class _SeenParts:
+    def __init__(self, policies: tuple[str, ...]) -> None:
+        self.policies = policies
+        self.parts: list[Any] = []
+
+    def add(self, part: Any) -> None:
+        self.parts.append(part)
+
+    def finish(self, summary: pl.DataFrame) -> tuple[tuple[str, ...], list[Any]]:
+        return self.policies, self.parts
+
+
+def test_each_fold_is_given_what_it_wants_and_nothing_more(tmp_path: Path) -> None:
+    """Two batches (rank 0: 3 waves of s; rank 1: 2 waves, s then z), two policies. A
+    replay whose fold wants neither rows nor profiles makes neither (None for both);
+    one that wants profiles gets each batch's, as (run, rank, signature, policy); one
+    that wants rows gets each batch's (waves x 2 policies), and none is counted as a
+    per-wave row written. Each sees the lineup and, at the start, the reported names."""
+    rows = [whole_wave(w, 1_000 * (w + 1)) for w in range(3)]
+    rows += [whole_wave(0, 500, rank=1), whole_wave(1, 700, rank=1, signature="z")]
+    folder = write_waves(tmp_path, rows)
+    lineup = Lineup((MaxMerge, WarmFit), 1.5, "vectorized", "run", False)
+    keys = [("run", 0, "s", "max-merge"), ("run", 0, "s", "warm-fit")]
+    more = [("run", 1, "s", "max-merge"), ("run", 1, "s", "warm-fit"),
+            ("run", 1, "z", "max-merge"), ("run", 1, "z", "warm-fit")]  # fmt: skip
+    for fold, parts in [
+        (_SeenFold(), [(3, None, None, lineup), (2, None, None, lineup)]),
+        (_SeenFold(wants_profiles=True), [(3, None, keys, lineup), (2, None, more, lineup)]),
+        (_SeenFold(wants_rows=True), [(3, 6, None, lineup), (2, 4, None, lineup)]),
+    ]:
+        got = replay_stream(
+            [folder], ["max-merge", "warm-fit"], 1.5, "vectorized", batch_readings=3, folds=[fold]
+        )
+        assert got.batches == 2
+        assert got.folded == ((("max-merge", "warm-fit"), parts),), fold
+        assert got.per_wave_rows == 0  # the rows a fold was given are no per-wave output
