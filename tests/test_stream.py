@@ -225,11 +225,27 @@ def test_a_duplicated_seq_across_files_is_found_in_a_batch(tmp_path: Path) -> No
 def test_a_small_trace_replays_here_a_large_one_in_workers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import warmfit.run.tasks as tasks
+
+    pooled: list[int] = []  # the calls given to worker processes, per use of the pool
+    real_in_pool = tasks.Runner._in_pool
+
+    def in_pool(self: object, function: object, calls: list[object]) -> object:
+        pooled.append(len(calls))
+        return real_in_pool(self, function, calls)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tasks.Runner, "_in_pool", in_pool)
     small = replay_stream(TRACES, jobs=2, batch_readings=40)
     assert small.batches > 1 and small.jobs == 1  # starting workers would cost more
+    assert pooled == []  # nor are they asked anything (no cluster: no readable check)
     monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 1)
     large = replay_stream(TRACES, jobs=2, batch_readings=40)
     assert large.jobs == 2
+    # the workers index the files first (a task a file), then replay the batches
+    assert pooled[0] == len(large.files) and len(pooled) == 2, pooled
+    # a large trace of one batch: the workers index its files, the batch replays here
+    one = replay_stream(TRACES, jobs=2, batch_readings=10**9)
+    assert (one.batches, one.jobs, pooled[2:]) == (1, 1, [len(large.files)])
     assert large.summary.equals(small.summary)
     # without jobs, even a large trace replays here (jobs=1 is the default)
     assert replay_stream(TRACES, batch_readings=40).jobs == 1
@@ -766,3 +782,27 @@ def test_each_fold_is_given_what_it_wants_and_nothing_more(tmp_path: Path) -> No
         assert got.batches == 2
         assert got.folded == ((("max-merge", "warm-fit"), parts),), fold
         assert got.per_wave_rows == 0  # the rows a fold was given are no per-wave output
+
+
+def test_a_small_trace_whose_streams_interleave_is_routed_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three runs whose rows alternate in one file of row groups of 20 rows, 40 readings
+    each, in batches of 40: the file's rows are decoded once and routed to the batches,
+    in this process even with jobs=2 (a small trace starts no worker); the figures are
+    the whole trace's."""
+    import warmfit.run.tasks as tasks
+
+    monkeypatch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 20)
+    pooled: list[int] = []
+    monkeypatch.setattr(tasks.Runner, "_in_pool", lambda self, f, calls: pooled.append(0))
+    rows = [
+        whole_wave(seq, 100 * (10 + seq % 7) + seq, 10 + seq % 7, run=run)
+        for seq in range(40)
+        for run in "ABC"
+    ]
+    write_trace(readings_frame(rows), tmp_path / "interleaved.parquet")
+    got = replay_stream([tmp_path], jobs=2, batch_readings=40)
+    assert (got.batches, got.jobs, pooled) == (3, 1, [])
+    assert got.routed_rows > 0
+    assert got.summary.equals(replay(read_trace([tmp_path])).summary)
