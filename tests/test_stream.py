@@ -413,10 +413,15 @@ def test_jobs_must_be_positive(runner: CliRunner) -> None:
 # --------------------------------------------------------------------------- cluster
 
 
-def test_a_dask_cluster_gives_the_local_json(tmp_path: Path) -> None:
-    """A real Dask scheduler and two worker processes, started and stopped here."""
+def test_a_dask_cluster_gives_the_local_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real Dask scheduler and two worker processes, started and stopped here. A trace
+    whose streams interleave is not routed through this machine's TMPDIR, which a
+    cluster's workers do not see: each batch reads its rows itself."""
     distributed = pytest.importorskip("distributed")
     expected = replay(read_trace(TRACES, columns=()), POLICIES, by="signature")
+    interleaved = _interleaved_trace(tmp_path / "interleaved", monkeypatch)
     with (
         distributed.LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
@@ -430,6 +435,9 @@ def test_a_dask_cluster_gives_the_local_json(tmp_path: Path) -> None:
         assert got.batches > 4
         assert got.jobs == cluster.scheduler_address
         assert len(client.scheduler_info()["workers"]) == 2
+        mixed = replay_stream([interleaved], cluster=cluster.scheduler_address, batch_readings=40)
+        assert (mixed.batches, mixed.routed_rows) == (3, 0)
+        assert mixed.summary.equals(replay(read_trace([interleaved])).summary)
     assert render(got, "json") == render(expected, "json")
     assert json.loads(render(got, "json"))["results"]
 
@@ -793,16 +801,24 @@ def test_a_small_trace_whose_streams_interleave_is_routed_here(
     the whole trace's."""
     import warmfit.run.tasks as tasks
 
-    monkeypatch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 20)
     pooled: list[int] = []
     monkeypatch.setattr(tasks.Runner, "_in_pool", lambda self, f, calls: pooled.append(0))
+    folder = _interleaved_trace(tmp_path, monkeypatch)
+    got = replay_stream([folder], jobs=2, batch_readings=40)
+    assert (got.batches, got.jobs, pooled) == (3, 1, [])
+    assert got.routed_rows > 0
+    assert got.summary.equals(replay(read_trace([folder])).summary)
+
+
+def _interleaved_trace(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Runs A, B and C of 40 whole waves each, alternating row by row in one file of row
+    groups of 20 rows."""
+    monkeypatch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 20)
     rows = [
         whole_wave(seq, 100 * (10 + seq % 7) + seq, 10 + seq % 7, run=run)
         for seq in range(40)
         for run in "ABC"
     ]
-    write_trace(readings_frame(rows), tmp_path / "interleaved.parquet")
-    got = replay_stream([tmp_path], jobs=2, batch_readings=40)
-    assert (got.batches, got.jobs, pooled) == (3, 1, [])
-    assert got.routed_rows > 0
-    assert got.summary.equals(replay(read_trace([tmp_path])).summary)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_trace(readings_frame(rows), folder / "interleaved.parquet")
+    return folder
