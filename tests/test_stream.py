@@ -7,13 +7,14 @@ whatever the batch size, the files' layout and the number of jobs.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import statistics
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -743,6 +744,8 @@ class _SeenFold:
 
     wants_rows: bool = False
     wants_profiles: bool = False
+    #: One entry a replay whose accumulator was closed (it is a context manager).
+    closed: list[str] = field(default_factory=list)
 
     def part(
         self, readings: pl.DataFrame, priced: Any, profiles: Any, lineup: Lineup
@@ -751,13 +754,17 @@ class _SeenFold:
         return readings.height, rows, None if profiles is None else sorted(profiles), lineup
 
     def start(self, policies: Sequence[str]) -> _SeenParts:
-        return _SeenParts(tuple(policies))
+        return _SeenParts(tuple(policies), self.closed)
 
 
-class _SeenParts:
-    def __init__(self, policies: tuple[str, ...]) -> None:
+class _SeenParts(contextlib.AbstractContextManager["_SeenParts"]):
+    def __init__(self, policies: tuple[str, ...], closed: list[str]) -> None:
         self.policies = policies
         self.parts: list[Any] = []
+        self.closed = closed
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed.append("closed")
 
     def add(self, part: Any) -> None:
         self.parts.append(part)
@@ -790,6 +797,7 @@ def test_each_fold_is_given_what_it_wants_and_nothing_more(tmp_path: Path) -> No
         assert got.batches == 2
         assert got.folded == ((("max-merge", "warm-fit"), parts),), fold
         assert got.per_wave_rows == 0  # the rows a fold was given are no per-wave output
+        assert fold.closed == ["closed"]  # an accumulator that is a context manager is closed
 
 
 def test_a_small_trace_whose_streams_interleave_is_routed_here(
