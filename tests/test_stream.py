@@ -791,10 +791,13 @@ def test_each_fold_is_given_what_it_wants_and_nothing_more(tmp_path: Path) -> No
         (_SeenFold(wants_profiles=True), [(3, None, keys, lineup), (2, None, more, lineup)]),
         (_SeenFold(wants_rows=True), [(3, 6, None, lineup), (2, 4, None, lineup)]),
     ]:
+        counted: list[tuple[int, int]] = []
         got = replay_stream(
-            [folder], ["max-merge", "warm-fit"], 1.5, "vectorized", batch_readings=3, folds=[fold]
-        )
+            [folder], ["max-merge", "warm-fit"], 1.5, "vectorized", batch_readings=3,
+            folds=[fold], progress=lambda done, total: counted.append((done, total)),  # noqa: B023
+        )  # fmt: skip
         assert got.batches == 2
+        assert counted == [(0, 2), (1, 2), (2, 2)]  # none done, then each batch
         assert got.folded == ((("max-merge", "warm-fit"), parts),), fold
         assert got.per_wave_rows == 0  # the rows a fold was given are no per-wave output
         assert fold.closed == ["closed"]  # an accumulator that is a context manager is closed
