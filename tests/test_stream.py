@@ -156,7 +156,18 @@ def test_a_fold_in_parts_equals_a_fold_at_once() -> None:
 
 
 def test_every_stored_trace_in_small_batches_and_two_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warmfit.run.tasks as tasks
+
     monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)  # workers even for small traces
+    chains: list[list[int]] = []  # per use of the pool, the batches of each replay task
+    real_in_pool = tasks.Runner._in_pool
+
+    def in_pool(self: object, function: object, calls: list[Any]) -> object:
+        if getattr(function, "__name__", "") == "replay_chain":
+            chains.append([len(chain) for chain, _, _ in calls])
+        return real_in_pool(self, function, calls)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tasks.Runner, "_in_pool", in_pool)
     expected = replay(read_trace(TRACES, columns=()), POLICIES, 1.1, "auto", "signature", 10**11)
     for jobs in (1, 2):
         got, rows = _streamed(
@@ -165,6 +176,8 @@ def test_every_stored_trace_in_small_batches_and_two_jobs(monkeypatch: pytest.Mo
         )  # fmt: skip
         assert got.batches > 4  # type: ignore[attr-defined]
         assert got.jobs == jobs  # type: ignore[attr-defined]
+        if jobs == 2:  # with per-wave rows, one batch a task
+            assert chains.pop() == [1] * got.batches  # type: ignore[attr-defined]
         assert render(got, "json") == render(expected, "json")  # type: ignore[arg-type]
         assert rows.to_dicts() == expected.per_wave.to_dicts()
         # without per-wave rows, workers replay tasks of consecutive batches
