@@ -189,6 +189,32 @@ def test_an_estimate_of_exactly_the_price_limit_goes_to_the_reference_engine(
     assert halved.per_wave.get_column("estimate_bytes").to_list() == [None, 2**60]
 
 
+def test_a_fallback_gives_the_reference_engines_profiles_in_its_order(
+    reference_spy: _Spy,
+) -> None:
+    # Signature s prices its second wave at 2**49 B/token * 2**12 tokens = 2**61, the
+    # price limit: the vectorized engine, which had kept max-merge's profiles (s, then
+    # z) before it met that price, hands the trace to the reference engine. What the
+    # replay keeps is then the reference engine's profiles, in its order (stream by
+    # stream, each signature's policies together), as a scalar replay gives them.
+    frame = _seed_then_4096_tokens(2**49).vstack(
+        _frame({"wave": 2, "whole": True, "peak_bytes": 5_000, "signature": "z"}).with_columns(
+            seq=pl.lit(2, pl.Int64)
+        )
+    )
+    expected = [
+        ("run", 0, "s", "max-merge"), ("run", 0, "s", "warm-fit"),
+        ("run", 0, "z", "max-merge"), ("run", 0, "z", "warm-fit"),
+    ]  # fmt: skip
+    for engine in ("vectorized", "scalar"):
+        result = replay(frame, ["max-merge", "warm-fit"], 1.0, engine)
+        assert result.engine == "scalar"
+        assert list(result.profiles) == expected, engine
+        rates = [result.profiles[key].rate_max for key in expected[::2]]  # type: ignore[attr-defined]
+        assert rates == [float(2**49), 50.0], engine
+    assert reference_spy.calls == 2
+
+
 def test_both_engines_hand_the_fold_the_same_arrays_spelled_out() -> None:
     """What each engine gives the summary fold, per wave (max-merge, safety factor 1.0):
 
@@ -217,6 +243,14 @@ def test_both_engines_hand_the_fold_the_same_arrays_spelled_out() -> None:
         assert priced.unscaled is not None
         assert priced.unscaled.tolist() == [-1, 21_000, -1, 0, 3_010], engine
         assert priced.actual.tolist() == [20_000, 500, 500, 500, 500], engine
+        # per-wave rows not asked for: the vectorized engine makes none (a batch's are
+        # tens of megabytes); the reference engine makes them anyway (and keeps them)
+        assert (priced.per_wave is None) == (engine == "vectorized"), engine
+        asked = warmfit.replay.engines.price(frame, [MaxMerge], 1.0, engine, "run", True)
+        assert asked.per_wave is not None
+        assert asked.per_wave.get_column("estimate_bytes").to_list() == [
+            None, 21_000, None, 0, 3_010,
+        ], engine  # fmt: skip
 
 
 def test_both_engines_hand_the_fold_the_recorded_prices_unscaled() -> None:

@@ -333,6 +333,10 @@ def test_rows_read_ahead_for_the_next_batch_do_not_take_its_errors(tmp_path: Pat
         (7, 2, [2, 2, 1, 1, 1]),
         (1, 8, [1]),
         (0, 2, []),
+        # one worker: half the batches left (10 -> 4 at most, then 6 -> 3, 3 -> 2, 1);
+        # and 0 workers count as one (never a division by zero)
+        (10, 1, [4, 3, 2, 1]),
+        (10, 0, [4, 3, 2, 1]),
     ],
 )
 def test_tasks_of_up_to_four_batches_shrink_to_one_towards_the_end(

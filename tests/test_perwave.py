@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import errno
 import io
+import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -36,6 +39,8 @@ from warmfit.replay import replay
 from warmfit.replay.perwave import QUEUED, ArrowFile, PartEncoder, PerWaveWriter
 from warmfit.replay.semantics import PER_WAVE_SCHEMA
 from warmfit.replay.stream import replay_stream
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -201,15 +206,58 @@ def test_an_abandoned_writer_drops_the_parts_still_queued(expected: pl.DataFrame
     assert pq.ParquetFile(io.BytesIO(sink.getvalue())).metadata.num_row_groups == 1
 
 
+def test_a_replay_that_fails_before_any_row_writes_nothing() -> None:
+    """The writer is abandoned, not closed: a file that will not be finished gets no
+    header (close gives a file of no rows its header)."""
+    sink = io.BytesIO()
+    with pytest.raises(ValueError, match="the replay failed"), PerWaveWriter(sink, "csv"):
+        raise ValueError("the replay failed")
+    assert sink.getvalue() == b""
+
+
+def test_close_then_abandon_again_and_again_returns(expected: pl.DataFrame) -> None:
+    """Cleanup may abandon a writer already closed (a failed close is abandoned, and a
+    caller may abandon on its own failure): each call returns, the file unchanged."""
+    sink = io.BytesIO()
+    writer = PerWaveWriter(sink, "parquet")
+    writer.write(expected[:5])
+    writer.close()
+    closed = sink.getvalue()
+    again = threading.Thread(target=lambda: [writer.abandon() for _ in range(3)], daemon=True)
+    again.start()
+    again.join(60)  # bounds a hang only
+    assert not again.is_alive(), "abandon() after close() waited for a thread that has ended"
+    assert sink.getvalue() == closed and not _threads()
+
+
+def test_a_writer_left_open_does_not_keep_python_from_exiting() -> None:
+    """The writer's thread waits for parts as a daemon: a program that never closes
+    its writer (a crash of the caller's own) still exits."""
+    with PerWaveWriter(io.BytesIO(), "parquet"):  # here, its thread runs until close
+        assert _threads() == ["warmfit-per-wave"]
+    assert not _threads()
+    code = (
+        "import io\n"
+        "from warmfit.replay.perwave import PerWaveWriter\n"
+        "writer = PerWaveWriter(io.BytesIO(), 'parquet')\n"
+        "print(writer._parquet._thread.is_alive())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert (done.returncode, done.stdout) == (0, "True\n"), done.stderr
+
+
 def test_parts_wait_for_the_writer_a_few_at_a_time(expected: pl.DataFrame) -> None:
-    """While the sink is slow, the writer holds the part it writes and QUEUED more:
-    the next append waits (the replay's memory stays bounded)."""
+    """While the sink is slow, the writer holds the part it writes and QUEUED = 1 more
+    (a batch's rows are about 50 MB): the third append waits (the replay's memory
+    stays bounded), then the file has the 3 parts."""
     sink = _Sink()
     encoder = PartEncoder("parquet")
     part = encoder.encode(expected[:10])
     with PerWaveWriter(sink, "parquet") as writer:
         sink.wait = threading.Event()  # after the magic: the thread waits in its first write
-        for _ in range(1 + QUEUED):
+        for _ in range(2):  # the part being written, and the one queued
             writer.append(part)
         appended = threading.Event()
 
@@ -223,7 +271,7 @@ def test_parts_wait_for_the_writer_a_few_at_a_time(expected: pl.DataFrame) -> No
         sink.wait.set()
         late.join()
     assert held, "an append went ahead while the writer had its fill"
-    assert pq.ParquetFile(io.BytesIO(sink.getvalue())).metadata.num_row_groups == 2 + QUEUED
+    assert pq.ParquetFile(io.BytesIO(sink.getvalue())).metadata.num_row_groups == 3
 
 
 def test_a_workers_rows_come_as_an_arrow_file_the_writer_reads_and_removes(
@@ -280,6 +328,34 @@ def test_workers_leave_their_rows_in_a_folder_that_goes_away(
         w.spooling()
         raise ValueError("the replay failed")
     assert list(tmp_path.glob("warmfit-per-wave-*")) == []
+
+
+def test_spooling_makes_one_folder_for_parquet_none_for_csv(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """CSV rows come back from the workers as they are (no folder); a Parquet writer
+    makes one temporary folder however often it is asked, and close removes it, also
+    when it is gone already (a cleaner of TMPDIR), and so does a failed replay,
+    whose error stays its own."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    csv = PerWaveWriter(io.BytesIO(), "csv")
+    assert csv.spooling() is csv.encoder and csv.encoder.folder is None
+    csv.close()
+    assert list(tmp_path.iterdir()) == []
+    with PerWaveWriter(io.BytesIO(), "parquet") as writer:
+        first, second = writer.spooling(), writer.spooling()
+        assert first == second and first.folder is not None
+        assert list(tmp_path.iterdir()) == [Path(first.folder)]
+    assert list(tmp_path.iterdir()) == []
+    with PerWaveWriter(io.BytesIO(), "parquet") as writer:
+        shutil.rmtree(str(writer.spooling().folder))
+    with (
+        pytest.raises(ValueError, match="the replay failed"),
+        PerWaveWriter(io.BytesIO(), "parquet") as writer,
+    ):
+        shutil.rmtree(str(writer.spooling().folder))
+        raise ValueError("the replay failed")
+    assert list(tmp_path.iterdir()) == [] and not _threads()
 
 
 # --------------------------------------------------------------------------- 8, 9: per-wave Parquet

@@ -24,6 +24,7 @@ from tests.command_line import warmfit_stdout
 from warmfit.cli import app
 from warmfit.errors import TraceError, UsageError
 from warmfit.format.trace import is_per_wave_file, read_trace, readings_frame, write_trace
+from warmfit.policies import MaxMerge
 from warmfit.recorder import Recorder
 from warmfit.recorder.recorder import RecorderWarning
 from warmfit.replay import replay
@@ -164,6 +165,24 @@ def test_naming_recorded_without_the_column_is_a_usage_error() -> None:
         replay_stream([PR991], ["recorded"])
     with pytest.raises(UsageError, match="named twice"):
         replay(worked_frame(), ["recorded", "recorded"])
+
+
+class _NamedRecorded(MaxMerge):
+    """A policy of one's own that takes the name the trainer's prices report under."""
+
+    name = "recorded"
+
+
+def test_a_policy_of_ones_own_may_not_be_named_recorded() -> None:
+    # With or without the column: the name is the trainer's prices' (SPEC §8), so the
+    # class is refused, not reported as a second "recorded" row (or as the only one).
+    for frame in (worked_frame(), read_trace([PR991])):
+        with pytest.raises(UsageError, match="may not be named 'recorded'"):
+            replay(frame, [_NamedRecorded])
+        with pytest.raises(UsageError, match="may not be named 'recorded'"):
+            replay(frame, ["max-merge", _NamedRecorded])
+    with pytest.raises(UsageError, match="may not be named 'recorded'"):
+        replay_stream([PR991], [_NamedRecorded])
 
 
 def test_a_wave_whose_readings_all_lack_a_price_is_unpriced() -> None:

@@ -7,11 +7,14 @@ whatever the batch size, the files' layout and the number of jobs.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import statistics
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +34,10 @@ from warmfit.format.batches import index_file, plan, read_batch
 from warmfit.format.pagecrc import verify
 from warmfit.format.schema import PER_WAVE_KEY
 from warmfit.format.trace import find_trace_files, read_trace, readings_frame, write_trace
+from warmfit.policies import MaxMerge, WarmFit
 from warmfit.replay import GROUPINGS, IN_FIGURES, replay
 from warmfit.replay.perwave import PerWaveWriter
-from warmfit.replay.stream import chain_sizes, replay_stream
+from warmfit.replay.stream import Lineup, chain_sizes, replay_stream
 from warmfit.replay.summary import SummaryFold
 from warmfit.report.table import render
 
@@ -152,7 +156,18 @@ def test_a_fold_in_parts_equals_a_fold_at_once() -> None:
 
 
 def test_every_stored_trace_in_small_batches_and_two_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warmfit.run.tasks as tasks
+
     monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 0)  # workers even for small traces
+    chains: list[list[int]] = []  # per use of the pool, the batches of each replay task
+    real_in_pool = tasks.Runner._in_pool
+
+    def in_pool(self: object, function: object, calls: list[Any]) -> object:
+        if getattr(function, "__name__", "") == "replay_chain":
+            chains.append([len(chain) for chain, _, _ in calls])
+        return real_in_pool(self, function, calls)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tasks.Runner, "_in_pool", in_pool)
     expected = replay(read_trace(TRACES, columns=()), POLICIES, 1.1, "auto", "signature", 10**11)
     for jobs in (1, 2):
         got, rows = _streamed(
@@ -161,6 +176,8 @@ def test_every_stored_trace_in_small_batches_and_two_jobs(monkeypatch: pytest.Mo
         )  # fmt: skip
         assert got.batches > 4  # type: ignore[attr-defined]
         assert got.jobs == jobs  # type: ignore[attr-defined]
+        if jobs == 2:  # with per-wave rows, one batch a task
+            assert chains.pop() == [1] * got.batches  # type: ignore[attr-defined]
         assert render(got, "json") == render(expected, "json")  # type: ignore[arg-type]
         assert rows.to_dicts() == expected.per_wave.to_dicts()
         # without per-wave rows, workers replay tasks of consecutive batches
@@ -222,12 +239,30 @@ def test_a_duplicated_seq_across_files_is_found_in_a_batch(tmp_path: Path) -> No
 def test_a_small_trace_replays_here_a_large_one_in_workers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import warmfit.run.tasks as tasks
+
+    pooled: list[int] = []  # the calls given to worker processes, per use of the pool
+    real_in_pool = tasks.Runner._in_pool
+
+    def in_pool(self: object, function: object, calls: list[object]) -> object:
+        pooled.append(len(calls))
+        return real_in_pool(self, function, calls)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tasks.Runner, "_in_pool", in_pool)
     small = replay_stream(TRACES, jobs=2, batch_readings=40)
     assert small.batches > 1 and small.jobs == 1  # starting workers would cost more
+    assert pooled == []  # nor are they asked anything (no cluster: no readable check)
     monkeypatch.setattr("warmfit.run.workers.WORKER_BYTES", 1)
     large = replay_stream(TRACES, jobs=2, batch_readings=40)
     assert large.jobs == 2
+    # the workers index the files first (a task a file), then replay the batches
+    assert pooled[0] == len(large.files) and len(pooled) == 2, pooled
+    # a large trace of one batch: the workers index its files, the batch replays here
+    one = replay_stream(TRACES, jobs=2, batch_readings=10**9)
+    assert (one.batches, one.jobs, pooled[2:]) == (1, 1, [len(large.files)])
     assert large.summary.equals(small.summary)
+    # without jobs, even a large trace replays here (jobs=1 is the default)
+    assert replay_stream(TRACES, batch_readings=40).jobs == 1
 
 
 def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
@@ -392,10 +427,15 @@ def test_jobs_must_be_positive(runner: CliRunner) -> None:
 # --------------------------------------------------------------------------- cluster
 
 
-def test_a_dask_cluster_gives_the_local_json(tmp_path: Path) -> None:
-    """A real Dask scheduler and two worker processes, started and stopped here."""
+def test_a_dask_cluster_gives_the_local_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real Dask scheduler and two worker processes, started and stopped here. A trace
+    whose streams interleave is not routed through this machine's TMPDIR, which a
+    cluster's workers do not see: each batch reads its rows itself."""
     distributed = pytest.importorskip("distributed")
     expected = replay(read_trace(TRACES, columns=()), POLICIES, by="signature")
+    interleaved = _interleaved_trace(tmp_path / "interleaved", monkeypatch)
     with (
         distributed.LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
@@ -409,6 +449,9 @@ def test_a_dask_cluster_gives_the_local_json(tmp_path: Path) -> None:
         assert got.batches > 4
         assert got.jobs == cluster.scheduler_address
         assert len(client.scheduler_info()["workers"]) == 2
+        mixed = replay_stream([interleaved], cluster=cluster.scheduler_address, batch_readings=40)
+        assert (mixed.batches, mixed.routed_rows) == (3, 0)
+        assert mixed.summary.equals(replay(read_trace([interleaved])).summary)
     assert render(got, "json") == render(expected, "json")
     assert json.loads(render(got, "json"))["results"]
 
@@ -688,3 +731,104 @@ def test_the_no_whole_warning_counts_every_batch(
     warned = warmfit_ok("replay", folder).stderr
     assert "no whole reading in run 'A' signature 'cold'" in warned
     assert "late" not in warned
+
+
+# --------------------------------------------------------------------------- folds (issue 37)
+
+
+@dataclass(frozen=True)
+class _SeenFold:
+    """A :class:`~warmfit.replay.stream.Fold` that keeps, per batch, what its part was given:
+    the readings, the per-wave rows (or None), the profiles' keys (or None), the lineup."""
+
+    wants_rows: bool = False
+    wants_profiles: bool = False
+    #: One entry a replay whose accumulator was closed (it is a context manager).
+    closed: list[str] = field(default_factory=list)
+
+    def part(
+        self, readings: pl.DataFrame, priced: Any, profiles: Any, lineup: Lineup
+    ) -> tuple[int, int | None, list[Any] | None, Lineup]:
+        rows = None if priced.per_wave is None else priced.per_wave.height
+        return readings.height, rows, None if profiles is None else sorted(profiles), lineup
+
+    def start(self, policies: Sequence[str]) -> _SeenParts:
+        return _SeenParts(tuple(policies), self.closed)
+
+
+class _SeenParts(contextlib.AbstractContextManager["_SeenParts"]):
+    def __init__(self, policies: tuple[str, ...], closed: list[str]) -> None:
+        self.policies = policies
+        self.parts: list[Any] = []
+        self.closed = closed
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed.append("closed")
+
+    def add(self, part: Any) -> None:
+        self.parts.append(part)
+
+    def finish(self, summary: pl.DataFrame) -> tuple[tuple[str, ...], list[Any]]:
+        return self.policies, self.parts
+
+
+def test_each_fold_is_given_what_it_wants_and_nothing_more(tmp_path: Path) -> None:
+    """Two batches (rank 0: 3 waves of s; rank 1: 2 waves, s then z), two policies. A
+    replay whose fold wants neither rows nor profiles makes neither (None for both);
+    one that wants profiles gets each batch's, as (run, rank, signature, policy); one
+    that wants rows gets each batch's (waves x 2 policies), and none is counted as a
+    per-wave row written. Each sees the lineup and, at the start, the reported names."""
+    rows = [whole_wave(w, 1_000 * (w + 1)) for w in range(3)]
+    rows += [whole_wave(0, 500, rank=1), whole_wave(1, 700, rank=1, signature="z")]
+    folder = write_waves(tmp_path, rows)
+    lineup = Lineup((MaxMerge, WarmFit), 1.5, "vectorized", "run", False)
+    keys = [("run", 0, "s", "max-merge"), ("run", 0, "s", "warm-fit")]
+    more = [("run", 1, "s", "max-merge"), ("run", 1, "s", "warm-fit"),
+            ("run", 1, "z", "max-merge"), ("run", 1, "z", "warm-fit")]  # fmt: skip
+    for fold, parts in [
+        (_SeenFold(), [(3, None, None, lineup), (2, None, None, lineup)]),
+        (_SeenFold(wants_profiles=True), [(3, None, keys, lineup), (2, None, more, lineup)]),
+        (_SeenFold(wants_rows=True), [(3, 6, None, lineup), (2, 4, None, lineup)]),
+    ]:
+        counted: list[tuple[int, int]] = []
+        got = replay_stream(
+            [folder], ["max-merge", "warm-fit"], 1.5, "vectorized", batch_readings=3,
+            folds=[fold], progress=lambda done, total: counted.append((done, total)),  # noqa: B023
+        )  # fmt: skip
+        assert got.batches == 2
+        assert counted == [(0, 2), (1, 2), (2, 2)]  # none done, then each batch
+        assert got.folded == ((("max-merge", "warm-fit"), parts),), fold
+        assert got.per_wave_rows == 0  # the rows a fold was given are no per-wave output
+        assert fold.closed == ["closed"]  # an accumulator that is a context manager is closed
+
+
+def test_a_small_trace_whose_streams_interleave_is_routed_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three runs whose rows alternate in one file of row groups of 20 rows, 40 readings
+    each, in batches of 40: the file's rows are decoded once and routed to the batches,
+    in this process even with jobs=2 (a small trace starts no worker); the figures are
+    the whole trace's."""
+    import warmfit.run.tasks as tasks
+
+    pooled: list[int] = []
+    monkeypatch.setattr(tasks.Runner, "_in_pool", lambda self, f, calls: pooled.append(0))
+    folder = _interleaved_trace(tmp_path, monkeypatch)
+    got = replay_stream([folder], jobs=2, batch_readings=40)
+    assert (got.batches, got.jobs, pooled) == (3, 1, [])
+    assert got.routed_rows > 0
+    assert got.summary.equals(replay(read_trace([folder])).summary)
+
+
+def _interleaved_trace(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Runs A, B and C of 40 whole waves each, alternating row by row in one file of row
+    groups of 20 rows."""
+    monkeypatch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 20)
+    rows = [
+        whole_wave(seq, 100 * (10 + seq % 7) + seq, 10 + seq % 7, run=run)
+        for seq in range(40)
+        for run in "ABC"
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    write_trace(readings_frame(rows), folder / "interleaved.parquet")
+    return folder
