@@ -10,15 +10,29 @@ the test when a Python exception escapes the command: a person would see a trace
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner, Result
 
 from warmfit.cli import app
+
+#: The repository: a process of its own imports warmfit from here (the mutant pass's copy).
+REPO = Path(__file__).resolve().parent.parent
+
+
+def python_env(*first: Path, **variables: str) -> dict[str, str]:
+    """This environment for a Python process of its own, with ``first`` (a sitecustomize's
+    folder, an installed plugin's) then the repository ahead on PYTHONPATH, and
+    ``variables`` set."""
+    path = os.pathsep.join([*map(str, first), str(REPO), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, **variables}
+
 
 #: The ``invoke`` fixture's type: ``invoke("replay", trace, env={...})``.
 Invoke = Callable[..., tuple[int, str, str]]

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.command_line import python_env
 from warmfit.run import memory
 from warmfit.run.memory import JEMALLOC_CONF, KEEP, keep_freed_memory, polars_keeps_freed_memory
 
@@ -85,10 +86,7 @@ MMAPPED = textwrap.dedent(
 def test_a_100_mib_block_comes_from_the_heap_once_told(tmp_path: Path) -> None:
     """Real glibc: by default a 100 MiB malloc is mmapped (and unmapped when freed);
     after ``keep_freed_memory`` it comes from the heap, which keeps it when freed."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = python_env()
     mapped = {
         how: int(subprocess.run(
             [sys.executable, "-c", MMAPPED, how], env=env, capture_output=True, text=True,

@@ -3,7 +3,6 @@ the invariants the PR relies on as hypothesis properties."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -13,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.command_line import Invoke, warmfit_process
+from tests.command_line import Invoke, python_env, warmfit_process
 from tests.strategies import byte_counts, histories, readings, requests
 from tests.test_plot import worked
 from warmfit.errors import PolicyError
@@ -531,8 +530,7 @@ def test_a_policy_installed_as_a_plugin_is_listed_and_replays(tmp_path: Path) ->
     the plugin is listed after the built-ins, and prices a stored trace by its name
     exactly as the class it copies does."""
     site = install_plugin(tmp_path / "site", "copied = copied_plugin:Copied")
-    path = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path}
+    env = python_env(site)
     listed = warmfit_process("policies", env=env)
     assert listed.returncode == 0, listed.stderr
     names = [line.split()[0] for line in listed.stdout.splitlines()]

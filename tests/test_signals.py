@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.command_line import python_env
 from tests.test_faults import default_signals
 
 REPO = Path(__file__).resolve().parent.parent
@@ -197,12 +198,7 @@ def test_a_signal_whose_exception_vanishes_still_ends_the_command(
     expect = tmp_path / "e.toml"
     shutil.copy(base, expect)
     before = expect.read_bytes()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")]),
-        "WARMFIT_TEST_LOSE": module,
-        "WARMFIT_TEST_SIGNAL": str(int(sent)),
-    }
+    env = python_env(site, WARMFIT_TEST_LOSE=module, WARMFIT_TEST_SIGNAL=str(int(sent)))
     assert_stopped_cleanly(check_update(expect, env=env), sent, expect, before)
 
 
@@ -248,12 +244,7 @@ def test_a_signal_wrapped_in_another_error_still_ends_the_command(
     expect = tmp_path / "e.toml"
     shutil.copy(base, expect)
     before = expect.read_bytes()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")]),
-        "WARMFIT_TEST_WRAP": module,
-        "WARMFIT_TEST_SIGNAL": str(int(sent)),
-    }
+    env = python_env(site, WARMFIT_TEST_WRAP=module, WARMFIT_TEST_SIGNAL=str(int(sent)))
     assert_stopped_cleanly(check_update(expect, env=env), sent, expect, before)
 
 
@@ -320,8 +311,7 @@ def test_an_error_while_the_command_line_imports_is_a_stop_or_itself(
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(RAISER)
-    path = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "WARMFIT_TEST_RAISE": raised}
+    env = python_env(site, WARMFIT_TEST_RAISE=raised)
     done = subprocess.run(
         [sys.executable, "-m", "warmfit", "policies"],
         cwd=REPO, capture_output=True, text=True, env=env, check=False,
