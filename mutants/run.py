@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 #: What the copy holds: the package, the tests and the data they read.
-COPIED = ("warmfit", "tests", "traces", "notebooks", "conftest.py", "pyproject.toml")
+COPIED = ("warmfit", "tests", "traces", "notebooks", "benchmarks", "conftest.py", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
 PYTEST = ("-x", "-q", "-p", "no:cacheprovider", "--hypothesis-seed=0", "-m", "not slow and not gpu")
 TIMEOUT_S = 900
