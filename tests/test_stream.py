@@ -8,12 +8,13 @@ whatever the batch size, the files' layout and the number of jobs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
 import statistics
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -430,9 +431,11 @@ def test_jobs_must_be_positive(runner: CliRunner) -> None:
 def test_a_dask_cluster_gives_the_local_json(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A real Dask scheduler and two worker processes, started and stopped here. A trace
-    whose streams interleave is not routed through this machine's TMPDIR, which a
-    cluster's workers do not see: each batch reads its rows itself."""
+    """A real Dask scheduler and two worker processes, started and stopped here. A
+    cluster's workers see neither this machine's TMPDIR nor its current folder: a trace
+    whose streams interleave is not routed through the TMPDIR (each batch reads its rows
+    itself), no task names a file there (the medians' runs, a stop flag: the workers send
+    their values back, however large), and a relative path is made absolute."""
     distributed = pytest.importorskip("distributed")
     expected = replay(read_trace(TRACES, columns=()), POLICIES, by="signature")
     interleaved = _interleaved_trace(tmp_path / "interleaved", monkeypatch)
@@ -442,18 +445,52 @@ def test_a_dask_cluster_gives_the_local_json(
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
+        here = tmp_path / "this-machine-only"
+        here.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(here))  # this process's, not the workers'
+        sent = _tasks_sent(monkeypatch)
         got = replay_stream(
             [os.path.abspath(t) for t in TRACES], POLICIES, by="signature",
-            cluster=cluster.scheduler_address, batch_readings=40,
+            cluster=cluster.scheduler_address, batch_readings=40, spill_bytes=1,
         )  # fmt: skip
         assert got.batches > 4
         assert got.jobs == cluster.scheduler_address
         assert len(client.scheduler_info()["workers"]) == 2
-        mixed = replay_stream([interleaved], cluster=cluster.scheduler_address, batch_readings=40)
+        assert len(sent) > got.batches  # the files' indexes, then the batches
+        assert not [s for s in _strings(sent) if s.startswith(str(here))]
+        monkeypatch.chdir(tmp_path)  # the workers' current folder is not this one
+        mixed = replay_stream(["interleaved"], cluster=cluster.scheduler_address, batch_readings=40)
         assert (mixed.batches, mixed.routed_rows) == (3, 0)
         assert mixed.summary.equals(replay(read_trace([interleaved])).summary)
     assert render(got, "json") == render(expected, "json")
     assert json.loads(render(got, "json"))["results"]
+
+
+def _tasks_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """Every call :class:`warmfit.run.tasks.Runner` is given to run, from now on."""
+    from warmfit.run.tasks import Runner
+
+    sent: list[tuple[Any, ...]] = []
+    run = Runner.run
+
+    def spy(self: Runner, function: Any, calls: list[tuple[Any, ...]]) -> Any:
+        sent.extend(calls)
+        return run(self, function, calls)
+
+    monkeypatch.setattr(Runner, "run", spy)
+    return sent
+
+
+def _strings(value: object) -> Iterator[str]:
+    """The strings in ``value``, through tuples, lists and dataclasses."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _strings(item)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for item in dataclasses.fields(value):
+            yield from _strings(getattr(value, item.name))
 
 
 def test_an_unreachable_cluster_is_a_clear_error(
