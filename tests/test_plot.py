@@ -154,6 +154,38 @@ def test_png_render_through_the_cli(tmp_path: Path) -> None:
     assert again.exit_code == 2 and "will not overwrite without --force" in again.output
 
 
+def test_a_temporary_folder_that_cannot_be_removed_still_gives_the_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """plot's folder of frames cannot be removed once the figure is drawn (on NFS a file
+    still open somewhere leaves a ``.nfsXXXX`` behind, and the folder's ``rmdir`` fails
+    "Directory not empty"): the figure is kept and the command exits 0, without a
+    traceback; the folder stays, as the file system keeps it."""
+    import errno
+    import os
+    import tempfile
+
+    write_trace(worked(("A", "B")), tmp_path / "trace" / "t.parquet")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    rmdir = os.rmdir
+    refused: list[str] = []
+
+    def busy_rmdir(path: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(path).name.startswith("warmfit-plot-"):
+            refused.append(Path(path).name)
+            raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), path)
+        rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rmdir", busy_rmdir)
+    out = tmp_path / "figure.png"
+    result = CliRunner().invoke(app, ["plot", str(tmp_path / "trace"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert png_size(out.read_bytes())[0] > 0
+    assert refused and [f.name for f in scratch.iterdir()] == refused[:1]
+
+
 def test_svg_render(tmp_path: Path) -> None:
     frame = worked()
     out = render_plot(build_plot_data(replay(frame, engine="scalar")), tmp_path / "f.svg")

@@ -435,7 +435,8 @@ def test_a_dask_cluster_gives_the_local_json(
     cluster's workers see neither this machine's TMPDIR nor its current folder: a trace
     whose streams interleave is not routed through the TMPDIR (each batch reads its rows
     itself), no task names a file there (the medians' runs, a stop flag: the workers send
-    their values back, however large), and a relative path is made absolute."""
+    their values back, however large; plot's workers their frames), and a relative path
+    is made absolute."""
     distributed = pytest.importorskip("distributed")
     expected = replay(read_trace(TRACES, columns=()), POLICIES, by="signature")
     interleaved = _interleaved_trace(tmp_path / "interleaved", monkeypatch)
@@ -448,7 +449,7 @@ def test_a_dask_cluster_gives_the_local_json(
         here = tmp_path / "this-machine-only"
         here.mkdir()
         monkeypatch.setattr(tempfile, "tempdir", str(here))  # this process's, not the workers'
-        sent = _tasks_sent(monkeypatch)
+        seen = _cluster_traffic(monkeypatch)
         got = replay_stream(
             [os.path.abspath(t) for t in TRACES], POLICIES, by="signature",
             cluster=cluster.scheduler_address, batch_readings=40, spill_bytes=1,
@@ -456,8 +457,14 @@ def test_a_dask_cluster_gives_the_local_json(
         assert got.batches > 4
         assert got.jobs == cluster.scheduler_address
         assert len(client.scheduler_info()["workers"]) == 2
-        assert len(sent) > got.batches  # the files' indexes, then the batches
-        assert not [s for s in _strings(sent) if s.startswith(str(here))]
+        assert len(seen) > 2 * got.batches  # the files' indexes, the batches, their results
+        assert not [s for s in _strings(seen) if s.startswith(str(here))]
+        seen.clear()  # plot's frames come back too: the workers write no file here
+        warmfit_ok(
+            "plot", *TRACES, "--cluster", cluster.scheduler_address, "-o", tmp_path / "p.png"
+        )
+        results = [r for r in seen if not isinstance(r, tuple)]
+        assert results and not [s for s in _strings(results) if s.startswith(str(here))]
         monkeypatch.chdir(tmp_path)  # the workers' current folder is not this one
         mixed = replay_stream(["interleaved"], cluster=cluster.scheduler_address, batch_readings=40)
         assert (mixed.batches, mixed.routed_rows) == (3, 0)
@@ -466,19 +473,22 @@ def test_a_dask_cluster_gives_the_local_json(
     assert json.loads(render(got, "json"))["results"]
 
 
-def _tasks_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
-    """Every call :class:`warmfit.run.tasks.Runner` is given to run, from now on."""
+def _cluster_traffic(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every call :class:`warmfit.run.tasks.Runner` is given to run, and every result it
+    gives back, from now on."""
     from warmfit.run.tasks import Runner
 
-    sent: list[tuple[Any, ...]] = []
+    seen: list[object] = []
     run = Runner.run
 
-    def spy(self: Runner, function: Any, calls: list[tuple[Any, ...]]) -> Any:
-        sent.extend(calls)
-        return run(self, function, calls)
+    def spy(self: Runner, function: Any, calls: list[tuple[Any, ...]]) -> Iterator[Any]:
+        seen.extend(calls)
+        for result in run(self, function, calls):
+            seen.append(result)
+            yield result
 
     monkeypatch.setattr(Runner, "run", spy)
-    return sent
+    return seen
 
 
 def _strings(value: object) -> Iterator[str]:
