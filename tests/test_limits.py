@@ -9,6 +9,7 @@ full disk's would).
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import signal
@@ -17,9 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner, Result
 
 from tests.test_faults import trace  # noqa: F401  (the fixture, shared)
-from warmfit.cli import resource_limit
+from warmfit.cli import app, resource_limit
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -98,3 +100,109 @@ def test_no_usable_temporary_folder_names_the_file_size_limit() -> None:
     assert said is not None and "RLIMIT_FSIZE" not in said and "ulimit -f" in said
     assert resource_limit(ValueError("a bug")) is None
     assert resource_limit(FileNotFoundError(2, "No such file", "x")) is None
+
+
+# --------------------------------------------------------------------------- the lines, spelled out
+
+#: (soft, hard) of each limit the lines name: the soft one is the process's limit.
+LIMITS = {
+    resource.RLIMIT_NOFILE: (1024, 4096),
+    resource.RLIMIT_FSIZE: (10_000_000, resource.RLIM_INFINITY),
+    resource.RLIMIT_AS: (2**31, resource.RLIM_INFINITY),
+}
+
+
+@pytest.fixture
+def limits(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[int, int]]:
+    """This process's limits, as :func:`resource.getrlimit` answers, are :data:`LIMITS`
+    (a copy the test may change)."""
+    chosen = dict(LIMITS)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: chosen[which])
+    return chosen
+
+
+def test_each_limit_is_named_with_its_soft_value_and_what_to_do(
+    limits: dict[int, tuple[int, int]],
+) -> None:
+    files = "this process may open 1,024 (ulimit -n, RLIMIT_NOFILE); nothing was written. "
+    assert resource_limit(OSError(errno.EMFILE, "Too many open files")) == (
+        "too many open files (Too many open files): " + files
+        + "Raise the limit (ulimit -n 4096), or run with --jobs 1."
+    )  # fmt: skip
+    assert resource_limit(OSError(errno.ENFILE, "Too many open files in system")) == (
+        "too many open files (Too many open files in system): " + files
+        + "Raise the limit (ulimit -n 4096), or run with --jobs 1."
+    )  # fmt: skip
+    size = "(10,000,000 bytes: ulimit -f, RLIMIT_FSIZE); nothing was written. Raise the limit "
+    assert resource_limit(OSError(errno.EFBIG, "File too large", "/out/w\x1b.parquet")) == (
+        "a file grew past the file-size limit writing /out/w\\x1b.parquet " + size
+        + "(ulimit -f unlimited)."
+    )  # fmt: skip
+    assert resource_limit(OSError(errno.EFBIG, "File too large")) == (
+        "a file grew past the file-size limit " + size + "(ulimit -f unlimited)."
+    )
+    assert resource_limit(EOFError()) == (
+        "a worker process could not be started or handed its work (EOFError); nothing was "
+        "written. This process may open 1,024 files (ulimit -n) and use memory up to "
+        "2,147,483,648 bytes (ulimit -v): raise them, or run with --jobs 1."
+    )
+    assert resource_limit(MemoryError()) == (
+        "out of memory (this process may use 2,147,483,648 bytes: ulimit -v, RLIMIT_AS); "
+        "nothing was written. Raise the limit, run where there is more memory, or replay "
+        "fewer files at once."
+    )
+    limits[resource.RLIMIT_AS] = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    said = resource_limit(MemoryError())
+    assert said is not None and said.startswith("out of memory (this process may use unlimited")
+
+
+def test_a_file_too_large_for_its_file_system_is_not_a_limit_to_raise(
+    limits: dict[int, tuple[int, int]],
+) -> None:
+    """EFBIG with no file-size limit set: the file system's largest file was reached
+    (FAT32's is 4 GiB), which ``ulimit -f unlimited`` cannot raise."""
+    limits[resource.RLIMIT_FSIZE] = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    assert resource_limit(OSError(errno.EFBIG, "File too large", "/usb/w.parquet")) == (
+        "a file grew past the largest its file system holds writing /usb/w.parquet (File "
+        "too large; the file-size limit, ulimit -f, is unlimited); nothing was written. "
+        "Write it to another file system."
+    )
+
+
+def _failing_command(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> Result:
+    """``warmfit policies`` in-process, failing with ``error`` where it lists the names."""
+    import warmfit.policies
+
+    def fail() -> list[str]:
+        raise error
+
+    monkeypatch.setattr(warmfit.policies, "policy_names", fail)
+    return CliRunner().invoke(app, ["policies"], env={"_TYPER_FORCE_DISABLE_TERMINAL": "1"})
+
+
+def test_a_command_out_of_memory_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, limits: dict[int, tuple[int, int]]
+) -> None:
+    result = _failing_command(monkeypatch, MemoryError())
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == f"warmfit: error: {resource_limit(MemoryError())}\n"
+
+
+def test_a_bug_in_a_command_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error that is no limit's is a bug: it is not turned into a line."""
+    result = _failing_command(monkeypatch, ValueError("a bug"))
+    assert isinstance(result.exception, ValueError) and result.exit_code == 1
+
+
+def test_a_stopped_fork_server_is_said_instead_of_the_error_it_caused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """warmfit ended the workers' fork server, stopped too long: the command's error
+    (whatever the lost workers caused) is that, in one line."""
+    import warmfit.run.workers
+
+    monkeypatch.setattr(warmfit.run.workers, "_stopped_server", 4242)
+    result = _failing_command(monkeypatch, BrokenPipeError(32, "Broken pipe"))
+    assert result.exit_code == 2
+    assert result.stderr == f"warmfit: error: {warmfit.run.workers.stopped_server_message()}\n"
+    assert "fork server (process 4242) was stopped" in result.stderr

@@ -212,10 +212,16 @@ def resource_limit(exc: BaseException) -> str | None:
         )
     if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
         where = f" writing {printable(str(exc.filename))}" if exc.filename else ""
+        limit = _limit("RLIMIT_FSIZE")
+        if limit == "unlimited":  # the file system's own largest file (FAT32's is 4 GiB)
+            return (
+                f"a file grew past the largest its file system holds{where} ({exc.strerror}; "
+                "the file-size limit, ulimit -f, is unlimited); nothing was written. Write "
+                "it to another file system."
+            )
         return (
-            f"a file grew past the file-size limit{where} ({_limit('RLIMIT_FSIZE')} bytes: "
-            "ulimit -f, RLIMIT_FSIZE); nothing was written. Raise the limit (ulimit -f "
-            "unlimited)."
+            f"a file grew past the file-size limit{where} ({limit} bytes: ulimit -f, "
+            "RLIMIT_FSIZE); nothing was written. Raise the limit (ulimit -f unlimited)."
         )
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         where = f" at {printable(str(exc.filename))}" if exc.filename else ""
