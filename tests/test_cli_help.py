@@ -88,3 +88,77 @@ def test_the_top_level_help_says_what_a_wave_is_and_lists_record_first() -> None
     assert "A wave is one micro-batch forward plus the loss and backward" in text
     listed = re.findall(r"^│ (\w+) ", text[text.index("Commands") :], flags=re.M)
     assert listed[0] == "record" and set(listed) == set(COMMANDS)
+
+
+def placeholders(command: str) -> dict[str, str | None]:
+    """What ``command``'s help shows for each of its parameters' values."""
+    cmd = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    ctx = cmd.make_context(command, ["--help"], resilient_parsing=True)
+    return {
+        p.name: p.metavar if p.param_type_name == "argument" else p.display_type_rich(ctx)
+        for p in cmd.get_params(ctx)
+    }
+
+
+def test_replays_placeholders_spelled_out() -> None:
+    """A named metavar, the choices of an option that has them, the option's name in
+    upper case where it has neither (``--seed``), none for a flag."""
+    shown = placeholders("replay")
+    assert {k: v for k, v in shown.items() if v is not None} == {
+        "paths": "PATH...", "policy": "POLICY", "safety": "FACTOR",
+        "format": "table|markdown|csv|json", "per_wave": "FILE",
+        "engine": "auto|scalar|vectorized", "by": "run|signature", "budget": "SIZE",
+        "jobs": "N", "permute": "N", "seed": "SEED", "cluster": "ADDRESS",
+    }  # fmt: skip
+    assert shown["force"] is None and shown["verbose"] is None
+
+
+@pytest.mark.parametrize("command, usage", [
+    ("recover", "warmfit recover [OPTIONS] DIR"),
+    ("record", "warmfit record [OPTIONS] [COMMAND]..."),
+    ("replay", "warmfit replay [OPTIONS] PATH..."),
+])  # fmt: skip
+def test_the_usage_line_whole(command: str, usage: str) -> None:
+    """One argument shows no ``...``; a repeatable one does, in brackets when optional."""
+    lines = [line.strip() for line in help_text(command).splitlines()]
+    assert f"Usage: {usage}" in lines
+
+
+def test_an_argument_without_a_metavar_shows_its_name() -> None:
+    """Every warmfit argument names its metavar; one that does not (a command added
+    later) shows its name in upper case, as click would."""
+    from warmfit.cli import _Command, _Group
+
+    tiny = typer.Typer(cls=_Group)
+
+    @tiny.command(cls=_Command)
+    def go(things: list[str], one: str = typer.Argument("x")) -> None:
+        """Go."""
+
+    @tiny.command(cls=_Command)
+    def other() -> None:
+        """Another, so that go is a command of the group."""
+
+    result = CliRunner().invoke(tiny, ["go", "--help"], env={"COLUMNS": "200"})
+    assert "Usage: root go [OPTIONS] THINGS... [ONE]" in result.output
+    assert re.search(r"│ \* +THINGS\.\.\. +\[required\]", result.output), result.output
+
+
+@pytest.mark.parametrize("args", [[], ["import"]], ids=["warmfit", "import"])
+def test_no_arguments_shows_the_help_and_exits_2(args: list[str]) -> None:
+    """As git does: the help, not an error line (``no_args_is_help``)."""
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "error" not in result.output
+    assert f"Usage: {' '.join(['warmfit', *args])} [OPTIONS] COMMAND [ARGS]..." in result.output
+    assert "Commands" in result.output
+
+
+def test_a_usage_error_no_command_claims_names_warmfit() -> None:
+    from typer._click.exceptions import UsageError as ClickUsageError
+
+    from warmfit.cli import usage_message
+
+    assert usage_message(ClickUsageError("No such option: --nope")) == (
+        "warmfit: error: no such option: --nope. See 'warmfit -h'."
+    )

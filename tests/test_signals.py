@@ -232,6 +232,30 @@ WRAPPER = textwrap.dedent(
 )
 
 
+def test_a_stop_that_became_another_error_ends_the_command_as_the_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In-process, what the wrapper tests below do in a process of their own: a
+    SIGTERM was received (as warmfit's handler records it) and the command then fails
+    with another error: it ends as the SIGTERM, in its line, exit 143."""
+    from typer.testing import CliRunner
+
+    import warmfit.policies
+    from warmfit.cli import app
+    from warmfit.run import signals
+
+    monkeypatch.setattr(signals, "_received", int(signal.SIGTERM))
+    monkeypatch.setattr(signals, "_reported", False)
+
+    def wrapped() -> list[str]:
+        raise RuntimeError("Error calling __set_name__ on 'Field' instance 'x' in 'Points'")
+
+    monkeypatch.setattr(warmfit.policies, "policy_names", wrapped)
+    result = CliRunner().invoke(app, ["policies"])
+    assert (result.exit_code, result.stdout) == (128 + signal.SIGTERM, "")
+    assert result.stderr == "\nwarmfit: terminated (SIGTERM); nothing more was written.\n"
+
+
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 no longer wraps the error")
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("module", ["typer", "polars"], ids=["start-up", "command"])
