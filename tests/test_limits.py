@@ -141,6 +141,12 @@ def test_each_limit_is_named_with_its_soft_value_and_what_to_do(
     assert resource_limit(OSError(errno.EFBIG, "File too large")) == (
         "a file grew past the file-size limit " + size + "(ulimit -f unlimited)."
     )
+    assert resource_limit(OSError(errno.ENOSPC, "No space left on device", "/o/w")) == (
+        "no space left on the device at /o/w (No space left on device); free some, and run again."
+    )
+    assert resource_limit(OSError(errno.EDQUOT, "Disk quota exceeded")) == (
+        "no space left on the device (Disk quota exceeded); free some, and run again."
+    )
     assert resource_limit(EOFError()) == (
         "a worker process could not be started or handed its work (EOFError); nothing was "
         "written. This process may open 1,024 files (ulimit -n) and use memory up to "
