@@ -162,3 +162,26 @@ def test_a_usage_error_no_command_claims_names_warmfit() -> None:
     assert usage_message(ClickUsageError("No such option: --nope")) == (
         "warmfit: error: no such option: --nope. See 'warmfit -h'."
     )
+
+
+def test_the_top_level_options_are_version_and_help_alone() -> None:
+    """No shell-completion options (typer's ``add_completion``): warmfit installs none."""
+    text = help_text()
+    options = text[text.index("Options") : text.index("Commands")]
+    assert re.findall(r"--[\w-]+", options) == ["--version", "--help"]
+
+
+def test_the_version_of_a_source_tree_never_installed_is_the_packages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.metadata
+
+    import warmfit
+    from warmfit.cli import version as warmfit_version
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    monkeypatch.setattr(warmfit, "__version__", "0.0.0+source")
+    assert warmfit_version() == "0.0.0+source"

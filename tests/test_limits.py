@@ -194,10 +194,31 @@ def test_a_command_out_of_memory_is_one_line_and_exit_2(
     assert result.stderr == f"warmfit: error: {resource_limit(MemoryError())}\n"
 
 
-def test_a_bug_in_a_command_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An error that is no limit's is a bug: it is not turned into a line."""
+def test_a_bug_in_a_command_keeps_its_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An error that is no limit's is a bug: it is not turned into a line, and its
+    traceback is Python's own, as a bug report quotes it (typer's pretty one is off)."""
+    import traceback
+
+    import warmfit.policies
+
     result = _failing_command(monkeypatch, ValueError("a bug"))
     assert isinstance(result.exception, ValueError) and result.exit_code == 1
+
+    def fail() -> list[str]:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(warmfit.policies, "policy_names", fail)
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # typer sets its own: restored
+    with pytest.raises(ValueError) as caught:
+        app(["policies"], prog_name="warmfit")
+    capsys.readouterr()
+    sys.excepthook(caught.type, caught.value, caught.tb)  # as Python does at its exit
+    printed = capsys.readouterr().err
+    assert printed.startswith("Traceback (most recent call last):\n"), printed
+    assert printed.endswith("ValueError: a bug\n") and "╭" not in printed
+    assert printed == "".join(traceback.format_exception(caught.value))
 
 
 def test_a_stopped_fork_server_is_said_instead_of_the_error_it_caused(

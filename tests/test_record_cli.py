@@ -263,3 +263,18 @@ def test_a_default_run_label_that_cannot_be_a_folder_points_at_run(tmp_path: Pat
     assert done.exit_code == 2
     assert "-o folder's name" in done.stderr and "--run" in done.stderr
     assert not (tmp_path / "run 1").exists()
+
+
+def test_the_trainers_own_options_are_the_trainers() -> None:
+    """Everything after the trainer's command is its own, options included: warmfit
+    reads its options only before the command (``allow_interspersed_args`` off)."""
+    import typer
+
+    from warmfit.cli import app
+
+    record = typer.main.get_command(app).commands["record"]  # type: ignore[attr-defined]
+    args = ["--output", "traces/mine", "python", "train.py", "--output", "ckpt", "--run", "x"]
+    ctx = record.make_context("record", args)
+    assert ctx.params["output"] == Path("traces/mine")
+    assert ctx.params["command"] == ["python", "train.py", "--output", "ckpt", "--run", "x"]
+    assert ctx.params["run"] is None

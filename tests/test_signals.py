@@ -11,6 +11,7 @@ SIG_IGN before raising), and SIGHUP and SIGQUIT killed the command without a wor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -254,6 +255,45 @@ def test_a_stop_that_became_another_error_ends_the_command_as_the_stop(
     result = CliRunner().invoke(app, ["policies"])
     assert (result.exit_code, result.stdout) == (128 + signal.SIGTERM, "")
     assert result.stderr == "\nwarmfit: terminated (SIGTERM); nothing more was written.\n"
+
+
+def test_a_signal_whose_stop_vanished_ends_the_program_as_the_signal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In-process ``warmfit.cli.main``: a real SIGTERM lands in the command and its stop
+    is swallowed there (a library's ``except BaseException``), so the command ends as if
+    nothing happened: the program still ends as the SIGTERM, its line and exit 143. The
+    process's handlers are put back after."""
+    import tempfile
+
+    import warmfit.policies
+    from warmfit import cli
+    from warmfit.run import signals
+
+    handlers = {s: signal.getsignal(s) for s in signals.ENDING}
+    for name, value in (("_received", None), ("_reported", False), ("_finished", False)):
+        monkeypatch.setattr(signals, name, value)
+    monkeypatch.setattr(tempfile, "tempdir", tempfile.tempdir)  # main() pins TMPDIR's
+    monkeypatch.setattr(sys, "argv", ["warmfit", "policies"])
+    names = warmfit.policies.policy_names
+
+    def swallowed() -> list[str]:
+        assert signal.getsignal(signal.SIGTERM) is signals._handler  # main() installed it
+        with contextlib.suppress(KeyboardInterrupt):  # swallowed
+            signal.raise_signal(signal.SIGTERM)  # a real one, to this process
+        return names()
+
+    monkeypatch.setattr(warmfit.policies, "policy_names", swallowed)
+    try:
+        with pytest.raises(SystemExit) as done:
+            cli.main()
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert done.value.code == 128 + signal.SIGTERM
+    out, err = capsys.readouterr()
+    assert "warm-fit" in out  # the command ran to its end
+    assert err == "\nwarmfit: terminated (SIGTERM); nothing more was written.\n"
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 no longer wraps the error")
