@@ -337,6 +337,54 @@ def test_only_a_thread_python_would_join_sends_the_exit_through_python() -> None
     assert not _other_threads_to_join()
 
 
+#: ``warmfit.cli.run`` around a stand-in for ``main``, which ends as ``sys.argv[1]`` says.
+ENDINGS = textwrap.dedent(
+    """
+    import atexit, os, signal, sys, threading, time
+    import warmfit.cli as cli
+    from warmfit.run import signals
+
+    def main():
+        case = sys.argv[1]
+        if case == "returns":
+            return
+        if case == "thread":  # one Python would join: it finishes its work
+            threading.Thread(target=lambda: (time.sleep(0.3), print("joined"))).start()
+            sys.exit(0)
+        if case == "signal in an exit hook":
+            signals.install()
+            signals.finish()
+            atexit.register(os.kill, os.getpid(), signal.SIGTERM)
+            sys.exit(0)
+        sys.exit({"none": None, "message": "it broke", "three": 3}[case])
+
+    cli.main = main
+    cli.run()
+    """
+)
+
+
+@pytest.mark.parametrize(("case", "code", "out", "err"), [
+    ("returns", 0, "", ""),
+    ("none", 0, "", ""),
+    ("three", 3, "", ""),
+    ("message", 1, "", "it broke\n"),
+    ("thread", 0, "joined\n", ""),
+    ("signal in an exit hook", 143, "", "\nwarmfit: terminated (SIGTERM) as it ended.\n"),
+])  # fmt: skip
+def test_the_program_ends_with_its_commands_status(
+    case: str, code: int, out: str, err: str
+) -> None:
+    """``warmfit.cli.run`` ends the process as Python would have for every way ``main``
+    ends (no status, a number, a message), joins a thread Python would join, and
+    reports a signal that lands in an exit hook."""
+    done = subprocess.run(
+        [sys.executable, "-c", ENDINGS, case],
+        cwd=REPO, capture_output=True, text=True, env=python_env(), check=False, timeout=60,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (code, out, err)
+
+
 #: Raises ``WARMFIT_TEST_RAISE`` when ``typer`` is imported: an error of the start-up's
 #: imports that is no signal (a broken install; a KeyboardInterrupt raised by code).
 RAISER = textwrap.dedent(
