@@ -103,6 +103,17 @@ def test_a_missing_path_that_is_no_size_or_a_command_without_budget_gets_no_hint
     assert output == f"warmfit: error: {missing}: no such file or directory. Check the path.\n"
 
 
+def test_a_trace_folder_named_like_a_size_is_a_trace(tmp_path, monkeypatch):
+    """A trace folder named by its device's memory (``80GiB``) exists: it is read, with or
+    without --budget, and no hint about a split --budget is given."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(REPO / "traces/pr991", tmp_path / "80GiB")
+    assert warmfit_json("replay", "80GiB", "--budget", "8GiB")
+    assert warmfit_json("replay", "80GiB") == warmfit_json("replay", str(REPO / "traces/pr991"))
+
+
 @given(
     number=st.from_regex(r"([0-9]{1,5}(\.[0-9]{0,3})?)?", fullmatch=True),
     unit=st.sampled_from(sorted(u for u in UNITS if len(u) > 1)),
