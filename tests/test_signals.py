@@ -397,16 +397,16 @@ def test_the_handler_raises_the_first_signal_until_the_command_is_over() -> None
     """The first ending signal is the one raised, every time; a signal that comes while
     a stop unwinds is recorded, not raised; after finish(), none is raised."""
     signals = fresh_signals()
-    with pytest.raises(signals.Terminated) as raised:
+    with pytest.raises(signals.Stopped) as raised:
         signals._handler(signal.SIGHUP, None)
     assert raised.value.signum == signal.SIGHUP
-    with pytest.raises(signals.Terminated) as raised:
+    with pytest.raises(signals.Stopped) as raised:
         signals._handler(signal.SIGINT, None)  # a second signal: the first one's stop
     assert raised.value.signum == signal.SIGHUP
     try:
         raise ValueError("another error being handled")
     except ValueError:
-        with pytest.raises(signals.Terminated):
+        with pytest.raises(signals.Stopped):
             signals._handler(signal.SIGINT, None)
     try:
         raise signals.Interrupted()
@@ -414,7 +414,7 @@ def test_the_handler_raises_the_first_signal_until_the_command_is_over() -> None
         assert signals._handler(signal.SIGTERM, None) is None  # its clean-up runs on
     stop = signals.received()
     assert type(stop) is signals.Terminated and stop.signum == signal.SIGHUP
-    with pytest.raises(signals.Terminated):
+    with pytest.raises(signals.Stopped):
         signals.raise_if_received()
     signals.finish()
     assert signals._handler(signal.SIGINT, None) is None
@@ -426,9 +426,17 @@ def test_a_reported_stop_is_the_signal_a_later_one_raises() -> None:
     signal: one that comes during the clean-up raises it, not its own."""
     signals = fresh_signals()
     signals.report(signals.Terminated(signal.SIGQUIT), "")
-    with pytest.raises(signals.Terminated) as raised:
+    with pytest.raises(signals.Stopped) as raised:
         signals._handler(signal.SIGINT, None)
     assert raised.value.signum == signal.SIGQUIT
+    # and a signal received first stays the command's, whatever stop is reported after
+    signals = fresh_signals()
+    with pytest.raises(signals.Stopped):
+        signals._handler(signal.SIGHUP, None)
+    assert signals.report(KeyboardInterrupt(), "") == 130
+    with pytest.raises(signals.Stopped) as raised:
+        signals._handler(signal.SIGINT, None)
+    assert raised.value.signum == signal.SIGHUP
 
 
 def test_install_handles_the_ending_signals_but_those_ignored_at_start() -> None:
@@ -499,3 +507,19 @@ def test_ctrl_c_is_ignored_inside_the_block_and_handled_as_before_after() -> Non
     thread.start()
     thread.join()
     assert inside == [before]
+
+
+@pytest.mark.parametrize("error", [AttributeError, OSError, ValueError])
+def test_without_signal_masks_nothing_is_held(monkeypatch: pytest.MonkeyPatch, error: type) -> None:
+    """Where signals cannot be blocked or looked at (no pthread_sigmask or sigpending),
+    hold blocks none and held finds none."""
+    signals = fresh_signals()
+
+    def fails(*args: object) -> None:
+        raise error("no signal masks here")
+
+    monkeypatch.setattr(signal, "pthread_sigmask", fails)
+    assert signals.hold() == set()
+    if error is not ValueError:  # what sigpending may raise
+        monkeypatch.setattr(signal, "sigpending", fails)
+        assert signals.held({int(signal.SIGTERM)}) is None
