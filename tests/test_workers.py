@@ -268,6 +268,7 @@ def test_usable_cores_are_this_process_s_or_every_core_or_1(
         (4, 0.0, 4),
         (4, 1.4, 3),  # 2.6 free: 3
         (4, 1.5, 3),  # 2.5 free: rounded up
+        (4, 1.502, 2),  # 2.498 free: rounded down
         (4, 1.6, 2),
         (4, 3.6, 1),
         (4, 10.0, 1),  # never fewer than 1
@@ -333,9 +334,11 @@ def test_the_jobs_line_says_how_many_and_why(
     assert workers.jobs_line(big, 2, True) == "jobs: 2 (--jobs): replayed in 2 worker processes"
     assert workers.jobs_line(big, 1, True) == "jobs: 1 (--jobs): replayed in this process"
     assert workers.jobs_line(small, 1, True) == "jobs: 1 (--jobs): replayed in this process"
-    assert workers.jobs_line(small, 3, True) == (
-        "jobs: 3 (--jobs), but the trace's 1,234 bytes are under 32 MiB: replayed in this process"
-    )
+    for jobs in (2, 3):
+        assert workers.jobs_line(small, jobs, True) == (
+            f"jobs: {jobs} (--jobs), but the trace's 1,234 bytes are under 32 MiB: replayed in "
+            "this process"
+        )
     assert workers.jobs_line(big, None, False) == (
         "jobs: 3 (the free cores: 4 usable, load 1.2): replayed in 3 worker processes"
     )
@@ -654,29 +657,62 @@ def test_a_stopped_fork_server_is_killed_after_5_s_stopped(
 def test_the_watch_ends_with_its_server(
     monkeypatch: pytest.MonkeyPatch, child: subprocess.Popen[bytes], last: bytes | None
 ) -> None:
+    """The watch ends at the first look that finds its server gone (no /proc entry) or
+    a zombie: it looks no more (the states after it would keep a watch going)."""
     from warmfit.run import workers
 
-    states = iter([b"S", b"T", last])
+    states = [b"S", b"T", last]
+    looks: list[bytes | None] = []
     real_state = workers.process_state
+
+    def process_state(pid: int) -> bytes | None:
+        if pid != child.pid:  # another watch of this process (a real fork server's)
+            return real_state(pid)
+        looks.append(states[len(looks)] if len(looks) < len(states) else b"S")
+        return looks[-1]
+
     monkeypatch.setattr(
         workers, "time", SimpleNamespace(monotonic=lambda: 0.0, sleep=lambda s: real_sleep(0.001))
     )
-    monkeypatch.setattr(
-        workers, "process_state", lambda pid: next(states) if pid == child.pid else real_state(pid)
-    )
+    monkeypatch.setattr(workers, "process_state", process_state)
     monkeypatch.setattr(workers, "_watched", set())
     monkeypatch.setattr(workers, "_stopped_server", None)
     watches = watch_threads(lambda: workers._watch_server(child.pid))
-    watches[0].join(10)
-    assert not watches[0].is_alive() and list(states) == []
+    watches[0].join(5)
+    assert not watches[0].is_alive() and looks == states
     assert child.poll() is None and workers._stopped_server is None
 
 
+class Threads:
+    """``threading`` for :mod:`warmfit.run.workers`: its threads are real, and recorded
+    as they are made (with how they were asked for)."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[threading.Thread, dict[str, object]]] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(threading, name)
+
+    def Thread(self, **how: Any) -> threading.Thread:
+        thread = threading.Thread(**how)
+        self.made.append((thread, how))
+        return thread
+
+
 def watch_threads(start: Callable[[], None]) -> list[threading.Thread]:
-    """The fork-server watch threads ``start`` started."""
-    before = set(threading.enumerate())
-    start()
-    return [t for t in threading.enumerate() if t not in before and t.name == "warmfit-fork-server"]
+    """The fork-server watch threads ``start`` started, each a daemon (it must not hold
+    the command's exit)."""
+    from warmfit.run import workers
+
+    threads = Threads()
+    saved, workers.threading = workers.threading, threads  # type: ignore[assignment]
+    try:
+        start()
+    finally:
+        workers.threading = saved
+    assert all(how["daemon"] is True for _, how in threads.made)
+    assert all(how["name"] == "warmfit-fork-server" for _, how in threads.made)
+    return [thread for thread, _ in threads.made]
 
 
 def test_a_killed_resource_tracker_is_started_again_in_silence(
@@ -771,7 +807,10 @@ def test_a_process_dies_with_its_parent_by_the_kernel_or_a_watching_thread(
     monkeypatch.setattr(
         workers, "_kernel_signals_parent_death", lambda: called.append(True) or asked
     )
-    workers.die_with_parent(os.getppid(), kernel=kernel)
+    if kernel:
+        workers.die_with_parent(os.getppid())  # the kernel is asked unless told not to
+    else:
+        workers.die_with_parent(os.getppid(), kernel=False)
     assert called == ([True] if kernel else [])
     assert threads.made == (
         [
@@ -879,12 +918,14 @@ class EarlyPools:
     """fork_context and new_pool for :func:`warmfit.run.workers.prestart`: pools that
     run each task at once, here, and say what they were asked."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail: str = "") -> None:
         from warmfit.run import workers
 
         self.contexts: list[object] = []
         self.pools: list[SimpleNamespace] = []
-        self.fail = fail
+        self.fail = fail  # "submit": a task cannot be given; "pool": no pool starts
+        self.threads = Threads()
+        monkeypatch.setattr(workers, "threading", self.threads)
         monkeypatch.setattr(
             workers, "fork_context", lambda jobs: self.contexts.append(jobs) or "ctx"
         )
@@ -894,10 +935,12 @@ class EarlyPools:
         monkeypatch.setattr(workers, "end_workers", lambda pool: pool.shut.append("killed"))
 
     def new_pool(self, jobs: int, context: object) -> SimpleNamespace:
+        if self.fail == "pool":
+            raise OSError(24, "Too many open files")
         pool = SimpleNamespace(jobs=jobs, context=context, shut=[])
 
         def submit(function: Callable[..., object], *args: object) -> Future[object]:
-            if self.fail:
+            if self.fail == "submit":
                 raise RuntimeError("cannot start a worker")
             future: Future[object] = Future()
             future.set_result((function.__name__, *args))
@@ -930,6 +973,9 @@ def test_workers_started_early_index_each_file_for_the_replay_that_takes_them(
     assert [f.result() for f in early.index] == [("index_task", f) for f in files]
     assert (early.files, early.jobs) == (tuple(files), 2)
     assert early.stats == tuple((os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files)
+    assert [(how["name"], how["daemon"]) for _, how in pools.threads.made] == [
+        ("warmfit-workers", True)  # it must not hold the command's exit
+    ]
     workers.prestart([tmp_path], 2, None)  # the same replay: started already
     assert len(pools.pools) == 1
     assert workers.take_early_pool(files, 2) is early and workers._early is None
@@ -1004,7 +1050,7 @@ def test_workers_that_fail_to_start_early_are_left_to_the_replay(
 ) -> None:
     from warmfit.run import workers
 
-    pools = EarlyPools(monkeypatch, fail=True)
+    pools = EarlyPools(monkeypatch, fail="submit")
     files = sized(tmp_path, 10)
     workers.prestart(files, 2, None)
     early = started(workers)
@@ -1034,3 +1080,58 @@ def test_index_task_is_the_files_index() -> None:
 
     path = Path(__file__).resolve().parent.parent / "traces" / "pr991" / "EP1.parquet"
     assert index_task(str(path)).stretches == index_file(path).stretches
+
+
+def test_workers_whose_pool_cannot_start_early_are_left_to_the_replay_in_silence(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The replay starts its own pool, and says why it cannot; the early start's thread
+    ends without a traceback."""
+    from warmfit.run import workers
+
+    EarlyPools(monkeypatch, fail="pool")
+    raised: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    files = sized(tmp_path, 10)
+    workers.prestart(files, 2, None)
+    early = started(workers)
+    for thread, _ in workers.threading.made:  # type: ignore[attr-defined]
+        thread.join(10)
+    assert (early.pool, early.index, raised) == (None, [], [])
+    assert workers.take_early_pool(files, 2) is None
+
+
+def test_a_folder_the_user_may_not_write_is_no_place_for_the_sockets() -> None:
+    """_writable_folder asks for writing and searching (W_OK | X_OK): existing is not
+    enough. Root may write any folder, so where the test runs as root the check is made
+    in a child forked from this process that has become ``nobody``."""
+    import shutil
+
+    from warmfit.run.workers import _writable_folder
+
+    top = tempfile.mkdtemp(dir="/tmp")  # a place ``nobody`` may reach
+    try:
+        os.chmod(top, 0o755)
+        open_, locked, unsearchable = (os.path.join(top, n) for n in ("open", "locked", "dark"))
+        for folder, mode in ((open_, 0o777), (locked, 0o555), (unsearchable, 0o666)):
+            os.mkdir(folder)
+            os.chmod(folder, mode)
+        found = [_writable_folder(f) for f in (open_, locked, unsearchable)]
+        if os.geteuid() != 0:
+            assert found == [True, False, False]
+            return
+        assert found == [True, True, True]  # root may write and search any folder
+        pid = os.fork()
+        if pid == 0:  # the child: nobody
+            code = 3
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                found = [_writable_folder(f) for f in (open_, locked, unsearchable)]
+                code = 0 if found == [True, False, False] else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        shutil.rmtree(top)
