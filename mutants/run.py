@@ -569,6 +569,7 @@ _RUN_TESTS = (
     "tests/test_limits.py",
     "tests/test_stream.py",
     "tests/test_cluster.py",
+    "tests/test_tasks.py",
 )
 #: Issue 38: the modules in no list before (the commands, the command line, errors, the
 #: report formats, the worker code, the samples, what is shown, the conformance checks,

@@ -12,6 +12,7 @@ SIG_IGN before raising), and SIGHUP and SIGQUIT killed the command without a wor
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import random
 import shutil
@@ -19,8 +20,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -431,3 +434,204 @@ def test_an_error_while_the_command_line_imports_is_a_stop_or_itself(
     assert (done.returncode, done.stdout) == (code, "")
     assert done.stderr.strip().splitlines()[-1] == last_line
     assert ("Traceback" in done.stderr) == (raised == "ImportError")
+
+
+# --------------------------------------------------------------------------- in this process
+# warmfit.run.signals's own functions, called here: the commands above run in processes of
+# their own, which a mutant's run does not trace. Each test takes a fresh copy of the module
+# (its state as at a command's start), so that this process's own handlers and state are
+# left alone.
+
+
+def fresh_signals() -> ModuleType:
+    """A new instance of warmfit.run.signals, as a command's process starts with it: its
+    file run again by the loader that loaded the package's (the mutant runner's, which
+    traces it, in its baseline), into a module that is not put in ``sys.modules``."""
+    from warmfit.run import signals
+
+    loader = type(signals.__loader__)(signals.__name__, signals.__file__)  # type: ignore[call-arg]
+    spec = importlib.util.spec_from_file_location(signals.__name__, signals.__file__, loader=loader)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("sent", "kind"),
+    [
+        (signal.SIGINT, "Interrupted"),
+        (signal.SIGTERM, "Terminated"),
+        (signal.SIGHUP, "Terminated"),
+        (signal.SIGQUIT, "Terminated"),
+    ],
+    ids=lambda s: s if isinstance(s, str) else signal.Signals(s).name,
+)
+def test_each_signal_stops_with_its_exit_code_and_line(sent: int, kind: str) -> None:
+    from warmfit.run import signals
+
+    stop = signals.stop_for(sent)
+    assert type(stop).__name__ == kind and isinstance(stop, KeyboardInterrupt)
+    assert (stop.signum, stop.exit_code) == (sent, EXIT[sent])
+    assert stop.said.startswith(SAID[sent])
+    assert signals.as_stop(stop) is stop
+
+
+def test_a_stop_for_another_signal_names_its_number() -> None:
+    from warmfit.run import signals
+
+    stop = signals.Terminated(signal.SIGUSR1)
+    assert (stop.exit_code, stop.said) == (138, "stopped (signal 10)")
+    assert signals.Terminated().signum == signal.SIGTERM
+
+
+def test_pythons_own_keyboard_interrupt_is_ctrl_c() -> None:
+    from warmfit.run import signals
+
+    stop = signals.as_stop(KeyboardInterrupt())
+    assert type(stop) is signals.Interrupted and stop.exit_code == 130
+
+
+def test_a_command_starts_with_no_signal_and_reports_a_stop_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    signals = fresh_signals()
+    assert signals.received() is None
+    signals.raise_if_received()  # nothing
+    assert signals.report(KeyboardInterrupt()) == 130
+    assert capsys.readouterr().err == "\nwarmfit: interrupted (Ctrl-C); nothing more was written.\n"
+    assert signals.report(signals.Terminated(), " as it ended") == 143  # its own code...
+    assert capsys.readouterr().err == ""  # ...but one line a command
+    assert signals.received() is None  # reported already
+
+
+def test_the_handler_raises_the_first_signal_until_the_command_is_over() -> None:
+    """The first ending signal is the one raised, every time; a signal that comes while
+    a stop unwinds is recorded, not raised; after finish(), none is raised."""
+    signals = fresh_signals()
+    with pytest.raises(signals.Stopped) as raised:
+        signals._handler(signal.SIGHUP, None)
+    assert raised.value.signum == signal.SIGHUP
+    with pytest.raises(signals.Stopped) as raised:
+        signals._handler(signal.SIGINT, None)  # a second signal: the first one's stop
+    assert raised.value.signum == signal.SIGHUP
+    try:
+        raise ValueError("another error being handled")
+    except ValueError:
+        with pytest.raises(signals.Stopped):
+            signals._handler(signal.SIGINT, None)
+    try:
+        raise signals.Interrupted()
+    except KeyboardInterrupt:
+        assert signals._handler(signal.SIGTERM, None) is None  # its clean-up runs on
+    stop = signals.received()
+    assert type(stop) is signals.Terminated and stop.signum == signal.SIGHUP
+    with pytest.raises(signals.Stopped):
+        signals.raise_if_received()
+    signals.finish()
+    assert signals._handler(signal.SIGINT, None) is None
+    assert signals.received() is not None  # looked at as the program exits
+
+
+def test_a_reported_stop_is_the_signal_a_later_one_raises() -> None:
+    """A stop reported before any signal (Python's KeyboardInterrupt) is the command's
+    signal: one that comes during the clean-up raises it, not its own."""
+    signals = fresh_signals()
+    signals.report(signals.Terminated(signal.SIGQUIT), "")
+    with pytest.raises(signals.Stopped) as raised:
+        signals._handler(signal.SIGINT, None)
+    assert raised.value.signum == signal.SIGQUIT
+    # and a signal received first stays the command's, whatever stop is reported after
+    signals = fresh_signals()
+    with pytest.raises(signals.Stopped):
+        signals._handler(signal.SIGHUP, None)
+    assert signals.report(KeyboardInterrupt(), "") == 130
+    with pytest.raises(signals.Stopped) as raised:
+        signals._handler(signal.SIGINT, None)
+    assert raised.value.signum == signal.SIGHUP
+
+
+def test_install_handles_the_ending_signals_but_those_ignored_at_start() -> None:
+    signals = fresh_signals()
+    before = {s: signal.getsignal(s) for s in signals.ENDING}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a command
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        done: list[object] = []
+        thread = threading.Thread(target=lambda: done.append(signals.install()))
+        thread.start()
+        thread.join()
+        assert done == [None] and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        signals.install()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        for sent in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+            assert signal.getsignal(sent) is signals._handler
+    finally:
+        for sent, handler in before.items():
+            signal.signal(sent, handler)
+
+
+def test_held_names_the_lowest_signal_that_came_while_hold_blocked_it() -> None:
+    """In a thread of its own (signals sent to it alone, then taken back): hold blocks
+    the ending signals not blocked already, and held names the pending ones among them."""
+    signals = fresh_signals()
+    seen: dict[str, object] = {}
+
+    def run() -> None:
+        me = threading.get_ident()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # blocked before
+        try:
+            blocked = signals.hold()
+            seen["blocked"] = blocked
+            seen["none"] = signals.held(blocked)
+            signal.pthread_kill(me, signal.SIGTERM)  # pending, but blocked before hold
+            seen["before"] = signals.held(blocked)
+            signal.pthread_kill(me, signal.SIGQUIT)
+            signal.pthread_kill(me, signal.SIGHUP)
+            seen["stop"] = signals.held(blocked)
+        finally:
+            while signal.sigtimedwait(list(signals.ENDING), 0) is not None:
+                pass  # taken back: none reaches the process
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen["blocked"] == {signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+    assert seen["none"] is None and seen["before"] is None
+    stop = seen["stop"]
+    assert isinstance(stop, signals.Terminated) and stop.signum == signal.SIGHUP
+
+
+def test_ctrl_c_is_ignored_inside_the_block_and_handled_as_before_after() -> None:
+    from warmfit.run.signals import ctrl_c_ignored
+
+    before = signal.getsignal(signal.SIGINT)
+    with ctrl_c_ignored():
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) is before
+    inside: list[object] = []
+
+    def run() -> None:
+        with ctrl_c_ignored():  # no handler can be set here: nothing changes
+            inside.append(signal.getsignal(signal.SIGINT))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert inside == [before]
+
+
+@pytest.mark.parametrize("error", [AttributeError, OSError, ValueError])
+def test_without_signal_masks_nothing_is_held(monkeypatch: pytest.MonkeyPatch, error: type) -> None:
+    """Where signals cannot be blocked or looked at (no pthread_sigmask or sigpending),
+    hold blocks none and held finds none."""
+    signals = fresh_signals()
+
+    def fails(*args: object) -> None:
+        raise error("no signal masks here")
+
+    monkeypatch.setattr(signal, "pthread_sigmask", fails)
+    assert signals.hold() == set()
+    if error is not ValueError:  # what sigpending may raise
+        monkeypatch.setattr(signal, "sigpending", fails)
+        assert signals.held({int(signal.SIGTERM)}) is None
