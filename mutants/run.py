@@ -583,7 +583,8 @@ MORE_MODULES: dict[str, tuple[str, ...]] = {
     "warmfit/commands/__init__.py": _CLI_TESTS,
     "warmfit/commands/check.py": ("tests/test_check.py", "tests/test_check_update.py",
                                   "tests/test_gate_output.py", "tests/test_gate_by_signature.py",
-                                  "tests/test_one_replay.py", "tests/test_outputs.py"),
+                                  "tests/test_one_replay.py", "tests/test_outputs.py",
+                                  "tests/test_signals.py"),
     "warmfit/commands/import_.py": (*_IMPORTER_TESTS, "tests/test_outputs.py"),
     # test_budget.py: --budget and a missing path that reads as a size (budget_bytes)
     "warmfit/commands/options.py": (*_CLI_TESTS, "tests/test_one_replay.py",

@@ -163,6 +163,48 @@ def test_a_signal_while_stopped_ends_check_update_every_time(
     assert signalled >= tries // 4  # tries came in time (else the test says nothing)
 
 
+def test_a_signal_as_update_replaces_its_file_waits_for_the_lines_that_say_so(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The moment the test above met now and then under load: a real SIGTERM just after
+    ``check --update`` replaced its file. The lines saying what was added come first, then
+    the stop's line (exit 143); before, the stop fell between the two, and the file held
+    an update no line had mentioned. In-process, warmfit's handlers installed (and the
+    test process's put back)."""
+    from typer.testing import CliRunner
+
+    import warmfit.report.gate as gate
+    from warmfit.cli import app
+    from warmfit.run import signals
+
+    expect = tmp_path / "e.toml"
+    shutil.copy(base, expect)
+    before = expect.read_bytes()
+    update = gate.update_expectations
+
+    def then_a_signal(*args: object, **kwargs: object) -> object:
+        added = update(*args, **kwargs)  # type: ignore[arg-type]
+        signal.raise_signal(signal.SIGTERM)  # the file is replaced: its line is not out yet
+        return added
+
+    monkeypatch.setattr(gate, "update_expectations", then_a_signal)
+    for name, value in (("_received", None), ("_reported", False), ("_finished", False)):
+        monkeypatch.setattr(signals, name, value)
+    handlers = {s: signal.getsignal(s) for s in signals.ENDING}
+    signals.install()
+    try:
+        args = ["check", *TRACES, "-e", str(expect), "--update", "--allow-under"]
+        result = CliRunner().invoke(app, args)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == EXIT[signal.SIGTERM], result.stderr
+    assert lines[0].startswith("added run 'cpu-demo'"), result.stderr
+    assert lines[-1] == f"warmfit: {SAID[signal.SIGTERM]}; nothing more was written."
+    assert expect.read_bytes().startswith(before) and expect.read_bytes() != before
+
+
 #: A finder that loses the signal the way a library can: it sends the signal to its own
 #: process as ``WARMFIT_TEST_LOSE`` is first imported, and swallows whatever that raises.
 LOSER = textwrap.dedent(

@@ -22,6 +22,7 @@ from warmfit.commands.options import (
     writing,
 )
 from warmfit.errors import PolicyError, RegressionFound, UsageError
+from warmfit.run import signals
 from warmfit.show.names import counted, printable, waves_under
 
 if TYPE_CHECKING:
@@ -317,9 +318,10 @@ def _check(
     from warmfit.report import gate
 
     if update:
-        with writing(expect):
-            added = gate.update_expectations(result, expectations, allow_under=allow_under)
-        _report_added(result, added, expect)
+        with signals.deferred():  # a stop waits until the lines say what was added
+            with writing(expect):
+                added = gate.update_expectations(result, expectations, allow_under=allow_under)
+            _report_added(result, added, expect)
         why = ""
         if not allow_under:  # the file allows them: it was written with --allow-under
             why = (

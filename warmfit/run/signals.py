@@ -156,6 +156,23 @@ def held(blocked: set[int]) -> Stopped | None:
 
 
 @contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """:data:`ENDING`'s signals wait until the block is done (a file written and the lines
+    that say so printed), then end the command as usual: a stop never falls between a
+    file replaced and the line saying it was. In the main thread, where signals are
+    handled; elsewhere, or without signal masks, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    blocked = hold()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)  # one that came runs now
+
+
+@contextlib.contextmanager
 def ctrl_c_ignored() -> Iterator[None]:
     """Ctrl-C (SIGINT) ignored inside the block, then handled as before; processes
     started inside it inherit the ignoring. Outside the main thread, where no signal
