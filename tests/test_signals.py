@@ -385,7 +385,7 @@ def test_only_a_thread_python_would_join_sends_the_exit_through_python() -> None
 #: ``warmfit.cli.run`` around a stand-in for ``main``, which ends as ``sys.argv[1]`` says.
 ENDINGS = textwrap.dedent(
     """
-    import atexit, os, signal, sys, threading, time
+    import atexit, io, os, signal, sys, threading, time
     import warmfit.cli as cli
     from warmfit.run import signals
 
@@ -395,6 +395,12 @@ ENDINGS = textwrap.dedent(
             return
         if case == "thread":  # one Python would join: it finishes its work
             threading.Thread(target=lambda: (time.sleep(0.3), print("joined"))).start()
+            sys.exit(0)
+        if case == "stdout a pipe no one reads":
+            read, write = os.pipe()
+            os.close(read)
+            sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(write, "w")))
+            print("lost")  # held in the buffer until the end's flush
             sys.exit(0)
         if case == "signal in an exit hook":
             signals.install()
@@ -415,14 +421,15 @@ ENDINGS = textwrap.dedent(
     ("three", 3, "", ""),
     ("message", 1, "", "it broke\n"),
     ("thread", 0, "joined\n", ""),
+    ("stdout a pipe no one reads", 120, "", ""),  # as Python's own exit gives
     ("signal in an exit hook", 143, "", "\nwarmfit: terminated (SIGTERM) as it ended.\n"),
 ])  # fmt: skip
 def test_the_program_ends_with_its_commands_status(
     case: str, code: int, out: str, err: str
 ) -> None:
     """``warmfit.cli.run`` ends the process as Python would have for every way ``main``
-    ends (no status, a number, a message), joins a thread Python would join, and
-    reports a signal that lands in an exit hook."""
+    ends (no status, a number, a message; 120 when stdout cannot be flushed), joins a
+    thread Python would join, and reports a signal that lands in an exit hook."""
     done = subprocess.run(
         [sys.executable, "-c", ENDINGS, case],
         cwd=REPO, capture_output=True, text=True, env=python_env(), check=False, timeout=60,
