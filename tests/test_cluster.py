@@ -341,10 +341,10 @@ def test_another_error_of_the_client_is_raised_as_it_is() -> None:
     ],
 )
 def test_short_keeps_a_message_to_one_line_of_200_characters(text: str, short: str) -> None:
-    from warmfit.run.cluster import _short
+    from warmfit.run.cluster import short_message
 
-    assert _short(OSError(text)) == short
-    assert _short(OSError("y" * 50), limit=10) == "y" * 7 + "..."
+    assert short_message(OSError(text)) == short
+    assert short_message(OSError("y" * 50), limit=10) == "y" * 7 + "..."
 
 
 def test_a_replay_gives_an_address_10_s_times_the_patience_to_answer(

@@ -235,13 +235,6 @@ def test_dasks_own_logs_are_silenced_and_no_other() -> None:
             logger.removeHandler(handler)
 
 
-@pytest.mark.parametrize(
-    ("text", "short"), [("x" * 200, "x" * 200), ("x" * 201, "x" * 197 + "..."), ("a \n b", "a b")]
-)
-def test_short_keeps_a_message_to_one_line_of_200_characters(text: str, short: str) -> None:
-    assert tasks._short(OSError(text)) == short
-
-
 # --------------------------------------------------------------------------- the runner
 
 

@@ -114,13 +114,15 @@ def connect(client_class: Any, address: str, seconds: float) -> Any:
         if isinstance(exc, (OSError, TimeoutError, ValueError, MemoryError)):
             raise UsageError(
                 f"cannot reach the Dask scheduler at {address!r} ({type(exc).__name__}: "
-                f"{_short(exc)}); start one ('dask scheduler', then 'dask worker ADDRESS' on "
+                f"{short_message(exc)}); start one ('dask scheduler', then 'dask worker ADDRESS' on "
                 "each machine) or check the address."
             ) from None
         raise exc
     return made[0]
 
 
-def _short(exc: BaseException, limit: int = 200) -> str:
+def short_message(exc: BaseException, limit: int = 200) -> str:
+    """``exc``'s message on one line, cut to ``limit`` characters (a Dask error can run to
+    pages): what a one-line error quotes of it."""
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -21,7 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from warmfit.errors import UsageError
-from warmfit.run.cluster import ANSWER_SECONDS, connect
+from warmfit.run.cluster import ANSWER_SECONDS, connect, short_message
 from warmfit.run.workers import (
     PATIENCE,
     EarlyPool,
@@ -125,7 +125,7 @@ def _result(future: Any, seconds: float, watch: Callable[[], list[int]] | None) 
                 raise
             raise UsageError(
                 "the Dask cluster's workers died running a task of the replay, as many times "
-                f"as the cluster retries one ({_short(exc)}); nothing was written. Check the "
+                f"as the cluster retries one ({short_message(exc)}); nothing was written. Check the "
                 "workers' memory and logs, or run without --cluster."
             ) from None
     release = getattr(future, "release", None)
@@ -142,7 +142,7 @@ def _cluster_failures(results: Iterator[Any]) -> Iterator[Any]:
     except (OSError, CancelledError) as exc:
         raise UsageError(
             f"the Dask cluster failed while replaying ({type(exc).__name__}: "
-            f"{_short(exc) or 'a task was cancelled'}); nothing was written. Check the "
+            f"{short_message(exc) or 'a task was cancelled'}); nothing was written. Check the "
             "scheduler and its workers, and run again."
         ) from None
 
@@ -156,11 +156,6 @@ def _quiet_dask_logs() -> None:
         logger.setLevel(logging.CRITICAL)
         for handler in logger.handlers:
             handler.setLevel(logging.CRITICAL)
-
-
-def _short(exc: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Runner:
