@@ -577,7 +577,8 @@ _RUN_TESTS = (
 MORE_MODULES: dict[str, tuple[str, ...]] = {
     "warmfit/__init__.py": (*_CLI_TESTS, "tests/test_pricer.py"),
     "warmfit/__main__.py": (*_CLI_TESTS, "tests/test_signals.py"),
-    "warmfit/cli.py": (*_CLI_TESTS, "tests/test_signals.py"),
+    # test_record_cli.py: record's arguments as cli.py declares them (the trainer's own options)
+    "warmfit/cli.py": (*_CLI_TESTS, "tests/test_signals.py", "tests/test_record_cli.py"),
     "warmfit/errors.py": ("tests/test_errors.py", *_CLI_TESTS, "tests/test_check.py",
                           "tests/test_hostile_log.py"),
     "warmfit/commands/__init__.py": _CLI_TESTS,
