@@ -69,6 +69,7 @@ def test_a_budget_too_large_is_one_line_and_exit_2(command, budget):
         ("replay", ["--budget", "8", "MiB"], "8MiB"),
         ("recommend", ["--budget", "128.8", "gb"], "128.8gb"),
         ("replay", ["8MiB"], "8MiB"),  # the size as a path: --budget left out
+        ("replay", ["16MiB"], "16MiB"),  # its number, not the example's 8
         ("replay", ["KB"], "8KB"),  # no number given: an example
     ],
 )

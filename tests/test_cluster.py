@@ -20,6 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.command_line import warmfit_output
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -360,3 +362,23 @@ def test_a_replay_gives_an_address_10_s_times_the_patience_to_answer(
     for address in speaker():
         with pytest.raises(UsageError, match=r"said nothing for 2 s: "):
             Runner(1, address).workers()
+
+
+@pytest.mark.parametrize(("command", "needed"), [
+    ("replay", []), ("sweep", []), ("recommend", ["--budget", "80GiB"]),
+    ("plot", ["-o", "{tmp}/p.png"]), ("check", ["--write-expect", "{tmp}/e.toml"]),
+])  # fmt: skip
+def test_cluster_and_jobs_together_are_a_usage_error(
+    tmp_path: Path, command: str, needed: list[str]
+) -> None:
+    """Refused before the cluster is reached (the address answers nothing here) and
+    before anything is written."""
+    args = [a.format(tmp=tmp_path) for a in needed]
+    code, output = warmfit_output(
+        command, str(REPO / "traces/pr991"), *args, "--cluster", "tcp://x:1", "--jobs", "2"
+    )
+    assert (code, output) == (2, (
+        "warmfit: error: --cluster runs the batches on the cluster's workers, --jobs on this "
+        "machine's cores: give one of them.\n"
+    ))  # fmt: skip
+    assert list(tmp_path.iterdir()) == []

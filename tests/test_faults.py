@@ -392,16 +392,6 @@ def test_a_plot_on_a_cluster_draws_what_one_here_draws(
     assert there.read_bytes() == here.read_bytes()
 
 
-def test_cluster_and_jobs_together_are_a_usage_error() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "warmfit", "replay", "traces/pr991", "--cluster", "tcp://x:1",
-         "--jobs", "2"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 2
-    assert "give one of them" in done.stderr and "Traceback" not in done.stderr
-
-
 def test_a_path_the_cluster_cannot_read_is_named(
     trace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
