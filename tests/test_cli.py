@@ -322,6 +322,23 @@ def test_without_a_load_average_every_core_is_used(monkeypatch: pytest.MonkeyPat
     assert default_jobs() == 3
 
 
+def test_the_free_cores_are_read_once_per_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load average moves: the workers started early and the replay must use one
+    count, so the command reads it once and hands it on."""
+    import warmfit.run.workers
+
+    reads: list[int] = []
+
+    def free_cores() -> int:
+        reads.append(3)
+        return 3
+
+    monkeypatch.setattr(warmfit.run.workers, "default_jobs", free_cores)
+    result = CliRunner().invoke(app, ["replay", PR991, "-v"])
+    assert result.exit_code == 0, result.output
+    assert reads == [3] and "jobs: 3 (the free cores" in result.stderr
+
+
 def test_verbose_says_how_many_jobs_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr("os.getloadavg", lambda: (10.0, 9.0, 8.0))
