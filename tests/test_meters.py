@@ -6,6 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from warmfit.errors import UsageError  # noqa: E402
 from warmfit.recorder.meters import CpuMeter, make_meter  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -94,3 +95,257 @@ def test_make_meter_picks_cpu_storages_for_the_cpu():
         assert "cpu" in m.device_name
     finally:
         m.close()
+
+
+# --------------------------------------------------------------------------- accelerators
+# AcceleratorMeter's logic (which API it reads, which device, whether the raw statistics
+# dict is trusted) checked on a CPU, against a fake allocator put in torch's place.
+
+
+class FakeAllocator:
+    """A GPU allocator's counters per device index, as ``torch.accelerator`` and
+    ``torch.cuda`` expose them, and the raw nested statistics dict behind them (``raw``:
+    what it adds to the public figures, a torch whose raw dict says otherwise)."""
+
+    def __init__(self, kind: str = "xpu", current: int = 0) -> None:
+        self.kind = kind
+        self.current = current
+        self.allocated = {0: 1_000, 1: 5_000, 2: 9_000}
+        self.peak = {0: 1_500, 1: 7_000, 2: 9_500}
+        self.reserved = {0: 2_048, 1: 8_192, 2: 10_240}
+        self.raw_offset = {"allocated": 0, "peak": 0, "reserved": 0}
+        self.resets: list[int] = []
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_accelerator(self):
+        return torch.device(self.kind)
+
+    def current_device_index(self) -> int:
+        return self.current
+
+    def memory_allocated(self, index: int) -> int:
+        return self.allocated[index]
+
+    def max_memory_allocated(self, index: int) -> int:
+        return self.peak[index]
+
+    def max_memory_reserved(self, index: int) -> int:
+        return self.reserved[index]
+
+    def reset_peak_memory_stats(self, index: int) -> None:
+        self.resets.append(index)
+        self.peak[index] = self.allocated[index]
+
+    def get_device_name(self, index: int) -> str:
+        return f"Fake GPU {index}"
+
+    def raw(self, index: int) -> dict:
+        off = self.raw_offset
+        return {
+            "allocated_bytes": {
+                "all": {
+                    "current": self.allocated[index] + off["allocated"],
+                    "peak": self.peak[index] + off["peak"],
+                }
+            },
+            "reserved_bytes": {"all": {"peak": self.reserved[index] + off["reserved"]}},
+        }
+
+
+@pytest.fixture
+def fake_accelerator(monkeypatch):
+    """A fake ``torch.accelerator`` (an ``xpu``) with its raw statistics call."""
+    fake = FakeAllocator()
+    monkeypatch.setattr(torch, "accelerator", fake)
+    monkeypatch.setattr(torch._C, "_accelerator_getDeviceStats", fake.raw, raising=False)
+    monkeypatch.setattr(torch.xpu, "get_device_name", fake.get_device_name, raising=False)
+    return fake
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """A fake ``torch.cuda`` on a torch without ``torch.accelerator``'s memory calls."""
+    fake = FakeAllocator("cuda", current=1)
+    monkeypatch.setattr(torch, "accelerator", None)
+    for name in (
+        "is_available",
+        "memory_allocated",
+        "max_memory_allocated",
+        "max_memory_reserved",
+        "reset_peak_memory_stats",
+        "get_device_name",
+    ):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "current_device", fake.current_device_index)
+    monkeypatch.setattr(torch._C, "_cuda_memoryStats", fake.raw, raising=False)
+    return fake
+
+
+def test_the_accelerator_meter_reads_the_current_devices_counters(fake_accelerator):
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    fake_accelerator.current = 1
+    meter = AcceleratorMeter()
+    assert (meter.name, meter.index, meter.device_name) == (
+        "torch.accelerator",
+        1,
+        "Fake GPU 1 (xpu:1)",
+    )
+    assert (meter.allocated_bytes(), meter.peak_bytes(), meter.reserved_peak_bytes()) == (
+        5_000, 7_000, 8_192,
+    )  # fmt: skip
+    assert meter.has_reserved
+    fake_accelerator.allocated[1] = 6_000
+    meter.reset_peak()
+    assert fake_accelerator.resets == [1]
+    assert (meter.allocated_bytes(), meter.peak_bytes()) == (6_000, 6_000)
+    meter.close()
+
+
+def test_the_accelerator_meter_reads_the_device_it_was_given(fake_accelerator):
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    meter = AcceleratorMeter("xpu:2")  # the current device is 0
+    assert (meter.index, meter.allocated_bytes(), meter.peak_bytes()) == (2, 9_000, 9_500)
+    assert meter.device_name == "Fake GPU 2 (xpu:2)"
+    plain = AcceleratorMeter("xpu")  # no index: the current device
+    assert (plain.index, plain.allocated_bytes()) == (0, 1_000)
+
+
+def test_the_accelerator_meter_refuses_another_kind_of_device(fake_accelerator):
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    with pytest.raises(
+        UsageError, match="asked to measure cuda:0, but the accelerator here is xpu"
+    ):
+        AcceleratorMeter("cuda:0")
+
+
+def test_the_raw_statistics_are_read_only_where_they_agree_at_the_start(fake_accelerator):
+    """Each raw figure is read after the meter opens only if it agreed with the public
+    call then; the figures below move the raw dict away afterwards, to see which is read."""
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    agreeing = AcceleratorMeter()
+    fake_accelerator.raw_offset.update(allocated=1, peak=2, reserved=3)
+    assert (agreeing.allocated_bytes(), agreeing.peak_bytes(), agreeing.reserved_peak_bytes()) == (
+        1_001, 1_502, 2_051,
+    )  # fmt: skip
+    for off in ({"allocated": 1, "peak": 0}, {"allocated": 0, "peak": 2}):
+        # one of the two disagrees: neither is read raw; the reserved figure agreed
+        fake_accelerator.raw_offset.update(reserved=0, **off)
+        meter = AcceleratorMeter()
+        fake_accelerator.raw_offset["reserved"] = 3
+        assert (meter.allocated_bytes(), meter.peak_bytes()) == (1_000, 1_500), off
+        assert meter.reserved_peak_bytes() == 2_051, off
+    fake_accelerator.raw_offset.update(allocated=0, peak=0, reserved=0)
+    fake_accelerator.raw_offset.update(reserved=3)
+    meter = AcceleratorMeter()  # the reserved figure alone disagrees
+    fake_accelerator.raw_offset.update(allocated=10, peak=20)
+    assert (meter.allocated_bytes(), meter.peak_bytes(), meter.reserved_peak_bytes()) == (
+        1_010, 1_520, 2_048,
+    )  # fmt: skip
+
+
+def test_a_raw_dict_of_another_shape_keeps_the_public_calls(fake_accelerator, monkeypatch):
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    monkeypatch.setattr(torch._C, "_accelerator_getDeviceStats", lambda index: {}, raising=False)
+    meter = AcceleratorMeter()
+    assert (meter.allocated_bytes(), meter.peak_bytes(), meter.reserved_peak_bytes()) == (
+        1_000, 1_500, 2_048,
+    )  # fmt: skip
+    # a raw dict with the allocated figures but no reserved ones: those two are read raw
+    monkeypatch.setattr(
+        torch._C, "_accelerator_getDeviceStats",
+        lambda index: {"allocated_bytes": {"all": {"current": 1_000, "peak": 1_500}}},
+        raising=False,
+    )  # fmt: skip
+    meter = AcceleratorMeter()
+    fake_accelerator.allocated[0] = 3
+    assert (meter.allocated_bytes(), meter.reserved_peak_bytes()) == (1_000, 2_048)
+
+
+def test_without_a_raw_call_the_public_calls_are_read(fake_accelerator, monkeypatch):
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    monkeypatch.setattr(torch._C, "_accelerator_getDeviceStats", None)
+    meter = AcceleratorMeter()
+    fake_accelerator.allocated[0] = 4_321
+    assert meter.allocated_bytes() == 4_321
+
+
+def test_an_accelerator_without_a_reserved_peak_has_none(fake_accelerator, monkeypatch):
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    monkeypatch.delattr(FakeAllocator, "max_memory_reserved")
+    meter = AcceleratorMeter()
+    assert not meter.has_reserved
+    assert (meter.allocated_bytes(), meter.peak_bytes()) == (1_000, 1_500)
+
+
+def test_the_cuda_api_is_read_where_torch_accelerator_has_no_memory_calls(fake_cuda):
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    meter = AcceleratorMeter()
+    assert (meter.name, meter.index, meter.device_name) == ("torch.cuda", 1, "Fake GPU 1 (cuda:1)")
+    assert (meter.allocated_bytes(), meter.peak_bytes(), meter.reserved_peak_bytes()) == (
+        5_000, 7_000, 8_192,
+    )  # fmt: skip
+    fake_cuda.raw_offset.update(allocated=1, peak=2, reserved=3)  # read raw: they agreed
+    assert (meter.allocated_bytes(), meter.peak_bytes(), meter.reserved_peak_bytes()) == (
+        5_001, 7_002, 8_195,
+    )  # fmt: skip
+    meter.reset_peak()
+    assert fake_cuda.resets == [1]
+    assert AcceleratorMeter("cuda:2").allocated_bytes() == 9_000  # raw disagrees now: public
+
+
+def test_a_torch_accelerator_that_is_not_available_falls_back_to_cuda(fake_cuda, monkeypatch):
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    absent = FakeAllocator()
+    monkeypatch.setattr(absent, "is_available", lambda: False)
+    monkeypatch.setattr(torch, "accelerator", absent)
+    assert AcceleratorMeter().name == "torch.cuda"
+    monkeypatch.setattr(torch, "accelerator", object())  # an older torch.accelerator
+    assert AcceleratorMeter().name == "torch.cuda"
+
+
+def test_no_accelerator_at_all_is_a_usage_error(monkeypatch):
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    monkeypatch.setattr(torch, "accelerator", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UsageError, match="no GPU or other accelerator"):
+        AcceleratorMeter()
+
+
+def test_a_device_name_that_cannot_be_read_is_kind_and_index(fake_accelerator, monkeypatch):
+    from warmfit.recorder.meters import AcceleratorMeter
+
+    def broken(index: int) -> str:
+        raise RuntimeError("no name")
+
+    monkeypatch.setattr(torch.xpu, "get_device_name", broken)
+    assert AcceleratorMeter().device_name == "xpu:0"
+    monkeypatch.delattr(torch.xpu, "get_device_name")
+    assert AcceleratorMeter().device_name == "xpu:0"
+
+
+def test_make_meter_picks_the_accelerator_when_one_is_available(fake_accelerator, fake_cuda):
+    meter = make_meter()
+    assert meter.name == "torch.cuda"  # fake_cuda took torch.accelerator away
+    assert make_meter("cuda:2").allocated_bytes() == 9_000
+
+
+def test_make_meter_picks_torch_accelerator_first(fake_accelerator):
+    assert make_meter().name == "torch.accelerator"
+    assert make_meter("xpu:1").allocated_bytes() == 5_000
+    cpu = make_meter("cpu")
+    try:
+        assert cpu.name == CpuMeter.name
+    finally:
+        cpu.close()
