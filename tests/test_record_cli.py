@@ -746,3 +746,156 @@ def test_a_signal_the_command_outlives_still_stops_the_recording(tmp_path):
     done = run_recorded(command, tmp_path / "out", "r")
     sender.join()
     assert (done.exit_code, done.killed_by, done.stopped_by) == (0, None, "SIGTERM")
+
+
+class _Info:
+    """What ``signal.sigtimedwait`` answers: the signal, how it was sent, by whom."""
+
+    def __init__(self, signo: int, code: int, pid: int) -> None:
+        self.si_signo, self.si_code, self.si_pid = signo, code, pid
+
+
+def _first_wait_answers(monkeypatch, info: _Info) -> None:
+    """warmfit's first wait for a signal answers ``info`` (then the real waits)."""
+    real = signal.sigtimedwait
+    answers = [info]
+
+    def wait(signals, timeout):
+        return answers.pop() if answers else real(signals, timeout)
+
+    monkeypatch.setattr(signal, "sigtimedwait", wait)
+
+
+def test_a_ctrl_c_typed_at_the_terminal_is_not_passed_on_again(tmp_path, monkeypatch):
+    """The terminal sent SIGINT to the command too (the kernel's si_code, 0x80): warmfit
+    does not send it a second one, but the recording was stopped by it. Here the
+    command outlives it (it never got the terminal's) and exits 0."""
+    from warmfit.recorder.launch import run_recorded
+
+    _first_wait_answers(monkeypatch, _Info(signal.SIGINT, 0x80, os.getpid()))
+    done = run_recorded(_trainer("import time", "time.sleep(1)"), tmp_path / "out", "r")
+    assert (done.exit_code, done.killed_by, done.stopped_by) == (0, None, "SIGINT")
+
+
+def test_force_replaces_a_recording_whose_logs_are_finished(tmp_path):
+    from warmfit.recorder.launch import prepare_run_dir
+
+    run_dir = tmp_path / "out" / "run=r"
+    for rank in (0, 1):
+        _log(run_dir / f"rank={rank}" / "readings.arrows", rank)  # written and closed
+    assert prepare_run_dir(tmp_path / "out", "r", force=True) == run_dir
+    assert list(run_dir.iterdir()) == []
+
+
+def test_run_recorded_refuses_an_earlier_recording_unless_forced(tmp_path):
+    from warmfit.errors import UsageError
+    from warmfit.recorder.launch import run_recorded
+
+    _rank_files(tmp_path / "run=r", 1)
+    with pytest.raises(UsageError, match="will not overwrite without --force"):
+        run_recorded(_trainer("sys.exit(0)"), tmp_path, "r")
+    assert read_trace([tmp_path]).height == 2
+
+
+def test_folders_that_were_there_before_are_kept_with_what_a_recorder_made_in_them(tmp_path):
+    """Only the folders warmfit made are removed when nothing was recorded: a run folder
+    that was there (empty), even with --force, stays, and so do the rank folders a
+    recorder made inside it."""
+    from warmfit.recorder.launch import run_recorded
+
+    run_dir = tmp_path / "run=r"
+    run_dir.mkdir()
+    makes_rank = _trainer(
+        "os.makedirs(os.path.join(os.environ['WARMFIT_RECORD_DIR'], 'run=r', 'rank=0'))"
+    )
+    done = run_recorded(makes_rank, tmp_path, "r", force=True)
+    assert (done.recorded, done.removed) == (False, [])
+    assert (run_dir / "rank=0").is_dir()
+
+
+def test_a_recording_keeps_the_empty_folders_of_its_other_ranks(tmp_path, monkeypatch):
+    from warmfit.recorder.launch import run_recorded
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parents[1]),
+                                                      os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+    command = _trainer(
+        *_WRITES_A_TRACE,
+        "os.makedirs(os.path.join(os.environ['WARMFIT_RECORD_DIR'], 'run=r', 'rank=1'))",
+    )
+    done = run_recorded(command, tmp_path / "out", "r")
+    assert (done.recorded, done.removed) == (True, [])
+    assert (tmp_path / "out" / "run=r" / "rank=1").is_dir()
+
+
+def test_force_with_a_command_that_cannot_be_run_keeps_the_earlier_recording(tmp_path):
+    """Each command is refused before --force would remove the earlier recording."""
+    from warmfit.errors import UsageError
+    from warmfit.recorder.launch import run_recorded
+
+    _rank_files(tmp_path / "out" / "run=r", 1)
+    notexec = tmp_path / "notes.txt"
+    notexec.write_text("x")
+    for command, message in (
+        ([str(tmp_path)], "is not executable"),
+        ([str(notexec)], "is not executable"),
+        (["warmfit-no-such-command"], "command not found"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            run_recorded(command, tmp_path / "out", "r", force=True)
+        assert read_trace([tmp_path / "out"]).height == 2, command
+
+
+def test_without_sigtimedwait_handlers_pass_the_signals_on(tmp_path, monkeypatch):
+    """macOS has no signal.sigtimedwait: warmfit then passes SIGINT and SIGTERM on
+    from handlers (and puts the earlier handlers back)."""
+    from warmfit.recorder.launch import run_recorded
+
+    monkeypatch.delattr(signal, "sigtimedwait")
+    before = signal.getsignal(signal.SIGTERM)
+    done = run_recorded(_trainer("sys.exit(3)"), tmp_path / "out", "r")
+    assert (done.exit_code, done.killed_by, done.stopped_by) == (3, None, None)
+    flag = tmp_path / "started"
+    command = _trainer(f"open({str(flag)!r}, 'w').close()", "import time", "time.sleep(60)")
+    sender = _send_when_started(flag, signal.SIGTERM)
+    done = run_recorded(command, tmp_path / "out", "r")
+    sender.join()
+    assert (done.exit_code, done.killed_by, done.stopped_by) == (143, "SIGTERM", "SIGTERM")
+    flag.unlink()
+    outlives = _trainer(
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))",
+        f"open({str(flag)!r}, 'w').close()", "import time", "time.sleep(60)",
+    )  # fmt: skip
+    sender = _send_when_started(flag, signal.SIGTERM)
+    done = run_recorded(outlives, tmp_path / "out", "r")
+    sender.join()
+    assert (done.exit_code, done.killed_by, done.stopped_by) == (0, None, "SIGTERM")
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_signal_the_command_sent_to_warmfit_is_neither_passed_back_nor_a_stop(
+    tmp_path, monkeypatch
+):
+    """The command's own SIGTERM to warmfit (its parent) is not sent back to it, and
+    does not make the recording one stopped by a signal: the command exits 0."""
+    from warmfit.recorder import launch
+
+    started: list[subprocess.Popen[bytes]] = []
+    real_start = launch._start
+
+    def start(command, env, **kwargs):
+        started.append(real_start(command, env, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(launch, "_start", start)
+    real_wait = signal.sigtimedwait
+    answered: list[bool] = []
+
+    def wait(signals, timeout):
+        if not answered:
+            answered.append(True)
+            return _Info(signal.SIGTERM, 0, started[0].pid)  # SI_USER, from the command
+        return real_wait(signals, timeout)
+
+    monkeypatch.setattr(signal, "sigtimedwait", wait)
+    done = launch.run_recorded(_trainer("import time", "time.sleep(1)"), tmp_path / "out", "r")
+    assert answered and (done.exit_code, done.killed_by, done.stopped_by) == (0, None, None)
