@@ -349,3 +349,153 @@ def test_make_meter_picks_torch_accelerator_first(fake_accelerator):
         assert cpu.name == CpuMeter.name
     finally:
         cpu.close()
+
+
+# --------------------------------------------------------------------------- cpu, exactly
+
+
+def test_the_baseline_is_every_live_cpu_storage_counted_once():
+    """Read through the garbage collector independently: each CPU tensor's storage once
+    (a view shares its base's), by its bytes; the meter opens at exactly that sum."""
+    import gc
+    import warnings
+
+    base = torch.empty(1000)  # 4,000 bytes, and a view of them that adds nothing
+    view = base[10:]
+    gc.collect()
+    storages: dict[int, int] = {}
+    with warnings.catch_warnings():  # some modules warn when their attributes are read
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor):
+                try:
+                    if obj.device.type == "cpu":
+                        storage = obj.untyped_storage()
+                        storages[storage._cdata] = storage.nbytes()
+                except Exception:  # sparse or meta: no storage of its own
+                    continue
+    del storage
+    meter = CpuMeter()
+    try:
+        assert meter.allocated_bytes() == meter.peak_bytes() == sum(storages.values())
+        assert base.untyped_storage()._cdata in storages
+    finally:
+        meter.close()
+    del view
+
+
+def test_a_closed_meter_counts_no_more_and_can_be_closed_again():
+    meter = CpuMeter()
+    meter.close()
+    before = meter.allocated_bytes()
+    x = torch.empty(1000)
+    assert meter.allocated_bytes() == meter.peak_bytes() == before
+    meter.close()
+    del x
+
+
+def test_closing_under_another_mode_leaves_it_on_top_and_stops_counting():
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+    class Counting(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Counting.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    meter = CpuMeter()
+    other = Counting()
+    with other:
+        meter.close()  # not on top: the stack is left alone
+        assert _get_current_dispatch_mode() is other
+        before = meter.allocated_bytes()
+        x = torch.ones(500)  # runs through the meter's mode, which counts no more
+        assert meter.allocated_bytes() == before
+        assert Counting.calls >= 1
+    del x
+
+
+def test_operators_returning_several_tensors_count_each_storage():
+    x = torch.arange(100, dtype=torch.float32)
+    meter = CpuMeter()
+    try:
+        before = meter.allocated_bytes()
+        values, indices = torch.sort(x)  # a tuple: 400 bytes of values, 800 of int64 indices
+        assert meter.allocated_bytes() - before == 1_200
+        parts = torch._foreach_add([x, x[:10]], 1.0)  # a list: 400 and 40 bytes
+        assert meter.allocated_bytes() - before == 1_640
+        # lists in a tuple: the functional fused Adam's new parameters, gradients and
+        # moments, 4 x 400 bytes (its state step is an input, not an output)
+        p, g, m, v = (torch.rand(100) for _ in range(4))
+        step = torch.tensor(1.0)
+        before = meter.allocated_bytes()
+        stepped = torch.ops.aten._fused_adam(
+            [p], [g], [m], [v], [], [step], lr=0.1, beta1=0.9, beta2=0.999,
+            weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False,
+        )  # fmt: skip
+        assert [len(part) for part in stepped] == [1, 1, 1, 1, 0]
+        assert meter.allocated_bytes() - before == 1_600
+        del values, indices, parts, stepped
+    finally:
+        meter.close()
+
+
+def test_a_capped_meter_refuses_a_cap_that_is_not_a_number_of_bytes():
+    from warmfit.recorder.meters import CappedCpuMeter
+
+    for cap in (True, 1.5, -1, "100"):
+        with pytest.raises(UsageError, match="must be a number of bytes >= 0"):
+            CappedCpuMeter(cap)
+
+
+def test_a_capped_meter_runs_out_of_memory_one_byte_past_its_cap():
+    from warmfit.recorder.meters import CappedCpuMeter, meter_live
+
+    meter = CappedCpuMeter(meter_live() + 4_000)
+    try:
+        ok = torch.empty(1_000)  # 4,000 bytes: exactly at the cap
+        assert meter.ooms == 0
+        said = ""
+        try:
+            torch.empty(1, dtype=torch.uint8)
+        except torch.OutOfMemoryError as oom:  # (its frames, which hold the output, go after)
+            said = str(oom)
+        live = meter.cap_bytes + 1
+        assert said == (
+            f"Simulated CPU out of memory. 1 bytes more would hold {live:,} bytes of CPU "
+            f"tensors, over the cap of {meter.cap_bytes:,} (warmfit CappedCpuMeter, a simulation)."
+        )
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(2, dtype=torch.uint8)
+        assert meter.ooms == 2
+        assert meter.allocated_bytes() == meter.cap_bytes  # the failed outputs were dropped
+        del ok
+    finally:
+        meter.close()
+    zero = CappedCpuMeter(0)  # a cap of 0 bytes is a cap
+    zero.close()
+    assert zero.cap_bytes == 0
+
+
+def test_the_cpu_name_is_the_first_model_name_of_cpuinfo(monkeypatch):
+    import io
+    import os
+    import platform
+
+    from warmfit.recorder import meters
+
+    info = "processor\t: 0\nmodel name\t: Fake: CPU @ 3.0GHz \nmodel name\t: Second\n"
+    monkeypatch.setattr(meters, "open", lambda *a, **k: io.StringIO(info), raising=False)
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(os, "cpu_count", lambda: 12)
+    assert meters._cpu_name() == "cpu: Fake: CPU @ 3.0GHz (12 logical cores, x86_64)"
+
+    def missing(*args, **kwargs):
+        raise FileNotFoundError("/proc/cpuinfo")
+
+    monkeypatch.setattr(meters, "open", missing, raising=False)
+    monkeypatch.setattr(platform, "processor", lambda: "arm")
+    assert meters._cpu_name() == "cpu: arm (12 logical cores, x86_64)"
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    assert meters._cpu_name() == "cpu: x86_64 (12 logical cores, x86_64)"
