@@ -385,8 +385,13 @@ def test_the_baseline_is_every_live_cpu_storage_counted_once():
 
 
 def test_a_closed_meter_counts_no_more_and_can_be_closed_again():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    on_top = _get_current_dispatch_mode()
     meter = CpuMeter()
+    assert _get_current_dispatch_mode() is not on_top
     meter.close()
+    assert _get_current_dispatch_mode() is on_top  # its mode is off the stack
     before = meter.allocated_bytes()
     x = torch.empty(1000)
     assert meter.allocated_bytes() == meter.peak_bytes() == before
@@ -499,3 +504,103 @@ def test_the_cpu_name_is_the_first_model_name_of_cpuinfo(monkeypatch):
     assert meters._cpu_name() == "cpu: arm (12 logical cores, x86_64)"
     monkeypatch.setattr(platform, "processor", lambda: "")
     assert meters._cpu_name() == "cpu: x86_64 (12 logical cores, x86_64)"
+
+
+def test_a_meter_that_says_it_has_a_reserved_peak_can_read_it(fake_accelerator, monkeypatch):
+    """The Meter protocol's promise (docs/reference/recorder.md): ``has_reserved`` only
+    where ``reserved_peak_bytes()`` answers. CPU storages have no reserved pool."""
+    from warmfit.recorder.meters import AcceleratorMeter, CappedCpuMeter
+
+    cpu, capped = CpuMeter(), CappedCpuMeter(10**12)
+    try:
+        for meter in (cpu, capped, AcceleratorMeter()):
+            if meter.has_reserved:
+                assert isinstance(meter.reserved_peak_bytes(), int)
+        assert (cpu.has_reserved, capped.has_reserved) == (False, False)
+    finally:
+        cpu.close()
+        capped.close()
+
+
+def test_a_storage_grown_in_place_counts_only_its_growth(meter):
+    out = torch.empty(10)  # 40 bytes
+    before = meter.allocated_bytes()
+    out.resize_(100)  # grown in place to 400 bytes
+    assert meter.allocated_bytes() - before == 360
+    out.resize_(20)  # smaller: the storage keeps its 400 bytes
+    assert meter.allocated_bytes() - before == 360
+    del out
+    assert meter.allocated_bytes() - before == -40
+
+
+def test_tensors_off_the_cpu_are_not_counted(meter):
+    before = meter.allocated_bytes()
+    x = torch.empty(1_000, device="meta")
+    y = x * 2
+    assert meter.allocated_bytes() == before
+    del x, y
+
+
+def test_a_tensor_freed_after_its_meter_is_gone_is_quiet(monkeypatch):
+    """The meter's weak references can outlive it (here it was closed under another
+    mode and freed at once): freeing a storage it counted, once the meter is gone, must
+    raise nothing (an error in a weakref callback is only printed)."""
+    import gc
+    import sys
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    raised: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", raised.append)
+    gc.disable()  # the meter's references go with the next collection: free x before it
+    try:
+        m = CpuMeter()
+        x = torch.empty(100)  # counted: 400 bytes
+        counted = m.allocated_bytes()
+        with TorchDispatchMode():
+            m.close()  # another mode on top: the meter's mode lets go of the meter
+        del m
+        del x
+    finally:
+        gc.enable()
+    gc.collect()
+    assert counted >= 400 and raised == []
+
+
+def test_a_capped_meter_counts_all_of_an_operators_outputs_before_it_fails():
+    """torch.sort of 100 floats returns 400 bytes of values and 800 of indices: with
+    100 bytes left, the message counts all 1,200 (1,100 past the cap), not the values'
+    400 alone."""
+    from warmfit.recorder.meters import CappedCpuMeter, meter_live
+
+    x = torch.arange(100, dtype=torch.float32)
+    meter = CappedCpuMeter(meter_live() + 100)
+    try:
+        said = ""
+        try:
+            torch.sort(x)
+        except torch.OutOfMemoryError as oom:
+            said = str(oom)
+        assert said.startswith(
+            f"Simulated CPU out of memory. 1,100 bytes more would hold "
+            f"{meter.cap_bytes + 1_100:,} bytes of CPU tensors"
+        )
+        assert meter.ooms == 1
+    finally:
+        meter.close()
+
+
+def test_make_meter_picks_cpu_storages_without_an_accelerator(monkeypatch):
+    absent = FakeAllocator()
+    monkeypatch.setattr(absent, "is_available", lambda: False)
+    monkeypatch.setattr(torch, "accelerator", absent)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for meter in (make_meter(), make_meter(None)):
+        try:
+            assert meter.name == CpuMeter.name
+        finally:
+            meter.close()
+    monkeypatch.setattr(torch, "accelerator", None)  # an older torch: torch.cuda is asked
+    meter = make_meter()
+    meter.close()
+    assert meter.name == CpuMeter.name
