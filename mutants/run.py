@@ -587,10 +587,12 @@ MORE_MODULES: dict[str, tuple[str, ...]] = {
                                   "tests/test_one_replay.py", "tests/test_outputs.py",
                                   "tests/test_signals.py"),
     "warmfit/commands/import_.py": (*_IMPORTER_TESTS, "tests/test_outputs.py"),
-    # test_budget.py: --budget and a missing path that reads as a size (budget_bytes)
+    # test_budget.py: --budget and a missing path that reads as a size (budget_bytes);
+    # test_validate.py, test_wave_shapes.py: validate's warnings, printed here
     "warmfit/commands/options.py": (*_CLI_TESTS, "tests/test_one_replay.py",
                                     "tests/test_cluster.py", "tests/test_outputs.py",
-                                    "tests/test_budget.py"),
+                                    "tests/test_budget.py", "tests/test_validate.py",
+                                    "tests/test_wave_shapes.py"),
     "warmfit/commands/plot.py": ("tests/test_plot.py", "tests/test_plot_caption.py",
                                  "tests/test_one_replay.py", "tests/test_hostile_input.py",
                                  "tests/test_outputs.py"),

@@ -339,6 +339,28 @@ def test_the_free_cores_are_read_once_per_command(monkeypatch: pytest.MonkeyPatc
     assert reads == [3] and "jobs: 3 (the free cores" in result.stderr
 
 
+def test_a_command_that_fails_ends_its_early_workers_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker pool started beside the command's imports (any trace counts as large
+    here) is killed when the command fails before its replay took it, not left to wind
+    down."""
+    import warmfit.run.workers
+
+    ended: list[object] = []
+    end_workers = warmfit.run.workers.end_workers
+
+    def spy(pool: object) -> None:
+        ended.append(pool)
+        end_workers(pool)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(warmfit.run.workers, "WORKER_BYTES", 0)
+    monkeypatch.setattr(warmfit.run.workers, "end_workers", spy)
+    result = CliRunner().invoke(app, ["replay", PR991, "-p", "no-such-policy", "--jobs", "2"])
+    assert result.exit_code == 2 and "unknown policy 'no-such-policy'" in result.stderr
+    assert len(ended) == 1
+
+
 def test_verbose_says_how_many_jobs_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr("os.getloadavg", lambda: (10.0, 9.0, 8.0))

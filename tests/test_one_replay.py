@@ -373,6 +373,40 @@ def test_the_replay_carries_its_files_and_those_without_checksums(
     assert None not in read  # every footer was read once, by the index
 
 
+def test_the_checksum_warning_counts_the_bare_files_and_names_three(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each file's first page read (validate's way): the files without checksums counted
+    among all, the first three named, dots after a fourth."""
+    import pyarrow.parquet as pq
+
+    from warmfit.commands.options import warn_without_checksums
+
+    table = pq.read_table(REPO / "traces" / "pr991" / "EP1.parquet")
+    bare = [tmp_path / f"p{i}.parquet" for i in range(4)]
+    for path in bare:
+        pq.write_table(table, path, write_page_checksum=False)
+    crc = tmp_path / "crc.parquet"
+    pq.write_table(table, crc, write_page_checksum=True)
+    tail = (
+        "): corruption in them cannot be detected. warmfit's recorder writes them; re-export "
+        "such files with page checksums (pyarrow: write_page_checksum=True) to have them "
+        "checked.\n"
+    )
+    warn_without_checksums([crc, *bare[:3]])
+    named = ", ".join(map(str, bare[:3]))
+    assert capsys.readouterr().err == (
+        f"warning: no page checksums in 3 of 4 trace files ({named}" + tail
+    )
+    warn_without_checksums([*bare, crc])
+    assert capsys.readouterr().err == (
+        f"warning: no page checksums in 4 of 5 trace files ({named}, ..." + tail
+    )
+    warn_without_checksums([crc])
+    warn_without_checksums([crc, bare[0]], bare=[])  # known already: none
+    assert capsys.readouterr().err == ""
+
+
 # --------------------------------------------------------------------------- sweep's grid
 
 

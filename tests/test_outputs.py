@@ -40,6 +40,42 @@ def test_an_output_creates_its_missing_folders(tmp_path: Path, kind: str) -> Non
     assert out.is_file() and out.stat().st_size > 0
 
 
+ART = REPO / "traces" / "art-h200" / "source"
+#: Every command that writes a file, import's included (it reads no trace: nothing to
+#: guard against writing onto).
+WRITERS = {
+    **OUTPUTS,
+    "import": lambda trace, out: [
+        "import", "table", str(ART / "recompute_memory_final.csv"),
+        "--map", str(ART / "map.toml"), "-o", str(out),
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]], ids=["", "--force"])
+@pytest.mark.parametrize("kind", list(WRITERS))
+def test_an_output_that_is_a_folder_is_refused(tmp_path: Path, kind: str, force: list[str]) -> None:
+    folder = tmp_path / f"out{SUFFIX.get(kind, '.parquet')}"  # a folder named as the file
+    folder.mkdir()
+    code, output = warmfit_output(*WRITERS[kind](PR991, folder), *force)
+    assert (code, output) == (
+        2,
+        f"warmfit: error: {folder} is a directory; name a file to write.\n",
+    )
+    assert list(folder.iterdir()) == []
+
+
+def test_import_keeps_an_existing_output_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "art.parquet"
+    out.write_bytes(b"a file of the user's")
+    code, output = warmfit_output(*WRITERS["import"](PR991, out))
+    assert (code, output) == (2, f"warmfit: error: will not overwrite without --force: {out}\n")
+    assert out.read_bytes() == b"a file of the user's"
+    code, output = warmfit_output(*WRITERS["import"](PR991, out), "--force")
+    assert code == 0, output
+    assert read_trace([out]).height > 0
+
+
 def test_a_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     code, output = warmfit_output(
