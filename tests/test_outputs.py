@@ -76,6 +76,25 @@ def test_import_keeps_an_existing_output_without_force(tmp_path: Path) -> None:
     assert read_trace([out]).height > 0
 
 
+def test_a_failed_write_is_one_line_naming_the_file_and_why(tmp_path: Path) -> None:
+    """The system's reason where the error has one (a full disk), else the error's text
+    (pyarrow's OSError carries none)."""
+    from warmfit.commands.options import writing
+    from warmfit.errors import UsageError
+
+    out = tmp_path / "w.parquet"
+    advice = (
+        ". No partial file was left; fix that (free space, permissions, the file-size "
+        "limit) and run the command again."
+    )
+    with pytest.raises(UsageError) as full, writing(out):
+        raise OSError(28, "No space left on device", str(out))
+    assert str(full.value) == f"cannot write {out}: No space left on device" + advice
+    with pytest.raises(UsageError) as arrow, writing(out):
+        raise OSError("IOError: Failed to write 65536 bytes")
+    assert str(arrow.value) == f"cannot write {out}: IOError: Failed to write 65536 bytes" + advice
+
+
 def test_a_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     code, output = warmfit_output(
