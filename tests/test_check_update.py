@@ -56,3 +56,53 @@ def test_root_updating_another_users_file_keeps_its_owner(
     assert "added run 'cpu-demo'" in done.stderr
     status = expect.stat()
     assert (status.st_uid, status.st_gid) == (12345, 23456)
+
+
+def test_an_update_by_signature_says_each_signatures_figures(tmp_path: Path) -> None:
+    """cpu-demo's two signatures added, each line with its own figures (the training
+    signature's warm-fit median +70% with a wave under its peak, the scoring one's +10%)."""
+    from tests.command_line import warmfit_cli
+
+    expect = tmp_path / "e.toml"
+    pr991, demo = TRACES
+    args = ["--allow-under", "--by", "signature"]
+    assert warmfit_cli("check", pr991, "--write-expect", expect, *args).exit_code == 0
+    result = warmfit_cli("check", pr991, demo, "-e", expect, "--update", *args)
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines[:2] == [
+        f"added run 'cpu-demo' signature 'score/d64-l2-v64' to {expect}: max-merge median "
+        "+10%, 0 waves under their peak; warm-fit median +10%, 0 waves under their peak; "
+        "envelope median +10%, 0 waves under their peak",
+        f"added run 'cpu-demo' signature 'train/d64-l2-v64' to {expect}: max-merge median "
+        "+70%, 1 wave under its peak; warm-fit median +70%, 1 wave under its peak; envelope "
+        "median +10%, 0 waves under their peak",
+    ]
+
+
+def test_an_update_narrowed_by_p_checks_that_policy_alone(tmp_path: Path) -> None:
+    """-p warm-fit: the new run is added for warm-fit alone, and the check after the
+    update reads the file again but checks warm-fit's figures alone."""
+    from tests.command_line import warmfit_cli
+
+    expect = tmp_path / "e.toml"
+    pr991, demo = TRACES
+    assert warmfit_cli("check", pr991, "--write-expect", expect, "--allow-under").exit_code == 0
+    result = warmfit_cli(
+        "check", pr991, demo, "-e", expect, "--update", "--allow-under", "-p", "warm-fit"
+    )
+    assert result.exit_code == 0, result.output
+    assert "cpu-demo" in result.stdout and "warm-fit" in result.stdout
+    assert "max-merge" not in result.stdout and "envelope" not in result.stdout
+    written = expect.read_text()
+    assert "[runs.cpu-demo.warm-fit]" in written and "[runs.cpu-demo.max-merge]" not in written
+
+
+def test_force_without_write_expect_is_refused(tmp_path: Path) -> None:
+    from tests.command_line import warmfit_output
+
+    code, output = warmfit_output("check", TRACES[0], "-e", tmp_path / "e.toml", "--force")
+    assert (code, output) == (2, (
+        "warmfit: error: --force overwrites the --write-expect file; give --write-expect "
+        "FILE, or drop --force.\n"
+    ))  # fmt: skip
