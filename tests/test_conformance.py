@@ -233,12 +233,30 @@ def test_the_checks_replay_the_same_traces_in_every_version(
         return replay(trace, policies, engine=engine)
 
     monkeypatch.setattr(warmfit.replay, "replay", recording)
+    import warmfit.format.trace
+
+    written: list[pl.DataFrame] = []
+    write_trace = warmfit.format.trace.write_trace
+
+    def keeping(frame: pl.DataFrame, path: Path) -> Any:
+        written.append(frame)
+        return write_trace(frame, path)
+
+    monkeypatch.setattr(warmfit.format.trace, "write_trace", keeping)
     check_replay_is_deterministic(Recorder)
     assert replayed == [("72509fb57df1ad6e", "scalar", 454)] * 2  # random_trace(3), below
     replayed.clear()
     check_split_files_change_nothing(Recorder)
     # the whole trace, then its four files read back: the same rows, the same order
     assert replayed == [("64552d891069c86a", "scalar", 448)] * 2
+    # four files cut at rows drawn from a fixed seed, of the rows shuffled: together the
+    # whole trace, in another order (which rows go where is polars' shuffle: not pinned)
+    *parts, whole = written
+    assert [part.height for part in parts] == [53, 68, 35, 292]
+    together = pl.concat(parts)
+    assert not together.equals(whole)
+    assert together.sort("run", "rank", "seq").equals(whole.sort("run", "rank", "seq"))
+    written.clear()
     replayed.clear()
     check_engines_agree(get_policy("warm-affine"))
     assert [e for _, e, _ in replayed] == ["scalar", "vectorized"] * 5
