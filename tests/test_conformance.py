@@ -285,3 +285,57 @@ def test_the_generated_trace_is_as_documented_and_the_same_in_every_version() ->
     assert trace.height == 454
     assert _digest(trace.write_csv()) == "72509fb57df1ad6e"
     assert _digest(random_trace(3, waves=2).write_csv()) == "59995b5403aee953"
+
+
+class CountsInASlot(Policy):
+    """Broken on purpose, as CountsItsQuestions, with its state in ``__slots__``
+    (which ``vars()`` does not show), the count in a private (mangled) one."""
+
+    name = "counts-in-a-slot"
+    summary = "broken on purpose: price() changes a slot"
+    __slots__ = ("__asked", "rate")
+
+    def __init__(self) -> None:
+        self.rate: float | None = None
+        self.__asked = 0
+
+    def observe(self, reading: Reading) -> None:
+        self.rate = max(self.rate or 0.0, reading.rate)
+
+    def price(self, request: PriceRequest) -> float | None:
+        self.__asked += 1
+        return None if self.rate is None else self.rate * request.packed_tokens
+
+
+class SharesASlot(Policy):
+    """Broken on purpose: every profile appends to one list, held in a slot."""
+
+    name = "shares-a-slot"
+    summary = "broken on purpose: profiles share their readings"
+    __slots__ = ("seen",)
+    everyone: ClassVar[list[Reading]] = []
+
+    def __init__(self) -> None:
+        self.seen = SharesASlot.everyone
+
+    def observe(self, reading: Reading) -> None:
+        self.seen.append(reading)
+
+    def price(self, request: PriceRequest) -> float | None:
+        return float(len(self.seen)) * request.packed_tokens
+
+
+def test_the_checks_see_a_state_kept_in_slots() -> None:
+    """The purity and sharing checks compared vars(profile): {} for a policy whose
+    state is in __slots__, so it passed whatever price() or observe() did."""
+    profile = CountsInASlot()
+    assert vars(profile) == {}
+    profile.observe(Reading(100, 100, 5_000))
+    assert profile.price(PriceRequest(10, 10)) == profile.price(PriceRequest(10, 10)) == 500.0
+    with pytest.raises(AssertionError, match="price\\(\\) changed the profile"):
+        check_price_is_pure(CountsInASlot)
+    SharesASlot.everyone.clear()
+    with pytest.raises(AssertionError, match="two profiles share state"):
+        check_instances_share_no_state(SharesASlot)
+    with pytest.raises(AssertionError, match="'shares-a-slot' fails instances_share_no_state"):
+        check_policy(SharesASlot)
