@@ -308,11 +308,12 @@ class CountsInASlot(Policy):
 
 
 class SharesASlot(Policy):
-    """Broken on purpose: every profile appends to one list, held in a slot."""
+    """Broken on purpose: every profile appends to one list, held in a slot (named by
+    a string, which Python takes as one name)."""
 
     name = "shares-a-slot"
     summary = "broken on purpose: profiles share their readings"
-    __slots__ = ("seen",)
+    __slots__ = "seen"
     everyone: ClassVar[list[Reading]] = []
 
     def __init__(self) -> None:
@@ -339,3 +340,23 @@ def test_the_checks_see_a_state_kept_in_slots() -> None:
         check_instances_share_no_state(SharesASlot)
     with pytest.raises(AssertionError, match="'shares-a-slot' fails instances_share_no_state"):
         check_policy(SharesASlot)
+
+
+class LazySlot(Policy):
+    """Sound: its one slot is set only by the first reading (unset on a fresh profile)."""
+
+    name = "lazy-slot"
+    summary = "a slot set on the first reading"
+    __slots__ = ("rate",)
+
+    def observe(self, reading: Reading) -> None:
+        self.rate = max(getattr(self, "rate", 0.0), reading.rate)
+
+    def price(self, request: PriceRequest) -> float | None:
+        rate = getattr(self, "rate", None)
+        return None if rate is None else rate * request.packed_tokens
+
+
+def test_a_policy_with_a_slot_not_yet_set_passes() -> None:
+    assert not hasattr(LazySlot(), "rate")
+    assert "instances_share_no_state" in check_policy(LazySlot)
