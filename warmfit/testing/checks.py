@@ -125,6 +125,20 @@ def _fed(cls: type[Policy], history: Sequence[Reading]) -> Policy:
     return profile
 
 
+def _state(profile: Policy) -> dict[str, Any]:
+    """A deep copy of everything a profile holds: its ``__dict__`` and its slots (a policy
+    may keep its state in ``__slots__``, which ``vars()`` does not show)."""
+    state = dict(getattr(profile, "__dict__", {}))
+    for klass in type(profile).__mro__:
+        slots = vars(klass).get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot.startswith("__") and not slot.endswith("__"):
+                slot = f"_{klass.__name__.lstrip('_')}{slot}"  # a private name, mangled
+            if slot not in ("__dict__", "__weakref__") and hasattr(profile, slot):
+                state[f"{klass.__qualname__}.{slot}"] = getattr(profile, slot)
+    return copy.deepcopy(state)
+
+
 def check_prices_before_any_observation(cls: type[Policy]) -> None:
     """A fresh profile prices nothing (None) or a number >= 0."""
     price = cls().price(PriceRequest(1_000, 2_000))
@@ -137,19 +151,19 @@ def check_price_is_pure(cls: type[Policy]) -> None:
     for _ in range(EXAMPLES):
         profile = _fed(cls, random_history(rng))
         request = random_request(rng)
-        before = copy.deepcopy(vars(profile))
+        before = _state(profile)
         first = profile.price(request)
-        assert vars(profile) == before, "price() changed the profile"
+        assert _state(profile) == before, "price() changed the profile"
         assert profile.price(request) == first, "price() answered differently twice"
 
 
 def check_instances_share_no_state(cls: type[Policy]) -> None:
     """Observing on one profile leaves another untouched."""
     a, b = cls(), cls()
-    fresh = copy.deepcopy(vars(b))
+    fresh = _state(b)
     a.observe(Reading(100, 200, 50_000, 10, whole=True))
     a.observe(Reading(300, 300, 90_000, 10, whole=True))
-    assert vars(b) == fresh, "two profiles share state"
+    assert _state(b) == fresh, "two profiles share state"
 
 
 def check_monotone_in_tokens_and_sharing(cls: type[Policy]) -> None:
