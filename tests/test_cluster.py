@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,9 +25,9 @@ from tests.command_line import warmfit_output
 REPO = Path(__file__).resolve().parent.parent
 
 
-def serve(answer: bytes | None) -> Iterator[str]:
-    """A TCP server on localhost: it accepts, reads what comes, and answers ``answer``
-    once it has read something (None: never says anything); its address."""
+def listening(on_connect: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A TCP server on localhost that hands each connection to ``on_connect`` (in its
+    thread); its address. Its connections and socket are closed at the end."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(16)
@@ -40,15 +40,7 @@ def serve(answer: bytes | None) -> Iterator[str]:
             except OSError:
                 return
             held.append(conn)
-            if answer is not None:
-                threading.Thread(target=reply, args=(conn,), daemon=True).start()
-
-    def reply(conn: socket.socket) -> None:
-        try:
-            conn.recv(65536)
-            conn.sendall(answer or b"")
-        except OSError:
-            pass
+            on_connect(conn)
 
     threading.Thread(target=run, daemon=True).start()
     try:
@@ -57,6 +49,24 @@ def serve(answer: bytes | None) -> Iterator[str]:
         server.close()
         for conn in held:
             conn.close()
+
+
+def serve(answer: bytes | None) -> Iterator[str]:
+    """A TCP server on localhost: it accepts, reads what comes, and answers ``answer``
+    once it has read something (None: never says anything); its address."""
+
+    def reply(conn: socket.socket) -> None:
+        try:
+            conn.recv(65536)
+            conn.sendall(answer or b"")
+        except OSError:
+            pass
+
+    def on_connect(conn: socket.socket) -> None:
+        if answer is not None:
+            threading.Thread(target=reply, args=(conn,), daemon=True).start()
+
+    yield from listening(on_connect)
 
 
 @pytest.fixture
@@ -72,21 +82,7 @@ def http() -> Iterator[str]:
 @pytest.fixture
 def banner() -> Iterator[str]:
     """A service that speaks first, as SSH does: its first 8 bytes are no Dask frame."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-
-    def run() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
-            except OSError:
-                return
-
-    threading.Thread(target=run, daemon=True).start()
-    yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
-    server.close()
+    yield from speaker(b"SSH-2.0-OpenSSH_9.6\r\n")
 
 
 def replay_at(address: str) -> subprocess.CompletedProcess[str]:
@@ -123,35 +119,19 @@ def speaker(*parts: bytes, pause: float = 0.05, hold: bool = True) -> Iterator[s
     """A server that speaks first, as a Dask scheduler does: on each connection it
     sends ``parts`` one after another (``pause`` s apart), then holds the connection
     open (``hold``) or closes it; its address."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held: list[socket.socket] = []
 
-    def run() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            held.append(conn)
-            try:
-                for i, part in enumerate(parts):
-                    if i:
-                        time.sleep(pause)
-                    conn.sendall(part)
-            except OSError:
-                continue
-            if not hold:
-                conn.close()
-
-    threading.Thread(target=run, daemon=True).start()
-    try:
-        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        server.close()
-        for conn in held:
+    def speak(conn: socket.socket) -> None:
+        try:
+            for i, part in enumerate(parts):
+                if i:
+                    time.sleep(pause)
+                conn.sendall(part)
+        except OSError:
+            return
+        if not hold:
             conn.close()
+
+    yield from listening(speak)
 
 
 def frame(length: int) -> bytes:
