@@ -37,6 +37,7 @@ ENDING: Final = {
 _received: int | None = None  # the first ending signal this process received
 _reported = False  # whether its line has been printed
 _finished = False  # whether the command is over (finish())
+_deferring = False  # inside deferred(): a signal is recorded, raised at its end
 
 
 class Stopped(KeyboardInterrupt):
@@ -81,8 +82,9 @@ def _handler(signum: int, frame: object) -> None:
     global _received
     if _received is None:
         _received = signum
-    if _finished or isinstance(sys.exc_info()[1], KeyboardInterrupt):
-        return  # the command is over, or a stop is unwinding already: its clean-up runs
+    if _finished or _deferring or isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        return  # the command is over, a block waits to end (deferred()), or a stop is
+        # unwinding already: its clean-up runs
     raise stop_for(_received)
 
 
@@ -159,17 +161,20 @@ def held(blocked: set[int]) -> Stopped | None:
 def deferred() -> Iterator[None]:
     """:data:`ENDING`'s signals wait until the block is done (a file written and the lines
     that say so printed), then end the command as usual: a stop never falls between a
-    file replaced and the line saying it was. In the main thread, where signals are
-    handled; elsewhere, or without signal masks, nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
+    file replaced and the line saying it was. The handler records a signal that comes
+    meanwhile (in whichever thread the system delivered it: blocking it in this one
+    would not hold it) and the stop is raised as the block ends; where the block fails,
+    its error goes on, and the program reports the signal as it ends."""
+    global _deferring
+    if _deferring:  # within another deferred block: that one raises
         yield
         return
-    blocked = hold()
+    _deferring = True
     try:
         yield
     finally:
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)  # one that came runs now
+        _deferring = False
+    raise_if_received()
 
 
 @contextlib.contextmanager
