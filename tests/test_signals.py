@@ -218,6 +218,40 @@ def test_a_signal_as_update_replaces_its_file_waits_for_the_lines_that_say_so(
     assert expect.read_bytes().startswith(before) and expect.read_bytes() != before
 
 
+def test_a_signal_as_write_expect_writes_its_file_waits_for_the_line_that_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for --update: a real SIGTERM just after ``check --write-expect`` wrote its file
+    comes after the line "wrote expectations ... to FILE", not between."""
+    from typer.testing import CliRunner
+
+    import warmfit.report.gate as gate
+    from warmfit.cli import app
+    from warmfit.run import signals
+
+    expect = tmp_path / "e.toml"
+    write = gate.write_expectations
+
+    def then_a_signal(*args: object, **kwargs: object) -> None:
+        write(*args, **kwargs)  # type: ignore[arg-type]
+        signal.raise_signal(signal.SIGTERM)  # the file is written: its line is not out yet
+
+    monkeypatch.setattr(gate, "write_expectations", then_a_signal)
+    for name, value in (("_received", None), ("_reported", False), ("_finished", False)):
+        monkeypatch.setattr(signals, name, value)
+    handlers = {s: signal.getsignal(s) for s in signals.ENDING}
+    signals.install()
+    try:
+        result = CliRunner().invoke(app, ["check", TRACES[0], "--write-expect", str(expect)])
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert result.exit_code == EXIT[signal.SIGTERM], result.output
+    assert result.stdout.startswith("wrote expectations for ") and str(expect) in result.stdout
+    assert result.stderr == f"\nwarmfit: {SAID[signal.SIGTERM]}; nothing more was written.\n"
+    assert expect.is_file()
+
+
 #: A finder that loses the signal the way a library can: it sends the signal to its own
 #: process as ``WARMFIT_TEST_LOSE`` is first imported, and swallows whatever that raises.
 LOSER = textwrap.dedent(

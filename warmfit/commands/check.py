@@ -228,16 +228,17 @@ def _write_expect(
     factor = DEFAULT_SAFETY_FACTOR if safety is None else safety
     recorded = not policy or RECORDED in policy  # -p without it: a file without it
     result = _replayed(paths, policy, factor, engine, jobs, cluster, by=by.value, recorded=recorded)
-    with writing(write_expect):
-        gate.write_expectations(
-            result, write_expect, [str(p) for p in paths], allow_under=allow_under
+    with signals.deferred():  # a stop waits until the line says what was written
+        with writing(write_expect):
+            gate.write_expectations(
+                result, write_expect, [str(p) for p in paths], allow_under=allow_under
+            )
+        _warn_under(write_expect, gate.under_peak(result), by)  # only with --allow-under
+        count = sum(1 for _ in gate.expectations_from(result))
+        typer.echo(
+            f"wrote expectations for {counted(count, gate.tables_noun(by.value))} "
+            f"({', '.join(result.policies)}) to {write_expect}"
         )
-    _warn_under(write_expect, gate.under_peak(result), by)  # written only with --allow-under
-    count = sum(1 for _ in gate.expectations_from(result))
-    typer.echo(
-        f"wrote expectations for {counted(count, gate.tables_noun(by.value))} "
-        f"({', '.join(result.policies)}) to {write_expect}"
-    )
 
 
 def _warn_under(path: Path, offenders: Sequence[UnderPeak], by: By, why: str = "") -> None:
