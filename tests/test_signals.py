@@ -22,8 +22,10 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -163,9 +165,28 @@ def test_a_signal_while_stopped_ends_check_update_every_time(
     assert signalled >= tries // 4  # tries came in time (else the test says nothing)
 
 
+@pytest.fixture
+def warmfit_handlers(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """warmfit.run.signals as a command starts (nothing received, reported, finished or
+    deferred), for an in-process test that installs warmfit's handlers (itself, or
+    through ``cli.main``); the test process's handlers are put back after."""
+    from warmfit.run import signals
+
+    for name, value in (
+        ("_received", None), ("_reported", False), ("_finished", False), ("_deferring", False)
+    ):  # fmt: skip
+        monkeypatch.setattr(signals, name, value)
+    handlers = {s: signal.getsignal(s) for s in signals.ENDING}
+    try:
+        yield signals
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
 @pytest.mark.parametrize("thread", ["main", "another"])
 def test_a_signal_as_update_replaces_its_file_waits_for_the_lines_that_say_so(
-    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, thread: str
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warmfit_handlers: Any, thread: str
 ) -> None:
     """The moment the test above met now and then under load: a real SIGTERM just after
     ``check --update`` replaced its file. The lines saying what was added come first, then
@@ -180,7 +201,6 @@ def test_a_signal_as_update_replaces_its_file_waits_for_the_lines_that_say_so(
 
     import warmfit.report.gate as gate
     from warmfit.cli import app
-    from warmfit.run import signals
 
     expect = tmp_path / "e.toml"
     shutil.copy(base, expect)
@@ -200,16 +220,11 @@ def test_a_signal_as_update_replaces_its_file_waits_for_the_lines_that_say_so(
         return added
 
     monkeypatch.setattr(gate, "update_expectations", then_a_signal)
-    for name, value in (("_received", None), ("_reported", False), ("_finished", False)):
-        monkeypatch.setattr(signals, name, value)
-    handlers = {s: signal.getsignal(s) for s in signals.ENDING}
-    signals.install()
+    warmfit_handlers.install()
     try:
         args = ["check", *TRACES, "-e", str(expect), "--update", "--allow-under"]
         result = CliRunner().invoke(app, args)
     finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
         waiting.set()
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.exit_code == EXIT[signal.SIGTERM], result.stderr
@@ -219,7 +234,7 @@ def test_a_signal_as_update_replaces_its_file_waits_for_the_lines_that_say_so(
 
 
 def test_a_signal_as_write_expect_writes_its_file_waits_for_the_line_that_says_so(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warmfit_handlers: Any
 ) -> None:
     """As for --update: a real SIGTERM just after ``check --write-expect`` wrote its file
     comes after the line "wrote expectations ... to FILE", not between."""
@@ -227,7 +242,6 @@ def test_a_signal_as_write_expect_writes_its_file_waits_for_the_line_that_says_s
 
     import warmfit.report.gate as gate
     from warmfit.cli import app
-    from warmfit.run import signals
 
     expect = tmp_path / "e.toml"
     write = gate.write_expectations
@@ -237,15 +251,8 @@ def test_a_signal_as_write_expect_writes_its_file_waits_for_the_line_that_says_s
         signal.raise_signal(signal.SIGTERM)  # the file is written: its line is not out yet
 
     monkeypatch.setattr(gate, "write_expectations", then_a_signal)
-    for name, value in (("_received", None), ("_reported", False), ("_finished", False)):
-        monkeypatch.setattr(signals, name, value)
-    handlers = {s: signal.getsignal(s) for s in signals.ENDING}
-    signals.install()
-    try:
-        result = CliRunner().invoke(app, ["check", TRACES[0], "--write-expect", str(expect)])
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+    warmfit_handlers.install()
+    result = CliRunner().invoke(app, ["check", TRACES[0], "--write-expect", str(expect)])
     assert result.exit_code == EXIT[signal.SIGTERM], result.output
     assert result.stdout.startswith("wrote expectations for ") and str(expect) in result.stdout
     assert result.stderr == f"\nwarmfit: {SAID[signal.SIGTERM]}; nothing more was written.\n"
@@ -350,7 +357,7 @@ def test_a_stop_that_became_another_error_ends_the_command_as_the_stop(
 
 
 def test_a_signal_whose_stop_vanished_ends_the_program_as_the_signal(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], warmfit_handlers: Any
 ) -> None:
     """In-process ``warmfit.cli.main``: a real SIGTERM lands in the command and its stop
     is swallowed there (a library's ``except BaseException``), so the command ends as if
@@ -362,9 +369,6 @@ def test_a_signal_whose_stop_vanished_ends_the_program_as_the_signal(
     from warmfit import cli
     from warmfit.run import signals
 
-    handlers = {s: signal.getsignal(s) for s in signals.ENDING}
-    for name, value in (("_received", None), ("_reported", False), ("_finished", False)):
-        monkeypatch.setattr(signals, name, value)
     monkeypatch.setattr(tempfile, "tempdir", tempfile.tempdir)  # main() pins TMPDIR's
     monkeypatch.setattr(sys, "argv", ["warmfit", "policies"])
     names = warmfit.policies.policy_names
@@ -376,12 +380,8 @@ def test_a_signal_whose_stop_vanished_ends_the_program_as_the_signal(
         return names()
 
     monkeypatch.setattr(warmfit.policies, "policy_names", swallowed)
-    try:
-        with pytest.raises(SystemExit) as done:
-            cli.main()
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+    with pytest.raises(SystemExit) as done:
+        cli.main()
     assert done.value.code == 128 + signal.SIGTERM
     out, err = capsys.readouterr()
     assert "warm-fit" in out  # the command ran to its end
