@@ -132,6 +132,30 @@ def test_a_failed_write_leaves_the_target_and_removes_what_it_made(tmp_path: Pat
     assert os.listdir(tmp_path / "there") == []
 
 
+def test_before_replace_is_called_once_with_the_temporary_file_whole_and_the_target_old(
+    tmp_path: Path,
+) -> None:
+    """The hook a command starts holding its signals with: called once, after the
+    contents are written and before the rename; if it raises, nothing is replaced."""
+    target = tmp_path / "out.csv"
+    target.write_bytes(b"old")
+    seen: list[tuple[bytes, list[bytes]]] = []
+
+    def look() -> None:
+        temporary = [p.read_bytes() for p in tmp_path.iterdir() if p != target]
+        seen.append((target.read_bytes(), temporary))
+
+    write_bytes_atomically(target, b"new", look)
+    assert seen == [(b"old", [b"new"])] and target.read_bytes() == b"new"
+
+    def refuses() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_bytes_atomically(target, b"newer", refuses)
+    assert target.read_bytes() == b"new" and os.listdir(tmp_path) == ["out.csv"]
+
+
 def test_a_folder_contributes_its_parquet_files_sorted_and_a_file_is_read_by_name(
     tmp_path: Path,
 ) -> None:

@@ -118,8 +118,8 @@ def _capture_drawings(monkeypatch: pytest.MonkeyPatch, drawn: list[Any]) -> None
     """``plot`` and ``sweep --plot`` hand their data to these two: keep it, draw nothing."""
     import warmfit.report.plot as plot
 
-    def keep(kind: str) -> Callable[[Any, Any], Path]:
-        def capture(data: Any, path: Any) -> Path:
+    def keep(kind: str) -> Callable[..., Path]:
+        def capture(data: Any, path: Any, *_: Any) -> Path:
             shown = plot.pareto_points(data) if kind == "pareto" else data.whole()
             drawn.append({kind: _plain(shown)})
             Path(path).write_bytes(b"")

@@ -795,7 +795,7 @@ def test_plot_rank_draws_that_ranks_waves_alone(
 
     seen: list[PlotData] = []
     monkeypatch.setattr(
-        warmfit.report.plot, "render_plot", lambda data, path: seen.append(data.whole())
+        warmfit.report.plot, "render_plot", lambda data, path, *_: seen.append(data.whole())
     )
     write_trace(two_ranks(), tmp_path / "trace" / "t.parquet")
     base = ["plot", str(tmp_path / "trace"), "--engine", "scalar"]
@@ -1049,7 +1049,7 @@ def test_the_streamed_plot_draws_what_a_replay_in_memory_gives(
     write_trace(trace.sort("run", "rank", "seq"), tmp_path / "trace" / "t.parquet")
     seen: list[PlotData] = []
     monkeypatch.setattr(
-        warmfit.report.plot, "render_plot", lambda data, path: seen.append(data.whole())
+        warmfit.report.plot, "render_plot", lambda data, path, *_: seen.append(data.whole())
     )
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     monkeypatch.setenv("WARMFIT_BATCH_READINGS", batch)

@@ -56,7 +56,7 @@ def test_warmfit_plot_captions_the_reconstruction_unless_told_otherwise(
 
     seen: list[str | None] = []
     monkeypatch.setattr(
-        warmfit.report.plot, "render_plot", lambda data, path: seen.append(data.caption)
+        warmfit.report.plot, "render_plot", lambda data, path, *_: seen.append(data.caption)
     )
     runner = CliRunner()
     for args in ([], ["--caption", "my own words"], ["--caption", ""]):
@@ -78,7 +78,7 @@ def test_warmfit_plot_says_under_the_caption_what_it_thinned(
 
     seen: list[warmfit.report.plot.PlotData] = []
     monkeypatch.setattr(
-        warmfit.report.plot, "render_plot", lambda data, path: seen.append(data.whole())
+        warmfit.report.plot, "render_plot", lambda data, path, *_: seen.append(data.whole())
     )
     write_trace(big_run(), tmp_path / "trace" / "t.parquet")
     args = ["plot", str(tmp_path / "trace"), "-o", str(tmp_path / "f.svg"), "--caption", "mine"]

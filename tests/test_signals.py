@@ -259,6 +259,109 @@ def test_a_signal_as_write_expect_writes_its_file_waits_for_the_line_that_says_s
     assert expect.is_file()
 
 
+#: Each command that writes a file and then says so: its arguments (OUT: the file it
+#: writes, REPORTS: a folder of one ART report), and the stream of its "wrote" line.
+LIGER = REPO / "traces" / "liger-gpu" / "source"
+WRITERS = {
+    "import table": (
+        [
+            "import",
+            "table",
+            str(LIGER / "all_benchmark_data.csv"),
+            "--map",
+            str(LIGER / "map.toml"),
+            "-o",
+            "OUT.parquet",
+        ],
+        "stdout",
+    ),
+    "import art-misses": (["import", "art-misses", "REPORTS", "-o", "OUT.parquet"], "stdout"),
+    "plot": (["plot", TRACES[0], "-o", "OUT.svg"], "stdout"),
+    "replay --per-wave": (["replay", TRACES[0], "--per-wave", "OUT.csv"], "stderr"),
+    "sweep --plot": (["sweep", TRACES[0], "--plot", "OUT.svg"], "stderr"),
+}
+#: The commands whose writing is long (a replay, a drawing): a stop before the file is
+#: whole still ends them at once. The others write data already in memory, in one go.
+STOPPABLE_WHILE_WRITING = {"plot", "replay --per-wave"}
+
+
+def _signal_as(
+    command: str, moment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, Path]:
+    """``command`` run in-process (warmfit's handlers installed), with a real SIGTERM raised
+    as its file is written: ``after`` it is put in place, or ``before`` (its contents
+    written, the file not yet in place). The result and the file."""
+    from typer.testing import CliRunner
+
+    import warmfit.format.files as files
+    import warmfit.format.writer as writer
+    from tests.test_import_art_misses import canonical, report
+    from warmfit.cli import app
+
+    args, _ = WRITERS[command]
+    (tmp_path / "reports").mkdir()
+    one = report(1, occurred="2026-01-01T10:00:00+00:00")
+    (tmp_path / "reports" / "a.json").write_bytes(canonical(one))
+    out = tmp_path / "out" / args[-1].replace("OUT", "written")
+    args = [*args[:-1], str(out)]
+    args = [str(tmp_path / "reports") if a == "REPORTS" else a for a in args]
+    original = files.write_atomically
+
+    def then_a_signal(path: Any, write: Any, before_replace: Any = None) -> Path:
+        if Path(path) != out:  # another file (a plot's frames): as usual
+            return original(path, write, before_replace)
+        if moment == "after":
+            written = original(path, write, before_replace)
+            signal.raise_signal(signal.SIGTERM)  # the file is in place: its line is not out
+            return written
+
+        def write_then_signal(sink: Any) -> None:
+            write(sink)
+            signal.raise_signal(signal.SIGTERM)  # the contents written, not yet in place
+
+        return original(path, write_then_signal, before_replace)
+
+    monkeypatch.setattr(files, "write_atomically", then_a_signal)
+    monkeypatch.setattr(writer, "write_atomically", then_a_signal)
+    return CliRunner().invoke(app, args), out
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_a_signal_as_a_command_puts_its_file_in_place_waits_for_the_line_that_says_so(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warmfit_handlers: Any
+) -> None:
+    """As for ``check --update``: a real SIGTERM just after a command put its file in place
+    comes after the line "wrote FILE ...", not between (before, the command ended with the
+    stop's line alone, and a file no line mentioned)."""
+    warmfit_handlers.install()
+    result, out = _signal_as(command, "after", tmp_path, monkeypatch)
+    said = result.stdout if WRITERS[command][1] == "stdout" else result.stderr
+    assert result.exit_code == EXIT[signal.SIGTERM], result.output
+    assert f"wrote {out}" in said, result.output
+    assert result.stderr.endswith(f"warmfit: {SAID[signal.SIGTERM]}; nothing more was written.\n")
+    assert out.is_file()
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_a_signal_before_a_commands_file_is_whole_stops_a_long_write_at_once(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warmfit_handlers: Any
+) -> None:
+    """A SIGTERM while the file is still being written (a replay's rows, a drawing) ends
+    ``plot`` and ``replay --per-wave`` there: no file, no "wrote" line, no temporary file
+    left. ``import`` and ``sweep --plot`` write data already in memory in one go: the stop
+    waits until the file and its line are out."""
+    warmfit_handlers.install()
+    result, out = _signal_as(command, "before", tmp_path, monkeypatch)
+    assert result.exit_code == EXIT[signal.SIGTERM], result.output
+    assert result.stderr.endswith(f"warmfit: {SAID[signal.SIGTERM]}; nothing more was written.\n")
+    if command in STOPPABLE_WHILE_WRITING:
+        assert "wrote" not in result.output
+        assert not out.parent.exists()  # neither the file nor the folder made for it
+    else:
+        assert f"wrote {out}" in result.output and out.is_file()
+        assert sorted(p.name for p in out.parent.iterdir()) == [out.name]
+
+
 #: A finder that loses the signal the way a library can: it sends the signal to its own
 #: process as ``WARMFIT_TEST_LOSE`` is first imported, and swallows whatever that raises.
 LOSER = textwrap.dedent(

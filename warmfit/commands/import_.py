@@ -14,6 +14,7 @@ import typer
 
 from warmfit.commands.options import check_new_file, writing
 from warmfit.errors import UsageError
+from warmfit.run import signals
 from warmfit.show.names import counted
 
 #: The group's line in ``warmfit --help``.
@@ -99,13 +100,14 @@ def table_command(
             f"{mapping}: no row of {table} passes [filter] ({imported.rows} rows read); "
             "nothing to write. Check the filter's columns and values."
         )
-    with writing(output):
-        write_trace(imported.readings, output, imported.metadata)
-    typer.echo(
-        f"wrote {output}: {counted(imported.readings.height, 'reading')} in "
-        f"{counted(imported.runs, 'run')} from {imported.kept:,} of {counted(imported.rows, 'row')} "
-        f"of {table}. Replay it: warmfit replay {output}"
-    )
+    with signals.deferred():  # a stop waits until the line says what was written
+        with writing(output):
+            write_trace(imported.readings, output, imported.metadata)
+        typer.echo(
+            f"wrote {output}: {counted(imported.readings.height, 'reading')} in "
+            f"{counted(imported.runs, 'run')} from {imported.kept:,} of "
+            f"{counted(imported.rows, 'row')} of {table}. Replay it: warmfit replay {output}"
+        )
 
 
 def art_misses_command(
@@ -154,9 +156,10 @@ def art_misses_command(
         )
     if misses.imported == 0:
         raise TraceError(f"no report could be imported ({tally}); nothing written.", path=directory)
-    with writing(output):
-        write_trace(misses.readings, output, misses.metadata)
-    typer.echo(f"wrote {output}: {tally}. Replay it: warmfit replay {output}")
+    with signals.deferred():  # a stop waits until the line says what was written
+        with writing(output):
+            write_trace(misses.readings, output, misses.metadata)
+        typer.echo(f"wrote {output}: {tally}. Replay it: warmfit replay {output}")
     if misses.refused:
         raise TraceError(
             f"{counted(len(misses.refused), 'report')} refused ({tally}); the trace holds "

@@ -21,6 +21,7 @@ from warmfit.commands.options import (
     streaming,
     writing,
 )
+from warmfit.run import signals
 from warmfit.show.names import counted, printable
 
 if TYPE_CHECKING:
@@ -145,9 +146,12 @@ def plot_command(
         if caption is None:  # the files the replay found (each one's metadata is read here)
             caption = provenance_caption(streamed.files)
         data, every_run = streamed.folded[0].sheet(streamed, caption, signature)
-        with writing(output):
-            render_plot(data, output)
-    if rank is not None:
-        _say_which_runs_lack(rank, list(every_run), data.runs)
-    _say_which_profiles(data, signature)
-    typer.echo(f"wrote {output} ({counted(len(data.runs), 'run')})")
+        # a stop while it draws ends the command; once the file is drawn, it waits for the
+        # lines that say what was written
+        with signals.deferred(now=False) as drawn:
+            with writing(output):
+                render_plot(data, output, drawn)
+            if rank is not None:
+                _say_which_runs_lack(rank, list(every_run), data.runs)
+            _say_which_profiles(data, signature)
+            typer.echo(f"wrote {output} ({counted(len(data.runs), 'run')})")

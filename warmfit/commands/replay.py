@@ -32,6 +32,7 @@ from warmfit.commands.options import (
     warn_without_whole,
     writing,
 )
+from warmfit.run import signals
 
 
 def replay_command(
@@ -174,12 +175,16 @@ def _replay(
             with PerWaveWriter(sink, fmt, admitted=limit is not None) as writer:
                 results.append(run(writer))
 
-        with writing(per_wave):
-            write_atomically(per_wave, write)
-        result = results[0]
-        typer.echo(
-            f"wrote {printable(str(per_wave))} ({counted(result.per_wave_rows, 'row')})", err=True
-        )
+        # a stop while it replays ends the command; once the file is whole, it waits for
+        # the line that says what was written
+        with signals.deferred(now=False) as whole:
+            with writing(per_wave):
+                write_atomically(per_wave, write, whole)
+            result = results[0]
+            typer.echo(
+                f"wrote {printable(str(per_wave))} ({counted(result.per_wave_rows, 'row')})",
+                err=True,
+            )
     warn_without_whole(result.without_whole)
     warn_without_checksums(result.files, result.without_checksums)
     if permute is not None:  # the orders' figures, folded from the same pass

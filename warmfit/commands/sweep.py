@@ -23,6 +23,7 @@ from warmfit.commands.options import (
     streaming,
     writing,
 )
+from warmfit.run import signals
 
 
 def sweep_command(
@@ -72,7 +73,8 @@ def sweep_command(
     if plot is not None:
         from warmfit.report.plot import write_pareto
 
-        with writing(plot):
-            write_pareto(result, plot)
-        typer.echo(f"wrote {plot}", err=True)
+        with signals.deferred():  # a stop waits until the line says what was written
+            with writing(plot):
+                write_pareto(result, plot)
+            typer.echo(f"wrote {plot}", err=True)
     typer.echo(render_sweep(result, format.value), nl=False)

@@ -69,7 +69,11 @@ def written_over(target: str | os.PathLike[str], inputs: Iterable[Path]) -> Path
     return None
 
 
-def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]) -> Path:
+def write_atomically(
+    path: str | os.PathLike[str],
+    write: Callable[[BinaryIO], None],
+    before_replace: Callable[[], object] | None = None,
+) -> Path:
     """Write a file atomically: ``write(sink)`` fills a temporary file, then it is renamed.
 
     The temporary file lives in the target's directory (so the rename is
@@ -77,7 +81,9 @@ def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], N
     Missing parent folders are created first (as ``mkdir -p``, with the
     umask's mode). On any failure the temporary file and the folders created
     for it are removed and the exception re-raised; the target is then
-    untouched. The directory is fsynced after the rename.
+    untouched. The directory is fsynced after the rename. ``before_replace`` is called
+    when the temporary file is whole, just before the rename (a command starts holding
+    its signals there: :func:`warmfit.run.signals.deferred`).
     """
     target = Path(path)
     created = _make_parents(target.parent)
@@ -93,6 +99,8 @@ def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], N
             write(sink)
             sink.flush()
             os.fsync(sink.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -132,13 +140,15 @@ def _remove_empty(folders: list[Path]) -> None:
             return
 
 
-def write_bytes_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
+def write_bytes_atomically(
+    path: str | os.PathLike[str], data: bytes, before_replace: Callable[[], object] | None = None
+) -> Path:
     """:func:`write_atomically` for bytes already in memory."""
 
     def write(sink: BinaryIO) -> None:
         sink.write(data)
 
-    return write_atomically(path, write)
+    return write_atomically(path, write, before_replace)
 
 
 #: Files below a trace directory that are read as trace files.

@@ -42,7 +42,7 @@ import io
 import os
 import textwrap
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -1564,10 +1564,16 @@ def _metadata(fmt: str) -> dict[str, Any]:
     return {"Software": None}
 
 
-def render_plot(data: PlotData | RunSheet, path: str | os.PathLike[str]) -> Path:
-    """Write the figure to ``path`` atomically; PNG or SVG by its suffix."""
+def render_plot(
+    data: PlotData | RunSheet,
+    path: str | os.PathLike[str],
+    before_replace: Callable[[], object] | None = None,
+) -> Path:
+    """Write the figure to ``path`` atomically; PNG or SVG by its suffix.
+    ``before_replace`` is called once it is drawn, just before the file is put in place."""
     target = Path(path)
-    return write_bytes_atomically(target, render_bytes(data, plot_format(target)))
+    payload = render_bytes(data, plot_format(target))
+    return write_bytes_atomically(target, payload, before_replace)
 
 
 # --------------------------------------------------------------------------- sweep

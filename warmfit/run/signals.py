@@ -23,7 +23,7 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 #: The signals that end a command, and what the line says for each.
@@ -158,22 +158,35 @@ def held(blocked: set[int]) -> Stopped | None:
 
 
 @contextlib.contextmanager
-def deferred() -> Iterator[None]:
+def deferred(now: bool = True) -> Iterator[Callable[[], None]]:
     """:data:`ENDING`'s signals wait until the block is done (a file written and the lines
     that say so printed), then end the command as usual: a stop never falls between a
     file replaced and the line saying it was. The handler records a signal that comes
     meanwhile (in whichever thread the system delivered it: blocking it in this one
     would not hold it) and the stop is raised as the block ends; where the block fails,
-    its error goes on, and the program reports the signal as it ends."""
+    its error goes on, and the program reports the signal as it ends.
+
+    With ``now=False`` a signal still stops the command at once until the block calls
+    the function it yields: the moment its file is whole, just before it is put in place
+    (a replay that writes as it goes stays stoppable while it runs)."""
     global _deferring
     if _deferring:  # within another deferred block: that one raises
-        yield
+        yield lambda: None
         return
-    _deferring = True
+    started = False
+
+    def start() -> None:
+        global _deferring
+        nonlocal started
+        started = _deferring = True
+
+    if now:
+        start()
     try:
-        yield
+        yield start
     finally:
-        _deferring = False
+        if started:
+            _deferring = False
     raise_if_received()
 
 
