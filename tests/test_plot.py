@@ -186,6 +186,39 @@ def test_a_temporary_folder_that_cannot_be_removed_still_gives_the_figure(
     assert refused and [f.name for f in scratch.iterdir()] == refused[:1]
 
 
+@pytest.mark.parametrize("harm", ["removed", "cut short"])
+def test_temporary_files_spoiled_while_drawing_are_named_not_blamed_on_the_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, harm: str
+) -> None:
+    """A cleaner of TMPDIR removes (or something cuts) plot's frame files between the
+    replay and the drawing of run B's row: exit 2, one line naming the temporary folder, the
+    run and what to do; no figure. Before, a removed file read "cannot write OUTPUT: No such
+    file or directory" (the output blamed), and a cut one ended in polars' traceback."""
+    import warmfit.report.plot as plot
+
+    write_trace(worked(("A", "B")), tmp_path / "trace" / "t.parquet")
+    read = plot.PlotParts.read
+
+    def spoiled(parts: Any, run: str) -> Any:
+        if run == "B":
+            for file in parts.folder.iterdir():
+                if harm == "removed":
+                    file.unlink()
+                else:
+                    file.write_bytes(file.read_bytes()[:20])
+        return read(parts, run)
+
+    monkeypatch.setattr(plot.PlotParts, "read", spoiled)
+    out = tmp_path / "figure.png"
+    result = CliRunner().invoke(app, ["plot", str(tmp_path / "trace"), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert line.startswith("warmfit: error: cannot read the figure's temporary files in "), line
+    assert "warmfit-plot-" in line and "(run B): " in line and "run the command again" in line
+    assert "\n" not in line and "cannot write" not in line
+    assert not out.exists()
+
+
 def test_svg_render(tmp_path: Path) -> None:
     frame = worked()
     out = render_plot(build_plot_data(replay(frame, engine="scalar")), tmp_path / "f.svg")

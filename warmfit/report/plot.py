@@ -61,6 +61,7 @@ from warmfit.replay import (
     wave_roles,
 )
 from warmfit.replay.engines import lineup_names
+from warmfit.run.cluster import short_message
 from warmfit.show.names import mathtext_literal, printable
 
 if TYPE_CHECKING:
@@ -1022,6 +1023,19 @@ class PlotParts:
         files = self.files.get(run, [])
         if not files:
             return self.empty
+        try:
+            return self._frames(run, files)
+        except (OSError, pl.exceptions.PolarsError) as exc:  # removed or spoiled meanwhile
+            raise UsageError(
+                f"cannot read the figure's temporary files in {self.folder} (run "
+                f"{printable(run)}): {short_message(exc)}. Something removed or changed them "
+                "while warmfit drew (a cleaner of TMPDIR?); run the command again, with TMPDIR "
+                "pointing at a folder nothing cleans meanwhile."
+            ) from None
+
+    def _frames(
+        self, run: str, files: list[tuple[tuple[str, ...], dict[str, int]]]
+    ) -> tuple[pl.DataFrame, ...]:
         return tuple(
             pl.concat(
                 [  # each batch's columns counted from where the batch starts
