@@ -245,6 +245,42 @@ def test_a_folder_another_writer_makes_meanwhile_is_used_not_an_error(
     assert write_bytes_atomically(shared / "out.csv", b"x").read_bytes() == b"x"
 
 
+def test_a_failed_write_leaves_the_folder_another_writer_made_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, and this write then fails (a full disk): the folder is the other
+    writer's, who may be about to write into it; it stays. The folder this write made
+    below it is removed. A file made there meanwhile is an error, not a folder."""
+    import warmfit.format.files as files
+
+    shared = tmp_path / "shared"
+    real_lexists = os.path.lexists
+
+    def racing(path: object) -> bool:
+        if Path(str(path)) == shared and not real_lexists(shared):
+            shared.mkdir()  # the other writer, between the look and the mkdir
+            return False
+        return real_lexists(path)  # type: ignore[arg-type]
+
+    def fails(sink: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os.path, "lexists", racing)
+    with pytest.raises(OSError, match="No space"):
+        write_atomically(shared / "mine" / "out.csv", fails)
+    assert os.listdir(tmp_path) == ["shared"] and os.listdir(shared) == []
+
+    def a_file(path: object) -> bool:
+        if Path(str(path)) == tmp_path / "f" and not real_lexists(path):  # type: ignore[arg-type]
+            (tmp_path / "f").write_bytes(b"")
+            return False
+        return real_lexists(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files.os.path, "lexists", a_file)
+    with pytest.raises(FileExistsError):
+        write_bytes_atomically(tmp_path / "f" / "out.csv", b"x")
+
+
 def test_a_missing_paths_fix_names_a_flags_value_and_the_commands_guess() -> None:
     plain = str(missing_path(Path("traces/mine"), None))
     assert plain.endswith("Check the path.")

@@ -123,7 +123,12 @@ def _make_parents(folder: Path) -> list[Path]:
     created = []
     try:
         for each in reversed(missing):
-            each.mkdir(exist_ok=True)
+            try:
+                each.mkdir()
+            except FileExistsError:  # another writer made it meanwhile: theirs, never removed
+                if not each.is_dir():
+                    raise
+                continue
             created.append(each)
     except BaseException:
         _remove_empty(created[::-1])
