@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -225,23 +226,29 @@ def test_folders_made_before_one_that_fails_are_removed(
     assert made == ["a", "b"] and os.listdir(tmp_path) == []
 
 
+def made_meanwhile(monkeypatch: pytest.MonkeyPatch, path: Path, make: Callable[[], object]) -> None:
+    """Another writer makes ``path`` (``make()``) between this write's look (it is missing)
+    and its ``mkdir``."""
+    import warmfit.format.files as files
+
+    real_lexists = os.path.lexists
+
+    def racing(seen: object) -> bool:
+        if Path(str(seen)) == path and not real_lexists(path):
+            make()
+            return False
+        return real_lexists(seen)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files.os.path, "lexists", racing)
+
+
 def test_a_folder_another_writer_makes_meanwhile_is_used_not_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two writers into one new folder: the folder is missing when this one looks, and
     there when it makes it (the other made it meanwhile). The write goes on."""
-    import warmfit.format.files as files
-
     shared = tmp_path / "shared"
-    real_lexists = os.path.lexists
-
-    def racing(path: object) -> bool:
-        if Path(str(path)) == shared and not real_lexists(shared):
-            shared.mkdir()  # the other writer, between the look and the mkdir
-            return False
-        return real_lexists(path)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(files.os.path, "lexists", racing)
+    made_meanwhile(monkeypatch, shared, shared.mkdir)
     assert write_bytes_atomically(shared / "out.csv", b"x").read_bytes() == b"x"
 
 
@@ -251,32 +258,16 @@ def test_a_failed_write_leaves_the_folder_another_writer_made_meanwhile(
     """As above, and this write then fails (a full disk): the folder is the other
     writer's, who may be about to write into it; it stays. The folder this write made
     below it is removed. A file made there meanwhile is an error, not a folder."""
-    import warmfit.format.files as files
-
     shared = tmp_path / "shared"
-    real_lexists = os.path.lexists
-
-    def racing(path: object) -> bool:
-        if Path(str(path)) == shared and not real_lexists(shared):
-            shared.mkdir()  # the other writer, between the look and the mkdir
-            return False
-        return real_lexists(path)  # type: ignore[arg-type]
 
     def fails(sink: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(files.os.path, "lexists", racing)
+    made_meanwhile(monkeypatch, shared, shared.mkdir)
     with pytest.raises(OSError, match="No space"):
         write_atomically(shared / "mine" / "out.csv", fails)
     assert os.listdir(tmp_path) == ["shared"] and os.listdir(shared) == []
-
-    def a_file(path: object) -> bool:
-        if Path(str(path)) == tmp_path / "f" and not real_lexists(path):  # type: ignore[arg-type]
-            (tmp_path / "f").write_bytes(b"")
-            return False
-        return real_lexists(path)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(files.os.path, "lexists", a_file)
+    made_meanwhile(monkeypatch, tmp_path / "f", (tmp_path / "f").touch)
     with pytest.raises(FileExistsError):
         write_bytes_atomically(tmp_path / "f" / "out.csv", b"x")
 
