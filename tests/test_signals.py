@@ -732,6 +732,33 @@ def test_the_handler_raises_the_first_signal_until_the_command_is_over() -> None
     assert signals.received() is not None  # looked at as the program exits
 
 
+def test_a_deferred_stop_is_raised_as_the_outermost_block_ends_and_none_after_it() -> None:
+    """Within ``deferred()`` a signal is recorded; a block inside another one ends without
+    raising it (the outer block's lines are not out yet): the outer block raises it as it
+    ends. After a block, a signal raises its stop at once again; ``now=False`` defers
+    only once the block calls the function it yields."""
+    signals = fresh_signals()
+    said: list[str] = []
+    with pytest.raises(signals.Stopped) as raised, signals.deferred():
+        with signals.deferred():
+            assert signals._handler(signal.SIGTERM, None) is None  # recorded
+            said.append("file written")
+        said.append("its line")  # the inner block ended: no stop yet
+    assert raised.value.signum == signal.SIGTERM and said == ["file written", "its line"]
+    signals = fresh_signals()
+    with signals.deferred():
+        said.append("nothing came")
+    with pytest.raises(signals.Stopped):  # the block is over: a signal stops at once
+        signals._handler(signal.SIGINT, None)
+    signals = fresh_signals()
+    with pytest.raises(signals.Stopped), signals.deferred(now=False):
+        signals._handler(signal.SIGINT, None)  # not started: at once
+    signals = fresh_signals()
+    with pytest.raises(signals.Stopped), signals.deferred(now=False) as start:
+        start()
+        assert signals._handler(signal.SIGINT, None) is None
+
+
 def test_a_reported_stop_is_the_signal_a_later_one_raises() -> None:
     """A stop reported before any signal (Python's KeyboardInterrupt) is the command's
     signal: one that comes during the clean-up raises it, not its own."""
