@@ -850,22 +850,48 @@ def test_the_reserved_pools_peak_is_recorded_exactly_and_carried_over_a_nested_w
         meter.reserved_now = 1_000  # the pool shrank: the nested wave's reset reads 1,000
         with rec.wave("inner", 10) as inner:
             meter.peak, meter.reserved = 300, 3_000
-            inner.forward_done()
+            inner.forward_done()  # the caller adds nothing: its peak is the forward's
         meter.peak, meter.reserved = 400, 4_000
     rec.close()
     got = [
-        (r["signature"], r["phase"], r["peak_bytes"], r["reserved_peak_bytes"])
+        (r["signature"], r["phase"], r["whole"], r["baseline_bytes"], r["peak_bytes"],
+         r["reserved_peak_bytes"])
         for r in read_trace([rec.trace_path]).to_dicts()
-    ]
+    ]  # fmt: skip
     assert got == [
-        ("empty", "forward", 0, 0),
-        ("empty", "caller", 0, 0),
-        ("outer", "forward", 900, 5_000),
-        ("inner", "forward", 300, 3_000),
-        ("inner", "caller", 300, 3_000),
+        ("empty", "forward", False, 0, 0, 0),
+        ("empty", "caller", True, 0, 0, 0),  # the counter at its forward peak and baseline
+        ("outer", "forward", False, 0, 900, 5_000),
+        ("inner", "forward", False, 100, 300, 3_000),
+        ("inner", "caller", True, 100, 300, 3_000),
         # the counters read 400 and 4,000 at the end; the nested wave's reset hid the
-        # 900 and 5,000 before it, which the outer wave carries
-        ("outer", "caller", 900, 5_000),
+        # 900 and 5,000 before it, which the outer wave carries; not whole
+        ("outer", "caller", False, 0, 900, 5_000),
+    ]
+
+
+def test_a_counter_below_the_baseline_at_the_end_makes_the_reading_not_whole(
+    tmp_path: Path,
+) -> None:
+    meter = _ScriptedMeter()
+    meter.allocated = meter.peak = 1_000
+    rec = Recorder(tmp_path, run="t", meter=meter, flush_interval_s=3600)
+    with rec.wave("freed", 10) as wave:  # entered with 1,000 bytes held (the baseline)
+        meter.allocated = meter.peak = 200  # freed, and the counter reset behind the recorder
+        wave.forward_done()  # a forward peak of 200
+        meter.peak = 300  # above the forward peak, below the baseline: a reset was missed
+    with rec.wave("held", 10) as wave:  # entered with 200 held
+        meter.peak = 250
+        wave.forward_done()
+        meter.peak = 260
+    rec.close()
+    got = [(r["signature"], r["phase"], r["whole"], r["peak_bytes"])
+           for r in read_trace([rec.trace_path]).to_dicts()]  # fmt: skip
+    assert got == [
+        ("freed", "forward", False, 200),
+        ("freed", "caller", False, 300),
+        ("held", "forward", False, 250),
+        ("held", "caller", True, 260),
     ]
 
 
@@ -888,3 +914,135 @@ def test_only_an_allocators_error_marks_the_reading_oom(rec, error: Exception, o
         raise error
     (row,) = readings(rec)
     assert (row["phase"], row["oom"]) == ("forward", oom)
+
+
+def test_a_failed_flush_warns_once_keeps_the_readings_and_retries_at_the_next_step(
+    rec, capfd
+) -> None:
+    log = rec.directory / LOG_NAME
+    run_wave(rec)
+    rec.step()  # 2 readings in the log
+    saved = os.dup(rec._writer.fd)
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, rec._writer.fd)  # the disk is full: every write fails with ENOSPC
+    os.close(full)
+    run_wave(rec)
+    rec.step()  # 2 readings cannot be written: one warning
+    run_wave(rec)
+    rec.step()  # 4 now: still failing, no second warning
+    err = capfd.readouterr().err
+    assert err.count("could not write") == 1
+    assert f"could not write 2 readings to {rec._writer.path}: [Errno 28] No space left" in err
+    os.dup2(saved, rec._writer.fd)  # room again
+    os.close(saved)
+    run_wave(rec)  # not flushed at this reading: at the next step
+    assert read_log(log).readings == 2
+    rec.step()
+    assert read_log(log).readings == 8
+    assert capfd.readouterr().err == (
+        f"warmfit: the readings are being written to {rec._writer.path} again.\n"
+    )
+    assert [r["step"] for r in readings(rec)] == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_a_pricer_whose_price_overflows_int64_leaves_the_wave_unrecorded(tmp_path: Path) -> None:
+    from warmfit.errors import EstimateOverflowError
+    from warmfit.recorder import RecorderWarning
+
+    class Overflowing:
+        def price(self, *args: Any, **kwargs: Any) -> int:
+            raise EstimateOverflowError("above 2**63 - 1 bytes")
+
+        def observe_row(self, row: dict[str, Any]) -> None:
+            raise AssertionError("a wave left unrecorded is not observed")
+
+    rec = Recorder(tmp_path, run="t", device="cpu", pricer=Overflowing())
+    price_overflows = "the pricer's price is above 2\\*\\*63 - 1 bytes"
+    with pytest.warns(RecorderWarning, match=price_overflows), rec.wave("sig", 10) as wave:
+        wave.forward_done()
+    assert (rec.readings, rec.skipped_waves, rec.close()) == (0, 1, None)
+
+
+def test_close_interrupted_by_ctrl_c_is_closed_all_the_same(rec) -> None:
+    run_wave(rec)
+
+    def interrupted(rows: list) -> list:
+        raise KeyboardInterrupt
+
+    rec._writer.append = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        rec.close()
+    assert rec._closed
+    assert rec._writer.fd == -1  # the log let go: 'warmfit recover' may take it
+    assert rec.close() is None  # a second close() does nothing, raises nothing
+    assert read_log(rec.directory / LOG_NAME).readings == 0  # the log stays for recover
+
+
+WAVE_COUNTS = ["packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes",
+               "estimate_bytes", "padded_tokens", "sum_sq_tokens"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WAVE_COUNTS)
+@pytest.mark.parametrize("enabled", [True, False])
+def test_each_count_given_as_a_float_is_refused_naming_it(
+    tmp_path: Path, name: str, enabled: bool
+) -> None:
+    rec = Recorder(tmp_path / "out", run="t", device="cpu", enabled=enabled)
+    try:
+        with pytest.raises(UsageError, match=rf"^wave\(\): {name}"):
+            rec.wave("sig", **{"packed_tokens": 10, name: 12.0})
+    finally:
+        rec.close()
+
+
+def test_each_count_given_as_an_integer_tensor_is_recorded_as_its_int(rec) -> None:
+    values = {"packed_tokens": 10, "logical_tokens": 30, "output_bytes": 400,
+              "static_floor_bytes": 5_000, "estimate_bytes": 60_000, "padded_tokens": 16,
+              "sum_sq_tokens": 340}  # fmt: skip
+    with rec.wave("sig", **{k: torch.tensor(v) for k, v in values.items()}) as wave:
+        wave.forward_done()
+    for row in readings(rec):
+        assert {k: row[k] for k in values} == values
+        assert all(type(row[k]) is int for k in values)
+
+
+def test_values_at_the_edge_of_what_can_be_recorded_are_recorded(rec) -> None:
+    # a floor of 0, a price of 0, no output, as many packed as logical tokens, a batch
+    # without padding, and one sequence of one token: each recordable, each kept exactly
+    edges = {"packed_tokens": 1, "logical_tokens": 1, "output_bytes": 0,
+             "static_floor_bytes": 0, "estimate_bytes": 0, "padded_tokens": 1,
+             "sum_sq_tokens": 1}  # fmt: skip
+    with rec.wave("sig", **edges) as wave:
+        wave.forward_done()
+    assert rec.skipped_waves == 0
+    rows = readings(rec)
+    assert [row["phase"] for row in rows] == ["forward", "caller"]
+    for row in rows:
+        assert {k: row[k] for k in edges} == edges
+
+
+def test_a_wave_left_while_a_later_one_is_open_leaves_that_one_open(tmp_path: Path) -> None:
+    # waves interleaved by hand (two generators, say): a is left while b is open, then c
+    # runs inside b; c's reset of the counter must still make b's reading not whole
+    rec = Recorder(tmp_path, run="t", meter=_ScriptedMeter(), flush_interval_s=3600)
+    a, b = rec.wave("a", 10), rec.wave("b", 10)
+    a.__enter__()
+    a.forward_done()
+    b.__enter__()
+    b.forward_done()
+    a.__exit__(None, None, None)
+    with rec.wave("c", 10) as c:
+        c.forward_done()
+    b.__exit__(None, None, None)
+    rec.close()
+    got = [
+        (r["signature"], r["phase"], r["whole"]) for r in read_trace([rec.trace_path]).to_dicts()
+    ]
+    assert got == [
+        ("a", "forward", False),
+        ("b", "forward", False),
+        ("a", "caller", False),  # b was entered inside it
+        ("c", "forward", False),
+        ("c", "caller", True),
+        ("b", "caller", False),  # c was entered inside it
+    ]
