@@ -1046,3 +1046,30 @@ def test_a_wave_left_while_a_later_one_is_open_leaves_that_one_open(tmp_path: Pa
         ("c", "caller", True),
         ("b", "caller", False),  # c was entered inside it
     ]
+
+
+def test_a_meter_that_does_not_say_has_reserved_gets_no_reserved_column(tmp_path: Path) -> None:
+    class Unsaid:
+        """reserved_peak_bytes() without has_reserved = True: the protocol asks for both."""
+
+        name, device_name = "test.unsaid", "a meter without has_reserved (tests)"
+
+        def allocated_bytes(self) -> int:
+            return 0
+
+        def peak_bytes(self) -> int:
+            return 0
+
+        def reset_peak(self) -> None:
+            pass
+
+        def reserved_peak_bytes(self) -> int:
+            return 7
+
+        def close(self) -> None:
+            pass
+
+    rec = Recorder(tmp_path, run="t", meter=Unsaid(), flush_interval_s=3600)
+    with rec, rec.wave("sig", 10) as wave:
+        wave.forward_done()
+    assert "reserved_peak_bytes" not in pq.read_schema(rec.trace_path).names
