@@ -550,8 +550,11 @@ KILLERS.update({
     "warmfit/policies/base.py": _POLICY_TESTS,
     "warmfit/policies/rule.py": _POLICY_TESTS,
     **dict.fromkeys(("warmfit/recorder/launch.py", "warmfit/recorder/log.py",
-                     "warmfit/recorder/meters.py", "warmfit/recorder/recorder.py"),
-                    _RECORDER_TESTS),
+                     "warmfit/recorder/meters.py"), _RECORDER_TESTS),
+    # test_recorder_values.py: what wave() takes in (int64's edge, a reading the log
+    # refuses); test_recorded.py: the prices wave() and a pricer give, as recorded
+    "warmfit/recorder/recorder.py": (*_RECORDER_TESTS, "tests/test_recorder_values.py",
+                                     "tests/test_recorded.py"),
 })  # fmt: skip
 _CLI_TESTS = (
     "tests/test_cli.py",

@@ -697,3 +697,379 @@ def test_every_step_fsyncs_the_write_ahead_log(tmp_path: Path) -> None:
         if re.search(r"f(data)?sync\(\d+<[^>]*" + re.escape(LOG_NAME), line)
     ]
     assert len(calls) >= 3, log.read_text()[-2000:]
+
+
+# --------------------------------------------------------------------------- construction
+
+
+def test_the_65_536th_buffered_reading_flushes_the_log_without_a_step(tmp_path: Path) -> None:
+    """MAX_BUFFERED = 65,536 readings force a flush, whatever the time and with no step()."""
+    from tests.fixed_meter import FixedMeter
+    from warmfit.recorder.recorder import MAX_BUFFERED
+
+    assert MAX_BUFFERED == 65_536
+    rec = Recorder(tmp_path, run="t", meter=FixedMeter(100, 300), flush_interval_s=3600)
+    log = rec.directory / LOG_NAME
+    try:
+        for _ in range(32_767):  # 65,534 readings (a forward and a caller each): none flushed
+            with rec.wave("sig", 10) as wave:
+                wave.forward_done()
+        with rec.wave("sig", 10) as wave:
+            wave.forward_done()  # the 65,535th reading: still buffered
+            assert read_log(log).readings == 0
+        # leaving the wave took the 65,536th: one batch of all of them, no step() taken
+        contents = read_log(log)
+        assert (contents.batches, contents.readings) == (1, 65_536)
+        assert rec.current_step == 0
+    finally:
+        rec.close()
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [("-1", "RANK environment variable is -1; ranks are >= 0"),
+     ("two", "RANK environment variable is 'two', not a rank number")],
+)  # fmt: skip
+def test_a_rank_variable_that_is_negative_or_not_a_number_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raw: str, message: str
+) -> None:
+    monkeypatch.setenv("RANK", raw)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        Recorder(tmp_path, run="t", device="cpu")
+    assert list(tmp_path.iterdir()) == []  # refused before anything was created
+
+
+def test_rank_0_from_the_environment_is_rank_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("RANK", "0")
+    with Recorder(tmp_path, run="t", device="cpu") as rec:
+        assert rec.rank == 0 and rec.directory == tmp_path / "run=t" / "rank=0"
+
+
+@pytest.mark.parametrize("interval", [0, -1.0, float("nan")])
+def test_a_flush_interval_that_is_not_positive_is_refused(tmp_path: Path, interval: float) -> None:
+    with pytest.raises(UsageError, match="flush_interval_s must be positive"):
+        Recorder(tmp_path, run="t", device="cpu", flush_interval_s=interval)
+
+
+def test_a_flush_interval_below_a_second_is_taken(tmp_path: Path) -> None:
+    with Recorder(tmp_path, run="t", device="cpu", flush_interval_s=0.5) as rec:
+        run_wave(rec)
+    assert read_trace([rec.trace_path]).height == 2
+
+
+def test_from_env_refuses_a_flush_interval_that_is_not_a_positive_number(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("WARMFIT_RECORD_DIR", str(tmp_path))
+    monkeypatch.setenv("WARMFIT_RECORD_FLUSH_S", "soon")
+    with pytest.raises(UsageError, match=r"WARMFIT_RECORD_FLUSH_S='soon' is not a number"):
+        Recorder.from_env(device="cpu")
+    monkeypatch.setenv("WARMFIT_RECORD_FLUSH_S", "0")  # read, then refused as the argument
+    with pytest.raises(UsageError, match=r"flush_interval_s must be positive; got 0\.0"):
+        Recorder.from_env(device="cpu")
+
+
+def test_a_disabled_recorder_keeps_its_run_and_rank_and_writes_nothing(tmp_path: Path) -> None:
+    plain = Recorder(None)
+    assert (plain.enabled, plain.run, plain.rank, plain.output_dir) == (False, "", 0, None)
+    named = Recorder(tmp_path / "out", run="ep1", rank=3, enabled=False)
+    assert (named.enabled, named.run, named.rank, named.output_dir) == (False, "ep1", 3, None)
+    with named.wave("sig", 10) as wave:
+        wave.forward_done()
+    named.step()
+    assert (named.readings, named.current_step, named.close()) == (0, 1, None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_run_label_defaults_to_the_output_directorys_name(tmp_path: Path) -> None:
+    with Recorder(tmp_path / "ep7", device="cpu") as rec:
+        run_wave(rec)
+    assert rec.trace_path == tmp_path / "ep7" / "run=ep7" / "rank=0" / "readings.parquet"
+
+
+def test_the_rank_of_an_initialized_process_group_wins_over_rank(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import torch.distributed as dist
+
+    monkeypatch.setenv("RANK", "5")  # what a launcher set; the process group says 2
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 2)
+    with Recorder(tmp_path, run="t", device="cpu") as rec:
+        assert rec.rank == 2 and rec.directory == tmp_path / "run=t" / "rank=2"
+
+
+def test_a_value_too_large_is_named_not_one_exactly_at_int64s_largest(rec) -> None:
+    largest = 2**63 - 1  # kept: the trace's int64 holds it
+    with pytest.raises(UsageError) as caught:
+        rec.wave("s", largest, 2**63, output_bytes=largest)
+    assert str(caught.value).startswith(
+        "wave('s'): logical_tokens=9,223,372,036,854,775,808 is above 2**63 - 1 "
+        "(9,223,372,036,854,775,807)"
+    )
+
+
+class _ScriptedMeter:
+    """A meter a test drives: it reads what the test last set (bytes allocated, the peak,
+    the reserved pool's peak); reset_peak() brings both peaks down to what is held now."""
+
+    name = "test.scripted"
+    device_name = "a scripted meter (tests)"
+    has_reserved = True
+
+    def __init__(self) -> None:
+        self.allocated = self.peak = self.reserved = self.reserved_now = 0
+
+    def allocated_bytes(self) -> int:
+        return self.allocated
+
+    def peak_bytes(self) -> int:
+        return self.peak
+
+    def reset_peak(self) -> None:
+        self.peak, self.reserved = self.allocated, self.reserved_now
+
+    def reserved_peak_bytes(self) -> int:
+        return self.reserved
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_reserved_pools_peak_is_recorded_exactly_and_carried_over_a_nested_wave(
+    tmp_path: Path,
+) -> None:
+    meter = _ScriptedMeter()
+    rec = Recorder(tmp_path, run="t", meter=meter, flush_interval_s=3600)
+    with rec.wave("empty", 10) as wave:  # nothing allocated, nothing reserved: 0, not 1
+        wave.forward_done()
+    with rec.wave("outer", 10) as outer:
+        meter.allocated, meter.peak, meter.reserved = 100, 900, 5_000
+        outer.forward_done()
+        meter.reserved_now = 1_000  # the pool shrank: the nested wave's reset reads 1,000
+        with rec.wave("inner", 10) as inner:
+            meter.peak, meter.reserved = 300, 3_000
+            inner.forward_done()  # the caller adds nothing: its peak is the forward's
+        meter.peak, meter.reserved = 400, 4_000
+    rec.close()
+    got = [
+        (r["signature"], r["phase"], r["whole"], r["baseline_bytes"], r["peak_bytes"],
+         r["reserved_peak_bytes"])
+        for r in read_trace([rec.trace_path]).to_dicts()
+    ]  # fmt: skip
+    assert got == [
+        ("empty", "forward", False, 0, 0, 0),
+        ("empty", "caller", True, 0, 0, 0),  # the counter at its forward peak and baseline
+        ("outer", "forward", False, 0, 900, 5_000),
+        ("inner", "forward", False, 100, 300, 3_000),
+        ("inner", "caller", True, 100, 300, 3_000),
+        # the counters read 400 and 4,000 at the end; the nested wave's reset hid the
+        # 900 and 5,000 before it, which the outer wave carries; not whole
+        ("outer", "caller", False, 0, 900, 5_000),
+    ]
+
+
+def test_a_counter_below_the_baseline_at_the_end_makes_the_reading_not_whole(
+    tmp_path: Path,
+) -> None:
+    meter = _ScriptedMeter()
+    meter.allocated = meter.peak = 1_000
+    rec = Recorder(tmp_path, run="t", meter=meter, flush_interval_s=3600)
+    with rec.wave("freed", 10) as wave:  # entered with 1,000 bytes held (the baseline)
+        meter.allocated = meter.peak = 200  # freed, and the counter reset behind the recorder
+        wave.forward_done()  # a forward peak of 200
+        meter.peak = 300  # above the forward peak, below the baseline: a reset was missed
+    with rec.wave("held", 10) as wave:  # entered with 200 held
+        meter.peak = 250
+        wave.forward_done()
+        meter.peak = 260
+    rec.close()
+    got = [(r["signature"], r["phase"], r["whole"], r["peak_bytes"])
+           for r in read_trace([rec.trace_path]).to_dicts()]  # fmt: skip
+    assert got == [
+        ("freed", "forward", False, 200),
+        ("freed", "caller", False, 300),
+        ("held", "forward", False, 250),
+        ("held", "caller", True, 260),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("error", "oom"),
+    [(MemoryError(), True),
+     (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+     (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8"), True),
+     (type("OutOfMemoryError", (RuntimeError,), {})("no message"), True),
+     (RuntimeError("shape mismatch"), False),
+     # the words, but not from an allocator: an error of the trainer's own
+     (ValueError("the model ran out of memory last time; lower the batch"), False),
+     (KeyError("out of memory"), False)],
+)  # fmt: skip
+def test_only_an_allocators_error_marks_the_reading_oom(rec, error: Exception, oom: bool) -> None:
+    from warmfit.recorder.recorder import is_out_of_memory
+
+    assert is_out_of_memory(error) is oom
+    with pytest.raises(type(error)), rec.wave("sig", 10):
+        raise error
+    (row,) = readings(rec)
+    assert (row["phase"], row["oom"]) == ("forward", oom)
+
+
+def test_a_failed_flush_warns_once_keeps_the_readings_and_retries_at_the_next_step(
+    rec, capfd
+) -> None:
+    log = rec.directory / LOG_NAME
+    run_wave(rec)
+    rec.step()  # 2 readings in the log
+    saved = os.dup(rec._writer.fd)
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, rec._writer.fd)  # the disk is full: every write fails with ENOSPC
+    os.close(full)
+    run_wave(rec)
+    rec.step()  # 2 readings cannot be written: one warning
+    run_wave(rec)
+    rec.step()  # 4 now: still failing, no second warning
+    err = capfd.readouterr().err
+    assert err.count("could not write") == 1
+    assert f"could not write 2 readings to {rec._writer.path}: [Errno 28] No space left" in err
+    os.dup2(saved, rec._writer.fd)  # room again
+    os.close(saved)
+    run_wave(rec)  # not flushed at this reading: at the next step
+    assert read_log(log).readings == 2
+    rec.step()
+    assert read_log(log).readings == 8
+    assert capfd.readouterr().err == (
+        f"warmfit: the readings are being written to {rec._writer.path} again.\n"
+    )
+    assert [r["step"] for r in readings(rec)] == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_a_pricer_whose_price_overflows_int64_leaves_the_wave_unrecorded(tmp_path: Path) -> None:
+    from warmfit.errors import EstimateOverflowError
+    from warmfit.recorder import RecorderWarning
+
+    class Overflowing:
+        def price(self, *args: Any, **kwargs: Any) -> int:
+            raise EstimateOverflowError("above 2**63 - 1 bytes")
+
+        def observe_row(self, row: dict[str, Any]) -> None:
+            raise AssertionError("a wave left unrecorded is not observed")
+
+    rec = Recorder(tmp_path, run="t", device="cpu", pricer=Overflowing())
+    price_overflows = "the pricer's price is above 2\\*\\*63 - 1 bytes"
+    with pytest.warns(RecorderWarning, match=price_overflows), rec.wave("sig", 10) as wave:
+        wave.forward_done()
+    assert (rec.readings, rec.skipped_waves, rec.close()) == (0, 1, None)
+
+
+def test_close_interrupted_by_ctrl_c_is_closed_all_the_same(rec) -> None:
+    run_wave(rec)
+
+    def interrupted(rows: list) -> list:
+        raise KeyboardInterrupt
+
+    rec._writer.append = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        rec.close()
+    assert rec._closed
+    assert rec._writer.fd == -1  # the log let go: 'warmfit recover' may take it
+    assert rec.close() is None  # a second close() does nothing, raises nothing
+    assert read_log(rec.directory / LOG_NAME).readings == 0  # the log stays for recover
+
+
+WAVE_COUNTS = ["packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes",
+               "estimate_bytes", "padded_tokens", "sum_sq_tokens"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WAVE_COUNTS)
+@pytest.mark.parametrize("enabled", [True, False])
+def test_each_count_given_as_a_float_is_refused_naming_it(
+    tmp_path: Path, name: str, enabled: bool
+) -> None:
+    rec = Recorder(tmp_path / "out", run="t", device="cpu", enabled=enabled)
+    try:
+        with pytest.raises(UsageError, match=rf"^wave\(\): {name}"):
+            rec.wave("sig", **{"packed_tokens": 10, name: 12.0})
+    finally:
+        rec.close()
+
+
+def test_each_count_given_as_an_integer_tensor_is_recorded_as_its_int(rec) -> None:
+    values = {"packed_tokens": 10, "logical_tokens": 30, "output_bytes": 400,
+              "static_floor_bytes": 5_000, "estimate_bytes": 60_000, "padded_tokens": 16,
+              "sum_sq_tokens": 340}  # fmt: skip
+    with rec.wave("sig", **{k: torch.tensor(v) for k, v in values.items()}) as wave:
+        wave.forward_done()
+    for row in readings(rec):
+        assert {k: row[k] for k in values} == values
+        assert all(type(row[k]) is int for k in values)
+
+
+def test_values_at_the_edge_of_what_can_be_recorded_are_recorded(rec) -> None:
+    # a floor of 0, a price of 0, no output, as many packed as logical tokens, a batch
+    # without padding, and one sequence of one token: each recordable, each kept exactly
+    edges = {"packed_tokens": 1, "logical_tokens": 1, "output_bytes": 0,
+             "static_floor_bytes": 0, "estimate_bytes": 0, "padded_tokens": 1,
+             "sum_sq_tokens": 1}  # fmt: skip
+    with rec.wave("sig", **edges) as wave:
+        wave.forward_done()
+    assert rec.skipped_waves == 0
+    rows = readings(rec)
+    assert [row["phase"] for row in rows] == ["forward", "caller"]
+    for row in rows:
+        assert {k: row[k] for k in edges} == edges
+
+
+def test_a_wave_left_while_a_later_one_is_open_leaves_that_one_open(tmp_path: Path) -> None:
+    # waves interleaved by hand (two generators, say): a is left while b is open, then c
+    # runs inside b; c's reset of the counter must still make b's reading not whole
+    rec = Recorder(tmp_path, run="t", meter=_ScriptedMeter(), flush_interval_s=3600)
+    a, b = rec.wave("a", 10), rec.wave("b", 10)
+    a.__enter__()
+    a.forward_done()
+    b.__enter__()
+    b.forward_done()
+    a.__exit__(None, None, None)
+    with rec.wave("c", 10) as c:
+        c.forward_done()
+    b.__exit__(None, None, None)
+    rec.close()
+    got = [
+        (r["signature"], r["phase"], r["whole"]) for r in read_trace([rec.trace_path]).to_dicts()
+    ]
+    assert got == [
+        ("a", "forward", False),
+        ("b", "forward", False),
+        ("a", "caller", False),  # b was entered inside it
+        ("c", "forward", False),
+        ("c", "caller", True),
+        ("b", "caller", False),  # c was entered inside it
+    ]
+
+
+def test_a_meter_that_does_not_say_has_reserved_gets_no_reserved_column(tmp_path: Path) -> None:
+    class Unsaid:
+        """reserved_peak_bytes() without has_reserved = True: the protocol asks for both."""
+
+        name, device_name = "test.unsaid", "a meter without has_reserved (tests)"
+
+        def allocated_bytes(self) -> int:
+            return 0
+
+        def peak_bytes(self) -> int:
+            return 0
+
+        def reset_peak(self) -> None:
+            pass
+
+        def reserved_peak_bytes(self) -> int:
+            return 7
+
+        def close(self) -> None:
+            pass
+
+    rec = Recorder(tmp_path, run="t", meter=Unsaid(), flush_interval_s=3600)
+    with rec, rec.wave("sig", 10) as wave:
+        wave.forward_done()
+    assert "reserved_peak_bytes" not in pq.read_schema(rec.trace_path).names

@@ -357,7 +357,6 @@ class Recorder:
         self._next_wave = 0
         self._lock = threading.Lock()
         self._flush_failure: str | None = None  # the last failed flush, until one succeeds
-        self._unwritable = 0  # readings the log's columns could not hold, left out
         self._flush_at = MAX_BUFFERED  # buffered readings that force a flush
         self._stop = threading.Event()
         self._flusher = threading.Thread(
@@ -818,7 +817,6 @@ class Recorder:
                 rows.extendleft(reversed(batch))  # keep them for the next try
                 raise
         if refused:  # never again: each would fail every later flush with it
-            self._unwritable += len(refused)
             row, why = refused[0]
             print(
                 f"warmfit: warning: {len(refused):,} readings could not be written to "
