@@ -554,7 +554,8 @@ KILLERS.update({
     # test_recorder_values.py: what wave() takes in (int64's edge, a reading the log
     # refuses); test_recorded.py: the prices wave() and a pricer give, as recorded
     "warmfit/recorder/recorder.py": (*_RECORDER_TESTS, "tests/test_recorder_values.py",
-                                     "tests/test_recorded.py"),
+                                     "tests/test_recorded.py",
+                                     "tests/test_pricer_admission.py"),  # meter_only
 })  # fmt: skip
 _CLI_TESTS = (
     "tests/test_cli.py",
