@@ -725,3 +725,17 @@ def test_profile_order_is_stable_by_profile_on_both_sides_of_16_bits(offset: int
     profile ``offset``), then 3, then 0 and 2, each profile's readings in their order."""
     profile = np.array([2, 0, 2, 1, 0], dtype=np.int64) + offset
     assert vectorized._profile_order(profile).tolist() == [1, 4, 3, 0, 2]
+
+
+@pytest.mark.parametrize("loop_profiles", [0, 20_000])
+def test_sums_accumulate_in_reading_order_whatever_the_profiles(
+    loop_profiles: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sum is added one reading after the other, as the reference engine adds it, even
+    where maxima take the segmented scan (more than LOOP_PROFILES profiles): 0.1, 0.2,
+    0.3, 0.4, 0.5 run to 0.1, 0.30000000000000004, 0.6000000000000001, 1.0, 1.5 (the
+    scan's pairwise order, 0.1 + (0.2 + 0.3) = 0.6 at the third, would differ)."""
+    monkeypatch.setattr(vectorized, "LOOP_PROFILES", loop_profiles)
+    values = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+    vectorized._accumulate(np.add, values, np.array([0]), np.array([5]))
+    assert values.tolist() == [0.1, 0.30000000000000004, 0.6000000000000001, 1.0, 1.5]
