@@ -739,3 +739,38 @@ def test_sums_accumulate_in_reading_order_whatever_the_profiles(
     values = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
     vectorized._accumulate(np.add, values, np.array([0]), np.array([5]))
     assert values.tolist() == [0.1, 0.30000000000000004, 0.6000000000000001, 1.0, 1.5]
+
+
+class _LowestRate(DeclaredPolicy):
+    """Prices a wave at the lowest rate its profile has shown, times its packed tokens:
+    a Min aggregate with a number for its initial value, over values never NaN."""
+
+    name = "lowest-rate"
+    rate_low = Min(RATE, initial=1e12)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return np.where(state.rate_low < 1e12, state.rate_low * n, np.nan)
+
+
+def test_a_min_aggregate_with_an_initial_value_keeps_the_smallest() -> None:
+    """Four whole waves of 10 tokens at 1,000, 500, 800 and 900 bytes: rates 100, 50, 80,
+    90 bytes a token. Wave 0 has nothing before it (unpriced); wave 1 is priced at the
+    lowest rate so far, 100 x 10 = 1,000 bytes; waves 2 and 3 at 50 x 10 = 500 (the
+    largest, 100, or the initial 1e12 would be wrong), on both engines."""
+    rows = [
+        dict(seq=s, wave=s, signature="s", packed_tokens=10, logical_tokens=10,
+             peak_bytes=peak, whole=True)
+        for s, peak in enumerate((1_000, 500, 800, 900))
+    ]  # fmt: skip
+    scalar, vectorized_rows = both_engines(readings_frame(rows), [_LowestRate], 1.0)
+    assert_identical(scalar, vectorized_rows)
+    assert vectorized_rows.get_column("estimate_bytes").to_list() == [None, 1_000, 500, 500]
+
+
+@settings(max_examples=examples(60))
+@given(traces())
+def test_a_min_aggregate_over_numbers_is_identical_on_both_engines(frame: pl.DataFrame) -> None:
+    readings = frame.sort("run", "rank", "seq", maintain_order=True)
+    scalar, vectorized_rows = both_engines(readings, [_LowestRate, WarmFit])
+    assert_identical(scalar, vectorized_rows)
