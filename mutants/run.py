@@ -516,8 +516,10 @@ KILLERS.update({
                      "warmfit/integrations/huggingface.py", "warmfit/integrations/lightning.py",
                      "warmfit/integrations/sampler.py", "warmfit/integrations/tokens.py"),
                     _INTEGRATION_TESTS),
+    # test_one_replay.py: the data plot and sweep --plot draw, pinned in every case, with
+    # the drawing left out (in-process, no matplotlib: quick beside test_plot.py's figures)
     "warmfit/report/plot.py": ("tests/test_plot.py", "tests/test_plot_caption.py",
-                               "tests/test_decisions.py"),
+                               "tests/test_decisions.py", "tests/test_one_replay.py"),
     # test_one_replay.py: recommend's golden outputs, byte for byte, in every format
     "warmfit/report/recommend.py": ("tests/test_recommend.py", "tests/test_recommend_oracle.py",
                                     "tests/test_one_replay.py"),

@@ -149,6 +149,8 @@ def test_png_render_through_the_cli(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     width, height = figure_size(2)
     assert png_size(out.read_bytes()) == (round(width * DPI), round(height * DPI))
+    # two runs: 15 inches wide, 0.6 + 2 x 4.2 = 9 inches tall, at 100 pixels an inch
+    assert png_size(out.read_bytes()) == (1500, 900)
     assert out.stat().st_size > 20_000  # three panels per run, not a blank sheet
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 2 and "will not overwrite without --force" in again.output
@@ -1112,3 +1114,30 @@ def test_a_strip_of_exactly_the_limit_is_drawn_whole_and_one_more_is_thinned() -
     thinned = _thin_over(over, ["r"], above=11)
     assert thinned.height == 11
     assert thinned.get_column("offset").n_unique() == 11
+
+
+def test_a_run_of_5000_waves_is_drawn_whole_and_one_of_5001_is_thinned() -> None:
+    """The limit docs/explanation/performance.md gives: a run of more than 5,000 waves is
+    thinned. 5,000 waves: every point drawn, nothing thinned; 5,001: the run thinned."""
+    for waves, thinned in ((5_000, ()), (5_001, ("run",))):
+        data = build_plot_data(replay(big_run(waves), engine="vectorized"))
+        assert data.drawn.waves == waves
+        assert data.drawn.thinned == thinned
+        assert (data.drawn.drawn == data.drawn.points) is (not thinned)
+
+
+def test_the_thinning_grids_are_1000_columns_320_by_240_cells_and_400_cells_a_strip() -> None:
+    """The default resolutions, by the points flat series keep (one per occupied cell, the
+    first, and the last point, which shares the last cell):
+
+    - a flat line at x = 0 .. 2,000: 1,000 columns of two points (the last of three) keep
+      their first, x = 0, 2, .., 1,998, and the last, x = 2,000: 1,001 points;
+    - dots at x = 0 .. 639, y = 0: 320 columns of two dots, 320 firsts and the
+      rightmost: 321; at y = 0 .. 479, x = 0: 240 rows of two, 241;
+    - a strip of 800 over-estimates 0 .. 799 at one offset: 400 cells of two, 401."""
+    from warmfit.report.plot import scatter_keep
+
+    assert line_keep(np.arange(2_001.0), np.zeros(2_001)).sum() == 1_001
+    assert scatter_keep(np.arange(640.0), np.zeros(640)).sum() == 321
+    assert scatter_keep(np.zeros(480), np.arange(480.0)).sum() == 241
+    assert strip_keep(np.zeros(800, np.int64), np.arange(800.0)).sum() == 401

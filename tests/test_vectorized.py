@@ -7,6 +7,7 @@ thousands more.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,7 +45,16 @@ from warmfit.policies import (
     WarmAffine,
     WarmFit,
 )
-from warmfit.policies.rule import LOGICAL, RATE, SHARING, DeclaredPolicy, Max, Min, is_declared
+from warmfit.policies.rule import (
+    LOGICAL,
+    RATE,
+    SHARING,
+    DeclaredPolicy,
+    Max,
+    Min,
+    PointSet,
+    is_declared,
+)
 from warmfit.replay import (
     GROUPINGS,
     PER_WAVE_SCHEMA,
@@ -53,8 +63,9 @@ from warmfit.replay import (
     replay_scalar,
     result_groups,
     summarize,
+    vectorized,
 )
-from warmfit.replay.vectorized import replay_vectorized
+from warmfit.replay.vectorized import SIZE_TABLE, PointQueries, replay_vectorized
 
 BUILT_IN: list[type[Policy]] = [MaxMerge, WarmFit, WarmAffine, Envelope]
 BUILT_IN_NAMES = [cls.name for cls in BUILT_IN]
@@ -541,3 +552,225 @@ def test_identical_on_every_stored_trace(trace: Path) -> None:
     scalar, vectorized = both_engines(readings, BUILT_IN)
     assert_identical(scalar, vectorized)
     assert_same_summary(scalar, vectorized, BUILT_IN_NAMES)
+
+
+# ------------------------------------------------------- the point queries, whole
+
+
+@st.composite
+def point_queries(draw: st.DrawFn) -> dict[str, Any]:
+    """Readings sorted by profile (``starts``), some of them points (``positions``,
+    ``at``, ``values``), waves priced from a reading (``priced_at``; -1 at a profile's
+    opening) and one query per wave. The sizes are whole and close (the counting
+    table), halves (a search), or spread wider than SIZE_TABLE (a search too)."""
+    count = draw(st.integers(0, 40))
+    cuts = draw(st.sets(st.integers(1, max(count - 1, 1)), max_size=6)) if count > 1 else set()
+    starts = np.array(sorted({0, *cuts}) if count else [0], dtype=np.int64)
+    kind = draw(st.sampled_from(["whole", "halves", "wide"]))
+    size = {
+        "whole": st.integers(3, 8).map(float),
+        "halves": st.integers(3, 8).map(lambda k: k / 2),
+        "wide": st.sampled_from([5.0, 7.0, 7.0 + SIZE_TABLE, 9.0 + 2 * SIZE_TABLE]),
+    }[kind]
+    value = st.sampled_from([-2.0, 0.0, 1.5, 4.0, 4.0, 9.0])
+    kept = sorted(draw(st.sets(st.integers(0, max(count - 1, 0)), max_size=count)))
+    at = np.array([draw(size) for _ in kept], dtype=np.float64)
+    values = np.array([draw(value) for _ in kept], dtype=np.float64)
+    wave_at = draw(st.lists(st.integers(0, max(count - 1, 0)), min_size=1, max_size=12))
+    opening = set(starts.tolist())
+    priced_at = np.array([-1 if a in opening else a - 1 for a in wave_at], dtype=np.int64)
+    query = st.one_of(size, st.sampled_from([math.nan, 0.0, 2.5, 1e9, 7.0 + SIZE_TABLE / 2]))
+    x = np.array([draw(query) for _ in wave_at], dtype=np.float64)
+    return dict(
+        at=at, values=values, positions=np.array(kept, dtype=np.int64), starts=starts,
+        priced_at=priced_at, wave_at=wave_at, x=x, count=count,
+    )  # fmt: skip
+
+
+def _seen_by(case: dict[str, Any], wave: int) -> PointSet:
+    """The points a wave's profile measured up to the reading it is priced from."""
+    priced_at, positions = int(case["priced_at"][wave]), case["positions"]
+    if priced_at < 0:
+        return PointSet()
+    opening = int(case["starts"][np.searchsorted(case["starts"], priced_at, side="right") - 1])
+    mine = (positions >= opening) & (positions <= priced_at)
+    return PointSet.of(case["at"][mine], case["values"][mine])
+
+
+def _same(got: float, expected: float) -> bool:
+    return (math.isnan(got) and math.isnan(expected)) or got == expected
+
+
+@settings(max_examples=examples(300))
+@given(point_queries())
+def test_point_queries_answer_as_the_reference_point_set_of_each_wave(
+    case: dict[str, Any],
+) -> None:
+    """Per wave, below/above/top of its query, and top of the answer above (the rule's
+    top(above(x)), answered from the first search), are those of a PointSet holding the
+    points its profile measured before the wave; each profile's final points, those of
+    a PointSet of all its points."""
+    queries = PointQueries(
+        case["at"], case["values"], case["positions"], case["starts"], case["priced_at"]
+    )
+    x = case["x"]
+    below, above, top = queries.below(x), queries.above(x), queries.top(x)
+    top_above = queries.top(above)
+    for wave in range(len(x)):
+        ref = _seen_by(case, wave)
+        q = float(x[wave])
+        expected = (ref.below(q), ref.above(q), ref.top(q), ref.top(ref.above(q)))
+        got = (below[wave], above[wave], top[wave], top_above[wave])
+        assert all(map(_same, got, expected)), (wave, q, got, expected, ref.sizes, ref.tops)
+    starts = case["starts"]
+    for j in range(len(starts)):
+        end = starts[j + 1] if j + 1 < len(starts) else case["count"]
+        mine = (case["positions"] >= starts[j]) & (case["positions"] < end)
+        assert queries.final(j) == PointSet.of(case["at"][mine], case["values"][mine])
+
+
+def test_point_queries_worked_example() -> None:
+    """One profile of six readings; points at readings 0 (size 4, value 1), 2 (size 8,
+    value 5), 3 (size 4, value 3) and 5 (size 6, value 2). A wave priced from reading 3
+    has seen sizes {4: top 3, 8: top 5}: at x = 6, below 4, above 8, top 3, and top of
+    above (8) 5. A wave priced from reading 1 has seen only (4, 1): above 6 is none
+    (NaN), top 1. A wave at the opening (-1) has seen nothing: NaN everywhere. A wave
+    priced from reading 5 at x = 6: below 6 (measured at reading 5), above 6, top 3."""
+    queries = PointQueries(
+        np.array([4.0, 8.0, 4.0, 6.0]),
+        np.array([1.0, 5.0, 3.0, 2.0]),
+        np.array([0, 2, 3, 5]),
+        np.array([0]),
+        np.array([3, 1, -1, 5]),
+    )
+    x = np.array([6.0, 6.0, 6.0, 6.0])
+    nan = math.nan
+    assert list(map(_same, queries.below(x), [4.0, 4.0, nan, 6.0])) == [True] * 4
+    assert list(map(_same, queries.above(x), [8.0, nan, nan, 6.0])) == [True] * 4
+    assert list(map(_same, queries.top(x), [3.0, 1.0, nan, 3.0])) == [True] * 4
+    assert list(map(_same, queries.top(queries.above(x)), [5.0, nan, nan, 3.0])) == [True] * 4
+
+
+def test_the_top_above_is_the_largest_over_every_block_holding_that_size() -> None:
+    """Points (8, 5), (4, 1), (8, 2), measured in that order; a wave that has seen all
+    three asks x = 6. The walk sees them as a block of two, (8, 5) and (4, 1), and a
+    block of one, (8, 2): above(6) is 8 in both blocks, and the top at 8 is 5, from
+    the first block, not the later block's 2 (nor top(6) = 1)."""
+    queries = PointQueries(
+        np.array([8.0, 4.0, 8.0]), np.array([5.0, 1.0, 2.0]), np.array([0, 1, 2]),
+        np.array([0]), np.array([2]),
+    )  # fmt: skip
+    x = np.array([6.0])
+    assert queries.below(x).tolist() == [4.0]
+    assert queries.top(x).tolist() == [1.0]
+    above = queries.above(x)
+    assert above.tolist() == [8.0]
+    assert queries.top(above).tolist() == [5.0]
+
+
+# ------------------------------------------- the helpers' branches for many profiles
+
+
+@settings(max_examples=examples(200))
+@given(
+    st.lists(st.lists(st.sampled_from([math.nan, -1.0, 0.0, 2.0, 5.0, 5.0]), min_size=1,
+                      max_size=9), min_size=1, max_size=6),
+    st.sampled_from([np.fmax, np.fmin, np.maximum, np.minimum, np.add]),
+    st.booleans(),
+)  # fmt: skip
+def test_accumulate_gives_each_profiles_running_value_on_either_path(
+    parts: list[list[float]], ufunc: np.ufunc, scan: bool
+) -> None:
+    """Per profile, the running ``ufunc`` of its own values, never a neighbour's: one
+    accumulate per profile, or (more than LOOP_PROFILES profiles, here made 0) the
+    segmented scan, which sums never take."""
+    values = np.array([v for part in parts for v in part])
+    lengths = np.array([len(part) for part in parts])
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    expected = np.concatenate([ufunc.accumulate(np.array(part)) for part in parts])
+    with pytest.MonkeyPatch.context() as patch, np.errstate(invalid="ignore"):
+        patch.setattr(vectorized, "LOOP_PROFILES", 0 if scan else 10**6)
+        vectorized._accumulate(ufunc, values, starts, lengths)
+    np.testing.assert_array_equal(values, expected)
+
+
+def test_accumulate_scan_worked_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three profiles [3, 1, 4, 1, 5], [9, 2] and [6] under the scan: running maxima
+    3 3 4 4 5 | 9 9 | 6; running minima 3 1 1 1 1 | 9 2 | 6 (profile 2's 9 never
+    reaches profile 3's 6, nor profile 1's 5 profile 2)."""
+    monkeypatch.setattr(vectorized, "LOOP_PROFILES", 2)
+    starts, lengths = np.array([0, 5, 7]), np.array([5, 2, 1])
+    values = np.array([3.0, 1, 4, 1, 5, 9, 2, 6])
+    top = values.copy()
+    vectorized._accumulate(np.maximum, top, starts, lengths)
+    assert top.tolist() == [3, 3, 4, 4, 5, 9, 9, 6]
+    vectorized._accumulate(np.minimum, values, starts, lengths)
+    assert values.tolist() == [3, 1, 1, 1, 1, 9, 2, 6]
+
+
+@settings(max_examples=examples(100))
+@given(st.lists(st.sampled_from([0, 1, 7, 2**16 - 1, 2**16, 2**20, 2**40, 2**62]), min_size=1,
+                max_size=20))  # fmt: skip
+def test_dense_numbers_the_distinct_keys_in_order(keys: list[int]) -> None:
+    """Each key's rank among the distinct keys: by a table for small keys, by a sort for
+    keys far beyond the count (2**16 beyond four per key)."""
+    key = np.array(keys, dtype=np.int64)
+    distinct = sorted(set(keys))
+    assert vectorized._dense(key).tolist() == [distinct.index(k) for k in keys]
+
+
+@pytest.mark.parametrize("offset", [0, 2**16 - 3, 2**16 - 2, 2**16, 2**20])
+def test_profile_order_is_stable_by_profile_on_both_sides_of_16_bits(offset: int) -> None:
+    """Profiles [offset+2, offset, offset+2, offset+1, offset]: readings 1 and 4 (the
+    profile ``offset``), then 3, then 0 and 2, each profile's readings in their order."""
+    profile = np.array([2, 0, 2, 1, 0], dtype=np.int64) + offset
+    assert vectorized._profile_order(profile).tolist() == [1, 4, 3, 0, 2]
+
+
+@pytest.mark.parametrize("loop_profiles", [0, 20_000])
+def test_sums_accumulate_in_reading_order_whatever_the_profiles(
+    loop_profiles: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sum is added one reading after the other, as the reference engine adds it, even
+    where maxima take the segmented scan (more than LOOP_PROFILES profiles): 0.1, 0.2,
+    0.3, 0.4, 0.5 run to 0.1, 0.30000000000000004, 0.6000000000000001, 1.0, 1.5 (the
+    scan's pairwise order, 0.1 + (0.2 + 0.3) = 0.6 at the third, would differ)."""
+    monkeypatch.setattr(vectorized, "LOOP_PROFILES", loop_profiles)
+    values = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+    vectorized._accumulate(np.add, values, np.array([0]), np.array([5]))
+    assert values.tolist() == [0.1, 0.30000000000000004, 0.6000000000000001, 1.0, 1.5]
+
+
+class _LowestRate(DeclaredPolicy):
+    """Prices a wave at the lowest rate its profile has shown, times its packed tokens:
+    a Min aggregate with a number for its initial value, over values never NaN."""
+
+    name = "lowest-rate"
+    rate_low = Min(RATE, initial=1e12)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return np.where(state.rate_low < 1e12, state.rate_low * n, np.nan)
+
+
+def test_a_min_aggregate_with_an_initial_value_keeps_the_smallest() -> None:
+    """Four whole waves of 10 tokens at 1,000, 500, 800 and 900 bytes: rates 100, 50, 80,
+    90 bytes a token. Wave 0 has nothing before it (unpriced); wave 1 is priced at the
+    lowest rate so far, 100 x 10 = 1,000 bytes; waves 2 and 3 at 50 x 10 = 500 (the
+    largest, 100, or the initial 1e12 would be wrong), on both engines."""
+    rows = [
+        dict(seq=s, wave=s, signature="s", packed_tokens=10, logical_tokens=10,
+             peak_bytes=peak, whole=True)
+        for s, peak in enumerate((1_000, 500, 800, 900))
+    ]  # fmt: skip
+    scalar, vectorized_rows = both_engines(readings_frame(rows), [_LowestRate], 1.0)
+    assert_identical(scalar, vectorized_rows)
+    assert vectorized_rows.get_column("estimate_bytes").to_list() == [None, 1_000, 500, 500]
+
+
+@settings(max_examples=examples(60))
+@given(traces())
+def test_a_min_aggregate_over_numbers_is_identical_on_both_engines(frame: pl.DataFrame) -> None:
+    readings = frame.sort("run", "rank", "seq", maintain_order=True)
+    scalar, vectorized_rows = both_engines(readings, [_LowestRate, WarmFit])
+    assert_identical(scalar, vectorized_rows)
