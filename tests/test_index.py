@@ -574,3 +574,109 @@ def test_int64_ranks_are_indexed_from_the_footer(
     read = _spy_on_reads(monkeypatch)
     assert index_file(path).stretches == (("runA", 0, 0, 6), ("runB", 1, 6, 12))
     assert read == [(4, 4)]  # the row group of both streams only
+
+
+def test_an_unsigned_rank_is_indexed_by_its_value(tmp_path: Path) -> None:
+    """A rank stored as uint32 (lenient integer encodings are accepted): the footer's
+    4 bytes of 2**31 + 5 read as a signed int32 would be -2147483643; the index names
+    the rank 2147483653, read from the rows, and the batch refuses it for not
+    fitting Int32, naming the file, the column and the row."""
+    rows = [
+        dict(run="r", rank=0, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=100)
+        for s in range(3)
+    ]  # fmt: skip
+    table = to_arrow(readings_frame(rows))
+    for rank in (5, 2**31 + 5):
+        at = table.schema.get_field_index("rank")
+        ranks = pa.array([rank] * 3, pa.uint32())
+        path = tmp_path / f"{rank}.parquet"
+        pq.write_table(
+            table.set_column(at, pa.field("rank", pa.uint32(), False), ranks),
+            path,
+            write_page_checksum=True,
+        )
+        index = index_file(path)
+        assert index.stretches == (("r", rank, 0, 3),)
+    with pytest.raises(TraceError, match="value 2147483653 does not fit") as caught:
+        read_batch(plan([index])[0])
+    assert caught.value.path == str(path) and caught.value.row == 0
+
+
+def test_a_rank_statistic_of_the_wrong_width_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A footer whose rank statistics are one byte (0x07) where the int32 column's
+    values take four (a damaged footer): not read as rank 7; the ranks are read from
+    the rows, rank 0 and rank 1."""
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch, ("runA", "runA"), (0, 1))
+    real = streams.row_groups
+
+    def damaged(path: Path) -> list[pagecrc.RowGroup]:
+        return [
+            pagecrc.RowGroup(g.rows, {**g.bounds, "rank": (1, b"\x07", b"\x07")}, g.chunks)
+            for g in real(path)
+        ]
+
+    monkeypatch.setattr(streams, "row_groups", damaged)
+    read = _spy_on_reads(monkeypatch)
+    assert index_file(path).stretches == (("runA", 0, 0, 6), ("runA", 1, 6, 12))
+    assert read == [(0, 4), (4, 4), (8, 4)]  # every group's ranks, none from the footer
+
+
+@pytest.mark.parametrize(
+    "bounds", [(6, b"\xff", b"\xff"), (1, b"runA", b"runA")], ids=["not utf-8", "not a string"]
+)
+def test_run_statistics_that_are_no_string_are_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bounds: tuple[int, bytes, bytes]
+) -> None:
+    """A footer whose run statistics are bytes no UTF-8 decodes, or are given for a
+    physical type other than BYTE_ARRAY (6), is damaged: every row group's run and
+    rank are read from its rows."""
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch)
+    real = streams.row_groups
+
+    def damaged(path: Path) -> list[pagecrc.RowGroup]:
+        return [pagecrc.RowGroup(g.rows, {**g.bounds, "run": bounds}, g.chunks) for g in real(path)]
+
+    monkeypatch.setattr(streams, "row_groups", damaged)
+    read = _spy_on_reads(monkeypatch)
+    assert index_file(path).stretches == (("runA", 0, 0, 6), ("runB", 1, 6, 12))
+    assert read == [(0, 4), (4, 4), (8, 4)]
+
+
+def test_the_plan_of_hand_made_indexes_spelled_out() -> None:
+    """Two files' indexes, made by hand (no file is read). File "x" (rows 0-9, row
+    groups at 0 and 5, the optional column estimate_bytes): stream ("b", 10) rows
+    0-4, ("b", 9) rows 5-6, ("a", None) rows 7-9. File "y" (rows 0-5, one group):
+    ("b", 9) rows 0-1, and ("a", 2) 2 readings among rows 2-6 (mixed). Canonical
+    order: run, then rank as a number (9 before 10), a null after every value:
+    ("a", 2), ("a", None), ("b", 9), ("b", 10), of 2, 3, 2 + 2 and 5 readings. In
+    batches of 5: ("a", 2) + ("a", None) = 5 closes the first; ("b", 9) + ("b", 10)
+    = 9 the second."""
+    x_groups = ((0, pagecrc.RowGroup(5, {}, ())), (5, pagecrc.RowGroup(5, {}, ())))
+    y_groups = ((0, pagecrc.RowGroup(6, {}, ())),)
+    x = streams.FileIndex(
+        "x", 10, (("b", 10, 0, 5), ("b", 9, 5, 7), ("a", None, 7, 10)), x_groups,
+        columns=("estimate_bytes",),
+    )  # fmt: skip
+    y = streams.FileIndex("y", 6, (("b", 9, 0, 2),), y_groups, (("a", 2, 2, 6, 2),))
+    first, second = plan([x, y], 5)
+    assert first.streams == (("a", 2), ("a", None))
+    assert first.readings == 5
+    assert [(s.path, s.start, s.stop, s.readings) for s in first.segments] == [
+        ("y", 2, 6, 2), ("x", 7, 10, 3)
+    ]  # fmt: skip
+    assert first.groups == {"y": y_groups, "x": x_groups[1:]}  # rows 7-9: the second group
+    assert first.columns == {"x": ("estimate_bytes",)}
+    assert second.streams == (("b", 9), ("b", 10))
+    assert second.readings == 9
+    assert second.groups == {"x": x_groups, "y": y_groups}  # rows 0-6 of x: both groups
+    assert [b.number for b in plan([x, y], 1)] == [0, 1, 2, 3]
+    assert [b.streams for b in plan([x, y], 10**9)] == [
+        (("a", 2), ("a", None), ("b", 9), ("b", 10))
+    ]
+    with pytest.raises(ValueError, match="at least 1"):
+        plan([x, y], 0)
