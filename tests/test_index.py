@@ -680,3 +680,19 @@ def test_the_plan_of_hand_made_indexes_spelled_out() -> None:
     ]
     with pytest.raises(ValueError, match="at least 1"):
         plan([x, y], 0)
+
+
+def test_a_negative_rank_is_indexed_as_negative_and_refused_when_read(tmp_path: Path) -> None:
+    """The footer's statistics of rank -1 are 0xffffffff, a signed int32: the index
+    names rank -1 (not 4294967295) and the batch refuses it by its row."""
+    rows = [
+        dict(run="r", rank=-1, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=100)
+        for s in range(3)
+    ]  # fmt: skip
+    path = write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    index = index_file(path)
+    assert index.stretches == (("r", -1, 0, 3),)
+    with pytest.raises(TraceError, match="is negative") as caught:
+        read_batch(plan([index])[0])
+    assert (caught.value.path, caught.value.column, caught.value.row) == (str(path), "rank", 0)
