@@ -696,3 +696,27 @@ def test_a_negative_rank_is_indexed_as_negative_and_refused_when_read(tmp_path: 
     with pytest.raises(TraceError, match="is negative") as caught:
         read_batch(plan([index])[0])
     assert (caught.value.path, caught.value.column, caught.value.row) == (str(path), "rank", 0)
+
+
+def test_a_rank_beyond_int64_is_indexed_as_null_and_refused_when_read(tmp_path: Path) -> None:
+    """A uint64 rank of 2**63 fits no Int64: the index holds its stream as rank None
+    (the rows' rule names it when the batch is read), rather than failing in polars."""
+    rows = [
+        dict(run="r", rank=0, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=100)
+        for s in range(3)
+    ]  # fmt: skip
+    table = to_arrow(readings_frame(rows))
+    at = table.schema.get_field_index("rank")
+    ranks = pa.array([2**63] * 3, pa.uint64())
+    path = tmp_path / "t.parquet"
+    pq.write_table(
+        table.set_column(at, pa.field("rank", pa.uint64(), False), ranks),
+        path,
+        write_page_checksum=True,
+    )
+    index = index_file(path)
+    assert index.stretches == (("r", None, 0, 3),)
+    with pytest.raises(TraceError, match="does not fit") as caught:
+        read_batch(plan([index])[0])
+    assert (caught.value.path, caught.value.column, caught.value.row) == (str(path), "rank", 0)
