@@ -651,19 +651,19 @@ def test_the_plan_of_hand_made_indexes_spelled_out() -> None:
     """Two files' indexes, made by hand (no file is read). File "x" (rows 0-9, row
     groups at 0 and 5, the optional column estimate_bytes): stream ("b", 10) rows
     0-4, ("b", 9) rows 5-6, ("a", None) rows 7-9. File "y" (rows 0-5, one group):
-    ("b", 9) rows 0-1, and ("a", 2) 2 readings among rows 2-6 (mixed). Canonical
-    order: run, then rank as a number (9 before 10), a null after every value:
-    ("a", 2), ("a", None), ("b", 9), ("b", 10), of 2, 3, 2 + 2 and 5 readings. In
-    batches of 5: ("a", 2) + ("a", None) = 5 closes the first; ("b", 9) + ("b", 10)
-    = 9 the second."""
+    ("b", 9) rows 0-1, ("a", 2) 2 readings among rows 2-6 (mixed), (None, 0) row 6.
+    Canonical order: run, then rank as a number (9 before 10), a null after every
+    value: ("a", 2), ("a", None), ("b", 9), ("b", 10), (None, 0), of 2, 3, 2 + 2, 5
+    and 1 readings. In batches of 5: ("a", 2) + ("a", None) = 5 closes the first;
+    ("b", 9) + ("b", 10) = 9 the second; (None, 0) is the third."""
     x_groups = ((0, pagecrc.RowGroup(5, {}, ())), (5, pagecrc.RowGroup(5, {}, ())))
-    y_groups = ((0, pagecrc.RowGroup(6, {}, ())),)
+    y_groups = ((0, pagecrc.RowGroup(7, {}, ())),)
     x = streams.FileIndex(
         "x", 10, (("b", 10, 0, 5), ("b", 9, 5, 7), ("a", None, 7, 10)), x_groups,
         columns=("estimate_bytes",),
     )  # fmt: skip
-    y = streams.FileIndex("y", 6, (("b", 9, 0, 2),), y_groups, (("a", 2, 2, 6, 2),))
-    first, second = plan([x, y], 5)
+    y = streams.FileIndex("y", 7, (("b", 9, 0, 2), (None, 0, 6, 7)), y_groups, (("a", 2, 2, 6, 2),))
+    first, second, third = plan([x, y], 5)
     assert first.streams == (("a", 2), ("a", None))
     assert first.readings == 5
     assert [(s.path, s.start, s.stop, s.readings) for s in first.segments] == [
@@ -674,9 +674,10 @@ def test_the_plan_of_hand_made_indexes_spelled_out() -> None:
     assert second.streams == (("b", 9), ("b", 10))
     assert second.readings == 9
     assert second.groups == {"x": x_groups, "y": y_groups}  # rows 0-6 of x: both groups
-    assert [b.number for b in plan([x, y], 1)] == [0, 1, 2, 3]
+    assert third.streams == ((None, 0),) and third.readings == 1
+    assert [b.number for b in plan([x, y], 1)] == [0, 1, 2, 3, 4]
     assert [b.streams for b in plan([x, y], 10**9)] == [
-        (("a", 2), ("a", None), ("b", 9), ("b", 10))
+        (("a", 2), ("a", None), ("b", 9), ("b", 10), (None, 0))
     ]
     with pytest.raises(ValueError, match="at least 1"):
         plan([x, y], 0)
