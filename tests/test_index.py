@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,11 +18,12 @@ from typer.testing import CliRunner
 
 from tests.strategies import examples
 from warmfit.cli import app
-from warmfit.errors import TraceError
+from warmfit.errors import TraceError, UsageError
 from warmfit.format import batches as streams
 from warmfit.format import pagecrc
 from warmfit.format.batches import Tail, index_file, plan, read_batch, read_canonical
 from warmfit.format.trace import readings_frame, write_trace
+from warmfit.format.writer import to_arrow
 from warmfit.replay.stream import chain_sizes, replay_stream
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
@@ -476,3 +479,245 @@ def test_a_replay_that_ends_in_a_usage_error_starts_no_workers() -> None:
     )
     assert done.stdout.split() == ["PROBE", "2", "None"], done.stdout + done.stderr
     assert "bogus" in done.stderr and "Traceback" not in done.stderr
+
+
+# --------------------------------------------------------------------------- the edges
+
+
+def test_the_batch_size_is_250000_readings_unless_the_environment_sets_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/reference/cli.md: ``WARMFIT_BATCH_READINGS`` (default 250,000), a whole
+    number of readings, at least 1; blanks around it are ignored, anything else is
+    refused naming the variable and the text given."""
+    monkeypatch.delenv(streams.BATCH_READINGS, raising=False)
+    assert streams.default_batch_readings() == 250_000
+    for text, readings in (("", 250_000), ("  ", 250_000), ("1", 1), (" 300 ", 300)):
+        monkeypatch.setenv(streams.BATCH_READINGS, text)
+        assert streams.default_batch_readings() == readings, text
+    for text in ("0", "00", "-5", "1e5", "100_000", "2.5", "ten"):
+        monkeypatch.setenv(streams.BATCH_READINGS, text)
+        with pytest.raises(UsageError) as caught:
+            streams.default_batch_readings()
+        assert str(caught.value) == (
+            "WARMFIT_BATCH_READINGS must be a whole number of readings, such as 100000; "
+            f"got {text!r}."
+        )
+
+
+@pytest.mark.parametrize("rows, mixed", [(64, False), (65, True)])
+def test_a_row_group_of_more_than_64_stretches_is_indexed_by_stream(
+    tmp_path: Path, rows: int, mixed: bool
+) -> None:
+    """docs/explanation/performance.md: a row group of more than 64 stretches is
+    indexed by each stream's count in it. Ranks 0 and 1 of one run alternating row
+    by row, in one row group: 64 rows are 64 stretches of one row each; 65 rows are
+    rank 0's 33 readings and rank 1's 32, each among rows [0, 65)."""
+    frame = readings_frame([
+        dict(run="r", rank=row % 2, seq=row // 2, wave=row // 2, signature="s",
+             packed_tokens=4, logical_tokens=4, peak_bytes=100)
+        for row in range(rows)
+    ])  # fmt: skip
+    path = write_trace(frame, tmp_path / "t.parquet")
+    index = index_file(path)
+    assert len(index.groups) == 1 and index.rows == rows
+    if mixed:
+        assert index.stretches == ()
+        assert index.mixed == (("r", 0, 0, 65, 33), ("r", 1, 0, 65, 32))
+    else:
+        assert index.mixed == ()
+        assert index.stretches == tuple(("r", row % 2, row, row + 1) for row in range(64))
+    for batch in plan([index], 1):  # either way, each batch reads its stream's rows alone
+        assert read_batch(batch).get_column("rank").unique().to_list() == [batch.streams[0][1]]
+
+
+def _hand_index(stretches: tuple[tuple[str, int, int, int], ...]) -> streams.FileIndex:
+    """The index of a file "f" of 4 rows in one row group, with these stretches."""
+    return streams.FileIndex("f", 4, stretches, ((0, pagecrc.RowGroup(4, {}, ())),))
+
+
+def test_a_file_is_routed_when_its_batches_span_its_rows_one_and_a_half_times() -> None:
+    """docs/explanation/performance.md: a file whose batches' rows cover its rows 1.5
+    times or more is decoded once. Four rows, a batch a stream: streams a and b
+    alternating (a: rows 0 and 2, b: rows 1 and 3) span rows [0, 3) and [1, 4), 6
+    rows of 4, exactly 1.5 times: routed, each stream to its batch. Stream a at rows 0
+    and 2, b at row 1 and c at row 3 span 3 + 1 + 1 = 5 rows of 4: not routed."""
+    alternating = _hand_index((("a", 0, 0, 1), ("b", 0, 1, 2), ("a", 0, 2, 3), ("b", 0, 3, 4)))
+    batches = plan([alternating], 1)
+    assert [b.streams for b in batches] == [(("a", 0),), (("b", 0),)]
+    (routed,) = streams.route(batches, 1)
+    assert (routed.path, routed.start, routed.stop) == ("f", 0, 4)
+    assert routed.streams == ((("a", 0), 0), (("b", 0), 1))
+    apart = _hand_index((("a", 0, 0, 1), ("b", 0, 1, 2), ("a", 0, 2, 3), ("c", 0, 3, 4)))
+    assert len(plan([apart], 1)) == 3
+    assert streams.route(plan([apart], 1), 1) == []
+
+
+def test_int64_ranks_are_indexed_from_the_footer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank stored as a 64-bit integer (8 bytes in the footer's statistics), as
+    an int32 one: the row groups of one stream are read from the footer alone."""
+    rows = [
+        dict(run=run, rank=rank, seq=s, wave=s, signature="s", packed_tokens=4,
+             logical_tokens=4, peak_bytes=100 + s)
+        for run, rank in (("runA", 0), ("runB", 1)) for s in range(6)
+    ]  # fmt: skip
+    table = to_arrow(readings_frame(rows))
+    at = table.schema.get_field_index("rank")
+    table = table.set_column(
+        at, pa.field("rank", pa.int64(), False), table["rank"].cast(pa.int64())
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, write_page_checksum=True, row_group_size=4)
+    assert pq.read_schema(path).field("rank").type == pa.int64()
+    read = _spy_on_reads(monkeypatch)
+    assert index_file(path).stretches == (("runA", 0, 0, 6), ("runB", 1, 6, 12))
+    assert read == [(4, 4)]  # the row group of both streams only
+
+
+def test_an_unsigned_rank_is_indexed_by_its_value(tmp_path: Path) -> None:
+    """A rank stored as uint32 (lenient integer encodings are accepted): the footer's
+    4 bytes of 2**31 + 5 read as a signed int32 would be -2147483643; the index names
+    the rank 2147483653, read from the rows, and the batch refuses it for not
+    fitting Int32, naming the file, the column and the row."""
+    rows = [
+        dict(run="r", rank=0, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=100)
+        for s in range(3)
+    ]  # fmt: skip
+    table = to_arrow(readings_frame(rows))
+    for rank in (5, 2**31 + 5):
+        at = table.schema.get_field_index("rank")
+        ranks = pa.array([rank] * 3, pa.uint32())
+        path = tmp_path / f"{rank}.parquet"
+        pq.write_table(
+            table.set_column(at, pa.field("rank", pa.uint32(), False), ranks),
+            path,
+            write_page_checksum=True,
+        )
+        index = index_file(path)
+        assert index.stretches == (("r", rank, 0, 3),)
+    with pytest.raises(TraceError, match="value 2147483653 does not fit") as caught:
+        read_batch(plan([index])[0])
+    assert caught.value.path == str(path) and caught.value.row == 0
+
+
+def test_a_rank_statistic_of_the_wrong_width_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A footer whose rank statistics are one byte (0x07) where the int32 column's
+    values take four (a damaged footer): not read as rank 7; the ranks are read from
+    the rows, rank 0 and rank 1."""
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch, ("runA", "runA"), (0, 1))
+    real = streams.row_groups
+
+    def damaged(path: Path) -> list[pagecrc.RowGroup]:
+        return [
+            pagecrc.RowGroup(g.rows, {**g.bounds, "rank": (1, b"\x07", b"\x07")}, g.chunks)
+            for g in real(path)
+        ]
+
+    monkeypatch.setattr(streams, "row_groups", damaged)
+    read = _spy_on_reads(monkeypatch)
+    assert index_file(path).stretches == (("runA", 0, 0, 6), ("runA", 1, 6, 12))
+    assert read == [(0, 4), (4, 4), (8, 4)]  # every group's ranks, none from the footer
+
+
+@pytest.mark.parametrize(
+    "bounds", [(6, b"\xff", b"\xff"), (1, b"runA", b"runA")], ids=["not utf-8", "not a string"]
+)
+def test_run_statistics_that_are_no_string_are_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bounds: tuple[int, bytes, bytes]
+) -> None:
+    """A footer whose run statistics are bytes no UTF-8 decodes, or are given for a
+    physical type other than BYTE_ARRAY (6), is damaged: every row group's run and
+    rank are read from its rows."""
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch)
+    real = streams.row_groups
+
+    def damaged(path: Path) -> list[pagecrc.RowGroup]:
+        return [pagecrc.RowGroup(g.rows, {**g.bounds, "run": bounds}, g.chunks) for g in real(path)]
+
+    monkeypatch.setattr(streams, "row_groups", damaged)
+    read = _spy_on_reads(monkeypatch)
+    assert index_file(path).stretches == (("runA", 0, 0, 6), ("runB", 1, 6, 12))
+    assert read == [(0, 4), (4, 4), (8, 4)]
+
+
+def test_the_plan_of_hand_made_indexes_spelled_out() -> None:
+    """Two files' indexes, made by hand (no file is read). File "x" (rows 0-9, row
+    groups at 0 and 5, the optional column estimate_bytes): stream ("b", 10) rows
+    0-4, ("b", 9) rows 5-6, ("a", None) rows 7-9. File "y" (rows 0-5, one group):
+    ("b", 9) rows 0-1, ("a", 2) 2 readings among rows 2-6 (mixed), (None, 0) row 6.
+    Canonical order: run, then rank as a number (9 before 10), a null after every
+    value: ("a", 2), ("a", None), ("b", 9), ("b", 10), (None, 0), of 2, 3, 2 + 2, 5
+    and 1 readings. In batches of 5: ("a", 2) + ("a", None) = 5 closes the first;
+    ("b", 9) + ("b", 10) = 9 the second; (None, 0) is the third."""
+    x_groups = ((0, pagecrc.RowGroup(5, {}, ())), (5, pagecrc.RowGroup(5, {}, ())))
+    y_groups = ((0, pagecrc.RowGroup(7, {}, ())),)
+    x = streams.FileIndex(
+        "x", 10, (("b", 10, 0, 5), ("b", 9, 5, 7), ("a", None, 7, 10)), x_groups,
+        columns=("estimate_bytes",),
+    )  # fmt: skip
+    y = streams.FileIndex("y", 7, (("b", 9, 0, 2), (None, 0, 6, 7)), y_groups, (("a", 2, 2, 6, 2),))
+    first, second, third = plan([x, y], 5)
+    assert first.streams == (("a", 2), ("a", None))
+    assert first.readings == 5
+    assert [(s.path, s.start, s.stop, s.readings) for s in first.segments] == [
+        ("y", 2, 6, 2), ("x", 7, 10, 3)
+    ]  # fmt: skip
+    assert first.groups == {"y": y_groups, "x": x_groups[1:]}  # rows 7-9: the second group
+    assert first.columns == {"x": ("estimate_bytes",)}
+    assert second.streams == (("b", 9), ("b", 10))
+    assert second.readings == 9
+    assert second.groups == {"x": x_groups, "y": y_groups}  # rows 0-6 of x: both groups
+    assert third.streams == ((None, 0),) and third.readings == 1
+    assert [b.number for b in plan([x, y], 1)] == [0, 1, 2, 3, 4]
+    assert [b.streams for b in plan([x, y], 10**9)] == [
+        (("a", 2), ("a", None), ("b", 9), ("b", 10), (None, 0))
+    ]
+    with pytest.raises(ValueError, match="at least 1"):
+        plan([x, y], 0)
+
+
+def test_a_negative_rank_is_indexed_as_negative_and_refused_when_read(tmp_path: Path) -> None:
+    """The footer's statistics of rank -1 are 0xffffffff, a signed int32: the index
+    names rank -1 (not 4294967295) and the batch refuses it by its row."""
+    rows = [
+        dict(run="r", rank=-1, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=100)
+        for s in range(3)
+    ]  # fmt: skip
+    path = write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    index = index_file(path)
+    assert index.stretches == (("r", -1, 0, 3),)
+    with pytest.raises(TraceError, match="is negative") as caught:
+        read_batch(plan([index])[0])
+    assert (caught.value.path, caught.value.column, caught.value.row) == (str(path), "rank", 0)
+
+
+def test_a_rank_beyond_int64_is_indexed_as_null_and_refused_when_read(tmp_path: Path) -> None:
+    """A uint64 rank of 2**63 fits no Int64: the index holds its stream as rank None
+    (the rows' rule names it when the batch is read), rather than failing in polars."""
+    rows = [
+        dict(run="r", rank=0, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=100)
+        for s in range(3)
+    ]  # fmt: skip
+    table = to_arrow(readings_frame(rows))
+    at = table.schema.get_field_index("rank")
+    ranks = pa.array([2**63] * 3, pa.uint64())
+    path = tmp_path / "t.parquet"
+    pq.write_table(
+        table.set_column(at, pa.field("rank", pa.uint64(), False), ranks),
+        path,
+        write_page_checksum=True,
+    )
+    index = index_file(path)
+    assert index.stretches == (("r", None, 0, 3),)
+    with pytest.raises(TraceError, match="does not fit") as caught:
+        read_batch(plan([index])[0])
+    assert (caught.value.path, caught.value.column, caught.value.row) == (str(path), "rank", 0)

@@ -245,14 +245,6 @@ def _one_run(group: RowGroup) -> str | None:
         return None
 
 
-def _stretches(
-    frame: pl.DataFrame, run: str | None = None
-) -> list[tuple[str | None, int | None, int]]:
-    """The runs of equal ``(run, rank)`` of some rows: key and length, in row order;
-    with ``run`` given (the rows' one run), ``frame`` holds only their ranks."""
-    return _listed(_runs_of(frame, run))
-
-
 def _key(run: str | None = None) -> pl.Expr:
     """A row's stream, a struct of ``run`` and ``rank`` as :func:`index_file` reads
     them (a run or rank that is no string or integer, as null); with ``run``
@@ -264,7 +256,9 @@ def _key(run: str | None = None) -> pl.Expr:
 
 
 def _runs_of(frame: pl.DataFrame, run: str | None = None) -> pl.DataFrame:
-    """:func:`_stretches`' runs as a frame: ``value`` (the stream, :func:`_key`) and ``len``."""
+    """The runs of equal ``(run, rank)`` of some rows, in row order, as a frame: ``value``
+    (the stream, :func:`_key`) and ``len``; with ``run`` given (the rows' one run),
+    ``frame`` holds only their ranks."""
     return frame.select(_key(run).rle().struct.unnest())
 
 
@@ -278,7 +272,7 @@ def _listed(runs: pl.DataFrame) -> list[tuple[str | None, int | None, int]]:
 def _counts(
     frame: pl.DataFrame, run: str | None = None
 ) -> list[tuple[str | None, int | None, int]]:
-    """Each stream of some rows (as :func:`_stretches`), in the order of its first row,
+    """Each stream of some rows (as :func:`_runs_of`), in the order of its first row,
     and how many rows it has."""
     counts = frame.group_by(_key(run).alias("value"), maintain_order=True).agg(pl.len())
     return _listed(counts)
