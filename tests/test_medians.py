@@ -190,6 +190,12 @@ def test_midpoint_int_truncates_the_exact_mean_toward_zero(a: int, b: int) -> No
     assert midpoint_int([a], [b]).tolist() == [mean]
 
 
+def test_midpoint_int_of_a_half_just_above_zero_is_zero() -> None:
+    # 0 and 1: halves 0 and 0, one odd: the floor is 0 and the exact mean 0.5 truncates to 0;
+    # -1 and 2 (halves -1 and 1) the same; -2 and 1 (floor -1, mean -0.5) goes up to 0
+    assert midpoint_int([0, -1, -2, 1], [1, 2, 1, 2]).tolist() == [0, 0, 0, 1]
+
+
 def test_negative_zero_sorts_below_zero_and_nan_after_inf() -> None:
     for spill in (0, 10**9):
         with ExactMedians(np.float64, spill_bytes=spill) as m:
