@@ -576,26 +576,28 @@ def test_int64_ranks_are_indexed_from_the_footer(
     assert read == [(4, 4)]  # the row group of both streams only
 
 
-def test_an_unsigned_rank_is_indexed_by_its_value(tmp_path: Path) -> None:
-    """A rank stored as uint32 (lenient integer encodings are accepted): the footer's
-    4 bytes of 2**31 + 5 read as a signed int32 would be -2147483643; the index names
-    the rank 2147483653, read from the rows, and the batch refuses it for not
-    fitting Int32, naming the file, the column and the row."""
+def ranked_as(path: Path, rank: int, kind: pa.DataType) -> Path:
+    """Three readings of run ``r`` whose rank column holds ``rank`` as ``kind``, an
+    integer type another tool may write (warmfit writes int32)."""
     rows = [
         dict(run="r", rank=0, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
              peak_bytes=100)
         for s in range(3)
     ]  # fmt: skip
     table = to_arrow(readings_frame(rows))
+    at = table.schema.get_field_index("rank")
+    ranks = table.set_column(at, pa.field("rank", kind, False), pa.array([rank] * 3, kind))
+    pq.write_table(ranks, path, write_page_checksum=True)
+    return path
+
+
+def test_an_unsigned_rank_is_indexed_by_its_value(tmp_path: Path) -> None:
+    """A rank stored as uint32 (lenient integer encodings are accepted): the footer's
+    4 bytes of 2**31 + 5 read as a signed int32 would be -2147483643; the index names
+    the rank 2147483653, read from the rows, and the batch refuses it for not
+    fitting Int32, naming the file, the column and the row."""
     for rank in (5, 2**31 + 5):
-        at = table.schema.get_field_index("rank")
-        ranks = pa.array([rank] * 3, pa.uint32())
-        path = tmp_path / f"{rank}.parquet"
-        pq.write_table(
-            table.set_column(at, pa.field("rank", pa.uint32(), False), ranks),
-            path,
-            write_page_checksum=True,
-        )
+        path = ranked_as(tmp_path / f"{rank}.parquet", rank, pa.uint32())
         index = index_file(path)
         assert index.stretches == (("r", rank, 0, 3),)
     with pytest.raises(TraceError, match="value 2147483653 does not fit") as caught:
@@ -702,20 +704,7 @@ def test_a_negative_rank_is_indexed_as_negative_and_refused_when_read(tmp_path: 
 def test_a_rank_beyond_int64_is_indexed_as_null_and_refused_when_read(tmp_path: Path) -> None:
     """A uint64 rank of 2**63 fits no Int64: the index holds its stream as rank None
     (the rows' rule names it when the batch is read), rather than failing in polars."""
-    rows = [
-        dict(run="r", rank=0, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
-             peak_bytes=100)
-        for s in range(3)
-    ]  # fmt: skip
-    table = to_arrow(readings_frame(rows))
-    at = table.schema.get_field_index("rank")
-    ranks = pa.array([2**63] * 3, pa.uint64())
-    path = tmp_path / "t.parquet"
-    pq.write_table(
-        table.set_column(at, pa.field("rank", pa.uint64(), False), ranks),
-        path,
-        write_page_checksum=True,
-    )
+    path = ranked_as(tmp_path / "t.parquet", 2**63, pa.uint64())
     index = index_file(path)
     assert index.stretches == (("r", None, 0, 3),)
     with pytest.raises(TraceError, match="does not fit") as caught:
