@@ -301,3 +301,48 @@ def test_a_typo_in_a_rule_is_not_blamed_on_arrays() -> None:
 def test_a_where_that_is_not_a_condition_is_named() -> None:
     with pytest.raises(PolicyError, match=r"Max\(\.\.\., where=3\)"):
         Max(RATE + 1, where=3)  # type: ignore[arg-type]
+
+
+#: Each operator of a declaration, a number on either side, over the packed tokens
+#: 0, 1, 2 and 3: what it gives, written out.
+OPERATORS: list[tuple[str, Any, list[float]]] = [
+    ("2 + n", 2 + PACKED, [2, 3, 4, 5]),
+    ("n + 2", PACKED + 2, [2, 3, 4, 5]),
+    ("2 - n", 2 - PACKED, [2, 1, 0, -1]),
+    ("n - 2", PACKED - 2, [-2, -1, 0, 1]),
+    ("3 * n", 3 * PACKED, [0, 3, 6, 9]),
+    ("n * 3", PACKED * 3, [0, 3, 6, 9]),
+    ("n / 2", PACKED / 2, [0, 0.5, 1, 1.5]),
+    ("1 / n", 1 / PACKED, [np.inf, 1, 0.5, 1 / 3]),
+    ("n < 2", PACKED < 2, [1, 1, 0, 0]),
+    ("n <= 2", PACKED <= 2, [1, 1, 1, 0]),
+    ("n > 2", PACKED > 2, [0, 0, 0, 1]),
+    ("n >= 2", PACKED >= 2, [0, 0, 1, 1]),
+    ("n == 2", PACKED == 2, [0, 0, 1, 0]),
+    ("n != 2", PACKED != 2, [1, 1, 0, 1]),
+    ("(n > 0) & (n < 3)", (PACKED > 0) & (PACKED < 3), [0, 1, 1, 0]),
+    ("(n < 1) | (n > 2)", (PACKED < 1) | (PACKED > 2), [1, 0, 0, 1]),
+    ("~(n > 1)", ~(PACKED > 1), [1, 1, 0, 0]),
+    ("n + nan", PACKED + float("nan"), [np.nan] * 4),
+    ("n + inf", PACKED + float("inf"), [np.inf] * 4),
+    ("n - inf", PACKED + float("-inf"), [-np.inf] * 4),
+]
+
+
+@pytest.mark.parametrize(("said", "expr", "expected"), OPERATORS, ids=[o[0] for o in OPERATORS])
+def test_each_operator_gives_the_same_numbers_on_both_engines(
+    said: str, expr: Any, expected: list[float]
+) -> None:
+    """A declaration's expression over every reading at once (the vectorized engine) and
+    as the reference engine's Python source, reading by reading: both give the numbers
+    written out (truth as 1 and 0; NaN and infinite constants kept as themselves)."""
+    from warmfit.policies import rule
+
+    n = np.array([0.0, 1.0, 2.0, 3.0])
+    vectorized = rule.evaluate(expr, {"packed_tokens": n}, {}, {})
+    namespace = {"_div": rule._div, "_nan": float("nan"), "_inf": float("inf")}
+    reference = [
+        float(eval(expr.source(), {**namespace, "f_packed_tokens": x})) for x in n.tolist()
+    ]
+    np.testing.assert_array_equal(np.asarray(vectorized, dtype=float), expected)
+    np.testing.assert_array_equal(reference, expected)

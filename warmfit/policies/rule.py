@@ -95,6 +95,9 @@ class Expr:
     def __truediv__(self, other: object) -> Expr:
         return _Op(np.true_divide, "/", self, _expr(other))
 
+    def __rtruediv__(self, other: object) -> Expr:
+        return _Op(np.true_divide, "/", _expr(other), self)
+
     def __lt__(self, other: object) -> Expr:
         return _Op(np.less, "<", self, _expr(other))
 
