@@ -346,3 +346,32 @@ def test_each_operator_gives_the_same_numbers_on_both_engines(
     ]
     np.testing.assert_array_equal(np.asarray(vectorized, dtype=float), expected)
     np.testing.assert_array_equal(reference, expected)
+
+
+def test_declarations_read_back_as_written() -> None:
+    """What an error message or a profile shows of a declaration: its aggregates and
+    expressions as they were written (a ``where=`` only where given), and a ``Points``
+    read on the class is the declaration itself (on an instance, its points)."""
+    from warmfit.policies.rule import Points
+
+    assert repr(Max(RATE, where=WHOLE)) == "Max(RATE, where=WHOLE)"
+    assert repr(Min(PACKED)) == "Min(PACKED_TOKENS)"
+    assert (repr(Count()), repr(Count(WHOLE))) == ("Count()", "Count(WHOLE)")
+    assert (
+        repr(Sum(COMPUTE / 1000.0, where=~WHOLE)) == "Sum((COMPUTE_BYTES / 1000.0), where=~WHOLE)"
+    )
+    assert repr((PACKED + 2) * RATE) == "((PACKED_TOKENS + 2.0) * RATE)"
+
+    class Pointed(DeclaredPolicy):
+        name = "pointed-test"
+        summary = "points by packed tokens (a test policy)"
+        pts = Points(RATE, at=PACKED, where=WHOLE)
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return n
+
+    assert isinstance(Pointed.pts, Points) and Pointed.pts.name == "pts"
+    policy = Pointed()
+    policy.observe(reading(4, 400, whole=True))  # a rate of 400 / 4 = 100 at 4 tokens
+    assert policy.pts.top(10) == 100.0
