@@ -10,6 +10,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -735,31 +736,34 @@ def _send_when_started(flag: Path, signum: int) -> threading.Thread:
     return thread
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_sent_to_warmfit_is_passed_on_and_stops_the_recording(tmp_path, signum):
+def _recorded_and_signalled(tmp_path: Path, signum: int, *first: str) -> Any:
+    """``run_recorded`` of a trainer that runs ``first`` (a handler, say), marks that it
+    started and sleeps a minute; ``signum`` is sent to this process once it started."""
     from warmfit.recorder.launch import run_recorded
 
     flag = tmp_path / "started"
-    command = _trainer(f"open({str(flag)!r}, 'w').close()", "import time", "time.sleep(60)")
+    flag.unlink(missing_ok=True)
+    command = _trainer(*first, f"open({str(flag)!r}, 'w').close()", "import time", "time.sleep(60)")
     sender = _send_when_started(flag, signum)
     done = run_recorded(command, tmp_path / "out", "r")
     sender.join()
+    return done
+
+
+#: A trainer's first line that outlives SIGTERM: it exits 0 on it.
+OUTLIVES = "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_sent_to_warmfit_is_passed_on_and_stops_the_recording(tmp_path, signum):
+    done = _recorded_and_signalled(tmp_path, signum)
     name = signal.Signals(signum).name
     assert (done.exit_code, done.killed_by, done.stopped_by) == (128 + signum, name, name)
 
 
 def test_a_signal_the_command_outlives_still_stops_the_recording(tmp_path):
     """The command handles SIGTERM and exits 0: the recording was stopped by it."""
-    from warmfit.recorder.launch import run_recorded
-
-    flag = tmp_path / "started"
-    command = _trainer(
-        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))",
-        f"open({str(flag)!r}, 'w').close()", "import time", "time.sleep(60)",
-    )  # fmt: skip
-    sender = _send_when_started(flag, signal.SIGTERM)
-    done = run_recorded(command, tmp_path / "out", "r")
-    sender.join()
+    done = _recorded_and_signalled(tmp_path, signal.SIGTERM, OUTLIVES)
     assert (done.exit_code, done.killed_by, done.stopped_by) == (0, None, "SIGTERM")
 
 
@@ -869,20 +873,9 @@ def test_without_sigtimedwait_handlers_pass_the_signals_on(tmp_path, monkeypatch
     before = signal.getsignal(signal.SIGTERM)
     done = run_recorded(_trainer("sys.exit(3)"), tmp_path / "out", "r")
     assert (done.exit_code, done.killed_by, done.stopped_by) == (3, None, None)
-    flag = tmp_path / "started"
-    command = _trainer(f"open({str(flag)!r}, 'w').close()", "import time", "time.sleep(60)")
-    sender = _send_when_started(flag, signal.SIGTERM)
-    done = run_recorded(command, tmp_path / "out", "r")
-    sender.join()
+    done = _recorded_and_signalled(tmp_path, signal.SIGTERM)
     assert (done.exit_code, done.killed_by, done.stopped_by) == (143, "SIGTERM", "SIGTERM")
-    flag.unlink()
-    outlives = _trainer(
-        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))",
-        f"open({str(flag)!r}, 'w').close()", "import time", "time.sleep(60)",
-    )  # fmt: skip
-    sender = _send_when_started(flag, signal.SIGTERM)
-    done = run_recorded(outlives, tmp_path / "out", "r")
-    sender.join()
+    done = _recorded_and_signalled(tmp_path, signal.SIGTERM, OUTLIVES)
     assert (done.exit_code, done.killed_by, done.stopped_by) == (0, None, "SIGTERM")
     assert signal.getsignal(signal.SIGTERM) is before
 
