@@ -1,0 +1,571 @@
+"""The write-ahead log (warmfit/recorder/log.py) in this process: its writer's edges, how
+it tells a torn tail from damage, and compaction's and recovery's rarer paths.
+
+tests/test_hostile_log.py causes the faults for real, in child processes (a SIGKILL, a
+full disk, a second writer); the lines those children run are not seen by a test in
+this process. Here the same guarantees (docs/reference/recorder.md, the module's
+docstring) are checked on logs written by :class:`LogWriter` and bytes spelled out, each
+with the figures worked out: what a cut-off message looks like at the limits of its
+length fields, what a forked child does with an inherited log, a compaction whose log
+vanished while it waited for the lock, a trace that holds only a prefix of a log.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import warmfit.recorder.log as log_module
+from tests.test_hostile_log import a_log, rows
+from warmfit.errors import UsageError
+from warmfit.format.trace import read_trace
+from warmfit.recorder.log import (
+    LOG_MARKER,
+    LOG_NAME,
+    LOG_VERSION,
+    Compaction,
+    LogWriter,
+    busy_message,
+    compact_log,
+    compact_logs,
+    is_busy,
+    log_schema,
+    lost_notes,
+    read_log,
+    recover,
+    recover_all,
+    write_lost_readings,
+    writer_pid,
+)
+
+CONTINUATION = b"\xff\xff\xff\xff"
+GONE = "gone: another process compacted it"
+
+
+def writer(root: Path, rank: int = 0, **kwargs) -> LogWriter:
+    return LogWriter(
+        root / "run=r" / f"rank={rank}" / LOG_NAME, "r", rank, {"warmfit.meter": "test"}, **kwargs
+    )
+
+
+def stream(schema: pa.Schema, *columns: list) -> bytes:
+    """An Arrow IPC stream of one batch: ``schema``, then ``columns``."""
+    arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as out:
+        out.write_batch(pa.record_batch(arrays, schema=schema))
+    return bytes(sink.getvalue().to_pybytes())
+
+
+# --------------------------------------------------------------------------- a torn tail or damage
+
+
+@pytest.fixture
+def two_batches(tmp_path: Path) -> tuple[Path, bytes, int]:
+    """A log of 2 batches of 4 readings, no end-of-stream marker (a writer killed after
+    its second flush): its path, its bytes, and where its first batch ends."""
+    path = a_log(tmp_path, batches=2, per_batch=4, close=False)
+    data = path.read_bytes()
+    return path, data, read_log(path, data).batch_ends[0]
+
+
+def test_up_to_three_zero_bytes_after_the_last_batch_are_a_torn_tail(two_batches) -> None:
+    """A crash can leave zeros where a message was about to be written. 1, 2 or 3 zero
+    bytes are too short to be a message's framing (4 bytes): the tail is torn, the 8
+    readings are kept and the log is complete (removable once compacted). Four zeros are
+    the old end-of-stream marker: nothing is dropped."""
+    path, data, _ = two_batches
+    for zeros in (1, 2, 3):
+        contents = read_log(path, data + bytes(zeros))
+        assert (contents.readings, contents.kept_bytes, contents.dropped_bytes) == (
+            8,
+            len(data),
+            zeros,
+        )
+        assert contents.torn and contents.complete
+        assert contents.problem == "its last batch is cut off (a process killed while writing it)"
+    whole = read_log(path, data + bytes(4))
+    assert (whole.readings, whole.dropped_bytes, whole.problem) == (8, 0, None)
+
+
+def test_bytes_after_the_last_batch_that_are_no_message_are_damage(two_batches) -> None:
+    """16 bytes of text where a message's framing (0xFFFFFFFF, then its length) should
+    start cannot be a message cut off by a kill: damage, so the log is not complete (it
+    is kept for a person), though its 8 readings are readable."""
+    path, data, _ = two_batches
+    contents = read_log(path, data + b"garbage!garbage!")
+    assert (contents.readings, contents.batches, contents.dropped_bytes) == (8, 2, 16)
+    assert not contents.torn and not contents.complete
+    assert contents.problem is not None and contents.problem.startswith("batch 2 is damaged")
+
+
+def test_a_message_header_longer_than_one_mib_is_damage_not_a_torn_tail(two_batches) -> None:
+    """The framing's metadata length must be plausible: at most 1 MiB (2**20 bytes). A
+    tail of 0xFFFFFFFF, a length, then 64 bytes: with a length of 1,048,576 it is a
+    message cut off by the end of the file (torn: the 8 readings before it are the log,
+    whole); with 1,048,577 or -1 the length is nonsense and the tail is damage. (A length
+    of 0 makes the 8 bytes an end-of-stream marker.)"""
+    path, data, _ = two_batches
+
+    def tail(length: int) -> bytes:
+        return data + CONTINUATION + struct.pack("<i", length) + b"\x07" * 64
+
+    at_limit = read_log(path, tail(2**20))
+    assert at_limit.torn and at_limit.complete and at_limit.readings == 8
+    assert at_limit.dropped_bytes == 72
+    for length in (2**20 + 1, -1):
+        beyond = read_log(path, tail(length))
+        assert not beyond.torn and not beyond.complete, length
+        assert beyond.readings == 8 and beyond.dropped_bytes == 72
+
+
+def _with_body_length(message: bytes, body: int) -> bytes:
+    """``message``'s framing and flatbuffer header, its ``bodyLength`` set to ``body``
+    (the field the table's vtable points at, slot 3, whose offset is at byte 10)."""
+    (length,) = struct.unpack_from("<i", message, 4)
+    header = bytearray(message[8 : 8 + length])
+    (table,) = struct.unpack_from("<I", header, 0)
+    (back,) = struct.unpack_from("<i", header, table)
+    (slot,) = struct.unpack_from("<H", header, table - back + 10)
+    struct.pack_into("<q", header, table + slot, body)
+    return message[:8] + bytes(header)
+
+
+def test_a_message_body_longer_than_64_gib_is_damage_not_a_torn_tail(two_batches) -> None:
+    """A batch's body must be at most 64 GiB (2**36 bytes) to be believed. The second
+    batch's message, its header whole and its ``bodyLength`` rewritten, then 16 bytes of
+    body: with 68,719,476,736 the body runs past the end of the file (torn: 4 readings
+    kept, a complete log); with 68,719,476,737 it is damage."""
+    path, data, end = two_batches
+    message = data[end:]
+    for body, torn in ((2**36, True), (2**36 + 1, False)):
+        cut = _with_body_length(message, body) + b"\x01" * 16
+        contents = read_log(path, data[:end] + cut)
+        assert (contents.torn, contents.complete) == (torn, torn), body
+        assert (contents.readings, contents.batches, contents.dropped_bytes) == (4, 1, len(cut))
+
+
+def test_a_whole_message_header_without_a_body_length_is_damage(two_batches) -> None:
+    """A flatbuffer header whose vtable (4 bytes) has no slot for ``bodyLength`` declares
+    a body of 0 bytes. Framing (8 bytes) and a whole 12-byte header, then the end of the
+    file: the message is not cut off, so the tail is damage (pyarrow cannot read it)."""
+    path, data, _ = two_batches
+    header = struct.pack("<I", 8) + struct.pack("<HH", 4, 4) + struct.pack("<i", 4)
+    contents = read_log(path, data + CONTINUATION + struct.pack("<i", len(header)) + header)
+    assert not contents.torn and not contents.complete
+    assert (contents.readings, contents.dropped_bytes) == (8, 20)
+
+
+# --------------------------------------------------------------------------- whose file it is
+
+
+def test_only_a_marked_stream_with_the_logs_columns_is_a_log() -> None:
+    """A stream is a log when its schema carries the marker and its columns are v1's
+    then known extras, each once, in their order. Each of these holds 1 row and is
+    refused whole (not ours, no reading, every byte dropped, never called torn)."""
+    v1 = list(log_schema())
+    row = [["r"], [0], *([v] for v in rows(0, 1)[0])]
+    marked = {LOG_MARKER: LOG_VERSION}
+    twice = pa.field("estimate_bytes", pa.int64())
+    cases = {
+        "unmarked": (pa.schema(v1), row, "marker"),
+        "an unknown extra": (
+            pa.schema([*v1, pa.field("note", pa.int64())], metadata=marked),
+            [*row, [1]],
+            "its columns are not those of a warmfit log",
+        ),
+        "an extra twice": (
+            pa.schema([*v1, twice, twice], metadata=marked),
+            [*row, [1], [1]],
+            "its columns are not those of a warmfit log",
+        ),
+    }
+    for name, (schema, columns, why) in cases.items():
+        data = stream(schema, *columns)
+        contents = read_log(Path(LOG_NAME), data)
+        assert not contents.ours and not contents.complete, name
+        assert (contents.readings, contents.dropped_bytes, contents.torn) == (0, len(data), False)
+        assert contents.problem is not None and why in contents.problem, name
+    # the same row, marked, with v1's columns: a log of 1 reading
+    good = read_log(Path(LOG_NAME), stream(log_schema(metadata=marked), *row))
+    assert good.ours and good.complete and good.readings == 1
+
+
+def test_a_files_writer_pid_is_a_question_mark_when_it_is_no_log(tmp_path: Path) -> None:
+    """The pid named in "still being written by pid N" comes from the log's schema; a
+    file that is no Arrow stream, or no file at all, names "?"."""
+    foreign = tmp_path / LOG_NAME
+    foreign.write_bytes(b"not arrow at all")
+    assert writer_pid(foreign) == "?" and writer_pid(tmp_path / "missing") == "?"
+    assert f"{foreign} is still being written by pid ?: " in busy_message(foreign)
+    live = writer(tmp_path)
+    try:
+        assert writer_pid(live.path) == str(os.getpid())
+    finally:
+        live.release()
+
+
+def test_a_log_that_is_gone_is_not_busy(tmp_path: Path) -> None:
+    live = writer(tmp_path)
+    try:
+        assert is_busy(live.path)
+    finally:
+        live.release()
+    assert not is_busy(live.path)
+    assert not is_busy(tmp_path / "run=r" / "rank=7" / LOG_NAME)
+
+
+# --------------------------------------------------------------------------- the writer
+
+
+def test_a_writer_fsyncs_the_schema_and_every_batch_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a log is durable: its schema is fsynced before it gets its name, and
+    each batch before append returns (2 fsyncs for a schema and one batch)."""
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    durable = writer(tmp_path)
+    try:
+        durable.append(rows(0, 4))
+        assert synced == [durable.fd, durable.fd]
+    finally:
+        durable.release()
+    synced.clear()
+    fast = writer(tmp_path, rank=1, fsync=False)
+    try:
+        fast.append(rows(0, 4))
+        assert synced == []
+    finally:
+        fast.release()
+
+
+def test_append_writes_the_readings_it_can_and_returns_the_others(tmp_path: Path) -> None:
+    """No reading: nothing written, nothing refused. Readings of seq 0 and 2 with one
+    between them whose peak (2**63) is beyond int64: 2 written as one batch, the third
+    returned with why. Only readings the log cannot hold: each returned, nothing written,
+    no error. The log then reads back as the 2 readings."""
+    log = writer(tmp_path, fsync=False)
+    try:
+        size = log.path.stat().st_size
+        assert log.append([]) == [] and log.path.stat().st_size == size and log.readings == 0
+        first, second = rows(0, 1)[0], rows(2, 1)[0]
+        bad = (*rows(1, 1)[0][:11], 2**63, *rows(1, 1)[0][12:])
+        refused = log.append([first, bad, second])
+        assert [row for row, _ in refused] == [bad]
+        assert refused[0][1].startswith(("OverflowError", "ArrowInvalid", "ValueError"))
+        assert log.readings == 2
+        size = log.path.stat().st_size
+        assert [row for row, _ in log.append([bad, bad])] == [bad, bad]
+        assert log.readings == 2 and log.path.stat().st_size == size
+    finally:
+        log.release()
+    contents = read_log(log.path)
+    assert contents.batches == 1 and contents.table is not None
+    assert contents.table.column("seq").to_pylist() == [0, 2]
+    assert contents.table.column("peak_bytes").to_pylist() == [200, 200]
+
+
+def test_a_second_writer_of_a_killed_recordings_log_is_told_to_recover(tmp_path: Path) -> None:
+    """A log nobody holds (its recording was killed) is not overwritten: a new writer is
+    refused with what to run, and leaves no temporary file."""
+    log = a_log(tmp_path)
+    before = log.read_bytes()
+    with pytest.raises(UsageError) as refused:
+        LogWriter(log, "r", 0, {})
+    assert str(refused.value) == (
+        f"{log} already exists: a recording that was killed left it. Run 'warmfit recover "
+        f"{tmp_path}' first, or record under another run label."
+    )
+    assert log.read_bytes() == before
+    assert [p.name for p in log.parent.iterdir()] == [LOG_NAME]
+
+
+# --------------------------------------------------------------------------- a forked child
+
+
+def _is_devnull(fd: int) -> bool:
+    return os.path.samestat(os.fstat(fd), os.stat(os.devnull))
+
+
+def test_what_a_forked_child_does_with_the_logs_it_inherits(tmp_path: Path) -> None:
+    """What ``os.fork`` runs in the child (the module registers it): each open log's
+    descriptor, same number, now points at /dev/null, so the child holds no lock (a
+    recover after the parent dies finds no writer), its appends go nowhere, and its
+    discard does not remove the parent's log. A log already released is left alone."""
+    first, second, done = writer(tmp_path, 0), writer(tmp_path, 1, fsync=False), writer(tmp_path, 2)
+    done.release()
+    fds = first.fd, second.fd
+    try:
+        log_module._release_locks_in_child()
+        assert (first.fd, second.fd, done.fd) == (*fds, -1)
+        assert _is_devnull(first.fd) and _is_devnull(second.fd)
+        assert not is_busy(first.path) and not is_busy(second.path)
+        before = second.path.read_bytes()
+        assert second.append(rows(0, 4)) == []  # written to /dev/null
+        assert second.path.read_bytes() == before
+        first.discard()
+        assert first.path.exists() and first.fd == fds[0]  # not even closed: not ours
+    finally:
+        first.release()
+        second.release()
+
+
+def test_a_forked_child_lets_go_of_a_log_on_descriptor_0(tmp_path: Path) -> None:
+    """A trainer started with stdin closed (a daemon) can get descriptor 0 for its log;
+    a forked child lets go of that one too."""
+    try:
+        saved: int | None = os.dup(0)
+    except OSError:  # no stdin at all
+        saved = None
+    else:
+        os.close(0)
+    try:
+        log = writer(tmp_path)
+        try:
+            assert log.fd == 0
+            log_module._release_locks_in_child()
+            assert _is_devnull(0) and not is_busy(log.path)
+        finally:
+            log.release()
+    finally:
+        if saved is not None:
+            os.dup2(saved, 0)
+            os.close(saved)
+
+
+def test_a_real_fork_points_the_childs_copy_at_dev_null(tmp_path: Path) -> None:
+    """os.fork for real: the child sees its copy of the log's descriptor on /dev/null;
+    the parent still holds its log."""
+    log = writer(tmp_path)
+    try:
+        child = os.fork()
+        if child == 0:  # the child: report through the exit code, run nothing else
+            code = 1
+            try:
+                code = 0 if _is_devnull(log.fd) else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert is_busy(log.path) and not _is_devnull(log.fd)
+    finally:
+        log.release()
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+def test_compacting_a_log_that_is_gone_says_so(tmp_path: Path) -> None:
+    """Another process compacted and removed it first: nothing written, nothing lost."""
+    path = tmp_path / "run=r" / "rank=0" / LOG_NAME
+    assert compact_log(path) == Compaction(path, None, 0, 0, 0, GONE, None, 0)
+
+
+def test_a_log_compacted_by_another_process_while_this_one_waited_is_left_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compact_log opens the log, then waits for its lock; if meanwhile another process
+    compacted the log and removed it, the open file is no longer the log: it is not
+    compacted again (no second trace), the answer is "gone"."""
+    log = a_log(tmp_path)
+    real = log_module._lock
+
+    def after_the_other_compaction(fd: int) -> bool:
+        log.unlink()
+        return real(fd)
+
+    monkeypatch.setattr(log_module, "_lock", after_the_other_compaction)
+    assert compact_log(log) == Compaction(log, None, 0, 0, 0, GONE, None, 0)
+    assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_a_compaction_that_fails_to_write_reports_the_failure_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while writing the trace: the log is kept byte for byte, no trace is
+    left, and the problem is the disk's, not a missing temporary file's."""
+    log = a_log(tmp_path)
+    before = log.read_bytes()
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(log_module, "write_trace", full_disk)
+    recovery = compact_logs([log])
+    assert recovery.problems == [
+        f"{log}: OSError: [Errno 28] No space left on device (check the disk and the "
+        "file's permissions; the log is left in place)"
+    ]
+    assert log.read_bytes() == before and not list(tmp_path.rglob("*.parquet"))
+
+
+def test_a_trace_of_other_columns_beside_a_log_keeps_both(tmp_path: Path) -> None:
+    """A readings.parquet without the trace's columns (1 row of ``x``) cannot hold the
+    log's 12 readings: both are kept, and the message gives the counts."""
+    log = a_log(tmp_path)
+    before = log.read_bytes()
+    pq.write_table(pa.table({"x": [1]}), log.with_name("readings.parquet"))
+    with pytest.raises(UsageError, match=r"\(1 in the trace, 12 in the log\)"):
+        compact_log(log)
+    assert log.read_bytes() == before
+
+
+def test_a_trace_of_the_first_readings_of_a_log_keeps_the_log(tmp_path: Path) -> None:
+    """An earlier recovery kept a prefix: the trace beside the log holds its first 4
+    readings (seq 0-3, its first batch), the log 12. The log is kept, and the answer
+    says the trace holds 4 of 12; nothing is counted as a batch or bytes dropped."""
+    a_log(tmp_path / "first", batches=1)
+    recover(tmp_path / "first")
+    log = a_log(tmp_path / "second", batches=3)
+    trace = log.with_name("readings.parquet")
+    next((tmp_path / "first").rglob("*.parquet")).rename(trace)
+    before = log.read_bytes()
+    done = compact_log(log)
+    assert done == Compaction(
+        log,
+        trace,
+        4,
+        0,
+        0,
+        "readable prefix already in the trace; the log is kept",
+        f"{trace} holds the first 4 of the log's 12 readings; the others break the trace "
+        "format or cannot be read (an earlier 'warmfit recover' said which). The log is "
+        "kept, untouched, for a person to look at",
+        0,
+    )
+    assert log.read_bytes() == before and read_trace([trace]).height == 4
+
+
+def test_recovering_a_damaged_log_again_keeps_it_and_says_the_trace_has_its_readings(
+    tmp_path: Path,
+) -> None:
+    """A log of 3 batches of 4 readings, then 16 bytes of damage. The first compaction
+    writes the 12 readings and keeps the log; the second finds them in the trace:
+    12 readings in 3 batches, 0 bytes dropped (nothing new), the log kept again."""
+    log = a_log(tmp_path, close=False)
+    log.write_bytes(log.read_bytes() + b"garbage!garbage!")
+    before = log.read_bytes()
+    first = compact_log(log)
+    assert (first.readings, first.batches, first.dropped_bytes) == (12, 3, 16)
+    assert first.problem is not None and log.read_bytes() == before
+    again = compact_log(log)
+    assert (again.trace, again.readings, again.batches, again.dropped_bytes) == (
+        first.trace,
+        12,
+        3,
+        0,
+    )
+    assert again.note == "readable prefix already in the trace; the log is kept"
+    assert again.problem is not None and again.problem.startswith("batch 3 is damaged")
+    assert log.read_bytes() == before and read_trace([tmp_path]).height == 12
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def _unborn(rank_dir: Path, name: str = ".readings.arrows.4242.7f00.tmp") -> Path:
+    """What a recorder killed while creating its log leaves: a temporary, never linked."""
+    rank_dir.mkdir(parents=True, exist_ok=True)
+    path = rank_dir / name
+    path.write_bytes(b"half a schema")
+    return path
+
+
+def test_recover_removes_an_unborn_log_and_its_empty_directories(tmp_path: Path) -> None:
+    """Rank 1 died creating its log: its temporary and its rank directory go; rank 0's
+    log is recovered; the run directory, not empty, and the recording's stay."""
+    log = a_log(tmp_path, rank=0)
+    stale = _unborn(tmp_path / "run=r" / "rank=1")
+    recovery = recover_all(tmp_path)
+    assert recovery.problems == [] and [c.readings for c in recovery.compactions] == [12]
+    assert not stale.exists() and not stale.parent.exists()
+    assert sorted(p.name for p in (tmp_path / "run=r").iterdir()) == ["rank=0"]
+    assert not log.exists() and read_trace([tmp_path]).height == 12
+
+
+def test_recover_never_removes_the_directory_it_was_given(tmp_path: Path) -> None:
+    """A recording whose only rank died creating its log, under DIR/rank=0: the
+    temporary and rank=0 go, DIR stays, and recover says there is nothing to recover."""
+    root = tmp_path / "rec"
+    stale = _unborn(root / "rank=0")
+    with pytest.raises(UsageError, match="holds no write-ahead logs"):
+        recover_all(root)
+    assert not stale.parent.exists() and root.is_dir()
+
+
+def test_recover_leaves_a_temporary_that_its_creator_still_holds(tmp_path: Path) -> None:
+    """A recorder alive and creating its log holds the temporary's lock: it is not
+    removed from under it."""
+    a_log(tmp_path, rank=0)
+    stale = _unborn(tmp_path / "run=r" / "rank=1")
+    fd = os.open(stale, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert recover_all(tmp_path).problems == []
+        assert stale.read_bytes() == b"half a schema"
+    finally:
+        os.close(fd)
+
+
+def test_recover_never_opens_a_fifo_named_like_an_unborn_log(tmp_path: Path) -> None:
+    """A FIFO is no file a recorder made; opening it to read would wait for a writer
+    forever. recover leaves it alone and never opens it (a thread here watches: it can
+    open the FIFO for writing only while somebody has it open for reading)."""
+    a_log(tmp_path)
+    fifo = tmp_path / "run=r" / "rank=1" / ".readings.arrows.1.2.tmp"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    opened: list[bool] = []
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.is_set():
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: nobody reads it; ENOENT: removed
+                time.sleep(0.005)
+                continue
+            opened.append(True)
+            os.close(fd)
+            return
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        recovery = recover_all(tmp_path)
+    finally:
+        finished.set()
+        watcher.join()
+    assert opened == [] and recovery.problems == []
+    assert fifo.exists() and fifo.is_fifo()
+
+
+def test_the_readings_lost_are_counted_per_rank_and_in_all(tmp_path: Path) -> None:
+    """Rank 0's recorder could not write 5 readings, rank 1's 2, rank 2's none (its note
+    says 0), and rank 3's note is not warmfit's: lost_notes names ranks 0 and 1, and the
+    recovery counts 7 in all."""
+    logs = [a_log(tmp_path, rank=rank) for rank in range(4)]
+    write_lost_readings(logs[0], 5)
+    write_lost_readings(logs[1], 2)
+    write_lost_readings(logs[2], 0)
+    logs[3].with_name("readings.lost").write_text("five\n")
+    assert lost_notes(tmp_path) == {logs[0].parent: 5, logs[1].parent: 2}
+    recovery = recover_all(tmp_path)
+    assert [c.lost_readings for c in recovery.compactions] == [5, 2, 0, 0]
+    assert recovery.lost_readings == 7 and recovery.problems == []
