@@ -1048,28 +1048,90 @@ def test_a_wave_left_while_a_later_one_is_open_leaves_that_one_open(tmp_path: Pa
     ]
 
 
+class _Unsaid:
+    """reserved_peak_bytes() without has_reserved = True: the protocol asks for both."""
+
+    name, device_name = "test.unsaid", "a meter without has_reserved (tests)"
+
+    def allocated_bytes(self) -> int:
+        return 0
+
+    def peak_bytes(self) -> int:
+        return 0
+
+    def reset_peak(self) -> None:
+        pass
+
+    def reserved_peak_bytes(self) -> int:
+        return 7
+
+    def close(self) -> None:
+        pass
+
+
 def test_a_meter_that_does_not_say_has_reserved_gets_no_reserved_column(tmp_path: Path) -> None:
-    class Unsaid:
-        """reserved_peak_bytes() without has_reserved = True: the protocol asks for both."""
-
-        name, device_name = "test.unsaid", "a meter without has_reserved (tests)"
-
-        def allocated_bytes(self) -> int:
-            return 0
-
-        def peak_bytes(self) -> int:
-            return 0
-
-        def reset_peak(self) -> None:
-            pass
-
-        def reserved_peak_bytes(self) -> int:
-            return 7
-
-        def close(self) -> None:
-            pass
-
-    rec = Recorder(tmp_path, run="t", meter=Unsaid(), flush_interval_s=3600)
+    rec = Recorder(tmp_path, run="t", meter=_Unsaid(), flush_interval_s=3600)
     with rec, rec.wave("sig", 10) as wave:
         wave.forward_done()
     assert "reserved_peak_bytes" not in pq.read_schema(rec.trace_path).names
+
+
+class _Observer:
+    """A pricer with no price that keeps every reading it is told (WavePricer)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def price(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def observe_row(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+
+
+def _reading(**values: Any) -> dict[str, Any]:
+    """A reading as a meter-only recorder hands it over: run "", rank 0, a flat wave of
+    10 tokens, nothing else given; ``values`` the rest."""
+    return {
+        "run": "", "rank": 0, "kind": "flat", "packed_tokens": 10, "logical_tokens": 10,
+        "output_bytes": 0, "static_floor_bytes": None, "oom": False, "estimate_bytes": None,
+        "padded_tokens": None, "sum_sq_tokens": None, **values,
+    }  # fmt: skip
+
+
+def test_a_meter_only_recorder_hands_its_pricer_an_enabled_recorders_readings() -> None:
+    """Recorder.meter_only (a Pricer's waves outside a recording) takes the readings an
+    enabled recorder takes and hands each to the pricer, as the log would hold it: run
+    "" and rank 0, seq, step and wave from 0, and the reserved pool's peak where the
+    meter has one. Wave "a": 100 bytes allocated, a forward peak of 900 and a reserved
+    peak of 5,000, a whole caller; a step; wave "b" (no forward_done()) over a baseline
+    of 100: a caller reading of peak 100, not whole, the pool reset to 0."""
+    meter, pricer = _ScriptedMeter(), _Observer()
+    rec = Recorder.meter_only(pricer, meter=meter)
+    assert rec.current_step == 0
+    with rec.wave("a", 10) as wave:
+        meter.allocated, meter.peak, meter.reserved = 100, 900, 5_000
+        wave.forward_done()
+    rec.step()
+    with rec.wave("b", 10):
+        pass
+    a = {"step": 0, "wave": 0, "signature": "a", "baseline_bytes": 0, "peak_bytes": 900}
+    b = {"step": 1, "wave": 1, "signature": "b", "baseline_bytes": 100, "peak_bytes": 100}
+    assert pricer.rows == [
+        _reading(seq=0, **a, phase="forward", whole=False, reserved_peak_bytes=5_000),
+        _reading(seq=1, **a, phase="caller", whole=True, reserved_peak_bytes=5_000),
+        _reading(seq=2, **b, phase="caller", whole=False, reserved_peak_bytes=0),
+    ]
+    assert rec.close() is None and rec.trace_path is None
+
+
+def test_meter_only_hands_no_reserved_peak_from_a_meter_that_does_not_say_so() -> None:
+    pricer = _Observer()
+    rec = Recorder.meter_only(pricer, meter=_Unsaid())
+    with rec.wave("sig", 10) as wave:
+        wave.forward_done()
+    base = {"step": 0, "wave": 0, "signature": "sig", "baseline_bytes": 0, "peak_bytes": 0}
+    assert pricer.rows == [
+        _reading(seq=0, **base, phase="forward", whole=False),
+        _reading(seq=1, **base, phase="caller", whole=True),
+    ]
