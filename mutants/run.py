@@ -908,6 +908,46 @@ def _how(m: Generated, whole: set[str], single: dict[str, float], usable: list[s
     return "import-time" if m.import_time else "covering"
 
 
+class KillOrder:
+    """The tests that killed a module's mutants so far run first for its next ones.
+
+    A plan lists its tests fastest first, so a mutant only the module's slow own test
+    file kills runs every faster test before it, mutant after mutant (recorder.py's
+    kills took 15 s on average, most of it in tests that passed). Neighbouring mutants
+    die to the same tests: each plan's tests are put in order of the kills they made
+    in this run (most first), ties kept fastest first. A survivor runs every test
+    either way; only where a kill comes sooner changes."""
+
+    def __init__(self) -> None:
+        self.kills: dict[tuple[str, str], int] = {}
+        self.lock = threading.Lock()
+
+    def ordered(self, module: str, the_plan: Plan) -> Plan:
+        """``the_plan`` with its tests (not its --deselect options) in kill order."""
+        cut = next((i for i, a in enumerate(the_plan.args) if a.startswith("--")), None)
+        tests = the_plan.args[:cut] if cut is not None else the_plan.args
+        rest = the_plan.args[len(tests) :]
+        with self.lock:
+            rank = {t: -self.kills.get((module, t), 0) for t in tests}
+        ordered = sorted(tests, key=lambda t: rank[t])  # sorted() is stable: ties keep order
+        return dataclasses.replace(the_plan, args=[*ordered, *rest])
+
+    def killed(self, module: str, the_plan: Plan, detail: str) -> None:
+        """Count a kill for the plan's test that failed (named in ``detail``, pytest's
+        ``FAILED tests/x.py::test_y[...] - ...`` line)."""
+        found = re.match(r"(?:FAILED|ERROR) (\S+)", detail)
+        if found is None:
+            return
+        nodeid = found.group(1)
+        for test in the_plan.args:
+            if test.startswith("--"):
+                break
+            if nodeid == test or nodeid.startswith((test + "::", test + "[")):
+                with self.lock:
+                    self.kills[(module, test)] = self.kills.get((module, test), 0) + 1
+                return
+
+
 @dataclass
 class Outcome:
     mutant: Generated
@@ -1245,20 +1285,25 @@ def generated_main(args: argparse.Namespace) -> int:
         plans = {m.id: plan(m, files_of[m.file], baseline) for m in mutants}
         lock = threading.Lock()
         done_count = len(earlier)
-        # each outcome as it comes, for a long run to be read (or be resumed)
-        if not earlier:
+        # each outcome as it comes, for a long run to be read (or be resumed); a resumed
+        # run appends, even when none of the mutants it runs now is among those there
+        if not (args.resume and partial_path.exists()):
             partial_path.write_text("", encoding="utf-8")
+        kill_order = KillOrder()
 
         def one(m: Generated) -> Outcome:
             nonlocal done_count
             copy = copies.get()
+            the_plan = kill_order.ordered(m.file, plans[m.id])
             try:
                 verdict, took, detail = run_mutant(
-                    m, copy, plans[m.id], args.timeout_factor, servers.get(copy), run_env[copy]
+                    m, copy, the_plan, args.timeout_factor, servers.get(copy), run_env[copy]
                 )
             finally:
                 copies.put(copy)
-            outcome = Outcome(m, verdict, took, plans[m.id], detail)
+            if verdict == "killed":
+                kill_order.killed(m.file, the_plan, detail)
+            outcome = Outcome(m, verdict, took, the_plan, detail)
             entry = matched.get(m.id)
             if entry is not None:
                 outcome.accepted = entry.reason
