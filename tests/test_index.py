@@ -710,3 +710,84 @@ def test_a_rank_beyond_int64_is_indexed_as_null_and_refused_when_read(tmp_path: 
     with pytest.raises(TraceError, match="does not fit") as caught:
         read_batch(plan([index])[0])
     assert (caught.value.path, caught.value.column, caught.value.row) == (str(path), "rank", 0)
+
+
+def _interleaved(path: Path) -> list[streams.Batch]:
+    """Ranks 0 and 1 of run "r" alternating row by row over 66 rows in one row group
+    (a collector's file): indexed here by plan_trace, a batch a stream."""
+    frame = readings_frame([
+        dict(run="r", rank=row % 2, seq=row // 2, wave=row // 2, signature="s",
+             packed_tokens=4, logical_tokens=4, peak_bytes=100 + row)
+        for row in range(66)
+    ])  # fmt: skip
+    write_trace(frame, path)
+    batches = streams.plan_trace([path.parent], 1)
+    assert batches == plan([index_file(path)], 1)
+    assert [(b.streams, b.readings) for b in batches] == [((("r", 0),), 33), ((("r", 1),), 33)]
+    return batches
+
+
+def _here(task: object, arguments: list[tuple[object, ...]]) -> list[object]:
+    return [task(*a) for a in arguments]  # type: ignore[operator]
+
+
+def test_routed_rows_are_the_batches_rows_and_a_batch_whose_rows_are_gone_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The interleaved file is routed (its two batches span its 66 rows twice): run
+    in this process, each batch reads from the spool the rows it reads from the file.
+    With batch 1's spooled rows deleted, it finds 0 of the 33 readings of stream
+    ("r", 1) it counted, and says so naming the file."""
+    path = tmp_path / "t.parquet"
+    batches = _interleaved(path)
+    routes = streams.route(batches)
+    assert [(r.start, r.stop, r.streams) for r in routes] == [
+        (0, 66, ((("r", 0), 0), (("r", 1), 1)))
+    ]
+    with streams.Spool() as spool:
+        routed = spool.routed(batches, routes, _here)
+        assert spool.rows == 66 and spool.folder is not None
+        for plain, by_route in zip(batches, routed, strict=True):
+            assert by_route.routes == ((str(path), 0),) and by_route.spool == spool.folder
+            assert read_batch(by_route).equals(read_batch(plain))
+        os.remove(os.path.join(spool.folder, "route-0-batch-1.arrow"))
+        with pytest.raises(TraceError) as caught:
+            read_batch(routed[1])
+        assert caught.value.path == str(path)
+        assert "stream ('r', 1) has 0 where 33 were counted" in str(caught.value)
+    assert not os.path.exists(str(spool.folder or routed[0].spool))
+
+
+def test_a_route_that_cannot_be_spooled_or_reads_fewer_rows_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No temporary folder (a full disk) and a spool folder that is gone are usage
+    errors naming the folder and what to do; a file that holds 40 of the route's 66
+    rows when it is decoded changed since it was indexed: the file is named."""
+    import errno
+
+    path = tmp_path / "t.parquet"
+    batches = _interleaved(path)
+    (route,) = streams.route(batches)
+    gone = tmp_path / "gone"
+    with pytest.raises(UsageError) as caught:
+        streams.route_rows(route, str(gone))
+    words = "cannot write the temporary files of the rows of streams that interleave in"
+    assert str(caught.value).startswith(f"{words} {gone} (")
+    assert "point TMPDIR at a folder with room" in str(caught.value)
+
+    def full(**_: object) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    with streams.Spool() as spool, pytest.raises(UsageError) as caught:
+        spool.routed(batches, [route], _here)
+    assert str(caught.value).startswith(
+        f"{words} {tempfile.gettempdir()} (No space left on device); nothing was written."
+    )
+    real = streams.read_rows
+    monkeypatch.setattr(streams, "read_rows", lambda *a, **k: real(*a, **k).head(40))
+    with pytest.raises(TraceError) as caught:
+        streams.route_rows(route, str(tmp_path))
+    assert caught.value.path == str(path)
+    assert "holds 40 rows where it held 66 when it was indexed" in str(caught.value)

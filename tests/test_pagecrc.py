@@ -650,3 +650,259 @@ def test_a_column_chunk_claiming_fewer_values_than_rows_is_refused(
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
     assert str(path) in text and words in text and "Traceback" not in text
+
+
+# --------------------------------------------------------------------------- real files, every kind of page
+
+#: A table with a column of each physical type a trace may hold, nulls, a struct and a
+#: list (nested columns: their chunks are named "").
+_N = 1000
+_TABLE = pa.table(
+    {
+        "i32": pa.array(range(_N), pa.int32()),
+        "i64": pa.array([7 * i for i in range(_N)], pa.int64()),
+        "f": pa.array([i / 3 for i in range(_N)], pa.float64()),
+        "b": pa.array([i % 3 == 0 for i in range(_N)]),
+        "s": pa.array([f"k{i % 17}" for i in range(_N)]),
+        "o": pa.array([None if i % 4 == 0 else i for i in range(_N)], pa.int64()),
+        "n": pa.array([{"a": i, "c": None if i % 5 == 0 else str(i)} for i in range(_N)]),
+        "l": pa.array([[i, i + 1] if i % 6 else None for i in range(_N)], pa.list_(pa.int32())),
+    }
+)
+#: pyarrow's settings, and the (page type, encoding) pairs their pages hold, by the
+#: Parquet format (PageType: 0 data page, 2 dictionary page, 3 data page v2;
+#: Encoding: 0 PLAIN, 2 PLAIN_DICTIONARY, 3 RLE, 5 DELTA_BINARY_PACKED,
+#: 6 DELTA_LENGTH_BYTE_ARRAY, 7 DELTA_BYTE_ARRAY, 8 RLE_DICTIONARY, 9 BYTE_STREAM_SPLIT).
+_WRITERS: dict[str, tuple[dict[str, Any], set[tuple[int, int]]]] = {
+    "dictionary": ({}, {(0, 0), (0, 8), (2, 0)}),
+    "v2": ({"data_page_version": "2.0"}, {(3, 3), (3, 8), (2, 0)}),
+    "format-1.0": ({"version": "1.0"}, {(0, 0), (0, 2), (2, 2)}),
+    "encodings": (
+        {
+            "use_dictionary": False,
+            "column_encoding": {
+                "i32": "DELTA_BINARY_PACKED",
+                "i64": "DELTA_BINARY_PACKED",
+                "s": "DELTA_LENGTH_BYTE_ARRAY",
+                "f": "BYTE_STREAM_SPLIT",
+                "b": "RLE",
+            },
+            "row_group_size": 400,
+        },
+        {(0, 0), (0, 3), (0, 5), (0, 6), (0, 9)},
+    ),
+    "v2-delta": (
+        {
+            "use_dictionary": False,
+            "column_encoding": {"s": "DELTA_BYTE_ARRAY"},
+            "data_page_version": "2.0",
+            "data_page_size": 512,
+        },
+        {(3, 0), (3, 3), (3, 7)},
+    ),
+}
+
+
+def _pages_of(data: bytes, start: int, end: int) -> list[tuple[int, int, int, int, int]]:
+    """A column chunk's pages, read by the oracle: ``(where, page type, values,
+    encoding, where the body starts)``; the page header's own layout, from the
+    format: type (1), compressed size (3), then data page (5: values 1, encoding 2),
+    dictionary page (7: values 1, encoding 2) or data page v2 (8: values 1, encoding 4)."""
+    pages = []
+    while start < end:
+        oracle = Oracle(data, start, end)
+        header = {n: v for n, _, v in oracle.struct()}
+        number, values, encoding = {0: (5, 1, 2), 2: (7, 1, 2), 3: (8, 1, 4)}[header[1]]
+        sub = {n: v for n, _, v in header[number]}
+        pages.append((start, header[1], sub[values], sub[encoding], oracle.pos))
+        start = oracle.pos + header[3]
+    assert start == end
+    return pages
+
+
+@pytest.mark.parametrize("writer", sorted(_WRITERS))
+def test_files_of_every_page_kind_and_encoding_agree_with_pyarrow(
+    tmp_path: Path, writer: str
+) -> None:
+    """Files pyarrow writes with dictionary pages, v1 and v2 data pages, format 1.0's
+    PLAIN_DICTIONARY and the delta, RLE and byte-stream-split encodings, with nulls,
+    a struct and a list: ``row_groups`` gives pyarrow's rows, chunks and bounds;
+    ``verify`` walks every page (each chunk's pages sum to pyarrow's values) and,
+    with one byte of any chunk's last page changed, names that page, found by the
+    oracle's own walk of the headers."""
+    options, kinds = _WRITERS[writer]
+    path = tmp_path / f"{writer}.parquet"
+    pq.write_table(_TABLE, path, write_page_checksum=True, **options)
+    data, meta = path.read_bytes(), pq.read_metadata(path)
+    groups = pagecrc.row_groups(path)
+    assert not isinstance(groups, str) and len(groups) == meta.num_row_groups
+    assert verify(path) is None and pagecrc.has_checksums(path) is True
+    seen: set[tuple[int, int]] = set()
+    for group, g in zip(groups, range(meta.num_row_groups), strict=True):
+        columns = [meta.row_group(g).column(c) for c in range(meta.num_columns)]
+        assert group.rows == meta.row_group(g).num_rows
+        assert group.chunks == tuple(_chunk(c) for c in columns)
+        assert group.bounds == {_chunk(c).name: _bound(c) for c in columns}
+        for chunk, column in zip(group.chunks, columns, strict=True):
+            pages = _pages_of(data, chunk.start, chunk.start + chunk.size)
+            seen |= {(kind, encoding) for _, kind, _, encoding, _ in pages}
+            assert sum(n for _, kind, n, _, _ in pages if kind != 2) == column.num_values
+            where, _, _, _, body = pages[-1]
+            damaged = bytearray(data)
+            damaged[body] ^= 0x01
+            (tmp_path / "damaged.parquet").write_bytes(damaged)
+            assert verify(tmp_path / "damaged.parquet") == (
+                f"column chunk at byte {chunk.start}: the page at byte {where} fails its checksum"
+            )
+    assert seen == kinds
+
+
+def _one_page_file(tmp_path: Path, **options: Any) -> tuple[Path, bytes, list[Any], int]:
+    """A file of one int64 column, its pages with checksums; its bytes, the oracle's
+    reading of its first page header, and where that header lies."""
+    path = tmp_path / "one.parquet"
+    table = pa.table({"x": pa.array([5, 6, 7, 5], pa.int64())})
+    pq.write_table(table, path, write_page_checksum=True, **options)
+    data = path.read_bytes()
+    groups = pagecrc.row_groups(path)
+    assert not isinstance(groups, str)
+    start = groups[0].chunks[0].start
+    header = Oracle(data, start, len(data)).struct()
+    return path, data, header, start
+
+
+def _with_header(path: Path, data: bytes, old: list[Any], new: list[Any], at: int) -> Path:
+    """``data`` with the page header ``old`` at ``at`` written as ``new`` (same length)."""
+    before, after = encode(old), encode(new)
+    assert data[at : at + len(before)] == before and len(after) == len(before)
+    out = path.with_name("patched.parquet")
+    out.write_bytes(data[:at] + after + data[at + len(before) :])
+    return out
+
+
+def _replaced(fields: list[Any], number: int, value: Any) -> list[Any]:
+    return [(n, k, value if n == number else v) for n, k, v in fields]
+
+
+def test_each_encoding_the_format_lists_is_accepted_and_no_other(tmp_path: Path) -> None:
+    """A data page (v1 and v2) declaring each Parquet ``Encoding`` in turn: 0 and 2 to
+    9 (BIT_PACKED, 4, too: pyarrow writes it nowhere) pass; 1 (unused) and 10 (none)
+    are a damaged header. Only the value encoding counts: a v1 page's levels (fields
+    3, 4) and a v2 page's level lengths (5, 6) are no encoding."""
+    for options, sub, field_ in (({}, 5, 2), ({"data_page_version": "2.0"}, 8, 4)):
+        path, data, header, at = _one_page_file(tmp_path, use_dictionary=False, **options)
+        inner = value_of(header, sub)
+        assert value_of(header, 1) == sub - 5 and value_of(inner, field_) == 0  # plain
+        for encoding in range(11):
+            patched = _with_header(
+                path, data, header, _replaced(header, sub, _replaced(inner, field_, encoding)), at
+            )
+            problem = f"column chunk at byte {at}: the page header at byte {at} is damaged"
+            expected = f"{problem} (values or encoding)" if encoding in (1, 10) else None
+            assert verify(patched) == expected, (options, encoding)
+        levels = (3, 4) if sub == 5 else (5, 6)
+        odd = [(n, k, 21 if n in levels else v) for n, k, v in inner]
+        assert [n for n, _, _ in odd if n in levels]  # the header holds them
+        assert verify(_with_header(path, data, header, _replaced(header, sub, odd), at)) is None
+
+
+def test_a_page_of_another_type_or_a_negative_count_is_damaged(tmp_path: Path) -> None:
+    """Page types 1 (an index page, which no column chunk holds) and 4 (none) are a
+    damaged header, named with the type; so is a dictionary page, whose values do not
+    count toward the chunk's, claiming -1 values."""
+    path, data, header, at = _one_page_file(tmp_path)
+    assert value_of(header, 1) == 2  # the dictionary page
+    where = f"column chunk at byte {at}: the page header at byte {at} is damaged"
+    for kind in (1, 4):
+        patched = _with_header(path, data, header, _replaced(header, 1, kind), at)
+        assert verify(patched) == f"{where} (page type {kind})"
+    dictionary = value_of(header, 7)
+    assert value_of(dictionary, 1) == 3  # 5, 6, 7
+    negative = _replaced(header, 7, _replaced(dictionary, 1, -1))
+    assert verify(_with_header(path, data, header, negative, at)) == f"{where} (values or encoding)"
+
+
+def test_sets_maps_doubles_and_booleans_are_skipped_to_the_next_field() -> None:
+    """A page header with fields no reader asks for, of each compact type the page
+    headers of EP1 lack: a set of two i32, a map of i32 to strings, a double (bytes
+    that read as field headers) and a struct ending in a boolean. Each is skipped by
+    its size: 1 byte of set header and 2 of items; a size, a key-value type byte and 5
+    bytes of entries; 8 bytes; a boolean's field header only."""
+    header = b"\x15\x00"  # field 1, i32: 0 (a data page)
+    header += field(100, 10) + b"\x25\x02\x04"  # set<i32>{1, 2}
+    header += field(101, 11) + b"\x02\x58" + b"\x02\x01a" + b"\x04\x00"  # map<i32, string>
+    header += field(102, 7) + b"\x15\x04\x15\x06\x15\x08\x15\x0a"  # a double
+    header += field(103, 12) + b"\x11\x00"  # struct {1: true}
+    header += field(3, 5) + b"\x04"  # field 3, i32: 2 (the page's size; 103 came before)
+    header += b"\x2c" + b"\x15\x02\x15\x00\x00" + b"\x00"  # field 5: 1 value, plain; stop
+    read = ({1: 0, 3: 2, 5: {1: 1, 2: 0}}, len(header))
+    assert both(header, 0, len(header), pagecrc._PAGE_HEADER) == (read, read)
+
+
+def test_files_that_are_not_parquet_are_named_so(tmp_path: Path) -> None:
+    """11 bytes are too short (Parquet's least: magic, footer length, magic); other
+    magic bytes, or a footer length of 0 or longer than the bytes between the magics,
+    are named; ``has_checksums`` cannot tell on any of them."""
+    cases = {
+        b"PAR1\x00\x00\x00PAR1": "the file is too short to be Parquet",
+        b"PAR1\x00\x00\x00\x00PAR2": "it does not begin and end with Parquet's magic bytes",
+        b"PAR0\x00\x00\x00\x00PAR1": "it does not begin and end with Parquet's magic bytes",
+        b"PAR1\x00\x00\x00\x00PAR1": "its footer length is damaged",  # 0 bytes
+        b"PAR1\x00\x02\x00\x00\x00PAR1": "its footer length is damaged",  # 2 of 1 byte
+        # the 1 byte is a footer: a struct field (0x1c) cut short
+        b"PAR1\x1c\x01\x00\x00\x00PAR1": "its footer is damaged (cut short)",
+    }
+    for data, problem in cases.items():
+        path = tmp_path / "t.parquet"
+        path.write_bytes(data)
+        assert verify(path) == problem, data
+        assert pagecrc.row_groups(path) == problem, data
+        assert pagecrc.has_checksums(path) is None
+
+
+def test_bounds_come_from_min_value_and_max_value_else_the_deprecated_pair(
+    tmp_path: Path,
+) -> None:
+    """EP1's seq column (INT64) stores both pairs of statistics: min_value, max_value
+    (fields 6, 5) and the deprecated min, max (2, 1), equal. With the deprecated pair
+    changed to 1 and 7 the bounds stay 0 and 51; with min_value and max_value taken
+    out they are the deprecated pair; a bound the writer marked inexact (fields 7,
+    8: is_max_value_exact, is_min_value_exact) is none."""
+    tree = footer_tree(EP1)
+    chunks = value_of(value_of(tree, 4)[1][0], 1)[1]
+    seq = value_of(chunks[2], 3)
+    assert value_of(seq, 3) == (8, [b"seq"])
+    stats = value_of(seq, 12)
+    original = list(stats)
+
+    def bounds(fields: list[Any], name: str) -> Any:
+        stats[:] = fields
+        groups = pagecrc.row_groups(with_footer(EP1, tree, tmp_path / name))
+        assert not isinstance(groups, str)
+        return groups[0].bounds["seq"]
+
+    zero, top = (0).to_bytes(8, "little"), (51).to_bytes(8, "little")
+    assert bounds(original, "as.parquet") == (2, zero, top)
+    one, seven = (1).to_bytes(8, "little"), (7).to_bytes(8, "little")
+    changed = [(n, k, {1: seven, 2: one}.get(n, v)) for n, k, v in original]
+    assert bounds(changed, "deprecated-changed.parquet") == (2, zero, top)
+    old_only = [(n, k, v) for n, k, v in changed if n not in (5, 6)]
+    assert bounds(old_only, "deprecated-only.parquet") == (2, one, seven)
+    for inexact in (7, 8):
+        marked = [(n, k, False if n == inexact else v) for n, k, v in original]
+        assert bounds(marked, f"inexact-{inexact}.parquet") is None
+
+
+def test_a_row_of_a_chunk_with_no_values_and_no_pages_is_refused(tmp_path: Path) -> None:
+    """A row group of 1 row whose second column chunk holds 0 values in 0 bytes (as an
+    empty row group's chunks do) leaves that row without a value."""
+    path = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"x": [1], "y": [2]}), path)
+    tree = footer_tree(path)
+    chunks = value_of(value_of(tree, 4)[1][0], 1)[1]
+    meta = value_of(chunks[1], 3)
+    meta[:] = [(n, k, 0 if n in (5, 7) else v) for n, k, v in meta]
+    patched = with_footer(path, tree, tmp_path / "empty-chunk.parquet")
+    assert pagecrc.row_groups(patched) == (
+        "its footer is damaged (a column chunk holds 0 values for 1 rows)"
+    )

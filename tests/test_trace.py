@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -319,3 +320,173 @@ def test_a_write_that_fails_leaves_no_file_and_no_folder_it_made(tmp_path: Path)
     with pytest.raises(pa.ArrowNotImplementedError):
         write_trace(table, tmp_path / "new" / "deeper" / "t.parquet")
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- edges, in-process
+
+
+@pytest.mark.parametrize(
+    ("shape", "words"),
+    [
+        ({"padded_tokens": 100, "sum_sq_tokens": 1}, None),  # padded = packed; sum_sq 1
+        ({"padded_tokens": 99, "sum_sq_tokens": 1}, "value 99 is below packed_tokens"),
+        ({"padded_tokens": 100, "sum_sq_tokens": 0}, "value 0 is not positive"),
+    ],
+)
+def test_padded_and_sum_sq_tokens_at_their_edges(
+    tmp_path: Path, shape: dict[str, int], words: str | None
+) -> None:
+    """A wave's padded tokens may equal its packed tokens (no padding: 100 and 100) but
+    not fall below (99); a sum of squared lengths of 1 (one sequence of 1 token) is
+    the least, 0 is refused. Row 0 (100 packed tokens) holds the values, the others
+    sound ones."""
+    rows = [dict(row, padded_tokens=200, sum_sq_tokens=10_000) for row in ROWS]
+    rows[0] = dict(rows[0], **shape)
+    path = write(tmp_path / "t.parquet", readings_frame(rows))
+    if words is None:
+        frame = read_trace([path])
+        assert frame.get_column("padded_tokens").to_list() == [100, 200, 200, 200]
+        return
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert words in str(info.value) and "row 0" in str(info.value)
+    assert info.value.column == next(c for c, v in shape.items() if v in (99, 0))
+
+
+def test_an_exception_text_is_cut_to_300_characters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error the page walk raises is shown on one line: whitespace runs as one
+    space, and text longer than 300 characters as its first 299 and "…" (300 in all)."""
+    from warmfit.format import pagecrc, trace
+
+    path = write(tmp_path / "t.parquet", valid())
+    for text, shown in (
+        ("a\n  b " + "c" * 296, "a b " + "c" * 296),  # 300 once spaced: whole
+        ("d" * 301, "d" * 299 + "…"),
+        ("e" * 400, "e" * 299 + "…"),
+    ):
+
+        def walk(*_: object, text: str = text) -> None:
+            raise ValueError(text)
+
+        monkeypatch.setattr(pagecrc, "verify", walk)
+        with pytest.raises(TraceError) as info:
+            trace.verify_pages(path)
+        assert f"its pages cannot be walked (ValueError: {shown})." in str(info.value)
+
+
+def test_a_slice_of_rows_comes_in_one_chunk_unless_asked_otherwise(tmp_path: Path) -> None:
+    """``read_rows`` from row 3 of a file of row groups of 2 rows: 4 rows over three
+    groups, one buffer a column by default, one chunk a row group with
+    ``rechunk=False``; from row 0 with no length, every row."""
+    from warmfit.format.trace import read_rows
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)
+    frame = read_rows(path, ["x"], 3, 4)
+    assert frame.get_column("x").to_list() == [3, 4, 5, 6]
+    assert frame.get_column("x").n_chunks() == 1
+    assert read_rows(path, ["x"], 3, 4, rechunk=False).get_column("x").n_chunks() == 3
+    assert read_rows(path, ["x"]).get_column("x").to_list() == list(range(10))
+
+
+def test_a_trace_reports_its_progress_from_0_files_and_its_first_problem(tmp_path: Path) -> None:
+    """``progress`` hears 0 of 2 files done, then 1 and 2; a bad file is a plain
+    :class:`TraceError` (its first rule broken), not the every-file list, unless asked."""
+    from warmfit.format.trace import TraceProblems
+
+    write_trace(valid().filter(pl.col("rank") == 0), tmp_path / "a.parquet")
+    write_trace(valid().filter(pl.col("rank") == 1), tmp_path / "b.parquet")
+    heard: list[tuple[int, int]] = []
+    read_trace([tmp_path], progress=lambda done, total: heard.append((done, total)))
+    assert heard == [(0, 2), (1, 2), (2, 2)]
+    write(tmp_path / "b.parquet", valid().with_columns(pl.lit(0).alias("packed_tokens")))
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    assert type(info.value) is TraceError and info.value.column == "packed_tokens"
+    with pytest.raises(TraceProblems):
+        read_trace([tmp_path], all_problems=True)
+
+
+def test_the_order_by_stream_and_wave_of_rows_in_seq_order() -> None:
+    """``check_across_rows`` gives the stable order of rows by (stream, wave): rows
+    in seq order whose waves go 1, 0, 1 in stream 0 (and 0 in stream 1) are taken as
+    rows 1, 0, 2, 3; with no wave-constant column to compare, the same. Codes that
+    tell rows apart where their strings do not (a quick check may over-report) send
+    it to the slow check, which finds them agreeing, and the same order comes back."""
+    from warmfit.format.trace import check_across_rows, stream_numbers
+
+    frame = readings_frame(
+        [
+            dict(seq=0, wave=1, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9),
+            dict(seq=1, wave=0, signature="s", packed_tokens=2, logical_tokens=2, peak_bytes=9),
+            dict(seq=2, wave=1, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9),
+            dict(seq=0, wave=0, signature="s", rank=1, packed_tokens=1, logical_tokens=1,
+                 peak_bytes=9),
+        ]
+    )  # fmt: skip
+    stream = stream_numbers(frame)
+    assert stream.tolist() == [0, 0, 0, 1]
+    order = check_across_rows(frame, stream, [])
+    assert order is not None and order.tolist() == [1, 0, 2, 3]
+    bare = frame.select("run", "rank", "seq", "wave")
+    order = check_across_rows(bare, stream, [])
+    assert order is not None and order.tolist() == [1, 0, 2, 3]
+    over = {"signature": np.array([0, 0, 1, 0])}  # rows 0 and 2: wave 1, signature "s"
+    order = check_across_rows(frame, stream, [], over)
+    assert order is not None and order.tolist() == [1, 0, 2, 3]
+
+
+def test_wave_ids_too_far_apart_for_one_key_are_sorted_by_both() -> None:
+    """Stream 1 times the span of wave ids 0 to 2**62 does not fit an int64 key: the
+    rows are sorted by stream, then wave (stable) all the same."""
+    from warmfit.format.trace import wave_order
+
+    stream = np.array([0, 0, 1, 1, 1])
+    wave = np.array([2**62, 0, 5, 1, 5])
+    order = wave_order(stream, wave)
+    assert order is not None and order.tolist() == [1, 0, 3, 2, 4]
+
+
+def test_signature_counts_keep_each_signatures_largest_reserved_peak() -> None:
+    """reserved_peak_bytes 10 and 30 on signature s's two waves, 7 on t's: 30 and 7."""
+    from warmfit.format.trace import signature_counts
+
+    frame = readings_frame(
+        [
+            dict(seq=0, wave=0, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9),
+            dict(seq=1, wave=1, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9),
+            dict(seq=2, wave=2, signature="t", packed_tokens=1, logical_tokens=1, peak_bytes=9),
+        ]
+    ).with_columns(pl.Series("reserved_peak_bytes", [10, 30, 7], pl.Int64))
+    counts = signature_counts(frame)
+    assert counts.select("signature", "waves", "reserved_peak_bytes").rows() == [
+        ("s", 2, 30),
+        ("t", 1, 7),
+    ]
+
+
+def test_the_no_whole_warning_names_five_pairs_and_counts_the_rest() -> None:
+    """Six pairs: the first five named, "and 1 more"; five: all named, no count."""
+    from warmfit.format.trace import no_whole_warning
+
+    pairs = [("r", f"s{i}") for i in range(6)]
+    six = no_whole_warning(pairs)
+    assert "run 'r' signature 's4' and 1 more:" in six and "s5" not in six
+    five = no_whole_warning(pairs[:5])
+    assert "run 'r' signature 's4':" in five and "more" not in five
+    assert no_whole_warning([]) == ""
+
+
+def test_a_reading_given_only_what_it_needs_takes_the_formats_defaults() -> None:
+    """Run "run", rank 0, no step, a flat caller reading, not whole, no output bytes,
+    a zero baseline, no floor, no OOM."""
+    row = readings_frame(
+        [dict(seq=3, wave=2, signature="s", packed_tokens=4, logical_tokens=8, peak_bytes=100)]
+    ).row(0, named=True)
+    assert {k: v for k, v in row.items() if k not in ("seq", "wave", "signature")} == {
+        "run": "run", "rank": 0, "step": None, "kind": "flat", "phase": "caller",
+        "whole": False, "packed_tokens": 4, "logical_tokens": 8, "output_bytes": 0,
+        "baseline_bytes": 0, "peak_bytes": 100, "static_floor_bytes": None, "oom": False,
+    }  # fmt: skip
