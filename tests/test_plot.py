@@ -95,6 +95,20 @@ def test_rates_panel_points() -> None:
     assert [p["floor_kb_per_token"] for p in points] == [None] * 4
 
 
+def test_a_wave_at_or_below_its_output_bytes_has_a_rate_of_zero() -> None:
+    """rate = max(0, actual - o) / n / 1000 with o = 1_000 bytes: an actual peak of 500
+    bytes (below the outputs) or exactly 1_000 gives 0, not a negative rate nor a byte
+    above it; 5_000 bytes over 400 tokens gives 4_000 / 400 / 1000 = 0.01 KB a token."""
+    rows = [
+        {**COMMON, "run": "R", "seq": seq, "wave": seq, "packed_tokens": n, "logical_tokens": n,
+         "peak_bytes": 10_000 + actual, "whole": True}
+        for seq, (n, actual) in enumerate([(100, 500), (200, 1_000), (400, 5_000)])
+    ]  # fmt: skip
+    points = rate_points(replay(readings_frame(rows), ["max-merge"], engine="scalar"))
+    assert points.get_column("actual_bytes").to_list() == [500, 1_000, 5_000]
+    assert points.get_column("rate_kb_per_token").to_list() == [0.0, 0.0, 0.01]
+
+
 def test_rates_panel_curves() -> None:
     curves = price_curves(replay(worked(), ["max-merge", "warm-fit"], engine="vectorized"))
     tokens = curves.filter(pl.col("policy") == "max-merge").get_column("packed_tokens").to_list()
