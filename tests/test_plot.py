@@ -1203,10 +1203,15 @@ def _worked_frames() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
 
 
 def test_a_plot_of_no_run_draws_nothing() -> None:
-    """The panels' frames with no row and no run (a replay of no wave): no wave, no
-    point, nothing drawn or thinned, and panel (b)'s frame with its flags and no row."""
+    """The panels' frames with no row and no run (a replay of no wave): no curve, no
+    wave, no point, nothing drawn or thinned, and panel (b)'s frame with its flags and
+    no row."""
+    from warmfit.report.plot import plot_data
+
     peaks, rates, over = (frame.clear() for frame in _worked_frames())
-    drawn = thin(peaks, rates, over, (), {})
+    data = plot_data((), ("max-merge", "warm-fit"), 1.1, {}, peaks, rates, over)
+    assert data.curves.height == 0 and data.main_profiles == {}
+    drawn = data.drawn
     assert (drawn.waves, drawn.points, drawn.drawn, drawn.under) == (0, 0, 0, 0)
     assert drawn.thinned == ()
     assert (drawn.peaks.height, drawn.rates.height, drawn.over.height) == (0, 0, 0)
