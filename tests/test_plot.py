@@ -95,6 +95,20 @@ def test_rates_panel_points() -> None:
     assert [p["floor_kb_per_token"] for p in points] == [None] * 4
 
 
+def test_a_wave_at_or_below_its_output_bytes_has_a_rate_of_zero() -> None:
+    """rate = max(0, actual - o) / n / 1000 with o = 1_000 bytes: an actual peak of 500
+    bytes (below the outputs) or exactly 1_000 gives 0, not a negative rate nor a byte
+    above it; 5_000 bytes over 400 tokens gives 4_000 / 400 / 1000 = 0.01 KB a token."""
+    rows = [
+        {**COMMON, "run": "R", "seq": seq, "wave": seq, "packed_tokens": n, "logical_tokens": n,
+         "peak_bytes": 10_000 + actual, "whole": True}
+        for seq, (n, actual) in enumerate([(100, 500), (200, 1_000), (400, 5_000)])
+    ]  # fmt: skip
+    points = rate_points(replay(readings_frame(rows), ["max-merge"], engine="scalar"))
+    assert points.get_column("actual_bytes").to_list() == [500, 1_000, 5_000]
+    assert points.get_column("rate_kb_per_token").to_list() == [0.0, 0.0, 0.01]
+
+
 def test_rates_panel_curves() -> None:
     curves = price_curves(replay(worked(), ["max-merge", "warm-fit"], engine="vectorized"))
     tokens = curves.filter(pl.col("policy") == "max-merge").get_column("packed_tokens").to_list()
@@ -1141,3 +1155,84 @@ def test_the_thinning_grids_are_1000_columns_320_by_240_cells_and_400_cells_a_st
     assert scatter_keep(np.arange(640.0), np.zeros(640)).sum() == 321
     assert scatter_keep(np.zeros(480), np.arange(480.0)).sum() == 241
     assert strip_keep(np.zeros(800, np.int64), np.arange(800.0)).sum() == 401
+
+
+def test_rank_readings_keeps_that_ranks_readings_and_refuses_a_rank_not_held() -> None:
+    """``two_ranks()``: runs R (ranks 0 and 1, 5 readings each) and solo (rank 0, 5
+    readings), 15 readings in all. Rank 1's are R's 5 at twice the bytes; rank 2 is
+    refused naming the ranks held (0, 1), and a trace of no reading names none."""
+    from warmfit.errors import UsageError
+    from warmfit.report.plot import rank_readings
+
+    readings = two_ranks()
+    mine = rank_readings(readings, 1)
+    assert mine.height == 5
+    assert mine.get_column("rank").to_list() == [1] * 5
+    assert mine.get_column("run").to_list() == ["R"] * 5
+    assert mine.get_column("peak_bytes").to_list() == [40_000, 80_000, 120_000, 200_000, 260_000]
+    assert rank_readings(readings, 0).height == 10
+    with pytest.raises(UsageError, match=r"no reading of rank 2\. Its ranks: 0, 1\. "):
+        rank_readings(readings, 2)
+    with pytest.raises(UsageError, match=r"no reading of rank 0\. Its ranks: none\. "):
+        rank_readings(readings.clear(), 0)
+
+
+def test_thinning_an_empty_series_keeps_nothing() -> None:
+    """No point: no cell (an int64 array of length 0), no line point, no dot, no strip
+    dot; beside it one point sits in cell 0 and is kept."""
+    from warmfit.report.plot import _one_per_cell, cells, scatter_keep
+
+    empty = np.zeros(0)
+    for got, kind in (
+        (cells(empty, 4), np.int64),
+        (_one_per_cell(np.zeros(0, np.int64)), np.int64),
+        (line_keep(empty, empty), np.bool_),
+        (scatter_keep(empty, empty), np.bool_),
+        (strip_keep(np.zeros(0, np.int64), empty), np.bool_),
+    ):
+        assert isinstance(got, np.ndarray) and got.shape == (0,) and got.dtype == kind
+    assert cells(np.array([7.0]), 4).tolist() == [0]
+    assert _one_per_cell(np.array([0])).tolist() == [0]
+    assert line_keep(np.array([7.0]), np.array([1.0])).tolist() == [True]
+
+
+def _worked_frames() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The panels' frames of the worked run's replay (run R, 4 waves, 2 policies)."""
+    result = replay(worked(), ["max-merge", "warm-fit"], engine="scalar")
+    return peak_series(result), rate_points(result), over_estimates(result)
+
+
+def test_a_plot_of_no_run_draws_nothing() -> None:
+    """The panels' frames with no row and no run (a replay of no wave): no curve, no
+    wave, no point, nothing drawn or thinned, and panel (b)'s frame with its flags and
+    no row."""
+    from warmfit.report.plot import plot_data
+
+    peaks, rates, over = (frame.clear() for frame in _worked_frames())
+    data = plot_data((), ("max-merge", "warm-fit"), 1.1, {}, peaks, rates, over)
+    assert data.curves.height == 0 and data.main_profiles == {}
+    drawn = data.drawn
+    assert (drawn.waves, drawn.points, drawn.drawn, drawn.under) == (0, 0, 0, 0)
+    assert drawn.thinned == ()
+    assert (drawn.peaks.height, drawn.rates.height, drawn.over.height) == (0, 0, 0)
+    assert drawn.rates.columns == [*rates.columns, "draw_point", "draw_floor"]
+    assert drawn.rates.schema["draw_point"] == pl.Boolean
+
+
+def test_streamed_parts_read_a_run_without_files_as_empty_frames(tmp_path: Path) -> None:
+    """A streamed plot's parts (:class:`PlotParts`): the worked run R's frames come back
+    as written (4 waves: 8 rows of panel a, 2 policies; 4 of panel b); a run no batch
+    wrote reads as the same three frames' columns with no row."""
+    from warmfit.report.plot import PlotPart, PlotParts
+
+    frames = _worked_frames()
+    parts = PlotParts(str(tmp_path), None)
+    parts.add(PlotPart.of(frames, str(tmp_path), {}, [0]))
+    back = parts.read("R")
+    assert [frame.height for frame in back] == [8, 4, frames[2].height]
+    for got, want in zip(back, frames, strict=True):
+        assert got.equals(want)
+    absent = parts.read("absent")
+    assert isinstance(absent, tuple) and len(absent) == 3
+    for got, want in zip(absent, frames, strict=True):
+        assert got.height == 0 and got.schema == want.schema
