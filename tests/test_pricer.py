@@ -500,8 +500,22 @@ def test_only_a_rule_that_vouches_for_floats_runs_on_them() -> None:
     class Inherits(WarmFit):  # the rule it inherits vouches for itself
         name = "inherits"
 
+    from warmfit.policies.rule import RATE, Max
+
+    class OwnRule(DeclaredPolicy):  # a policy of one's own that says nothing: numpy prices it
+        name = "own-rule"
+        summary = "twice the packed tokens (a test policy)"
+        rate_max = Max(RATE)
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return np.where(~(n > 10), 1.0, 2.0 * n)
+
     assert Inverted._float_rule is None
     assert Inverted().price(PriceRequest(100, 100)) == 2.0
+    # the default: no vouching, as DeclaredPolicy itself says (plain_floats False)
+    assert DeclaredPolicy.plain_floats is False and OwnRule.plain_floats is False
+    assert OwnRule._float_rule is None and OwnRule().price(PriceRequest(100, 100)) == 200.0
     assert Inherits().price(PriceRequest(1, 1)) is None and Inherits._float_rule is not None
     assert policy_names()[:4] == BUILT_IN
 

@@ -31,6 +31,8 @@ from warmfit.policies.rule import (
     Last,
     Max,
     Min,
+    Points,
+    PointSet,
     Sum,
 )
 from warmfit.replay import replay
@@ -162,12 +164,32 @@ class Raising(DeclaredPolicy):
         raise RuntimeError("boom")
 
 
+class Refusing(DeclaredPolicy):
+    """Broken on purpose: the rule raises a ValueError of its own, not numpy's."""
+
+    name = "refusing"
+    summary = "broken on purpose"
+    rate = Max(RATE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        raise ValueError("no price today")
+
+
 def test_a_rule_that_fails_is_named_not_a_traceback() -> None:
+    """Only an array's truth value asked (Python's max, min or if on arrays) is blamed
+    on arrays, with the numpy functions to use; any other error, a ValueError of the
+    rule's own too, is the rule's to fix."""
     from warmfit.testing.checks import random_trace, read_trace_frame
 
     trace = read_trace_frame(random_trace(1))
     with pytest.raises(PolicyError, match=r"'python-max': its rule failed .*np.maximum"):
         replay(trace, [PythonMax], engine="vectorized")
+    with pytest.raises(PolicyError) as caught:
+        replay(trace, [Refusing], engine="vectorized")
+    assert str(caught.value) == (
+        "policy 'refusing': its rule failed (ValueError: no price today). Fix the rule's code."
+    )
     assert replay(trace, [PythonMax], engine="scalar").engine == "scalar"  # numbers are fine
     with pytest.raises(PolicyError, match=r"'raising' failed in price\(\) on wave \d+"):
         replay(trace, [Raising], engine="scalar")
@@ -352,8 +374,6 @@ def test_declarations_read_back_as_written() -> None:
     """What an error message or a profile shows of a declaration: its aggregates and
     expressions as they were written (a ``where=`` only where given), and a ``Points``
     read on the class is the declaration itself (on an instance, its points)."""
-    from warmfit.policies.rule import Points
-
     assert repr(Max(RATE, where=WHOLE)) == "Max(RATE, where=WHOLE)"
     assert repr(Min(PACKED)) == "Min(PACKED_TOKENS)"
     assert (repr(Count()), repr(Count(WHOLE))) == ("Count()", "Count(WHOLE)")
@@ -361,6 +381,10 @@ def test_declarations_read_back_as_written() -> None:
         repr(Sum(COMPUTE / 1000.0, where=~WHOLE)) == "Sum((COMPUTE_BYTES / 1000.0), where=~WHOLE)"
     )
     assert repr((PACKED + 2) * RATE) == "((PACKED_TOKENS + 2.0) * RATE)"
+    assert repr(Points(RATE, at=PACKED)) == "Points(RATE, at=PACKED_TOKENS)"
+    assert repr(Points(COMPUTE, at=PACKED * 2, where=WHOLE)) == (
+        "Points(COMPUTE_BYTES, at=(PACKED_TOKENS * 2.0), where=WHOLE)"
+    )
 
     class Pointed(DeclaredPolicy):
         name = "pointed-test"
@@ -375,3 +399,70 @@ def test_declarations_read_back_as_written() -> None:
     policy = Pointed()
     policy.observe(reading(4, 400, whole=True))  # a rate of 400 / 4 = 100 at 4 tokens
     assert policy.pts.top(10) == 100.0
+
+
+def test_points_are_read_by_the_rule_only() -> None:
+    """A ``Points`` aggregate is not one number: an expression reading it cannot be
+    computed over the readings, neither as the vectorized engine's arrays nor as the
+    reference engine's source; both refuse naming it."""
+    from warmfit.policies import rule
+
+    class Pointed(DeclaredPolicy):
+        name = "pointed-only-test"
+        summary = "points by packed tokens (a test policy)"
+        pts = Points(RATE, at=PACKED)
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return state.pts.top(n) * n
+
+    n = np.array([1.0, 2.0])
+    for expr in (Pointed.pts, Pointed.pts + 1):
+        with pytest.raises(PolicyError, match=r"'pts' holds points: only the rule can read it"):
+            rule.evaluate(expr, {"packed_tokens": n, "rate": n}, {}, {})
+        with pytest.raises(PolicyError, match=r"'pts' holds points"):
+            expr.source()
+
+
+def test_a_point_set_copied_counted_and_shown() -> None:
+    """What a rule holds of a ``Points`` aggregate on the reference engine: sizes 100,
+    200 and 400 measured (200 twice: 3 sizes, tops 7, 7 and 9). Its copy answers the
+    same and is its own: a point added to the copy (50 tokens, 8 B) leaves the
+    original's 3 sizes and its ``below(60)`` unset (NaN)."""
+    points = PointSet()
+    for x, y in ((200.0, 5.0), (100.0, 7.0), (400.0, 9.0), (200.0, 6.0)):
+        points.add(x, y)
+    assert (len(points), repr(points)) == (3, "PointSet(3 sizes)")
+    assert (points.sizes, points.tops) == ([100.0, 200.0, 400.0], [7.0, 7.0, 9.0])
+    copied = points.copy()
+    assert isinstance(copied, PointSet) and copied == points and copied is not points
+    copied.add(50.0, 8.0)
+    assert (len(copied), repr(copied), copied.below(60.0)) == (4, "PointSet(4 sizes)", 50.0)
+    assert copied.tops == [8.0, 8.0, 8.0, 9.0]  # the envelope rises from 50 tokens
+    assert len(points) == 3 and np.isnan(points.below(60.0)) and points.tops == [7.0, 7.0, 9.0]
+    assert copied != points and len(PointSet()) == 0 and repr(PointSet()) == "PointSet(0 sizes)"
+
+
+def test_a_declaration_of_no_aggregate_is_a_policy(tmp_path: Path) -> None:
+    """A rule of the tokens alone declares nothing to fold (its class was refused with
+    Python's IndentationError from the fold's source, a function of no statement).
+    Every wave is priced, the first too: 1,000 B * 4 tokens = 4,000 B, times 1.1:
+    4,400 B; 8 tokens: 8,800 B; on both engines, and by ``price``."""
+
+    class PerToken(DeclaredPolicy):
+        name = "per-token-test"
+        summary = "1,000 B per packed token (a test policy)"
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return 1000.0 * n
+
+    assert PerToken.aggregates == () and PerToken().price(PriceRequest(3, 3)) == 3000.0
+    profile = PerToken()
+    profile.observe(reading(4, 400, whole=True))
+    assert profile.state == {} and profile.price(PriceRequest(8, 8)) == 8000.0
+    folder = write_waves(tmp_path, [whole_wave(0, 400, 4), whole_wave(1, 900, 8)])
+    for engine in ("scalar", "vectorized"):
+        result = replay(read_trace([folder]), [PerToken], engine=engine)
+        assert result.engine == engine
+        assert policy_column(result.per_wave, "per-token-test", "estimate_bytes") == [4400, 8800]
