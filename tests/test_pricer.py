@@ -489,6 +489,40 @@ def test_the_float_form_of_each_built_in_rule_gives_numpys_double(
             assert got == (None if math.isnan(expected) else expected)
 
 
+#: Doubles where numpy's answers differ in a bit only: zeros of either sign, NaN, infinities.
+_EDGES = st.sampled_from([0.0, -0.0, math.nan, math.inf, -math.inf, 1.0, -1.0, 5e-324])
+
+
+@settings(max_examples=300)
+@given(a=st.floats() | _EDGES, b=st.floats() | _EDGES, condition=st.booleans())
+def test_the_float_forms_numpy_functions_give_numpys_very_double(
+    a: float, b: float, condition: bool
+) -> None:
+    """The plain-float stand-ins of np.maximum, np.minimum, np.where, np.isnan and
+    np.nextafter that a vouching rule runs on: numpy's double to the bit, NaN for NaN.
+    On a tie both give their second argument, as numpy does: maximum(-0.0, 0.0) is
+    +0.0, maximum(0.0, -0.0) is -0.0, minimum alike."""
+    from warmfit.policies.rule import _FloatNumpy
+
+    def bits(x: float) -> object:
+        return "nan" if math.isnan(x) else np.float64(x).tobytes()
+
+    x, y = np.float64(a), np.float64(b)
+    assert bits(_FloatNumpy.maximum(a, b)) == bits(float(np.maximum(x, y)))
+    assert bits(_FloatNumpy.minimum(a, b)) == bits(float(np.minimum(x, y)))
+    assert bits(_FloatNumpy.where(condition, a, b)) == bits(float(np.where(condition, x, y)))
+    assert _FloatNumpy.isnan(a) == bool(np.isnan(x))
+    assert bits(_FloatNumpy.nextafter(a, b)) == bits(float(np.nextafter(x, y)))
+    assert (bits(_FloatNumpy.maximum(-0.0, 0.0)), bits(_FloatNumpy.maximum(0.0, -0.0))) == (
+        bits(0.0),
+        bits(-0.0),
+    )
+    assert (bits(_FloatNumpy.minimum(-0.0, 0.0)), bits(_FloatNumpy.minimum(0.0, -0.0))) == (
+        bits(0.0),
+        bits(-0.0),
+    )
+
+
 def test_only_a_rule_that_vouches_for_floats_runs_on_them() -> None:
     class Inverted(WarmFit):  # a rule of its own that uses ~: numpy prices it
         name = "inverted"

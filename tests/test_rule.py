@@ -3,6 +3,7 @@ by worked numbers and over generated traces."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from tests.command_line import warmfit_cli
 from tests.strategies import traces
 from tests.whole_waves import policy_column, whole_wave, write_waves
 from warmfit.errors import PolicyError
-from warmfit.format.trace import read_trace
+from warmfit.format.trace import read_trace, readings_frame
 from warmfit.policies import MaxMerge, PriceRequest, Reading
 from warmfit.policies.rule import (
     CALLER,
@@ -426,12 +427,17 @@ def test_points_are_read_by_the_rule_only() -> None:
 
 def test_a_point_set_copied_counted_and_shown() -> None:
     """What a rule holds of a ``Points`` aggregate on the reference engine: sizes 100,
-    200 and 400 measured (200 twice: 3 sizes, tops 7, 7 and 9). Its copy answers the
-    same and is its own: a point added to the copy (50 tokens, 8 B) leaves the
-    original's 3 sizes and its ``below(60)`` unset (NaN)."""
+    200 and 400 measured (200 twice: 3 sizes, tops 7, 7 and 9); a point with a NaN
+    coordinate measures nothing and is not kept, one by one or from arrays. Its copy answers the same and is its
+    own: a point added to the copy (50 tokens, 8 B) leaves the original's 3 sizes and
+    its ``below(60)`` unset (NaN)."""
+    measured = ((200.0, 5.0), (100.0, 7.0), (math.nan, 8.0), (400.0, 9.0), (300.0, math.nan),
+                (200.0, 6.0), (math.nan, math.nan))  # fmt: skip
     points = PointSet()
-    for x, y in ((200.0, 5.0), (100.0, 7.0), (400.0, 9.0), (200.0, 6.0)):
+    for x, y in measured:
         points.add(x, y)
+    # the same set from arrays, as the vectorized engine gives a profile's points
+    assert PointSet.of(*np.array(measured).T) == points
     assert (len(points), repr(points)) == (3, "PointSet(3 sizes)")
     assert (points.sizes, points.tops) == ([100.0, 200.0, 400.0], [7.0, 7.0, 9.0])
     copied = points.copy()
@@ -466,3 +472,39 @@ def test_a_declaration_of_no_aggregate_is_a_policy(tmp_path: Path) -> None:
         result = replay(read_trace([folder]), [PerToken], engine=engine)
         assert result.engine == engine
         assert policy_column(result.per_wave, "per-token-test", "estimate_bytes") == [4400, 8800]
+
+
+class SignedZero(DeclaredPolicy):
+    """Points whose values are zeros of either sign: +0.0 for a whole reading, -0.0 for
+    another ((WHOLE - 1) * 0); the rule reads the top's sign (3n for +0.0, n for -0.0)."""
+
+    name = "signed-zero-test"
+    summary = "the sign of a zero top (a test policy)"
+    pts = Points((WHOLE - 1) * 0, at=PACKED)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        top = state.pts.top(n)
+        return np.where(np.isnan(top), np.nan, np.copysign(1.0, top) * n + 2 * n)
+
+
+@pytest.mark.parametrize(
+    ("first_whole", "expected"), [(True, [None, 13, 13]), (False, [None, 4, 4])]
+)
+def test_a_top_of_equal_zeros_keeps_the_first_measured_on_both_engines(
+    first_whole: bool, expected: list[int | None]
+) -> None:
+    """Equal values at one size: the top stays the one measured first, which only a
+    zero's sign tells apart (+0.0 == -0.0). Three waves of 4 tokens; waves 0 and 1 measure
+    one zero each, whole first or not. Wave 0 is unpriced (no point); wave 1 sees wave
+    0's zero, wave 2 both, the first kept: +0.0 gives 3 * 4 = 12 B, 13 B at 1.1; -0.0
+    gives 4 B, 4 B at 1.1 (4.4 truncated). Both engines alike."""
+    kinds = (first_whole, not first_whole, True)
+    rows = [
+        whole_wave(i, 400, 4, whole=whole, phase="caller" if whole else "forward")
+        for i, whole in enumerate(kinds)
+    ]
+    for engine in ("scalar", "vectorized"):
+        result = replay(readings_frame(rows), [SignedZero], engine=engine)
+        assert result.engine == engine
+        assert result.per_wave.get_column("estimate_bytes").to_list() == expected
