@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import warmfit
 from warmfit.errors import PolicyError, UsageError
 from warmfit.format.trace import read_trace, readings_frame, write_trace
-from warmfit.policies import PriceRequest, Reading, WarmFit, get_policy, policy_names
+from warmfit.policies import MaxMerge, PriceRequest, Reading, WarmFit, get_policy, policy_names
 from warmfit.policies.rule import DeclaredPolicy, State
 from warmfit.replay import replay
 from warmfit.trainer.pricer import ROW_COLUMNS, Pricer
@@ -521,6 +521,47 @@ def test_the_float_forms_numpy_functions_give_numpys_very_double(
         bits(0.0),
         bits(-0.0),
     )
+
+
+def test_a_vouching_rule_runs_on_floats_from_its_first_price(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rule that vouches for floats and calls the built-ins' rules (the larger of
+    WarmFit's and MaxMerge's prices, WarmFit.rule calling MaxMerge.rule in turn) is
+    priced on plain floats from the first price on: no numpy function is called, and
+    the price is numpy's double. Rates 200, 200 and 300 B/token measured: max-merge's
+    300 B/token is the larger, 30,000 B at 100 tokens, 120,000 B at 400, 300 B at 1."""
+
+    class Larger(WarmFit):
+        name = "larger-of-two-test"
+        summary = "the larger of warm-fit's and max-merge's prices (a test policy)"
+        plain_floats = True
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return np.maximum(WarmFit.rule(state, n, m), MaxMerge.rule(state, n, m))
+
+    profile = Larger()
+    for reading in (Reading(100, 100, 20_000, 0, True), Reading(400, 400, 80_000, 0, True),
+                    Reading(400, 400, 120_000, 0, True)):  # fmt: skip
+        profile.observe(reading)
+    asks = [(100, 100), (400, 400), (1, 1), (250, 500)]
+    with np.errstate(all="ignore"):
+        expected = [
+            float(Larger.rule(State(profile.state), np.float64(n), np.float64(m))) for n, m in asks
+        ]
+    calls: list[str] = []
+    for name in ("maximum", "minimum", "where", "isnan", "nextafter"):
+        numpys = getattr(np, name)
+
+        def counted(*args: Any, _numpys: Any = numpys, _name: str = name, **kw: Any) -> Any:
+            calls.append(_name)
+            return _numpys(*args, **kw)
+
+        monkeypatch.setattr(np, name, counted)
+    got = [profile.price(PriceRequest(n, m)) for n, m in asks]
+    assert (got, calls) == (expected, [])
+    assert got[:3] == [30_000.0, 120_000.0, 300.0]
 
 
 def test_only_a_rule_that_vouches_for_floats_runs_on_them() -> None:

@@ -21,6 +21,8 @@ from warmfit.policies import MaxMerge, PriceRequest, Reading
 from warmfit.policies.rule import (
     CALLER,
     COMPUTE,
+    DELTA,
+    LOGICAL,
     OUTPUT,
     PACKED,
     RATE,
@@ -35,6 +37,7 @@ from warmfit.policies.rule import (
     Points,
     PointSet,
     Sum,
+    is_declared,
 )
 from warmfit.replay import replay
 
@@ -417,6 +420,16 @@ def test_points_are_read_by_the_rule_only() -> None:
         def rule(state: Any, n: Any, m: Any) -> Any:
             return state.pts.top(n) * n
 
+    with pytest.raises(PolicyError) as caught:
+
+        class Reads(Pointed):
+            name = "reads-points-test"
+            bad = Max(Pointed.pts)
+
+    assert str(caught.value) == (
+        "policy test_points_are_read_by_the_rule_only.<locals>.Reads: aggregate 'bad' reads "
+        "'pts', which holds points: only the rule can read them."
+    )
     n = np.array([1.0, 2.0])
     for expr in (Pointed.pts, Pointed.pts + 1):
         with pytest.raises(PolicyError, match=r"'pts' holds points: only the rule can read it"):
@@ -508,3 +521,58 @@ def test_a_top_of_equal_zeros_keeps_the_first_measured_on_both_engines(
         result = replay(readings_frame(rows), [SignedZero], engine=engine)
         assert result.engine == engine
         assert result.per_wave.get_column("estimate_bytes").to_list() == expected
+
+
+class EveryField(DeclaredPolicy):
+    """The sum of each field a reading gives a declaration."""
+
+    name = "every-field-test"
+    summary = "each field summed (a test policy)"
+    packed, logical, delta = Sum(PACKED), Sum(LOGICAL), Sum(DELTA)
+    output, compute, rate = Sum(OUTPUT), Sum(COMPUTE), Sum(RATE)
+    sharing, whole, caller = Sum(SHARING), Sum(WHOLE), Sum(CALLER)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return state.rate * n
+
+
+def test_each_field_of_a_reading_as_the_fold_reads_it() -> None:
+    """Two readings: 100 tokens (200 logical), 50,000 B, 10,000 B of outputs, whole,
+    caller; 50 tokens, 5,000 B, forward. Compute 40,000 + 5,000 B; rates 400 + 100;
+    sharing 2 + 1; one whole reading, one caller reading (1.0 each, 0.0 for the other)."""
+    profile = EveryField()
+    profile.observe(Reading(100, 200, 50_000, 10_000, whole=True, phase="caller"))
+    profile.observe(Reading(50, 50, 5_000, 0, whole=False, phase="forward"))
+    assert profile.state == {
+        "packed": 150.0, "logical": 250.0, "delta": 55_000.0, "output": 10_000.0,
+        "compute": 45_000.0, "rate": 500.0, "sharing": 3.0, "whole": 1.0, "caller": 1.0,
+    }  # fmt: skip
+
+
+def test_a_declared_base_without_a_rule_is_shared_by_its_subclasses(tmp_path: Path) -> None:
+    """A class that declares aggregates and no rule is no policy yet (not declared);
+    a subclass adds the rule: twice the largest rate. Wave 0 (100 tokens, 30,000 B) is
+    unpriced, then teaches 300 B/token; wave 1 is priced 2 * 300 * 100 = 60,000 B,
+    66,000 B at 1.1, on both engines."""
+
+    class RateBase(DeclaredPolicy):
+        name = "rate-base-test"
+        summary = "the largest rate, for subclasses (a test policy)"
+        rate_max = Max(RATE)
+
+    class Doubled(RateBase):
+        name = "doubled-rate-test"
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return 2 * state.rate_max * n
+
+    assert not is_declared(RateBase) and is_declared(Doubled)
+    folder = write_waves(tmp_path, [whole_wave(0, 30_000), whole_wave(1, 30_000)])
+    for engine in ("scalar", "vectorized"):
+        result = replay(read_trace([folder]), [Doubled], engine=engine)
+        assert result.engine == engine
+        assert policy_column(result.per_wave, "doubled-rate-test", "estimate_bytes") == [
+            None, 66_000,
+        ]  # fmt: skip
