@@ -523,30 +523,32 @@ def test_a_top_of_equal_zeros_keeps_the_first_measured_on_both_engines(
         assert result.per_wave.get_column("estimate_bytes").to_list() == expected
 
 
-class EveryField(DeclaredPolicy):
-    """The sum of each field a reading gives a declaration."""
-
-    name = "every-field-test"
-    summary = "each field summed (a test policy)"
-    packed, logical, delta = Sum(PACKED), Sum(LOGICAL), Sum(DELTA)
-    output, compute, rate = Sum(OUTPUT), Sum(COMPUTE), Sum(RATE)
-    sharing, whole, caller = Sum(SHARING), Sum(WHOLE), Sum(CALLER)
-
-    @staticmethod
-    def rule(state: Any, n: Any, m: Any) -> Any:
-        return state.rate * n
-
-
 def test_each_field_of_a_reading_as_the_fold_reads_it() -> None:
     """Two readings: 100 tokens (200 logical), 50,000 B, 10,000 B of outputs, whole,
     caller; 50 tokens, 5,000 B, forward. Compute 40,000 + 5,000 B; rates 400 + 100;
-    sharing 2 + 1; one whole reading, one caller reading (1.0 each, 0.0 for the other)."""
+    sharing 2 + 1; one whole reading, one caller reading (1.0 each, 0.0 for the other);
+    counted: 2 readings, 1 whole. (Declared here, not at import: the mutant runner then
+    knows this test runs the aggregates' constructors.)"""
+
+    class EveryField(DeclaredPolicy):
+        name = "every-field-test"
+        summary = "each field summed, and counted (a test policy)"
+        packed, logical, delta = Sum(PACKED), Sum(LOGICAL), Sum(DELTA)
+        output, compute, rate = Sum(OUTPUT), Sum(COMPUTE), Sum(RATE)
+        sharing, whole, caller = Sum(SHARING), Sum(WHOLE), Sum(CALLER)
+        readings, wholes = Count(), Count(WHOLE)
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return state.rate * n
+
     profile = EveryField()
     profile.observe(Reading(100, 200, 50_000, 10_000, whole=True, phase="caller"))
     profile.observe(Reading(50, 50, 5_000, 0, whole=False, phase="forward"))
     assert profile.state == {
         "packed": 150.0, "logical": 250.0, "delta": 55_000.0, "output": 10_000.0,
         "compute": 45_000.0, "rate": 500.0, "sharing": 3.0, "whole": 1.0, "caller": 1.0,
+        "readings": 2.0, "wholes": 1.0,
     }  # fmt: skip
 
 
