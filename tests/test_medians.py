@@ -532,6 +532,79 @@ def test_a_run_is_checked_before_it_is_taken(tmp_path: Path) -> None:
         assert m.middles().lower.tolist() == [1, 5]
 
 
+def test_a_spilled_run_is_never_taken_as_a_workers_run(tmp_path: Path) -> None:
+    """add_run takes only a file run_path named: not the file of a run the instance
+    spilled itself, nor its copy of a merged instance's, which would count their keys
+    twice. Group 0 holds 1 and 2 (spilled at once, bound 0), group 1 holds 5 (merged):
+    refused, the middles stay [1, 2] and [5, 5], 3 values."""
+    with (
+        ExactMedians(np.int64, spill_bytes=0, dir=tmp_path) as m,
+        ExactMedians(np.int64, spill_bytes=0, dir=tmp_path) as other,
+    ):
+        m.add([0, 0], [2, 1])
+        other.add([1], [5])
+        m.merge(other)
+        assert m.runs == 2 and sorted(os.listdir(str(m.directory))) == ["run-0.bin", "run-1.bin"]
+        spilled = medians_module.SpilledRun(
+            np.dtype(np.int64),
+            np.array([0]),
+            np.array([0, 2]),
+            os.path.join(str(m.directory), "run-0.bin"),
+        )
+        copied = spilled._replace(
+            codes=np.array([1]),
+            starts=np.array([0, 1]),
+            path=os.path.join(str(m.directory), "run-1.bin"),
+        )
+        for run in (spilled, copied):
+            with pytest.raises(UsageError, match=r"^run must be a run written to a file run_path"):
+                m.add_run(run)
+        middles = m.middles()
+        assert (middles.lower.tolist(), middles.upper.tolist()) == ([1, 5], [2, 5])
+        assert len(m) == 3 and middles.counts.tolist() == [2, 1]
+
+
+def test_the_default_bound_holds_64_mib_of_values_in_memory() -> None:
+    """By default values are held in memory up to 64 MiB (16 B a value: 2**22 values),
+    no file made; the value that reaches the bound sends the two batches held to disk.
+    Group 0 then holds 0 .. 2**22 - 1: its middles are 2**21 - 1 and 2**21."""
+    with ExactMedians(np.int64) as m:
+        m.add(np.zeros(2**22 - 1, dtype=np.int64), np.arange(2**22 - 1))
+        assert (m.runs, m.directory, m.held_bytes) == (0, None, 64 * 2**20 - 16)
+        m.add([0], [2**22 - 1])
+        assert (m.runs, m.held_bytes, len(m)) == (2, 0, 2**22)
+        middles = m.middles()
+        assert (middles.lower.tolist(), middles.upper.tolist()) == ([2**21 - 1], [2**21])
+
+
+@pytest.mark.parametrize(("keys", "bisected"), [(2**16, False), (2**16 + 1, True)])
+def test_a_group_in_several_runs_is_read_whole_up_to_2_16_keys(
+    tmp_path: Path, keys: int, bisected: bool
+) -> None:
+    """The module's bound on the keys of a group read whole, exactly: a group of 2**16
+    keys in two runs is read whole (its 2**16 keys) and partitioned; one of 2**16 + 1 is
+    bisected over the runs' files mapped, no key read whole. Values 0 .. keys - 1, split
+    between the runs: middles (keys - 1) // 2 and keys // 2."""
+    values = np.arange(keys)
+    reads: list[int] = []
+    read = medians_module._read
+
+    def counted(run: Any, start: int, stop: int) -> np.ndarray:
+        reads.append(stop - start)
+        return read(run, start, stop)
+
+    with (
+        ExactMedians(np.int64, spill_bytes=0, dir=tmp_path) as m,
+        mock.patch.object(medians_module, "_read", counted),
+        mock.patch.object(medians_module, "_mapped", wraps=medians_module._mapped) as mapped,
+    ):
+        for half in (values[::2], values[1::2]):
+            m.add(np.zeros(half.size, dtype=np.int64), half)
+        middles = m.middles()
+    assert (middles.lower.tolist(), middles.upper.tolist()) == ([(keys - 1) // 2], [keys // 2])
+    assert (sum(reads), mapped.call_count) == ((0, 2 * 2) if bisected else (keys, 0))
+
+
 @settings(max_examples=examples(60))
 @given(
     cells=st.integers(1, 40),

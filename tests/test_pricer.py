@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import warmfit
 from warmfit.errors import PolicyError, UsageError
 from warmfit.format.trace import read_trace, readings_frame, write_trace
-from warmfit.policies import PriceRequest, Reading, WarmFit, get_policy, policy_names
+from warmfit.policies import MaxMerge, PriceRequest, Reading, WarmFit, get_policy, policy_names
 from warmfit.policies.rule import DeclaredPolicy, State
 from warmfit.replay import replay
 from warmfit.trainer.pricer import ROW_COLUMNS, Pricer
@@ -489,6 +489,81 @@ def test_the_float_form_of_each_built_in_rule_gives_numpys_double(
             assert got == (None if math.isnan(expected) else expected)
 
 
+#: Doubles where numpy's answers differ in a bit only: zeros of either sign, NaN, infinities.
+_EDGES = st.sampled_from([0.0, -0.0, math.nan, math.inf, -math.inf, 1.0, -1.0, 5e-324])
+
+
+@settings(max_examples=300)
+@given(a=st.floats() | _EDGES, b=st.floats() | _EDGES, condition=st.booleans())
+def test_the_float_forms_numpy_functions_give_numpys_very_double(
+    a: float, b: float, condition: bool
+) -> None:
+    """The plain-float stand-ins of np.maximum, np.minimum, np.where, np.isnan and
+    np.nextafter that a vouching rule runs on: numpy's double to the bit, NaN for NaN.
+    On a tie both give their second argument, as numpy does: maximum(-0.0, 0.0) is
+    +0.0, maximum(0.0, -0.0) is -0.0, minimum alike."""
+    from warmfit.policies.rule import _FloatNumpy
+
+    def bits(x: float) -> object:
+        return "nan" if math.isnan(x) else np.float64(x).tobytes()
+
+    x, y = np.float64(a), np.float64(b)
+    assert bits(_FloatNumpy.maximum(a, b)) == bits(float(np.maximum(x, y)))
+    assert bits(_FloatNumpy.minimum(a, b)) == bits(float(np.minimum(x, y)))
+    assert bits(_FloatNumpy.where(condition, a, b)) == bits(float(np.where(condition, x, y)))
+    assert _FloatNumpy.isnan(a) == bool(np.isnan(x))
+    assert bits(_FloatNumpy.nextafter(a, b)) == bits(float(np.nextafter(x, y)))
+    assert (bits(_FloatNumpy.maximum(-0.0, 0.0)), bits(_FloatNumpy.maximum(0.0, -0.0))) == (
+        bits(0.0),
+        bits(-0.0),
+    )
+    assert (bits(_FloatNumpy.minimum(-0.0, 0.0)), bits(_FloatNumpy.minimum(0.0, -0.0))) == (
+        bits(0.0),
+        bits(-0.0),
+    )
+
+
+def test_a_vouching_rule_runs_on_floats_from_its_first_price(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rule that vouches for floats and calls the built-ins' rules (the larger of
+    WarmFit's and MaxMerge's prices, WarmFit.rule calling MaxMerge.rule in turn) is
+    priced on plain floats from the first price on: no numpy function is called, and
+    the price is numpy's double. Rates 200, 200 and 300 B/token measured: max-merge's
+    300 B/token is the larger, 30,000 B at 100 tokens, 120,000 B at 400, 300 B at 1."""
+
+    class Larger(WarmFit):
+        name = "larger-of-two-test"
+        summary = "the larger of warm-fit's and max-merge's prices (a test policy)"
+        plain_floats = True
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return np.maximum(WarmFit.rule(state, n, m), MaxMerge.rule(state, n, m))
+
+    profile = Larger()
+    for reading in (Reading(100, 100, 20_000, 0, True), Reading(400, 400, 80_000, 0, True),
+                    Reading(400, 400, 120_000, 0, True)):  # fmt: skip
+        profile.observe(reading)
+    asks = [(100, 100), (400, 400), (1, 1), (250, 500)]
+    with np.errstate(all="ignore"):
+        expected = [
+            float(Larger.rule(State(profile.state), np.float64(n), np.float64(m))) for n, m in asks
+        ]
+    calls: list[str] = []
+    for name in ("maximum", "minimum", "where", "isnan", "nextafter"):
+        numpys = getattr(np, name)
+
+        def counted(*args: Any, _numpys: Any = numpys, _name: str = name, **kw: Any) -> Any:
+            calls.append(_name)
+            return _numpys(*args, **kw)
+
+        monkeypatch.setattr(np, name, counted)
+    got = [profile.price(PriceRequest(n, m)) for n, m in asks]
+    assert (got, calls) == (expected, [])
+    assert got[:3] == [30_000.0, 120_000.0, 300.0]
+
+
 def test_only_a_rule_that_vouches_for_floats_runs_on_them() -> None:
     class Inverted(WarmFit):  # a rule of its own that uses ~: numpy prices it
         name = "inverted"
@@ -500,8 +575,22 @@ def test_only_a_rule_that_vouches_for_floats_runs_on_them() -> None:
     class Inherits(WarmFit):  # the rule it inherits vouches for itself
         name = "inherits"
 
+    from warmfit.policies.rule import RATE, Max
+
+    class OwnRule(DeclaredPolicy):  # a policy of one's own that says nothing: numpy prices it
+        name = "own-rule"
+        summary = "twice the packed tokens (a test policy)"
+        rate_max = Max(RATE)
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return np.where(~(n > 10), 1.0, 2.0 * n)
+
     assert Inverted._float_rule is None
     assert Inverted().price(PriceRequest(100, 100)) == 2.0
+    # the default: no vouching, as DeclaredPolicy itself says (plain_floats False)
+    assert DeclaredPolicy.plain_floats is False and OwnRule.plain_floats is False
+    assert OwnRule._float_rule is None and OwnRule().price(PriceRequest(100, 100)) == 200.0
     assert Inherits().price(PriceRequest(1, 1)) is None and Inherits._float_rule is not None
     assert policy_names()[:4] == BUILT_IN
 

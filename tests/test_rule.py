@@ -3,6 +3,7 @@ by worked numbers and over generated traces."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,13 @@ from tests.command_line import warmfit_cli
 from tests.strategies import traces
 from tests.whole_waves import policy_column, whole_wave, write_waves
 from warmfit.errors import PolicyError
-from warmfit.format.trace import read_trace
+from warmfit.format.trace import read_trace, readings_frame
 from warmfit.policies import MaxMerge, PriceRequest, Reading
 from warmfit.policies.rule import (
     CALLER,
     COMPUTE,
+    DELTA,
+    LOGICAL,
     OUTPUT,
     PACKED,
     RATE,
@@ -31,7 +34,10 @@ from warmfit.policies.rule import (
     Last,
     Max,
     Min,
+    Points,
+    PointSet,
     Sum,
+    is_declared,
 )
 from warmfit.replay import replay
 
@@ -162,12 +168,32 @@ class Raising(DeclaredPolicy):
         raise RuntimeError("boom")
 
 
+class Refusing(DeclaredPolicy):
+    """Broken on purpose: the rule raises a ValueError of its own, not numpy's."""
+
+    name = "refusing"
+    summary = "broken on purpose"
+    rate = Max(RATE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        raise ValueError("no price today")
+
+
 def test_a_rule_that_fails_is_named_not_a_traceback() -> None:
+    """Only an array's truth value asked (Python's max, min or if on arrays) is blamed
+    on arrays, with the numpy functions to use; any other error, a ValueError of the
+    rule's own too, is the rule's to fix."""
     from warmfit.testing.checks import random_trace, read_trace_frame
 
     trace = read_trace_frame(random_trace(1))
     with pytest.raises(PolicyError, match=r"'python-max': its rule failed .*np.maximum"):
         replay(trace, [PythonMax], engine="vectorized")
+    with pytest.raises(PolicyError) as caught:
+        replay(trace, [Refusing], engine="vectorized")
+    assert str(caught.value) == (
+        "policy 'refusing': its rule failed (ValueError: no price today). Fix the rule's code."
+    )
     assert replay(trace, [PythonMax], engine="scalar").engine == "scalar"  # numbers are fine
     with pytest.raises(PolicyError, match=r"'raising' failed in price\(\) on wave \d+"):
         replay(trace, [Raising], engine="scalar")
@@ -352,8 +378,6 @@ def test_declarations_read_back_as_written() -> None:
     """What an error message or a profile shows of a declaration: its aggregates and
     expressions as they were written (a ``where=`` only where given), and a ``Points``
     read on the class is the declaration itself (on an instance, its points)."""
-    from warmfit.policies.rule import Points
-
     assert repr(Max(RATE, where=WHOLE)) == "Max(RATE, where=WHOLE)"
     assert repr(Min(PACKED)) == "Min(PACKED_TOKENS)"
     assert (repr(Count()), repr(Count(WHOLE))) == ("Count()", "Count(WHOLE)")
@@ -361,6 +385,10 @@ def test_declarations_read_back_as_written() -> None:
         repr(Sum(COMPUTE / 1000.0, where=~WHOLE)) == "Sum((COMPUTE_BYTES / 1000.0), where=~WHOLE)"
     )
     assert repr((PACKED + 2) * RATE) == "((PACKED_TOKENS + 2.0) * RATE)"
+    assert repr(Points(RATE, at=PACKED)) == "Points(RATE, at=PACKED_TOKENS)"
+    assert repr(Points(COMPUTE, at=PACKED * 2, where=WHOLE)) == (
+        "Points(COMPUTE_BYTES, at=(PACKED_TOKENS * 2.0), where=WHOLE)"
+    )
 
     class Pointed(DeclaredPolicy):
         name = "pointed-test"
@@ -375,3 +403,178 @@ def test_declarations_read_back_as_written() -> None:
     policy = Pointed()
     policy.observe(reading(4, 400, whole=True))  # a rate of 400 / 4 = 100 at 4 tokens
     assert policy.pts.top(10) == 100.0
+
+
+def test_points_are_read_by_the_rule_only() -> None:
+    """A ``Points`` aggregate is not one number: an expression reading it cannot be
+    computed over the readings, neither as the vectorized engine's arrays nor as the
+    reference engine's source; both refuse naming it."""
+    from warmfit.policies import rule
+
+    class Pointed(DeclaredPolicy):
+        name = "pointed-only-test"
+        summary = "points by packed tokens (a test policy)"
+        pts = Points(RATE, at=PACKED)
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return state.pts.top(n) * n
+
+    with pytest.raises(PolicyError) as caught:
+
+        class Reads(Pointed):
+            name = "reads-points-test"
+            bad = Max(Pointed.pts)
+
+    assert str(caught.value) == (
+        "policy test_points_are_read_by_the_rule_only.<locals>.Reads: aggregate 'bad' reads "
+        "'pts', which holds points: only the rule can read them."
+    )
+    n = np.array([1.0, 2.0])
+    for expr in (Pointed.pts, Pointed.pts + 1):
+        with pytest.raises(PolicyError, match=r"'pts' holds points: only the rule can read it"):
+            rule.evaluate(expr, {"packed_tokens": n, "rate": n}, {}, {})
+        with pytest.raises(PolicyError, match=r"'pts' holds points"):
+            expr.source()
+
+
+def test_a_point_set_copied_counted_and_shown() -> None:
+    """What a rule holds of a ``Points`` aggregate on the reference engine: sizes 100,
+    200 and 400 measured (200 twice: 3 sizes, tops 7, 7 and 9); a point with a NaN
+    coordinate measures nothing and is not kept, one by one or from arrays. Its copy answers the same and is its
+    own: a point added to the copy (50 tokens, 8 B) leaves the original's 3 sizes and
+    its ``below(60)`` unset (NaN)."""
+    measured = ((200.0, 5.0), (100.0, 7.0), (math.nan, 8.0), (400.0, 9.0), (300.0, math.nan),
+                (200.0, 6.0), (math.nan, math.nan))  # fmt: skip
+    points = PointSet()
+    for x, y in measured:
+        points.add(x, y)
+    # the same set from arrays, as the vectorized engine gives a profile's points
+    assert PointSet.of(*np.array(measured).T) == points
+    assert (len(points), repr(points)) == (3, "PointSet(3 sizes)")
+    assert (points.sizes, points.tops) == ([100.0, 200.0, 400.0], [7.0, 7.0, 9.0])
+    copied = points.copy()
+    assert isinstance(copied, PointSet) and copied == points and copied is not points
+    copied.add(50.0, 8.0)
+    assert (len(copied), repr(copied), copied.below(60.0)) == (4, "PointSet(4 sizes)", 50.0)
+    assert copied.tops == [8.0, 8.0, 8.0, 9.0]  # the envelope rises from 50 tokens
+    assert len(points) == 3 and np.isnan(points.below(60.0)) and points.tops == [7.0, 7.0, 9.0]
+    assert copied != points and len(PointSet()) == 0 and repr(PointSet()) == "PointSet(0 sizes)"
+
+
+def test_a_declaration_of_no_aggregate_is_a_policy(tmp_path: Path) -> None:
+    """A rule of the tokens alone declares nothing to fold (its class was refused with
+    Python's IndentationError from the fold's source, a function of no statement).
+    Every wave is priced, the first too: 1,000 B * 4 tokens = 4,000 B, times 1.1:
+    4,400 B; 8 tokens: 8,800 B; on both engines, and by ``price``."""
+
+    class PerToken(DeclaredPolicy):
+        name = "per-token-test"
+        summary = "1,000 B per packed token (a test policy)"
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return 1000.0 * n
+
+    assert PerToken.aggregates == () and PerToken().price(PriceRequest(3, 3)) == 3000.0
+    profile = PerToken()
+    profile.observe(reading(4, 400, whole=True))
+    assert profile.state == {} and profile.price(PriceRequest(8, 8)) == 8000.0
+    folder = write_waves(tmp_path, [whole_wave(0, 400, 4), whole_wave(1, 900, 8)])
+    for engine in ("scalar", "vectorized"):
+        result = replay(read_trace([folder]), [PerToken], engine=engine)
+        assert result.engine == engine
+        assert policy_column(result.per_wave, "per-token-test", "estimate_bytes") == [4400, 8800]
+
+
+class SignedZero(DeclaredPolicy):
+    """Points whose values are zeros of either sign: +0.0 for a whole reading, -0.0 for
+    another ((WHOLE - 1) * 0); the rule reads the top's sign (3n for +0.0, n for -0.0)."""
+
+    name = "signed-zero-test"
+    summary = "the sign of a zero top (a test policy)"
+    pts = Points((WHOLE - 1) * 0, at=PACKED)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        top = state.pts.top(n)
+        return np.where(np.isnan(top), np.nan, np.copysign(1.0, top) * n + 2 * n)
+
+
+@pytest.mark.parametrize(
+    ("first_whole", "expected"), [(True, [None, 13, 13]), (False, [None, 4, 4])]
+)
+def test_a_top_of_equal_zeros_keeps_the_first_measured_on_both_engines(
+    first_whole: bool, expected: list[int | None]
+) -> None:
+    """Equal values at one size: the top stays the one measured first, which only a
+    zero's sign tells apart (+0.0 == -0.0). Three waves of 4 tokens; waves 0 and 1 measure
+    one zero each, whole first or not. Wave 0 is unpriced (no point); wave 1 sees wave
+    0's zero, wave 2 both, the first kept: +0.0 gives 3 * 4 = 12 B, 13 B at 1.1; -0.0
+    gives 4 B, 4 B at 1.1 (4.4 truncated). Both engines alike."""
+    kinds = (first_whole, not first_whole, True)
+    rows = [
+        whole_wave(i, 400, 4, whole=whole, phase="caller" if whole else "forward")
+        for i, whole in enumerate(kinds)
+    ]
+    for engine in ("scalar", "vectorized"):
+        result = replay(readings_frame(rows), [SignedZero], engine=engine)
+        assert result.engine == engine
+        assert result.per_wave.get_column("estimate_bytes").to_list() == expected
+
+
+def test_each_field_of_a_reading_as_the_fold_reads_it() -> None:
+    """Two readings: 100 tokens (200 logical), 50,000 B, 10,000 B of outputs, whole,
+    caller; 50 tokens, 5,000 B, forward. Compute 40,000 + 5,000 B; rates 400 + 100;
+    sharing 2 + 1; one whole reading, one caller reading (1.0 each, 0.0 for the other);
+    counted: 2 readings, 1 whole. (Declared here, not at import: the mutant runner then
+    knows this test runs the aggregates' constructors.)"""
+
+    class EveryField(DeclaredPolicy):
+        name = "every-field-test"
+        summary = "each field summed, and counted (a test policy)"
+        packed, logical, delta = Sum(PACKED), Sum(LOGICAL), Sum(DELTA)
+        output, compute, rate = Sum(OUTPUT), Sum(COMPUTE), Sum(RATE)
+        sharing, whole, caller = Sum(SHARING), Sum(WHOLE), Sum(CALLER)
+        readings, wholes = Count(), Count(WHOLE)
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return state.rate * n
+
+    profile = EveryField()
+    profile.observe(Reading(100, 200, 50_000, 10_000, whole=True, phase="caller"))
+    profile.observe(Reading(50, 50, 5_000, 0, whole=False, phase="forward"))
+    assert profile.state == {
+        "packed": 150.0, "logical": 250.0, "delta": 55_000.0, "output": 10_000.0,
+        "compute": 45_000.0, "rate": 500.0, "sharing": 3.0, "whole": 1.0, "caller": 1.0,
+        "readings": 2.0, "wholes": 1.0,
+    }  # fmt: skip
+
+
+def test_a_declared_base_without_a_rule_is_shared_by_its_subclasses(tmp_path: Path) -> None:
+    """A class that declares aggregates and no rule is no policy yet (not declared);
+    a subclass adds the rule: twice the largest rate. Wave 0 (100 tokens, 30,000 B) is
+    unpriced, then teaches 300 B/token; wave 1 is priced 2 * 300 * 100 = 60,000 B,
+    66,000 B at 1.1, on both engines."""
+
+    class RateBase(DeclaredPolicy):
+        name = "rate-base-test"
+        summary = "the largest rate, for subclasses (a test policy)"
+        rate_max = Max(RATE)
+
+    class Doubled(RateBase):
+        name = "doubled-rate-test"
+
+        @staticmethod
+        def rule(state: Any, n: Any, m: Any) -> Any:
+            return 2 * state.rate_max * n
+
+    assert not is_declared(RateBase) and is_declared(Doubled)
+    folder = write_waves(tmp_path, [whole_wave(0, 30_000), whole_wave(1, 30_000)])
+    for engine in ("scalar", "vectorized"):
+        result = replay(read_trace([folder]), [Doubled], engine=engine)
+        assert result.engine == engine
+        assert policy_column(result.per_wave, "doubled-rate-test", "estimate_bytes") == [
+            None, 66_000,
+        ]  # fmt: skip

@@ -302,6 +302,24 @@ def _estimates(frame: pl.DataFrame, policy: type[Policy]) -> list[int | None]:
     return vectorized.get_column("estimate_bytes").to_list()
 
 
+def test_price_waves_prices_by_the_policies_given_only() -> None:
+    """price_waves' arrays, wave-major, for the policies given: the trainer's recorded
+    price (50,000 B on wave 1) is a policy only where asked. Wave 0 (the seed, 300
+    B/token) is unpriced by both; wave 1 is priced 300 * 100 = 30,000 B unscaled,
+    33,000 B at 1.1, by its profile (set_by 1); recorded: its 50,000 B, set by it (3)."""
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 30_000},
+        {"wave": 1, "whole": True, "peak_bytes": 20_000, "estimate_bytes": 50_000},
+    )
+    plain = vectorized.price_waves(frame, PR_POLICIES, 1.1)
+    assert plain is not None and plain.actual.tolist() == [30_000, 20_000]
+    assert plain.estimate.tolist() == [-1, -1, 33_000, 33_000]
+    assert (plain.set_by.tolist(), plain.unscaled.tolist()) == ([0, 0, 1, 1], [-1, -1, 30_000, 30_000])
+    asked = vectorized.price_waves(frame, PR_POLICIES, 1.1, recorded=True)
+    assert asked is not None and asked.estimate.tolist() == [-1, -1, -1, 33_000, 33_000, 50_000]
+    assert asked.set_by.tolist() == [0, 0, 0, 1, 1, 3]
+
+
 def test_the_seed_only_touches_max_merge() -> None:
     frame = _frame(
         {"wave": 0, "whole": True, "peak_bytes": 30_000},  # seed: 300 B/token

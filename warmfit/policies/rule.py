@@ -300,7 +300,7 @@ def _fold_source(aggregates: tuple[Aggregate, ...]) -> str:
         else:
             lines.append(f"    if ({agg.where.source()}) != 0:")
             lines += [f"        {line}" for line in body]
-    lines += [f"    st[{agg.name!r}] = a_{agg.name}" for agg in aggregates]
+    lines += [f"    st[{agg.name!r}] = a_{agg.name}" for agg in aggregates] or ["    pass"]
     return "\n".join(lines) + "\n"
 
 
