@@ -12,12 +12,15 @@ vanished while it waited for the lock, a trace that holds only a prefix of a log
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import gc
 import os
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -48,6 +51,8 @@ from warmfit.recorder.log import (
 )
 
 CONTINUATION = b"\xff\xff\xff\xff"
+#: an Arrow stream's end: a continuation, then a metadata length of 0
+END_OF_STREAM = CONTINUATION + b"\x00\x00\x00\x00"
 GONE = "gone: another process compacted it"
 
 
@@ -281,6 +286,125 @@ def test_append_writes_the_readings_it_can_and_returns_the_others(tmp_path: Path
     assert contents.table.column("peak_bytes").to_pylist() == [200, 200]
 
 
+def test_a_writer_counts_the_readings_of_every_batch(tmp_path: Path) -> None:
+    """``readings`` (named in the recorder's "N readings flushed before are in that log")
+    is the number written: 4, then 3 more is 7."""
+    log = writer(tmp_path, fsync=False)
+    try:
+        log.append(rows(0, 4))
+        assert log.readings == 4
+        log.append(rows(4, 3))
+        assert log.readings == 7
+    finally:
+        log.release()
+    assert read_log(log.path).table.column("seq").to_pylist() == list(range(7))
+
+
+def test_a_reading_of_the_wrong_length_is_refused_not_cut_or_padded(tmp_path: Path) -> None:
+    """A reading with one value too many or one too few for the log's 14 columns is
+    returned with why, not written with its extra value dropped (nor the batch refused):
+    of seq 0, 1 (one too many), 2 (one too few), 3 the log holds 0 and 3; of 0 and 1
+    (one too many) again, 0."""
+    log = writer(tmp_path, fsync=False)
+    try:
+        good = rows(0, 4)
+        longer = (*good[1], 7)
+        shorter = good[2][:-1]
+        refused = log.append([good[0], longer, shorter, good[3]])
+        assert [row for row, _ in refused] == [longer, shorter]
+        assert all(why.startswith("ValueError") for _, why in refused)
+        assert log.readings == 2
+        # alone with good ones, a longer reading is refused too (not cut to 14 values)
+        assert [row for row, _ in log.append([good[0], longer])] == [longer]
+        assert log.readings == 3
+    finally:
+        log.release()
+    assert read_log(log.path).table.column("seq").to_pylist() == [0, 3, 0]
+
+
+def test_a_closed_writer_refuses_to_append_and_says_it_is_closed(tmp_path: Path) -> None:
+    log = writer(tmp_path, fsync=False)
+    log.append(rows(0, 2))
+    log.release()
+    size = log.path.stat().st_size
+    with pytest.raises(OSError, match=r"is closed$") as closed:
+        log.append(rows(2, 2))
+    assert str(closed.value) == f"the log {log.path} is closed"
+    assert log.path.stat().st_size == size and log.readings == 2
+
+
+def test_a_new_log_gets_the_mode_of_a_new_file_under_the_umask(tmp_path: Path) -> None:
+    """Read and write for everyone the umask allows (0o666 & ~umask), like any file a
+    program creates; never an execute bit (0o644 under the usual 022)."""
+    mask = os.umask(0o022)
+    try:
+        log = writer(tmp_path, fsync=False)
+        log.release()
+        assert log.path.stat().st_mode & 0o777 == 0o644
+        os.umask(0)
+        other = writer(tmp_path, rank=1, fsync=False)
+        other.release()
+        assert other.path.stat().st_mode & 0o777 == 0o666
+    finally:
+        os.umask(mask)
+
+
+def test_a_writer_that_could_not_start_closes_no_descriptor_of_this_process(
+    tmp_path: Path,
+) -> None:
+    """A writer refused before it opened its log (the name is taken) holds descriptor -1,
+    so when it is collected its release closes nothing: stdout and stderr stay open."""
+    log = a_log(tmp_path)
+    out, err = os.dup(1), os.dup(2)  # to put them back if a bug closes them
+    try:
+        for _ in range(2):
+            with pytest.raises(UsageError):
+                LogWriter(log, "r", 0, {})
+        gc.collect()
+        os.fstat(1)
+        os.fstat(2)
+    except OSError:
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        raise
+    finally:
+        os.close(out)
+        os.close(err)
+
+
+def test_a_log_with_no_reading_is_discarded_with_its_empty_folders(tmp_path: Path) -> None:
+    """A recording that measured nothing leaves nothing: ``discard`` removes the log and
+    the rank's and run's folders, now empty; a log a forked child inherited is left to
+    its parent (the test above)."""
+    log = writer(tmp_path, fsync=False)
+    log.discard()
+    assert log.fd == -1 and list(tmp_path.iterdir()) == []
+
+
+def test_a_busy_message_says_when_the_writer_is_this_process(tmp_path: Path) -> None:
+    """"pid N (this process)" for a log this process writes: the user is told the
+    recording holding it is their own (a second Recorder in one trainer)."""
+    live = writer(tmp_path, fsync=False)
+    try:
+        assert (
+            f"{live.path} is still being written by pid {os.getpid()} (this process): "
+            in busy_message(live.path)
+        )
+    finally:
+        live.release()
+    stranger = tmp_path / "stranger.arrows"
+    stranger.write_bytes(b"x")
+    assert "by pid ?: " in busy_message(stranger) and "(this process)" not in busy_message(
+        stranger
+    )
+
+
+def test_an_output_folder_not_yet_made_holds_no_recording(tmp_path: Path) -> None:
+    assert log_module.existing_recording(tmp_path / "not-yet") == []
+    a_log(tmp_path)
+    assert log_module.existing_recording(tmp_path) == [tmp_path / "run=r" / "rank=0" / LOG_NAME]
+
+
 def test_a_second_writer_of_a_killed_recordings_log_is_told_to_recover(tmp_path: Path) -> None:
     """A log nobody holds (its recording was killed) is not overwritten: a new writer is
     refused with what to run, and leaves no temporary file."""
@@ -347,6 +471,98 @@ def test_a_forked_child_lets_go_of_a_log_on_descriptor_0(tmp_path: Path) -> None
         if saved is not None:
             os.dup2(saved, 0)
             os.close(saved)
+
+
+@contextlib.contextmanager
+def stdin_closed() -> Iterator[None]:
+    """Descriptor 0 free for the next file opened (a trainer started without stdin)."""
+    try:
+        saved: int | None = os.dup(0)
+    except OSError:  # no stdin at all
+        saved = None
+    else:
+        os.close(0)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.dup2(saved, 0)
+            os.close(saved)
+
+
+def test_a_log_on_descriptor_0_is_written_finished_and_discarded_like_any(
+    tmp_path: Path,
+) -> None:
+    """Descriptor 0 is an open log like any other, not a closed one: its batches and its
+    end-of-stream marker are written (the log reads back whole), and an empty one on 0 is
+    discarded with its folders."""
+    with stdin_closed():
+        log = writer(tmp_path, fsync=False)
+        try:
+            assert log.fd == 0
+            log.append(rows(0, 3))
+            log.finish()
+        finally:
+            log.release()
+    assert log.path.read_bytes().endswith(END_OF_STREAM)
+    assert read_log(log.path).table.column("seq").to_pylist() == [0, 1, 2]
+    with stdin_closed():
+        empty = writer(tmp_path, rank=1, fsync=False)
+        assert empty.fd == 0
+        empty.discard()
+    assert empty.fd == -1 and not (tmp_path / "run=r" / "rank=1").exists()
+
+
+def test_finish_ends_the_stream_once_and_a_released_log_is_left_as_it_is(
+    tmp_path: Path,
+) -> None:
+    """``finish`` writes the Arrow stream's end marker (continuation, then a zero length:
+    8 bytes) after the last batch; once released, finishing again writes nothing and
+    raises nothing."""
+    log = writer(tmp_path, fsync=False)
+    log.append(rows(0, 2))
+    size = log.path.stat().st_size
+    log.finish()
+    assert log.path.stat().st_size == size + 8
+    assert log.path.read_bytes()[size:] == END_OF_STREAM
+    log.release()
+    log.finish()
+    assert log.path.stat().st_size == size + 8
+
+
+def test_a_batch_whose_failed_write_could_not_be_cut_back_is_cut_before_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails part-way (a full disk) leaves its bytes after the last whole
+    batch; when cutting them off fails too, the next append cuts them first, so the log
+    holds only whole batches: here 2 readings, a lost batch of 50, then 1 reading."""
+    log = writer(tmp_path, fsync=False)
+    log.append(rows(0, 2))
+    whole = log.path.stat().st_size
+    real_pwrite, real_ftruncate = os.pwrite, os.ftruncate
+
+    def pwrite_half_then_fail(fd: int, data, offset: int) -> int:
+        real_pwrite(fd, bytes(data[: len(data) // 2]), offset)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def ftruncate_fails(fd: int, length: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "pwrite", pwrite_half_then_fail)
+    monkeypatch.setattr(os, "ftruncate", ftruncate_fails)
+    with pytest.raises(OSError, match="No space left"):
+        log.append(rows(2, 50))
+    assert log.path.stat().st_size > whole  # the half batch is still there
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    monkeypatch.setattr(os, "ftruncate", real_ftruncate)
+    try:
+        log.append(rows(52, 1))
+        assert log.readings == 3
+    finally:
+        log.release()
+    contents = read_log(log.path)
+    assert contents.table.column("seq").to_pylist() == [0, 1, 52]
+    assert (contents.problem, contents.dropped_bytes) == (None, 0)
 
 
 def test_a_real_fork_points_the_childs_copy_at_dev_null(tmp_path: Path) -> None:
