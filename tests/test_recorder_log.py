@@ -382,7 +382,7 @@ def test_a_log_with_no_reading_is_discarded_with_its_empty_folders(tmp_path: Pat
 
 
 def test_a_busy_message_says_when_the_writer_is_this_process(tmp_path: Path) -> None:
-    """"pid N (this process)" for a log this process writes: the user is told the
+    """The pid followed by "(this process)" for a log this process writes: the user is told the
     recording holding it is their own (a second Recorder in one trainer)."""
     live = writer(tmp_path, fsync=False)
     try:
@@ -394,9 +394,8 @@ def test_a_busy_message_says_when_the_writer_is_this_process(tmp_path: Path) -> 
         live.release()
     stranger = tmp_path / "stranger.arrows"
     stranger.write_bytes(b"x")
-    assert "by pid ?: " in busy_message(stranger) and "(this process)" not in busy_message(
-        stranger
-    )
+    message = busy_message(stranger)
+    assert "by pid ?: " in message and "(this process)" not in message
 
 
 def test_an_output_folder_not_yet_made_holds_no_recording(tmp_path: Path) -> None:
