@@ -314,7 +314,10 @@ def test_price_waves_prices_by_the_policies_given_only() -> None:
     plain = vectorized.price_waves(frame, PR_POLICIES, 1.1)
     assert plain is not None and plain.actual.tolist() == [30_000, 20_000]
     assert plain.estimate.tolist() == [-1, -1, 33_000, 33_000]
-    assert (plain.set_by.tolist(), plain.unscaled.tolist()) == ([0, 0, 1, 1], [-1, -1, 30_000, 30_000])
+    assert (plain.set_by.tolist(), plain.unscaled.tolist()) == (
+        [0, 0, 1, 1],
+        [-1, -1, 30_000, 30_000],
+    )
     asked = vectorized.price_waves(frame, PR_POLICIES, 1.1, recorded=True)
     assert asked is not None and asked.estimate.tolist() == [-1, -1, -1, 33_000, 33_000, 50_000]
     assert asked.set_by.tolist() == [0, 0, 0, 1, 1, 3]
