@@ -205,6 +205,62 @@ def test_only_a_marked_stream_with_the_logs_columns_is_a_log() -> None:
     assert good.ours and good.complete and good.readings == 1
 
 
+def test_what_a_file_that_is_no_log_is_refused_for(tmp_path: Path) -> None:
+    """An empty file, a log cut inside its schema (its first 20 bytes: a continuation and
+    a metadata length that runs past the end) and bytes that are no Arrow stream are each
+    refused with their own reason, holding nothing: 0 batches, 0 readings, 0 bytes kept,
+    every byte dropped."""
+    whole = a_log(tmp_path).read_bytes()
+    cases = {
+        b"": "the file is empty, so it cannot be shown to be a warmfit log",
+        whole[:20]: "the file ends inside its schema, so it cannot be shown to be a warmfit log",
+        b"PAR1 and more bytes that are no stream": "the file has a schema that cannot be read (",
+    }
+    for data, why in cases.items():
+        contents = read_log(Path(LOG_NAME), data)
+        assert contents.problem is not None and contents.problem.startswith(why), data[:8]
+        assert (contents.table, contents.batches, contents.readings) == (None, 0, 0)
+        assert (contents.kept_bytes, contents.dropped_bytes) == (0, len(data))
+        assert not contents.ours and not contents.torn and not contents.complete
+
+
+def test_a_log_held_by_another_process_is_named_by_its_pid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second writer of a live log is told who holds it: "another Recorder in this
+    process" when the pid is this one's, else that pid."""
+    live = writer(tmp_path, fsync=False)
+    try:
+        with pytest.raises(UsageError, match="by another Recorder in this process: one "):
+            writer(tmp_path)
+        monkeypatch.setattr(log_module, "writer_pid", lambda path: "4242")
+        with pytest.raises(UsageError) as other:
+            writer(tmp_path)
+        assert str(other.value).startswith(
+            f"{live.path} is already being written by pid 4242: one recorder per rank."
+        )
+    finally:
+        live.release()
+
+
+def test_a_short_write_goes_on_where_it_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pwrite may write fewer bytes than asked (a signal, a quota): the rest is written
+    after them. With at most 100 bytes a call, a log of 5 readings reads back whole."""
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: real(fd, data[:100], offset))
+    log = writer(tmp_path, fsync=False)
+    try:
+        log.append(rows(0, 5))
+        log.finish()
+    finally:
+        log.release()
+    contents = read_log(log.path)
+    assert (contents.problem, contents.dropped_bytes) == (None, 0)
+    assert contents.table.column("seq").to_pylist() == [0, 1, 2, 3, 4]
+
+
 def test_a_files_writer_pid_is_a_question_mark_when_it_is_no_log(tmp_path: Path) -> None:
     """The pid named in "still being written by pid N" comes from the log's schema; a
     file that is no Arrow stream, or no file at all, names "?"."""
@@ -503,6 +559,8 @@ def test_a_log_on_descriptor_0_is_written_finished_and_discarded_like_any(
             log.finish()
         finally:
             log.release()
+        assert not is_busy(log.path)  # released: the lock on descriptor 0 let go
+        log.release()  # again: nothing to do
     assert log.path.read_bytes().endswith(END_OF_STREAM)
     assert read_log(log.path).table.column("seq").to_pylist() == [0, 1, 2]
     with stdin_closed():
