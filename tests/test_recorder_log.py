@@ -261,6 +261,47 @@ def test_a_short_write_goes_on_where_it_stopped(
     assert contents.table.column("seq").to_pylist() == [0, 1, 2, 3, 4]
 
 
+def test_bytes_after_the_end_of_stream_marker_keep_the_log_from_being_complete(
+    tmp_path: Path,
+) -> None:
+    """A whole log, finished, is complete and not torn. The same log with 5 bytes after
+    its end marker keeps its readings but is not complete (so never removed after a
+    compaction): "5 bytes follow its end-of-stream marker", the 5 dropped, not torn."""
+    log = writer(tmp_path, fsync=False)
+    try:
+        log.append(rows(0, 3))
+        log.finish()
+    finally:
+        log.release()
+    data = log.path.read_bytes()
+    whole = read_log(log.path)
+    assert (whole.problem, whole.torn, whole.complete) == (None, False, True)
+    assert (whole.kept_bytes, whole.dropped_bytes, whole.readings) == (len(data), 0, 3)
+    after = read_log(log.path, data + b"extra")
+    assert after.problem == "5 bytes follow its end-of-stream marker"
+    assert (after.torn, after.complete, after.ours) == (False, False, True)
+    assert (after.kept_bytes, after.dropped_bytes, after.readings) == (len(data), 5, 3)
+
+
+def test_a_batch_with_a_string_that_is_no_utf8_is_damage(tmp_path: Path) -> None:
+    """Only pyarrow's full validation sees a string column's bytes: a signature whose
+    four letters became bytes that are no UTF-8 makes its batch damage, read no further
+    (the batch before it kept)."""
+    log = writer(tmp_path, fsync=False)
+    try:
+        log.append(rows(0, 2))
+        log.append([(2, 0, 1, "QQQQ", *rows(2, 1)[0][4:])])
+    finally:
+        log.release()
+    data = log.path.read_bytes()
+    assert data.count(b"QQQQ") == 1
+    bad = data.replace(b"QQQQ", b"\xff\xfe\xff\xfe")
+    contents = read_log(log.path, bad)
+    assert contents.problem is not None
+    assert contents.problem.startswith("batch 1 is damaged (ArrowInvalid: ")
+    assert (contents.batches, contents.readings, contents.torn) == (1, 2, False)
+
+
 def test_a_files_writer_pid_is_a_question_mark_when_it_is_no_log(tmp_path: Path) -> None:
     """The pid named in "still being written by pid N" comes from the log's schema; a
     file that is no Arrow stream, or no file at all, names "?"."""
