@@ -159,6 +159,48 @@ def test_a_message_body_longer_than_64_gib_is_damage_not_a_torn_tail(two_batches
         assert (contents.readings, contents.batches, contents.dropped_bytes) == (4, 1, len(cut))
 
 
+def _header_whose_body_length_runs_one_byte_past_it() -> bytes:
+    """A 27-byte flatbuffer message header whose bodyLength (8 bytes at offset 20) ends
+    at byte 28: the root table at 16, its vtable at 4 (12 bytes, bodyLength's slot 4)."""
+    vtable = struct.pack("<HH", 12, 12) + bytes(6) + struct.pack("<H", 4)
+    table = struct.pack("<i", 16 - 4) + struct.pack("<q", 100)[:7]
+    header = struct.pack("<I", 16) + vtable + table
+    assert len(header) == 27
+    return header
+
+
+@pytest.mark.parametrize(
+    ("tail", "torn"),
+    [
+        # exactly 8 bytes: framing with a nonsense length (2**30 > 1 MiB)
+        (CONTINUATION + struct.pack("<i", 2**30), False),
+        # exactly 8 bytes: framing announcing a 1-byte header, cut off right after
+        (CONTINUATION + struct.pack("<i", 1), True),
+        # a plausible length (100) that runs past the end, but no continuation before it
+        (b"ABCD" + struct.pack("<i", 100) + b"x" * 10, False),
+        # a header whose bodyLength would need one byte more than the header has
+        (
+            CONTINUATION
+            + struct.pack("<i", 27)
+            + _header_whose_body_length_runs_one_byte_past_it()
+            + b"\x00",
+            False,
+        ),
+    ],
+    ids=["nonsense-length", "one-byte-header-cut", "no-continuation", "body-length-outside"],
+)
+def test_a_tail_is_torn_only_when_its_framing_is_whole_and_runs_past_the_end(
+    two_batches, tail: bytes, torn: bool
+) -> None:
+    """After the 8 readings: a tail is a message cut off by a kill only when it starts with
+    0xFFFFFFFF, its header length is 1 to 1 MiB and the header (with the body it names)
+    runs past the end of the file; else it is damage (the log kept for a person)."""
+    path, data, _ = two_batches
+    contents = read_log(path, data + tail)
+    assert (contents.readings, contents.dropped_bytes) == (8, len(tail))
+    assert (contents.torn, contents.complete) == (torn, torn)
+
+
 def test_a_whole_message_header_without_a_body_length_is_damage(two_batches) -> None:
     """A flatbuffer header whose vtable (4 bytes) has no slot for ``bodyLength`` declares
     a body of 0 bytes. Framing (8 bytes) and a whole 12-byte header, then the end of the
