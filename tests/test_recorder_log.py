@@ -159,14 +159,26 @@ def test_a_message_body_longer_than_64_gib_is_damage_not_a_torn_tail(two_batches
         assert (contents.readings, contents.batches, contents.dropped_bytes) == (4, 1, len(cut))
 
 
-def _header_whose_body_length_runs_one_byte_past_it() -> bytes:
-    """A 27-byte flatbuffer message header whose bodyLength (8 bytes at offset 20) ends
-    at byte 28: the root table at 16, its vtable at 4 (12 bytes, bodyLength's slot 4)."""
-    vtable = struct.pack("<HH", 12, 12) + bytes(6) + struct.pack("<H", 4)
-    table = struct.pack("<i", 16 - 4) + struct.pack("<q", 100)[:7]
-    header = struct.pack("<I", 16) + vtable + table
-    assert len(header) == 27
-    return header
+def message_header(
+    vtable_size: int = 12, table_to_vtable: int = 12, length: int = 28, tail: bytes = b""
+) -> bytes:
+    """A flatbuffer IPC message header, built byte by byte: the root table at 16, its
+    vtable ``table_to_vtable`` bytes before it (``vtable_size`` bytes; bodyLength's slot,
+    4, at its byte 10), bodyLength 100 at 20..28; cut to ``length`` bytes, or followed by
+    ``tail``. As Arrow writes it, ``message_header()`` names a body of 100 bytes."""
+    vtable = struct.pack("<HH", vtable_size, 12) + bytes(6) + struct.pack("<H", 4)
+    table = struct.pack("<i", table_to_vtable) + struct.pack("<q", 100)
+    return (struct.pack("<I", 16) + vtable + table + tail)[:length]
+
+
+def framed(header: bytes) -> bytes:
+    return CONTINUATION + struct.pack("<i", len(header)) + header
+
+
+#: a vtable 12 bytes before its table's start, at the header's end: -12 from the table at 16
+BEFORE_THE_HEADER = message_header(
+    table_to_vtable=28, length=40, tail=struct.pack("<H", 12) + bytes(8) + struct.pack("<H", 4)
+)
 
 
 @pytest.mark.parametrize(
@@ -178,16 +190,24 @@ def _header_whose_body_length_runs_one_byte_past_it() -> bytes:
         (CONTINUATION + struct.pack("<i", 1), True),
         # a plausible length (100) that runs past the end, but no continuation before it
         (b"ABCD" + struct.pack("<i", 100) + b"x" * 10, False),
+        # a whole header naming a body of 100 bytes, none of which is there
+        (framed(message_header()), True),
         # a header whose bodyLength would need one byte more than the header has
-        (
-            CONTINUATION
-            + struct.pack("<i", 27)
-            + _header_whose_body_length_runs_one_byte_past_it()
-            + b"\x00",
-            False,
-        ),
+        (framed(message_header(length=27)) + b"\x00", False),
+        # a vtable of 10 bytes has no bodyLength slot: no body, and the header is whole
+        (framed(message_header(vtable_size=10)), False),
+        # a vtable before the header's first byte (offsets are never negative)
+        (framed(BEFORE_THE_HEADER), False),
     ],
-    ids=["nonsense-length", "one-byte-header-cut", "no-continuation", "body-length-outside"],
+    ids=[
+        "nonsense-length",
+        "one-byte-header-cut",
+        "no-continuation",
+        "body-missing",
+        "body-length-outside",
+        "no-body-length",
+        "negative-vtable",
+    ],
 )
 def test_a_tail_is_torn_only_when_its_framing_is_whole_and_runs_past_the_end(
     two_batches, tail: bytes, torn: bool
