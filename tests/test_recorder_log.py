@@ -160,14 +160,19 @@ def test_a_message_body_longer_than_64_gib_is_damage_not_a_torn_tail(two_batches
 
 
 def message_header(
-    vtable_size: int = 12, table_to_vtable: int = 12, length: int = 28, tail: bytes = b""
+    vtable_size: int = 12,
+    table_to_vtable: int = 12,
+    length: int = 28,
+    tail: bytes = b"",
+    slot: int = 4,
+    body: int = 100,
 ) -> bytes:
     """A flatbuffer IPC message header, built byte by byte: the root table at 16, its
     vtable ``table_to_vtable`` bytes before it (``vtable_size`` bytes; bodyLength's slot,
-    4, at its byte 10), bodyLength 100 at 20..28; cut to ``length`` bytes, or followed by
-    ``tail``. As Arrow writes it, ``message_header()`` names a body of 100 bytes."""
-    vtable = struct.pack("<HH", vtable_size, 12) + bytes(6) + struct.pack("<H", 4)
-    table = struct.pack("<i", table_to_vtable) + struct.pack("<q", 100)
+    4, at its byte 10), bodyLength ``body`` (100) at 20..28; cut to ``length`` bytes, or
+    followed by ``tail``. A slot of 0 says the field is absent (a body of 0). As Arrow writes it, ``message_header()`` names a body of 100 bytes."""
+    vtable = struct.pack("<HH", vtable_size, 12) + bytes(6) + struct.pack("<H", slot)
+    table = struct.pack("<i", table_to_vtable) + struct.pack("<q", body)
     return (struct.pack("<I", 16) + vtable + table + tail)[:length]
 
 
@@ -196,6 +201,9 @@ BEFORE_THE_HEADER = message_header(
         (framed(message_header(length=27)) + b"\x00", False),
         # a vtable of 10 bytes has no bodyLength slot: no body, and the header is whole
         (framed(message_header(vtable_size=10)), False),
+        # a slot of 0: bodyLength absent, so no body (not the table's own first bytes,
+        # 12 then 0: a body of 12), and the header is whole
+        (framed(message_header(slot=0, body=0)), False),
         # a vtable before the header's first byte (offsets are never negative)
         (framed(BEFORE_THE_HEADER), False),
     ],
@@ -206,6 +214,7 @@ BEFORE_THE_HEADER = message_header(
         "body-missing",
         "body-length-outside",
         "no-body-length",
+        "absent-body-length",
         "negative-vtable",
     ],
 )
@@ -750,7 +759,15 @@ def test_a_real_fork_points_the_childs_copy_at_dev_null(tmp_path: Path) -> None:
 def test_compacting_a_log_that_is_gone_says_so(tmp_path: Path) -> None:
     """Another process compacted and removed it first: nothing written, nothing lost."""
     path = tmp_path / "run=r" / "rank=0" / LOG_NAME
-    assert compact_log(path) == Compaction(path, None, 0, 0, 0, GONE, None, 0)
+    gone = compact_log(path)
+    assert gone == Compaction(path, None, 0, 0, 0, GONE, None, 0)
+    assert gone.readings_per_batch == 0.0  # no batch: 0, not a division by zero
+
+
+def test_a_compaction_says_how_many_readings_a_batch_held(tmp_path: Path) -> None:
+    """2 batches of 4 readings: 4.0 a batch (what a cut-off batch held, about)."""
+    done = compact_log(a_log(tmp_path, batches=2, per_batch=4))
+    assert (done.readings, done.batches, done.readings_per_batch) == (8, 2, 4.0)
 
 
 def test_a_log_compacted_by_another_process_while_this_one_waited_is_left_to_it(
