@@ -127,6 +127,19 @@ def test_rates_panel_curves() -> None:
     assert at[("warm-fit", 200)] == pytest.approx(0.245) and at[("warm-fit", 80)] == 0.29
 
 
+def test_the_curves_start_at_one_token_below_a_wave_of_one_or_two() -> None:
+    """The grid spans 0.8x the smallest wave to 1.1x the largest, from at least 1 packed
+    token: waves of 1 and 10 tokens give int(0.8) = 0, so 1, to int(11.0) = 11, every
+    whole count 1, 2, .., 11 (160 steps of 10/159 rounded down)."""
+    rows = [
+        {**COMMON, "run": "R", "seq": seq, "wave": seq, "packed_tokens": n, "logical_tokens": n,
+         "peak_bytes": 20_000, "whole": True}
+        for seq, n in enumerate([1, 10])
+    ]  # fmt: skip
+    curves = price_curves(replay(readings_frame(rows), ["max-merge"], engine="scalar"))
+    assert curves.get_column("packed_tokens").to_list() == list(range(1, 12))
+
+
 def test_over_estimates_panel_data() -> None:
     over = over_estimates(replay(worked(), engine="scalar"))
     # Waves 1 and 2 count: wave 0 is unpriced, wave 3 ran out of memory.
