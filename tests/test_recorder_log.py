@@ -35,6 +35,7 @@ from warmfit.recorder.log import (
     LOG_MARKER,
     LOG_NAME,
     LOG_VERSION,
+    TRACE_NAME,
     Compaction,
     LogWriter,
     busy_message,
@@ -762,6 +763,52 @@ def test_compacting_a_log_that_is_gone_says_so(tmp_path: Path) -> None:
     gone = compact_log(path)
     assert gone == Compaction(path, None, 0, 0, 0, GONE, None, 0)
     assert gone.readings_per_batch == 0.0  # no batch: 0, not a division by zero
+
+
+def test_compaction_leaves_a_file_that_is_no_log_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "run=r" / "rank=0" / LOG_NAME
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"another program's bytes")
+    with pytest.raises(UsageError, match=r"^not recovered, left untouched: the file has a "):
+        compact_log(path)
+    assert path.read_bytes() == b"another program's bytes"
+    assert not (path.parent / TRACE_NAME).exists()
+
+
+def test_a_log_whose_first_batch_is_damaged_is_kept_not_removed(tmp_path: Path) -> None:
+    """A log of a schema, then 16 bytes that are no message: no batch can be read, and
+    this is damage, not a torn tail, so the log stays for a person (never removed as a
+    log with nothing in it)."""
+    log = writer(tmp_path, fsync=False)
+    log.release()
+    with log.path.open("ab") as f:
+        f.write(b"garbage!garbage!")
+    before = log.path.read_bytes()
+    with pytest.raises(UsageError, match=r"^no batch of the log can be read: batch 0 is dam"):
+        compact_log(log.path)
+    assert log.path.read_bytes() == before
+    assert not (log.path.parent / TRACE_NAME).exists()
+
+
+def test_a_log_that_shrank_after_its_size_was_taken_is_read_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size comes from fstat; if the file is shorter by the time it is read (100
+    bytes fewer here), reading stops at its end instead of asking for bytes forever."""
+    path = a_log(tmp_path)
+    data = path.read_bytes()
+    real = os.fstat
+
+    def fstat_100_more(fd: int) -> os.stat_result:
+        st = real(fd)
+        return os.stat_result((*st[:6], st.st_size + 100, *st[7:]))
+
+    monkeypatch.setattr(os, "fstat", fstat_100_more)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert log_module._read_fd(fd) == data
+    finally:
+        os.close(fd)
 
 
 def test_a_compaction_says_how_many_readings_a_batch_held(tmp_path: Path) -> None:
