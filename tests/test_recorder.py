@@ -1212,3 +1212,72 @@ def test_a_recorder_dropped_unclosed_leaves_its_flush_thread_and_exit_hook_quiet
     assert errors == []
     _close_at_exit(ref)
     assert capsys.readouterr().err == ""
+
+
+class _Priced(_Observer):
+    """A pricer whose every price is ``price``, keeping the readings it is told."""
+
+    def __init__(self, price: int) -> None:
+        super().__init__()
+        self.value = price
+
+    def price(self, *args: Any, **kwargs: Any) -> int:
+        return self.value
+
+
+@pytest.mark.parametrize("price", [0, 2**63 - 1])
+def test_a_pricers_price_of_0_or_int64s_largest_is_recorded(price: int) -> None:
+    """The edges of a price the trace holds: 0 bytes (not negative) and 2**63 - 1 (not
+    above int64) are recorded on both readings, no wave skipped, no warning."""
+    import warnings
+
+    from warmfit.recorder import RecorderWarning
+
+    pricer = _Priced(price)
+    rec = Recorder.meter_only(pricer, meter=_ScriptedMeter())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RecorderWarning)
+        with rec.wave("sig", 10) as wave:
+            wave.forward_done()
+    assert [r["estimate_bytes"] for r in pricer.rows] == [price, price]
+    assert rec.skipped_waves == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"packed_tokens": 1, "output_bytes": -1}, "output_bytes=-1 is negative"),
+        (
+            {"packed_tokens": 10, "static_floor_bytes": 0, "estimate_bytes": -1},
+            "estimate_bytes=-1 is negative",
+        ),
+    ],
+)
+def test_a_skipped_wave_names_the_argument_at_fault_not_one_at_its_edge(
+    arguments: dict[str, int], named: str
+) -> None:
+    """One token (the fewest recordable) and a floor of 0 bytes are fine: the warning
+    names the negative byte size or price, and counts the wave under it."""
+    from warmfit.recorder import RecorderWarning
+
+    rec = Recorder.meter_only(_Observer(), meter=_ScriptedMeter())
+    packed = arguments.pop("packed_tokens")
+    with pytest.warns(RecorderWarning, match=re.escape(named)), rec.wave("s", packed, **arguments):
+        pass
+    assert rec._skipped == {named.split("=")[0]: 1}
+
+
+def test_a_recorder_left_open_is_closed_at_exit_and_the_process_ends(tmp_path: Path) -> None:
+    """A trainer that never calls close(): its process still ends (the flush thread does
+    not keep it alive) and the exit hook compacts the log into the trace."""
+    code = textwrap.dedent(
+        f"""
+        from warmfit.recorder import Recorder
+        rec = Recorder({str(tmp_path)!r}, run="t", device="cpu", flush_interval_s=3600)
+        with rec.wave("sig", 10) as wave:
+            wave.forward_done()
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert read_trace([tmp_path]).height == 2
