@@ -1269,7 +1269,16 @@ def test_a_skipped_wave_names_the_argument_at_fault_not_one_at_its_edge(
 
 def test_a_recorder_left_open_is_closed_at_exit_and_the_process_ends(tmp_path: Path) -> None:
     """A trainer that never calls close(): its process still ends (the flush thread does
-    not keep it alive) and the exit hook compacts the log into the trace."""
+    not keep it alive: a daemon thread) and the exit hook compacts the log into the trace."""
+    import threading
+
+    before = set(threading.enumerate())
+    here = Recorder(tmp_path / "here", run="t", meter=_ScriptedMeter(), flush_interval_s=3600)
+    try:
+        (flusher,) = set(threading.enumerate()) - before  # the recorder's flush thread
+        assert flusher.daemon
+    finally:
+        here.close()
     code = textwrap.dedent(
         f"""
         from warmfit.recorder import Recorder
@@ -1280,4 +1289,4 @@ def test_a_recorder_left_open_is_closed_at_exit_and_the_process_ends(tmp_path: P
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert read_trace([tmp_path]).height == 2
+    assert read_trace([tmp_path / "run=t"]).height == 2
