@@ -1290,3 +1290,23 @@ def test_a_recorder_left_open_is_closed_at_exit_and_the_process_ends(tmp_path: P
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert read_trace([tmp_path / "run=t"]).height == 2
+
+
+def test_forward_done_twice_is_refused_even_after_a_forward_peak_of_0_bytes() -> None:
+    rec = Recorder.meter_only(_Observer(), meter=_ScriptedMeter())  # every reading 0 bytes
+    with rec.wave("s", 10) as wave:
+        wave.forward_done()
+        with pytest.raises(UsageError, match="forward_done\\(\\) called twice in wave 0"):
+            wave.forward_done()
+
+
+def test_close_returns_what_compaction_did_and_the_same_again(tmp_path: Path) -> None:
+    """close(): the Compaction (2 readings in the trace, no skipped wave named in its
+    metadata); a second close() does nothing and returns the same."""
+    rec = Recorder(tmp_path, run="t", meter=_ScriptedMeter(), flush_interval_s=3600)
+    with rec.wave("s", 10) as wave:
+        wave.forward_done()
+    done = rec.close()
+    assert done is not None and done.readings == 2 and done.trace == rec.trace_path
+    assert b"warmfit.skipped_waves" not in (pq.read_schema(done.trace).metadata or {})
+    assert rec.close() is done
