@@ -124,9 +124,9 @@ def test_split_children_and_forward_only_waves_record_a_forward_reading_only(rec
     with rec.wave("sig", 10, 10, kind="dp_rank_forward"):
         pass
     rows = readings(rec)
-    assert [(r["kind"], r["phase"], r["whole"]) for r in rows] == [
-        ("split_child", "forward", False),
-        ("dp_rank_forward", "forward", False),
+    assert [(r["kind"], r["phase"], r["whole"], r["oom"]) for r in rows] == [
+        ("split_child", "forward", False, False),
+        ("dp_rank_forward", "forward", False, False),  # left without forward_done()
     ]
 
 
@@ -197,8 +197,13 @@ def test_a_run_label_that_cannot_name_a_directory_is_refused(tmp_path):
         Recorder(tmp_path, run="a/b", device="cpu")
 
 
-def test_without_warmfit_record_from_env_records_nothing(monkeypatch, tmp_path):
-    monkeypatch.delenv("WARMFIT_RECORD_DIR", raising=False)
+@pytest.mark.parametrize("value", [None, ""])
+def test_without_warmfit_record_from_env_records_nothing(monkeypatch, tmp_path, value):
+    """WARMFIT_RECORD_DIR unset, or set to nothing (not the current directory)."""
+    if value is None:
+        monkeypatch.delenv("WARMFIT_RECORD_DIR", raising=False)
+    else:
+        monkeypatch.setenv("WARMFIT_RECORD_DIR", value)
     monkeypatch.chdir(tmp_path)
     recorder = Recorder.from_env()
     assert not recorder.enabled
@@ -870,6 +875,44 @@ def test_the_reserved_pools_peak_is_recorded_exactly_and_carried_over_a_nested_w
     ]
 
 
+def test_a_second_nested_wave_never_lowers_the_peaks_the_outer_wave_carries(
+    tmp_path: Path,
+) -> None:
+    """Two waves one after the other inside "outer": each one's reset hides the outer's
+    peaks from the counters, so the outer carries the highest read at either reset.
+    Outer's forward: a peak of 900, a reserved pool of 5,000; "first" peaks at 300
+    (3,000), "second" at 200 (2,000); the counters read 400 and 4,000 at the outer's
+    end. Its caller reading is 900 and 5,000, not the 300 and 3,000 read at the second
+    wave's reset."""
+    meter = _ScriptedMeter()
+    rec = Recorder(tmp_path, run="t", meter=meter, flush_interval_s=3600)
+    with rec.wave("outer", 10) as outer:
+        meter.allocated, meter.peak, meter.reserved = 100, 900, 5_000
+        outer.forward_done()
+        meter.reserved_now = 1_000
+        with rec.wave("first", 10) as first:
+            meter.peak, meter.reserved = 300, 3_000
+            first.forward_done()
+        with rec.wave("second", 10) as second:
+            meter.peak, meter.reserved = 200, 2_000
+            second.forward_done()
+        meter.peak, meter.reserved = 400, 4_000
+    rec.close()
+    got = [
+        (r["signature"], r["phase"], r["whole"], r["baseline_bytes"], r["peak_bytes"],
+         r["reserved_peak_bytes"])
+        for r in read_trace([rec.trace_path]).to_dicts()
+    ]  # fmt: skip
+    assert got == [
+        ("outer", "forward", False, 0, 900, 5_000),
+        ("first", "forward", False, 100, 300, 3_000),
+        ("first", "caller", True, 100, 300, 3_000),
+        ("second", "forward", False, 100, 200, 2_000),
+        ("second", "caller", True, 100, 200, 2_000),
+        ("outer", "caller", False, 0, 900, 5_000),
+    ]
+
+
 def test_a_counter_below_the_baseline_at_the_end_makes_the_reading_not_whole(
     tmp_path: Path,
 ) -> None:
@@ -1089,6 +1132,15 @@ class _Observer:
         self.rows.append(row)
 
 
+class _ClosedOnce(_ScriptedMeter):
+    """A scripted meter that counts its close() calls."""
+
+    closes = 0
+
+    def close(self) -> None:
+        self.closes += 1
+
+
 def _reading(**values: Any) -> dict[str, Any]:
     """A reading as a meter-only recorder hands it over: run "", rank 0, a flat wave of
     10 tokens, nothing else given; ``values`` the rest."""
@@ -1106,7 +1158,7 @@ def test_a_meter_only_recorder_hands_its_pricer_an_enabled_recorders_readings() 
     meter has one. Wave "a": 100 bytes allocated, a forward peak of 900 and a reserved
     peak of 5,000, a whole caller; a step; wave "b" (no forward_done()) over a baseline
     of 100: a caller reading of peak 100, not whole, the pool reset to 0."""
-    meter, pricer = _ScriptedMeter(), _Observer()
+    meter, pricer = _ClosedOnce(), _Observer()
     rec = Recorder.meter_only(pricer, meter=meter)
     assert rec.current_step == 0
     with rec.wave("a", 10) as wave:
@@ -1122,7 +1174,8 @@ def test_a_meter_only_recorder_hands_its_pricer_an_enabled_recorders_readings() 
         _reading(seq=1, **a, phase="caller", whole=True, reserved_peak_bytes=5_000),
         _reading(seq=2, **b, phase="caller", whole=False, reserved_peak_bytes=0),
     ]
-    assert rec.close() is None and rec.trace_path is None
+    assert rec.close() is None and rec.trace_path is None and meter.closes == 1
+    assert rec.close() is None and meter.closes == 1  # again: nothing to do
 
 
 def test_meter_only_hands_no_reserved_peak_from_a_meter_that_does_not_say_so() -> None:
@@ -1135,3 +1188,125 @@ def test_meter_only_hands_no_reserved_peak_from_a_meter_that_does_not_say_so() -
         _reading(seq=0, **base, phase="forward", whole=False),
         _reading(seq=1, **base, phase="caller", whole=True),
     ]
+
+
+def test_a_recorder_dropped_unclosed_leaves_its_flush_thread_and_exit_hook_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recorder the trainer drops without close(): once it is collected, its flush
+    thread ends at its next tick without an exception, and the exit hook finds nothing
+    to close and says nothing."""
+    import gc
+    import threading
+
+    from warmfit.recorder.recorder import _close_at_exit
+
+    errors: list[Any] = []
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+    rec = Recorder(tmp_path, run="t", meter=_ScriptedMeter(), flush_interval_s=0.01)
+    thread, ref = rec._flusher, weakref.ref(rec)
+    del rec
+    gc.collect()
+    assert ref() is None
+    thread.join()
+    assert errors == []
+    _close_at_exit(ref)
+    assert capsys.readouterr().err == ""
+
+
+class _Priced(_Observer):
+    """A pricer whose every price is ``price``, keeping the readings it is told."""
+
+    def __init__(self, price: int) -> None:
+        super().__init__()
+        self.value = price
+
+    def price(self, *args: Any, **kwargs: Any) -> int:
+        return self.value
+
+
+@pytest.mark.parametrize("price", [0, 2**63 - 1])
+def test_a_pricers_price_of_0_or_int64s_largest_is_recorded(price: int) -> None:
+    """The edges of a price the trace holds: 0 bytes (not negative) and 2**63 - 1 (not
+    above int64) are recorded on both readings, no wave skipped, no warning."""
+    import warnings
+
+    from warmfit.recorder import RecorderWarning
+
+    pricer = _Priced(price)
+    rec = Recorder.meter_only(pricer, meter=_ScriptedMeter())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RecorderWarning)
+        with rec.wave("sig", 10) as wave:
+            wave.forward_done()
+    assert [r["estimate_bytes"] for r in pricer.rows] == [price, price]
+    assert rec.skipped_waves == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"packed_tokens": 1, "output_bytes": -1}, "output_bytes=-1 is negative"),
+        (
+            {"packed_tokens": 10, "static_floor_bytes": 0, "estimate_bytes": -1},
+            "estimate_bytes=-1 is negative",
+        ),
+    ],
+)
+def test_a_skipped_wave_names_the_argument_at_fault_not_one_at_its_edge(
+    arguments: dict[str, int], named: str
+) -> None:
+    """One token (the fewest recordable) and a floor of 0 bytes are fine: the warning
+    names the negative byte size or price, and counts the wave under it."""
+    from warmfit.recorder import RecorderWarning
+
+    rec = Recorder.meter_only(_Observer(), meter=_ScriptedMeter())
+    packed = arguments.pop("packed_tokens")
+    with pytest.warns(RecorderWarning, match=re.escape(named)), rec.wave("s", packed, **arguments):
+        pass
+    assert rec._skipped == {named.split("=")[0]: 1}
+
+
+def test_a_recorder_left_open_is_closed_at_exit_and_the_process_ends(tmp_path: Path) -> None:
+    """A trainer that never calls close(): its process still ends (the flush thread does
+    not keep it alive: a daemon thread) and the exit hook compacts the log into the trace."""
+    import threading
+
+    before = set(threading.enumerate())
+    here = Recorder(tmp_path / "here", run="t", meter=_ScriptedMeter(), flush_interval_s=3600)
+    try:
+        (flusher,) = set(threading.enumerate()) - before  # the recorder's flush thread
+        assert flusher.daemon
+    finally:
+        here.close()
+    code = textwrap.dedent(
+        f"""
+        from warmfit.recorder import Recorder
+        rec = Recorder({str(tmp_path)!r}, run="t", device="cpu", flush_interval_s=3600)
+        with rec.wave("sig", 10) as wave:
+            wave.forward_done()
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert read_trace([tmp_path / "run=t"]).height == 2
+
+
+def test_forward_done_twice_is_refused_even_after_a_forward_peak_of_0_bytes() -> None:
+    rec = Recorder.meter_only(_Observer(), meter=_ScriptedMeter())  # every reading 0 bytes
+    with rec.wave("s", 10) as wave:
+        wave.forward_done()
+        with pytest.raises(UsageError, match="forward_done\\(\\) called twice in wave 0"):
+            wave.forward_done()
+
+
+def test_close_returns_what_compaction_did_and_the_same_again(tmp_path: Path) -> None:
+    """close(): the Compaction (2 readings in the trace, no skipped wave named in its
+    metadata); a second close() does nothing and returns the same."""
+    rec = Recorder(tmp_path, run="t", meter=_ScriptedMeter(), flush_interval_s=3600)
+    with rec.wave("s", 10) as wave:
+        wave.forward_done()
+    done = rec.close()
+    assert done is not None and done.readings == 2 and done.trace == rec.trace_path
+    assert b"warmfit.skipped_waves" not in (pq.read_schema(done.trace).metadata or {})
+    assert rec.close() is done

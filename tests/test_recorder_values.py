@@ -133,6 +133,9 @@ def test_a_pricer_price_beyond_int64_names_the_pricer_and_the_wave_runs_unrecord
     finally:
         recorder.close()
     assert ran and recorder.skipped_waves == 1
+    # unrecorded: no reading (not one without its price), so no trace
+    assert recorder.readings == 0 and recorder.trace_path is None
+    assert not list((tmp_path / "out").rglob("*.parquet"))
 
 
 def test_a_recorder_killed_while_creating_its_log_leaves_nothing_recover_takes_for_a_trace(
