@@ -1284,6 +1284,8 @@ def generated_main(args: argparse.Namespace) -> int:
             stack.callback(servers[copy].close)
         if args.skip_accepted:
             mutants = [m for m in mutants if m.id not in matched]
+            # a resumed outcome of a mutant accepted since is left out with it
+            earlier = {i: o for i, o in earlier.items() if i not in matched}
         plans = {m.id: plan(m, files_of[m.file], baseline) for m in mutants}
         lock = threading.Lock()
         done_count = len(earlier)
