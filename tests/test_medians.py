@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -285,6 +287,24 @@ def test_larger_arrays_through_every_path(
         )
 
 
+@contextlib.contextmanager
+def reads_counted() -> Iterator[tuple[list[int], mock.MagicMock]]:
+    """The values each spilled read takes (stop - start, per call) and the mock that
+    counts the runs' files mapped."""
+    reads: list[int] = []
+    read = medians_module._read
+
+    def counted(run: Any, start: int, stop: int) -> np.ndarray:
+        reads.append(stop - start)
+        return read(run, start, stop)
+
+    with (
+        mock.patch.object(medians_module, "_read", counted),
+        mock.patch.object(medians_module, "_mapped", wraps=medians_module._mapped) as mapped,
+    ):
+        yield reads, mapped
+
+
 def test_a_large_group_is_bisected_never_read_whole(tmp_path: Path) -> None:
     """Past the bound, a group in several runs is bisected over its runs' files mapped
     (ties and all): no read of more keys than the bound; a smaller group is read whole,
@@ -295,17 +315,9 @@ def test_a_large_group_is_bisected_never_read_whole(tmp_path: Path) -> None:
     values = np.concatenate([rng.integers(-3, 3, big) * 0.5, rng.standard_normal(3_000), [7.0]])
     order = rng.permutation(groups.size)
     groups, values = groups[order], values[order]
-    reads: list[int] = []
-    read = medians_module._read
-
-    def counted(run: Any, start: int, stop: int) -> np.ndarray:
-        reads.append(stop - start)
-        return read(run, start, stop)
-
     with (
         ExactMedians(np.float64, spill_bytes=16 * 4999, dir=tmp_path) as m,
-        mock.patch.object(medians_module, "_read", counted),
-        mock.patch.object(medians_module, "_mapped", wraps=medians_module._mapped) as mapped,
+        reads_counted() as (reads, mapped),
     ):
         for start in range(0, groups.size, 5000):
             m.add(groups[start : start + 5000], values[start : start + 5000])
@@ -586,17 +598,9 @@ def test_a_group_in_several_runs_is_read_whole_up_to_2_16_keys(
     bisected over the runs' files mapped, no key read whole. Values 0 .. keys - 1, split
     between the runs: middles (keys - 1) // 2 and keys // 2."""
     values = np.arange(keys)
-    reads: list[int] = []
-    read = medians_module._read
-
-    def counted(run: Any, start: int, stop: int) -> np.ndarray:
-        reads.append(stop - start)
-        return read(run, start, stop)
-
     with (
         ExactMedians(np.int64, spill_bytes=0, dir=tmp_path) as m,
-        mock.patch.object(medians_module, "_read", counted),
-        mock.patch.object(medians_module, "_mapped", wraps=medians_module._mapped) as mapped,
+        reads_counted() as (reads, mapped),
     ):
         for half in (values[::2], values[1::2]):
             m.add(np.zeros(half.size, dtype=np.int64), half)

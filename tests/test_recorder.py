@@ -842,6 +842,16 @@ class _ScriptedMeter:
         pass
 
 
+def _waves_and_peaks(rec: Recorder) -> list[tuple]:
+    """Each reading of a closed recorder's trace: signature, phase, whole, baseline,
+    peak and reserved peak."""
+    return [
+        (r["signature"], r["phase"], r["whole"], r["baseline_bytes"], r["peak_bytes"],
+         r["reserved_peak_bytes"])
+        for r in read_trace([rec.trace_path]).to_dicts()
+    ]  # fmt: skip
+
+
 def test_the_reserved_pools_peak_is_recorded_exactly_and_carried_over_a_nested_wave(
     tmp_path: Path,
 ) -> None:
@@ -858,12 +868,7 @@ def test_the_reserved_pools_peak_is_recorded_exactly_and_carried_over_a_nested_w
             inner.forward_done()  # the caller adds nothing: its peak is the forward's
         meter.peak, meter.reserved = 400, 4_000
     rec.close()
-    got = [
-        (r["signature"], r["phase"], r["whole"], r["baseline_bytes"], r["peak_bytes"],
-         r["reserved_peak_bytes"])
-        for r in read_trace([rec.trace_path]).to_dicts()
-    ]  # fmt: skip
-    assert got == [
+    assert _waves_and_peaks(rec) == [
         ("empty", "forward", False, 0, 0, 0),
         ("empty", "caller", True, 0, 0, 0),  # the counter at its forward peak and baseline
         ("outer", "forward", False, 0, 900, 5_000),
@@ -898,12 +903,7 @@ def test_a_second_nested_wave_never_lowers_the_peaks_the_outer_wave_carries(
             second.forward_done()
         meter.peak, meter.reserved = 400, 4_000
     rec.close()
-    got = [
-        (r["signature"], r["phase"], r["whole"], r["baseline_bytes"], r["peak_bytes"],
-         r["reserved_peak_bytes"])
-        for r in read_trace([rec.trace_path]).to_dicts()
-    ]  # fmt: skip
-    assert got == [
+    assert _waves_and_peaks(rec) == [
         ("outer", "forward", False, 0, 900, 5_000),
         ("first", "forward", False, 100, 300, 3_000),
         ("first", "caller", True, 100, 300, 3_000),

@@ -618,29 +618,6 @@ def test_what_a_forked_child_does_with_the_logs_it_inherits(tmp_path: Path) -> N
         second.release()
 
 
-def test_a_forked_child_lets_go_of_a_log_on_descriptor_0(tmp_path: Path) -> None:
-    """A trainer started with stdin closed (a daemon) can get descriptor 0 for its log;
-    a forked child lets go of that one too."""
-    try:
-        saved: int | None = os.dup(0)
-    except OSError:  # no stdin at all
-        saved = None
-    else:
-        os.close(0)
-    try:
-        log = writer(tmp_path)
-        try:
-            assert log.fd == 0
-            log_module._release_locks_in_child()
-            assert _is_devnull(0) and not is_busy(log.path)
-        finally:
-            log.release()
-    finally:
-        if saved is not None:
-            os.dup2(saved, 0)
-            os.close(saved)
-
-
 @contextlib.contextmanager
 def stdin_closed() -> Iterator[None]:
     """Descriptor 0 free for the next file opened (a trainer started without stdin)."""
@@ -656,6 +633,19 @@ def stdin_closed() -> Iterator[None]:
         if saved is not None:
             os.dup2(saved, 0)
             os.close(saved)
+
+
+def test_a_forked_child_lets_go_of_a_log_on_descriptor_0(tmp_path: Path) -> None:
+    """A trainer started with stdin closed (a daemon) can get descriptor 0 for its log;
+    a forked child lets go of that one too."""
+    with stdin_closed():
+        log = writer(tmp_path)
+        try:
+            assert log.fd == 0
+            log_module._release_locks_in_child()
+            assert _is_devnull(0) and not is_busy(log.path)
+        finally:
+            log.release()
 
 
 def test_a_log_on_descriptor_0_is_written_finished_and_discarded_like_any(
