@@ -999,3 +999,121 @@ def test_the_readings_lost_are_counted_per_rank_and_in_all(tmp_path: Path) -> No
     recovery = recover_all(tmp_path)
     assert [c.lost_readings for c in recovery.compactions] == [5, 2, 0, 0]
     assert recovery.lost_readings == 7 and recovery.problems == []
+
+
+# ------------- i38v: compaction's trace metadata, a batch that breaks the format, read-back
+
+
+def test_a_compacted_trace_keeps_the_meter_but_not_the_logs_marker_or_pid(
+    tmp_path: Path,
+) -> None:
+    """The log's schema says warmfit.log = 1 and warmfit.pid = this process; a trace is
+    no log and has no writer: its metadata keeps the meter and names neither. A whole
+    log (2 batches of 4, finished) drops no bytes and lost no reading: neither key."""
+    log = a_log(tmp_path, batches=2)
+    assert writer_pid(log) == str(os.getpid())
+    done = compact_log(log)
+    meta = pq.read_schema(done.trace).metadata
+    assert meta[b"warmfit.meter"] == b"test"
+    assert LOG_MARKER.encode() not in meta and b"warmfit.pid" not in meta
+    assert b"warmfit.recovered_dropped_bytes" not in meta
+    assert b"warmfit.readings_lost" not in meta
+
+
+def test_a_trace_says_the_bytes_dropped_and_the_readings_lost(tmp_path: Path) -> None:
+    """12 readings, then 16 bytes of damage, and the recorder could not write 5
+    readings: the trace's metadata says 16 bytes dropped and 5 readings lost."""
+    log = a_log(tmp_path, close=False)
+    log.write_bytes(log.read_bytes() + b"garbage!garbage!")
+    write_lost_readings(log, 5)
+    done = compact_log(log)
+    assert (done.readings, done.dropped_bytes, done.lost_readings) == (12, 16, 5)
+    meta = pq.read_schema(done.trace).metadata
+    assert meta[b"warmfit.recovered_dropped_bytes"] == b"16"
+    assert meta[b"warmfit.readings_lost"] == b"5"
+
+
+def test_a_whole_finished_log_drops_not_even_its_end_of_stream_marker(tmp_path: Path) -> None:
+    """2 batches and the 8-byte end-of-stream marker after the last: every byte is
+    kept, 0 dropped (the marker is past the last batch's end, but it is no loss)."""
+    log = a_log(tmp_path, batches=2)
+    contents = read_log(log)
+    assert contents.kept_bytes == contents.batch_ends[-1] + 8 == len(log.read_bytes())
+    done = compact_log(log)
+    assert (done.readings, done.batches, done.dropped_bytes, done.note) == (
+        8,
+        2,
+        0,
+        "complete",
+    )
+
+
+def _peak(reading: tuple, peak: int) -> tuple:
+    return (*reading[:11], peak, *reading[12:])
+
+
+def test_a_second_batch_that_breaks_the_format_keeps_the_first_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    """Batch 0: seq 0-3; batch 1: seq 4-7, valid Arrow but seq 4's peak is -5 (the format
+    wants it >= 0); then 16 bytes of damage. The trace keeps batch 0, 4 readings; what
+    is dropped is every byte after batch 0's end: batch 1 and the 16 bytes."""
+    log = writer(tmp_path, fsync=False)
+    log.append(rows(0, 4))
+    log.append([_peak(rows(4, 1)[0], -5), *rows(5, 3)])
+    log.release()
+    log.path.write_bytes(log.path.read_bytes() + b"garbage!garbage!")
+    before = log.path.read_bytes()
+    contents = read_log(log.path)
+    assert (contents.batches, contents.dropped_bytes) == (2, 16)
+    done = compact_log(log.path)
+    assert (done.readings, done.batches) == (4, 1)
+    assert done.dropped_bytes == len(before) - contents.batch_ends[0]
+    assert done.note == "readable prefix kept; the log is kept"
+    assert done.problem is not None
+    assert done.problem.startswith("batch 1 holds values that break the trace format (")
+    assert read_trace([done.trace]).get_column("seq").to_list() == [0, 1, 2, 3]
+    assert log.path.read_bytes() == before
+
+
+def test_a_seq_repeated_in_the_last_batch_keeps_no_batch(tmp_path: Path) -> None:
+    """Batch 0: seq 0 (1 reading); batch 1: seq 1-4; batch 2: seq 4-7. seq 4 twice breaks
+    a rule that spans rows, which names no row: row 0 is taken, in batch 0, so no batch
+    can be kept. Nothing is written, the log is kept."""
+    log = writer(tmp_path, fsync=False)
+    for batch in (rows(0, 1), rows(1, 4), rows(4, 4)):
+        log.append(batch)
+    log.release()
+    before = log.path.read_bytes()
+    with pytest.raises(UsageError, match=r"^no batch of the log can be kept: batch 0 holds "):
+        compact_log(log.path)
+    assert log.path.read_bytes() == before
+    assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_a_trace_that_reads_back_other_readings_is_an_error_and_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk returns other bytes: the trace validates but seq 0's peak reads 201, not
+    the 200 written. That is an OSError, the trace is removed, the log kept."""
+    import warmfit.format.trace as trace_module
+
+    log = a_log(tmp_path)
+    before = log.read_bytes()
+    real = trace_module.read_trace
+
+    def other_bytes(*args: object, **kwargs: object):
+        import polars as pl
+
+        back = real(*args, **kwargs)
+        return back.with_columns(
+            pl.when(pl.col("seq") == 0)
+            .then(pl.col("peak_bytes") + 1)
+            .otherwise(pl.col("peak_bytes"))
+            .alias("peak_bytes")
+        )
+
+    monkeypatch.setattr(trace_module, "read_trace", other_bytes)
+    with pytest.raises(OSError, match=r"does not read back as the readings written to it"):
+        compact_log(log)
+    assert log.read_bytes() == before and not list(tmp_path.rglob("*.parquet"))
