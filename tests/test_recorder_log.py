@@ -17,6 +17,7 @@ import errno
 import fcntl
 import gc
 import os
+import re
 import struct
 import threading
 import time
@@ -1117,3 +1118,162 @@ def test_a_trace_that_reads_back_other_readings_is_an_error_and_is_removed(
     with pytest.raises(OSError, match=r"does not read back as the readings written to it"):
         compact_log(log)
     assert log.read_bytes() == before and not list(tmp_path.rglob("*.parquet"))
+
+
+# ------------- i38w: a trace beside a log, what a compaction removes, what recovery finds
+
+
+def _empty_trace_beside(log: Path, tmp_path: Path) -> Path:
+    """A trace of the trace's columns and 0 rows beside ``log`` (made by compacting a
+    log of 1 batch elsewhere and keeping its schema)."""
+    donor = compact_log(a_log(tmp_path / "donor", batches=1)).trace
+    assert donor is not None
+    trace = log.with_name(TRACE_NAME)
+    pq.write_table(pq.read_table(donor).slice(0, 0), trace)
+    return trace
+
+
+def test_a_log_of_no_reading_beside_a_trace_of_no_reading_is_already_compacted(
+    tmp_path: Path,
+) -> None:
+    """A log that is only a schema (0 readings, 0 batches) beside a trace of 0 rows: the
+    trace holds all of it (none), so the log goes; 0 readings, 0 batches, 0 bytes."""
+    log = writer(tmp_path, fsync=False)
+    log.release()
+    trace = _empty_trace_beside(log.path, tmp_path)
+    assert compact_log(log.path) == Compaction(
+        log.path, trace, 0, 0, 0, "already compacted", None, 0
+    )
+    assert not log.path.exists() and pq.read_table(trace).num_rows == 0
+
+
+def test_a_log_of_no_reading_beside_a_trace_of_one_reading_keeps_both(tmp_path: Path) -> None:
+    """The same empty log beside a trace of 1 reading: the trace is not this log's (1 in
+    the trace, 0 in the log), so both are kept."""
+    log = writer(tmp_path, fsync=False)
+    log.release()
+    donor = compact_log(a_log(tmp_path / "donor", batches=1)).trace
+    assert donor is not None
+    trace = log.path.with_name(TRACE_NAME)
+    pq.write_table(pq.read_table(donor).slice(0, 1), trace)
+    before = log.path.read_bytes()
+    with pytest.raises(UsageError, match=r"\(1 in the trace, 0 in the log\)"):
+        compact_log(log.path)
+    assert log.path.read_bytes() == before and pq.read_table(trace).num_rows == 1
+
+
+def test_a_log_of_12_readings_beside_a_trace_of_none_keeps_both(tmp_path: Path) -> None:
+    """A trace of the trace's columns but 0 rows holds none of the log's 12 readings, not
+    all of them and not a prefix worth naming: both are kept, and the log is not
+    removed."""
+    log = a_log(tmp_path)
+    before = log.read_bytes()
+    trace = _empty_trace_beside(log, tmp_path)
+    with pytest.raises(UsageError, match=r"\(0 in the trace, 12 in the log\)"):
+        compact_log(log)
+    assert log.read_bytes() == before and pq.read_table(trace).num_rows == 0
+
+
+def test_a_trace_of_the_first_reading_of_a_log_is_a_prefix_too(tmp_path: Path) -> None:
+    """A trace holding only seq 0 beside a log of 12: a prefix of 1 reading, the log
+    kept, and the answer says the trace holds the first 1 of 12."""
+    log = a_log(tmp_path)
+    donor = compact_log(a_log(tmp_path / "donor", batches=1)).trace
+    assert donor is not None
+    trace = log.with_name(TRACE_NAME)
+    pq.write_table(pq.read_table(donor).slice(0, 1), trace)
+    before = log.read_bytes()
+    done = compact_log(log)
+    assert (done.trace, done.readings, done.batches, done.dropped_bytes) == (trace, 1, 0, 0)
+    assert done.problem is not None
+    assert done.problem.startswith(f"{trace} holds the first 1 of the log's 12 readings;")
+    assert log.read_bytes() == before
+
+
+def test_a_log_whose_readings_the_trace_already_holds_is_removed_with_nothing_dropped(
+    tmp_path: Path,
+) -> None:
+    """The same log of 3 batches of 4 written twice at one path: the first compaction
+    writes the trace; the second finds its 12 readings there and removes the log:
+    12 readings, 3 batches, 0 bytes dropped, "already compacted"."""
+    first = compact_log(a_log(tmp_path))
+    log = a_log(tmp_path)
+    assert compact_log(log) == Compaction(log, first.trace, 12, 3, 0, "already compacted", None, 0)
+    assert not log.exists() and read_trace([tmp_path]).height == 12
+
+
+def test_a_compaction_removes_the_lost_readings_note_warmfit_wrote_and_no_other(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's note says 5 readings were lost: the count goes into the trace, and the
+    note goes with the log. Rank 1's note says 0 and rank 2's is not warmfit's ("five"):
+    neither is a count, so both are left where they are."""
+    logs = [a_log(tmp_path, rank=rank) for rank in range(3)]
+    write_lost_readings(logs[0], 5)
+    write_lost_readings(logs[1], 0)
+    logs[2].with_name("readings.lost").write_text("five\n")
+    assert [compact_log(log).lost_readings for log in logs] == [5, 0, 0]
+    assert not logs[0].with_name("readings.lost").exists()
+    assert logs[1].with_name("readings.lost").read_text() == "warmfit lost readings: 0\n"
+    assert logs[2].with_name("readings.lost").read_text() == "five\n"
+    assert not any(log.exists() for log in logs)
+
+
+def test_a_compaction_leaves_a_symlink_named_like_its_temporary(tmp_path: Path) -> None:
+    """A symlink named like a compaction's temporary (``.readings.parquet.1.tmp``), to a
+    file outside: no compaction made it, so it is left, and so is the file."""
+    log = a_log(tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not warmfit's")
+    link = log.with_name(f".{TRACE_NAME}.1.tmp")
+    link.symlink_to(outside)
+    assert compact_log(log).note == "complete"
+    assert link.is_symlink() and outside.read_text() == "not warmfit's"
+
+
+def test_recover_finds_no_log_in_a_symlink_or_a_directory_of_the_logs_name(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's log is real; rank 1's ``readings.arrows`` is a symlink to a log outside
+    the recording, rank 2's a directory: neither is a log of this recording, so only
+    rank 0 is compacted, with no problem, and the log outside is untouched."""
+    log = a_log(tmp_path / "rec")
+    outside = a_log(tmp_path / "outside")
+    before = outside.read_bytes()
+    link = tmp_path / "rec" / "run=r" / "rank=1" / LOG_NAME
+    link.parent.mkdir(parents=True)
+    link.symlink_to(outside)
+    (tmp_path / "rec" / "run=r" / "rank=2" / LOG_NAME).mkdir(parents=True)
+    assert log_module.find_logs(tmp_path / "rec") == [log]
+    recovery = recover_all(tmp_path / "rec")
+    assert [c.log for c in recovery.compactions] == [log] and recovery.problems == []
+    assert outside.read_bytes() == before and link.is_symlink()
+
+
+def test_a_folder_of_a_trace_alone_or_of_run_and_rank_folders_alone_is_a_recording(
+    tmp_path: Path,
+) -> None:
+    """No log in either: a folder holding only a trace, and one holding only an empty
+    run=r/rank=0, are both recordings with nothing to recover (an empty answer, not an
+    error); a folder with neither is refused."""
+    only_trace = tmp_path / "trace"
+    only_trace.mkdir()
+    donor = compact_log(a_log(tmp_path / "donor")).trace
+    assert donor is not None
+    donor.rename(only_trace / TRACE_NAME)  # no run=*/rank=* folder above it
+    only_ranks = tmp_path / "ranks"
+    (only_ranks / "run=r" / "rank=0").mkdir(parents=True)
+    for folder in (only_trace, only_ranks):
+        recovery = recover_all(folder)
+        assert (recovery.compactions, recovery.problems) == ([], [])
+    (tmp_path / "neither").mkdir()
+    with pytest.raises(UsageError, match="holds no write-ahead logs"):
+        recover_all(tmp_path / "neither")
+
+
+def test_recover_of_a_folder_that_does_not_exist_says_so(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    with pytest.raises(
+        UsageError, match=rf"^no such directory: {re.escape(str(missing))}\. Name the -o "
+    ):
+        recover_all(missing)
