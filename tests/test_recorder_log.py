@@ -316,6 +316,17 @@ def test_a_log_held_by_another_process_is_named_by_its_pid(
         live.release()
 
 
+def finished_log(root: Path, count: int) -> Path:
+    """A log of one batch of ``count`` readings (seq 0, 1, ...), finished and released."""
+    log = writer(root, fsync=False)
+    try:
+        log.append(rows(0, count))
+        log.finish()
+    finally:
+        log.release()
+    return log.path
+
+
 def test_a_short_write_goes_on_where_it_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -323,13 +334,7 @@ def test_a_short_write_goes_on_where_it_stopped(
     after them. With at most 100 bytes a call, a log of 5 readings reads back whole."""
     real = os.pwrite
     monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: real(fd, data[:100], offset))
-    log = writer(tmp_path, fsync=False)
-    try:
-        log.append(rows(0, 5))
-        log.finish()
-    finally:
-        log.release()
-    contents = read_log(log.path)
+    contents = read_log(finished_log(tmp_path, 5))
     assert (contents.problem, contents.dropped_bytes) == (None, 0)
     assert contents.table.column("seq").to_pylist() == [0, 1, 2, 3, 4]
 
@@ -340,17 +345,12 @@ def test_bytes_after_the_end_of_stream_marker_keep_the_log_from_being_complete(
     """A whole log, finished, is complete and not torn. The same log with 5 bytes after
     its end marker keeps its readings but is not complete (so never removed after a
     compaction): "5 bytes follow its end-of-stream marker", the 5 dropped, not torn."""
-    log = writer(tmp_path, fsync=False)
-    try:
-        log.append(rows(0, 3))
-        log.finish()
-    finally:
-        log.release()
-    data = log.path.read_bytes()
-    whole = read_log(log.path)
+    path = finished_log(tmp_path, 3)
+    data = path.read_bytes()
+    whole = read_log(path)
     assert (whole.problem, whole.torn, whole.complete) == (None, False, True)
     assert (whole.kept_bytes, whole.dropped_bytes, whole.readings) == (len(data), 0, 3)
-    after = read_log(log.path, data + b"extra")
+    after = read_log(path, data + b"extra")
     assert after.problem == "5 bytes follow its end-of-stream marker"
     assert (after.torn, after.complete, after.ours) == (False, False, True)
     assert (after.kept_bytes, after.dropped_bytes, after.readings) == (len(data), 5, 3)
