@@ -1268,6 +1268,8 @@ def generated_main(args: argparse.Namespace) -> int:
         if not baseline.tests:
             print("no killer test ran unmutated: nothing can be tested")
             return 2
+        if args.skip_accepted:  # before resuming: an outcome of one accepted since goes too
+            mutants = [m for m in mutants if m.id not in matched]
         earlier: dict[str, Outcome] = {}
         partial_path = report_path.with_suffix(".partial.jsonl")
         if args.resume and partial_path.exists():
@@ -1282,10 +1284,6 @@ def generated_main(args: argparse.Namespace) -> int:
         for copy in run_env if not args.no_fork else ():
             servers[copy] = PytestServer(copy, run_env[copy])
             stack.callback(servers[copy].close)
-        if args.skip_accepted:
-            mutants = [m for m in mutants if m.id not in matched]
-            # a resumed outcome of a mutant accepted since is left out with it
-            earlier = {i: o for i, o in earlier.items() if i not in matched}
         plans = {m.id: plan(m, files_of[m.file], baseline) for m in mutants}
         lock = threading.Lock()
         done_count = len(earlier)
