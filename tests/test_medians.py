@@ -652,3 +652,27 @@ def test_fold_counts_of_many_cells_hold_no_tally_of_every_bit_pattern() -> None:
         tracemalloc.stop()
     assert got[:, 0].sum() == 25_000
     assert peak < 20 * 2**20
+
+
+# --- issue 38, generated pass of medians.py (session 20) ---
+
+
+def test_group_codes_must_cast_to_int64_exactly() -> None:
+    """Codes of uint64 (no safe cast to int64) and of bool (not integers) are refused,
+    though each satisfies one of the two conditions (medians.py:106)."""
+    for codes in (np.array([0, 1], np.uint64), np.array([False, True])):
+        with pytest.raises(UsageError, match=rf"^group must be integer codes; got {codes.dtype}"):
+            sort_by_group(codes, [1, 2], np.int64)
+    small = sort_by_group(np.array([1, 0], np.uint32), [5, 7], np.int64)
+    assert small.codes.tolist() == [0, 1]
+
+
+def test_int32_values_go_into_float64_exactly() -> None:
+    """int32 (4 bytes) casts exactly to float64, int64 does not (medians.py:108)."""
+    values = np.array([2**31 - 1, -(2**31), 3], np.int32)
+    with ExactMedians(np.float64) as m:
+        m.add_sorted(sort_by_group([0, 0, 0, 0], np.append(values, 4).astype(np.int32), np.float64))
+        got = m.middles()
+    assert got.lower.tolist() == [3.0] and got.upper.tolist() == [4.0]
+    with pytest.raises(UsageError, match=r"^values of dtype int64 do not cast"):
+        sort_by_group([0], np.array([3], np.int64), np.float64)
