@@ -676,3 +676,14 @@ def test_int32_values_go_into_float64_exactly() -> None:
     assert got.lower.tolist() == [3.0] and got.upper.tolist() == [4.0]
     with pytest.raises(UsageError, match=r"^values of dtype int64 do not cast"):
         sort_by_group([0], np.array([3], np.int64), np.float64)
+
+
+def test_group_codes_at_and_above_2_16_sort_by_their_whole_value() -> None:
+    """Codes below 2**16 are sorted as uint16; a code of exactly 2**16 (0 as uint16)
+    must not be (medians.py:118)."""
+    got = sort_by_group([2**16, 1, 2**16, 0], [5, 7, 3, 9], np.int64)
+    assert got.codes.tolist() == [0, 1, 2**16]
+    assert got.starts.tolist() == [0, 1, 2, 4]
+    assert got.keys.tolist() == [9, 7, 3, 5]
+    below = sort_by_group([2**16 - 1, 1], [5, 7], np.int64)
+    assert below.codes.tolist() == [1, 2**16 - 1]
