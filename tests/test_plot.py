@@ -1170,26 +1170,6 @@ def test_the_thinning_grids_are_1000_columns_320_by_240_cells_and_400_cells_a_st
     assert strip_keep(np.zeros(800, np.int64), np.arange(800.0)).sum() == 401
 
 
-def test_rank_readings_keeps_that_ranks_readings_and_refuses_a_rank_not_held() -> None:
-    """``two_ranks()``: runs R (ranks 0 and 1, 5 readings each) and solo (rank 0, 5
-    readings), 15 readings in all. Rank 1's are R's 5 at twice the bytes; rank 2 is
-    refused naming the ranks held (0, 1), and a trace of no reading names none."""
-    from warmfit.errors import UsageError
-    from warmfit.report.plot import rank_readings
-
-    readings = two_ranks()
-    mine = rank_readings(readings, 1)
-    assert mine.height == 5
-    assert mine.get_column("rank").to_list() == [1] * 5
-    assert mine.get_column("run").to_list() == ["R"] * 5
-    assert mine.get_column("peak_bytes").to_list() == [40_000, 80_000, 120_000, 200_000, 260_000]
-    assert rank_readings(readings, 0).height == 10
-    with pytest.raises(UsageError, match=r"no reading of rank 2\. Its ranks: 0, 1\. "):
-        rank_readings(readings, 2)
-    with pytest.raises(UsageError, match=r"no reading of rank 0\. Its ranks: none\. "):
-        rank_readings(readings.clear(), 0)
-
-
 def test_thinning_an_empty_series_keeps_nothing() -> None:
     """No point: no cell (an int64 array of length 0), no line point, no dot, no strip
     dot; beside it one point sits in cell 0 and is kept."""

@@ -361,7 +361,7 @@ class PlotData:
     drawn: Drawn
     #: A footnote under the figure: where the traces come from (see :func:`provenance_caption`).
     caption: str | None = None
-    #: The one rank drawn (``plot --rank``; :func:`rank_readings`), or ``None``: every rank.
+    #: The one rank drawn (``plot --rank``; refused in :meth:`PlotParts.sheet`), or ``None``: every rank.
     rank: int | None = None
 
 
@@ -419,21 +419,6 @@ def seed_label(points: pl.DataFrame) -> str:
     ``cold seed (first whole wave)`` where :func:`seed_is_cold`, else ``seed (first whole
     wave)`` (:data:`SEED_NOTE` says so under the figure)."""
     return ("cold " if seed_is_cold(points) else "") + "seed (first whole wave)"
-
-
-def rank_readings(readings: pl.DataFrame, rank: int) -> pl.DataFrame:
-    """Rank ``rank``'s readings alone (``plot --rank``): each rank's profiles are its own, so
-    replaying them alone prices its waves as the whole trace's replay does. Refused (exit 2)
-    where the trace holds no reading of that rank, naming the ranks it holds."""
-    mine = readings.filter(pl.col("rank") == rank)
-    if not mine.height:
-        held = readings.get_column("rank").unique().sort().to_list()
-        shown = ", ".join(map(str, held)) or "none"
-        raise UsageError(
-            f"--rank {rank}: the trace holds no reading of rank {rank}. Its ranks: {shown}. "
-            "Name one of them, or leave --rank out to draw every rank."
-        )
-    return mine
 
 
 def check_signature(result: ReplayResult, signature: str) -> None:
@@ -777,8 +762,8 @@ def build_plot_data(
 
     ``caption`` is a footnote; ``signature`` picks the profile panel (b)
     shows in each run that has it (default: each run's busiest one,
-    :func:`main_profile`); ``rank``: the replay is of that rank's readings alone
-    (:func:`rank_readings`), which the title says. ``roles``: each wave's role
+    :func:`main_profile`); ``rank``: the replay is of that rank's readings alone,
+    which the title says. ``roles``: each wave's role
     (:func:`warmfit.replay.wave_roles`), where already found.
     """
     if signature is not None:
