@@ -687,3 +687,24 @@ def test_group_codes_at_and_above_2_16_sort_by_their_whole_value() -> None:
     assert got.keys.tolist() == [9, 7, 3, 5]
     below = sort_by_group([2**16 - 1, 1], [5, 7], np.int64)
     assert below.codes.tolist() == [1, 2**16 - 1]
+
+
+def test_a_run_of_no_start_is_refused_by_name(tmp_path: Path) -> None:
+    """A run whose starts are empty (not even the 0 of no key) is refused with the
+    run's own message, not an IndexError from reading its last start (medians.py:223)."""
+    with ExactMedians(np.int64, dir=str(tmp_path)) as m:
+        path = m.run_path()
+        Path(path).write_bytes(b"")
+        empty = np.empty(0, np.int64)
+        with pytest.raises(UsageError, match=r"^run must have one start per code, and one more"):
+            m.add_run(medians_module.SpilledRun(np.dtype(np.int64), empty, empty, path))
+
+
+def test_closing_drops_the_count_of_held_bytes() -> None:
+    """Values held in memory count 16 bytes each (held_bytes); close drops them, so
+    held_bytes and len() are 0 after it (medians.py:178)."""
+    m = ExactMedians(np.int64)
+    m.add([0, 0, 1], [3, 1, 2])
+    assert m.held_bytes == 48 and len(m) == 3
+    m.close()
+    assert m.held_bytes == 0 and len(m) == 0
