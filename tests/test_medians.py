@@ -708,3 +708,14 @@ def test_closing_drops_the_count_of_held_bytes() -> None:
     assert m.held_bytes == 48 and len(m) == 3
     m.close()
     assert m.held_bytes == 0 and len(m) == 0
+
+
+def test_a_run_of_no_key_is_not_kept(tmp_path: Path) -> None:
+    """A worker's run of no value (starts [0], no code) is taken (its file named and
+    checked) but not kept as a run: ``runs`` stays 0 (medians.py:227)."""
+    with ExactMedians(np.int64, dir=str(tmp_path)) as m:
+        m.add_run(write_run(sort_by_group([], np.empty(0, np.int64), np.int64), m.run_path()))
+        assert m.runs == 0 and len(m) == 0
+        assert m.middles().codes.tolist() == []
+        m.add_run(write_run(sort_by_group([3], [7], np.int64), m.run_path()))
+        assert m.runs == 1 and m.middles().lower.tolist() == [7]
