@@ -719,3 +719,29 @@ def test_a_run_of_no_key_is_not_kept(tmp_path: Path) -> None:
         assert m.middles().codes.tolist() == []
         m.add_run(write_run(sort_by_group([3], [7], np.int64), m.run_path()))
         assert m.runs == 1 and m.middles().lower.tolist() == [7]
+
+
+def test_a_batch_with_a_start_missing_is_refused() -> None:
+    """Codes [0, 1] need three starts; starts [0, 3] rise from 0 to the 3 keys but
+    are one short, and are refused (medians.py:338)."""
+    good = sort_by_group([0, 0, 1], [2, 1, 5], np.int64)
+    assert good.starts.tolist() == [0, 2, 3]
+    with ExactMedians(np.int64) as m:
+        short = good._replace(starts=np.array([0, 3]))
+        with pytest.raises(UsageError, match=r"^batch must have one start per code, and one more"):
+            m.add_sorted(short)
+        flat = good._replace(codes=good.codes.reshape(1, 2))
+        with pytest.raises(UsageError, match=r"^batch must have one start per code, and one more"):
+            m.add_sorted(flat)
+        assert len(m) == 0
+
+
+def test_a_run_file_cut_short_is_an_error_naming_it(tmp_path: Path) -> None:
+    """A run's file that lost keys after it was taken (something truncated it) is an
+    OSError naming the file, not a median of the keys left (medians.py:305)."""
+    with ExactMedians(np.int64, dir=str(tmp_path)) as m:
+        run = write_run(sort_by_group([0, 0, 0, 0], [4, 1, 3, 2], np.int64), m.run_path())
+        m.add_run(run)
+        os.truncate(run.path, 8)
+        with pytest.raises(OSError, match=rf"the run file {run.path} ends before key 3$"):
+            m.middles()
