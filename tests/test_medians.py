@@ -745,3 +745,15 @@ def test_a_run_file_cut_short_is_an_error_naming_it(tmp_path: Path) -> None:
         os.truncate(run.path, 8)
         with pytest.raises(OSError, match=rf"the run file {run.path} ends before key 3$"):
             m.middles()
+
+
+def test_a_batch_with_a_group_of_no_key_is_refused() -> None:
+    """Starts must rise strictly: code 1 with starts 2 to 2 would be a group of no
+    value, whose middles do not exist (medians.py:339)."""
+    good = sort_by_group([0, 0, 2], [2, 1, 5], np.int64)
+    with ExactMedians(np.int64) as m:
+        hollow = good._replace(codes=np.array([0, 1, 2]), starts=np.array([0, 2, 2, 3]))
+        with pytest.raises(UsageError, match=r"^batch must have one start per code, and one more"):
+            m.add_sorted(hollow)
+        m.add_sorted(good)
+        assert m.middles().counts.tolist() == [2, 1]
