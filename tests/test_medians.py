@@ -757,3 +757,15 @@ def test_a_batch_with_a_group_of_no_key_is_refused() -> None:
             m.add_sorted(hollow)
         m.add_sorted(good)
         assert m.middles().counts.tolist() == [2, 1]
+
+
+def test_a_batch_naming_one_code_twice_is_refused() -> None:
+    """Codes must rise strictly: [0, 0] would hold group 0 in two stretches of one
+    batch (medians.py:341)."""
+    with ExactMedians(np.int64) as m:
+        twice = SortedValues(
+            np.dtype(np.int64), np.array([0, 0]), np.array([0, 1, 2]), np.array([1, 2])
+        )
+        with pytest.raises(UsageError, match=r"^batch codes must be >= 0 and strictly increasing"):
+            m.add_sorted(twice)
+        assert len(m) == 0
