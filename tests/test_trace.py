@@ -540,11 +540,13 @@ def test_reading_counts_count_whole_readings_that_did_not_run_out_of_memory() ->
 
 def test_wave_order_is_none_for_rows_in_order_and_sorts_any_that_are_not() -> None:
     """One stream's waves 0, 0, 1 (a forward and a caller reading of wave 0): in
-    order already, so None. Waves 0, 2, 1: wave 1 comes after wave 2, though every
+    order already, so None; so are waves 0 to 199 (a key of 200 a stream fits
+    int64 easily). Waves 0, 2, 1: wave 1 comes after wave 2, though every
     wave is above the first: rows 0, 2, 1."""
     from warmfit.format.trace import wave_order
 
     assert wave_order(np.array([0, 0, 0]), np.array([0, 0, 1])) is None
+    assert wave_order(np.zeros(200, dtype=np.int64), np.arange(200)) is None  # span 200
     order = wave_order(np.array([0, 0, 0]), np.array([0, 2, 1]))
     assert order is not None and order.tolist() == [0, 2, 1]
 
@@ -635,6 +637,9 @@ def _reading(seq: int, wave: int, rank: int = 0, **extra: object) -> dict[str, o
         # a wave after the first row's wave
         ([_reading(0, 0), _reading(1, 1), _reading(2, 1, packed_tokens=101)],
          "wave 1 (run 'run', rank 0"),
+        # the same, its second reading back at the stream's first value (100)
+        ([_reading(0, 0), _reading(1, 1, packed_tokens=101), _reading(2, 1)],
+         "wave 1 (run 'run', rank 0"),
         # a wave of the second stream (rank 1)
         ([_reading(0, 0), _reading(0, 0, rank=1), _reading(1, 0, rank=1, packed_tokens=101)],
          "wave 0 (run 'run', rank 1"),
@@ -643,8 +648,9 @@ def _reading(seq: int, wave: int, rank: int = 0, **extra: object) -> dict[str, o
 def test_two_readings_of_one_wave_that_disagree_are_found_wherever_the_wave_lies(
     tmp_path: Path, rows: list[dict[str, object]], where: str
 ) -> None:
-    """A wave's second reading with 101 packed tokens against its first's 100 is
-    refused whether the wave is its stream's only one, a later one, or in rank 1."""
+    """A wave's readings with 100 and 101 packed tokens are refused whether the wave
+    is its stream's only one, a later one (whichever of its readings has the 100 the
+    stream began with), or in rank 1."""
     path = write(tmp_path / "t.parquet", readings_frame(rows))
     with pytest.raises(TraceError) as info:
         read_trace([path])
@@ -724,3 +730,35 @@ def test_three_streams_of_wave_ids_too_far_apart_for_one_key_are_sorted_by_both(
     top = 3 * 2**60 - 1
     order = wave_order(np.array([0, 1, 1, 2]), np.array([0, top, 0, top]))
     assert order is not None and order.tolist() == [0, 2, 1, 3]
+
+
+def test_a_duplicate_seq_of_rank_0_does_not_name_rank_1s_reading_of_that_seq(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's seq 0 in a.parquet (row 0) and b.parquet (row 0); rank 1's own seq 0
+    (a.parquet row 3, same run) is no duplicate and is not named."""
+    write_trace(valid(), tmp_path / "a.parquet")
+    first = (pl.col("seq") == 0) & (pl.col("rank") == 0)
+    write_trace(valid().filter(first), tmp_path / "b.parquet")
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    assert f"rank 0 (at {a} row 0, {b} row 0); seq must be unique" in str(info.value)
+
+
+def test_two_readings_of_one_wave_that_differ_on_every_wave_constant_disagree(
+    tmp_path: Path,
+) -> None:
+    """Wave 0's readings differ in all six constants: signature s and t, kind flat and
+    split_child, 100 and 101 packed tokens, 200 and 201 logical ones, output bytes 0
+    and 1, no floor and a floor of 1. Refused, on the first of them, signature."""
+    rows = [
+        _reading(0, 0),
+        _reading(1, 0, signature="t", kind="split_child", phase="forward", packed_tokens=101,
+                 logical_tokens=201, output_bytes=1, static_floor_bytes=1),
+    ]  # fmt: skip
+    path = write(tmp_path / "t.parquet", readings_frame(rows))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert "the readings of wave 0 (run 'run', rank 0" in str(info.value)
+    assert "disagree on signature" in str(info.value)
