@@ -490,3 +490,275 @@ def test_a_reading_given_only_what_it_needs_takes_the_formats_defaults() -> None
         "whole": False, "packed_tokens": 4, "logical_tokens": 8, "output_bytes": 0,
         "baseline_bytes": 0, "peak_bytes": 100, "static_floor_bytes": None, "oom": False,
     }  # fmt: skip
+
+
+# --- issue 38, generated pass of trace.py (i38x) ---
+
+
+def test_reading_counts_count_whole_readings_that_did_not_run_out_of_memory() -> None:
+    """Run "r", four signatures, their counts spelled out:
+
+    - "a": a whole caller reading and a forward one: 2 readings, 2 flat, 1 whole, 0 OOM;
+    - "b": one whole reading that ran out of memory: 1, 1 flat, 0 whole (an OOM
+      reading is never whole here), 1 OOM;
+    - "c": two split-child readings: 2, 0 flat, 0 whole, 0 OOM;
+    - "d": whole with OOM unknown (null: not OOM, so whole), then whole unknown
+      (null: not whole) without OOM: 2, 2 flat, 1 whole, 0 OOM.
+
+    Only "b" has flat readings and no whole one ("c" has no flat reading to fix).
+    Without a ``kind`` column every reading counts as flat: "c" has 2, and is named."""
+    from warmfit.format.trace import pairs_without_whole, reading_counts
+
+    def reading(seq: int, signature: str, **extra: object) -> dict[str, object]:
+        return dict(seq=seq, wave=seq, run="r", signature=signature, packed_tokens=1,
+                    logical_tokens=1, peak_bytes=9, **extra)  # fmt: skip
+
+    frame = readings_frame(
+        [
+            reading(0, "a", whole=True),
+            reading(1, "a", phase="forward"),
+            reading(2, "b", whole=True, oom=True),
+            reading(3, "c", kind="split_child", phase="forward"),
+            reading(4, "c", kind="split_child", phase="forward"),
+            reading(5, "d", whole=True, oom=None),
+            reading(6, "d", whole=None, oom=False),
+        ]
+    )
+    columns = ["signature", "readings", "flat_readings", "whole_readings", "oom_readings"]
+    counts = reading_counts(frame).sort("signature")
+    assert counts.select(columns).rows() == [
+        ("a", 2, 2, 1, 0),
+        ("b", 1, 1, 0, 1),
+        ("c", 2, 0, 0, 0),
+        ("d", 2, 2, 1, 0),
+    ]
+    assert pairs_without_whole(counts).rows() == [("r", "b")]
+    kindless = reading_counts(frame.drop("kind")).sort("signature")
+    assert kindless.get_column("flat_readings").to_list() == [2, 1, 2, 2]
+    assert pairs_without_whole(kindless).rows() == [("r", "b"), ("r", "c")]
+
+
+def test_wave_order_is_none_for_rows_in_order_and_sorts_any_that_are_not() -> None:
+    """One stream's waves 0, 0, 1 (a forward and a caller reading of wave 0): in
+    order already, so None; so are waves 0 to 199 (a key of 200 a stream fits
+    int64 easily). Waves 0, 2, 1: wave 1 comes after wave 2, though every
+    wave is above the first: rows 0, 2, 1."""
+    from warmfit.format.trace import wave_order
+
+    assert wave_order(np.array([0, 0, 0]), np.array([0, 0, 1])) is None
+    assert wave_order(np.zeros(200, dtype=np.int64), np.arange(200)) is None  # span 200
+    order = wave_order(np.array([0, 0, 0]), np.array([0, 2, 1]))
+    assert order is not None and order.tolist() == [0, 2, 1]
+
+
+def test_wave_order_keys_waves_from_the_lowest_id_so_ids_near_2_to_the_63_fit() -> None:
+    """Wave ids 2**62 - 1 and 2**62 + 2 (span 4: one int64 key fits) in one stream,
+    in order: None. Keyed by the id minus the lowest (0 and 3); the ids plus the lowest
+    would pass 2**63 - 1 for the second and wrap below the first. In reverse order,
+    rows 1, 0."""
+    from warmfit.format.trace import wave_order
+
+    low = 2**62 - 1
+    stream = np.array([0, 0])
+    assert wave_order(stream, np.array([low, low + 3])) is None
+    order = wave_order(stream, np.array([low + 3, low]))
+    assert order is not None and order.tolist() == [1, 0]
+
+
+def test_a_duplicate_seq_error_takes_the_first_file_as_its_path(tmp_path: Path) -> None:
+    """seq 2 of rank 0 in a.parquet (row 2) and b.parquet (row 0): the error's path
+    is a.parquet, the first place named."""
+    write_trace(valid(), tmp_path / "a.parquet")
+    write_trace(valid().filter(pl.col("seq") == 2), tmp_path / "b.parquet")
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    assert info.value.path == str(tmp_path / "a.parquet")
+    assert info.value.column == "seq"
+
+
+def test_a_duplicate_seq_names_only_its_own_rows_and_counts_those_past_four(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's seq 2 written in a.parquet (row 2 of 4: rank 1 and other seqs beside
+    it) and in b to e.parquet (row 0 each): five places. The first four are named,
+    "and 1 more" counts the fifth; with four places, all four, no count. Rows of
+    other ranks or seqs (a.parquet's rows 0, 1 and 3) are never named."""
+    write_trace(valid(), tmp_path / "a.parquet")
+    for name in "bcde":
+        write_trace(valid().filter(pl.col("seq") == 2), tmp_path / f"{name}.parquet")
+    at = ", ".join(f"{tmp_path / n}.parquet row {r}" for n, r in zip("abcd", (2, 0, 0, 0)))
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    assert f"(at {at} and 1 more); seq must be unique" in str(info.value)
+    (tmp_path / "e.parquet").unlink()
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    assert f"(at {at}); seq must be unique" in str(info.value)
+
+
+def test_a_duplicate_seq_found_without_files_names_no_path() -> None:
+    """``check_across_rows`` given no files (readings from elsewhere): seq 0 twice in
+    rank 0 is still refused, with no place and no path."""
+    from warmfit.format.trace import check_across_rows, stream_numbers
+
+    frame = readings_frame(
+        [dict(seq=0, wave=w, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9)
+         for w in (0, 1)]
+    )  # fmt: skip
+    with pytest.raises(TraceError) as info:
+        check_across_rows(frame, stream_numbers(frame), [])
+    assert info.value.path is None and info.value.column == "seq"
+    assert "seq 0 appears more than once in run 'run', rank 0 (at );" in str(info.value)
+
+
+def test_the_summary_of_one_reading_and_of_none() -> None:
+    """One reading: 1 run, 1 rank, 1 signature, 1 wave, 1 reading (of 2 files); no
+    reading: all 0 (of 1 file)."""
+    frame = readings_frame(
+        [dict(seq=0, wave=0, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9)]
+    )
+    assert TraceSummary.of(frame, files=2) == TraceSummary(2, 1, 1, 1, 1, 1)
+    assert TraceSummary.of(frame.clear(), files=1) == TraceSummary(1, 0, 0, 0, 0, 0)
+
+
+def _reading(seq: int, wave: int, rank: int = 0, **extra: object) -> dict[str, object]:
+    """A sound flat caller reading of 100 packed tokens, 200 logical ones (of run "run",
+    signature "s")."""
+    row: dict[str, object] = dict(seq=seq, wave=wave, rank=rank, signature="s",
+                                  packed_tokens=100, logical_tokens=200, peak_bytes=9)  # fmt: skip
+    return {**row, **extra}
+
+
+@pytest.mark.parametrize(
+    ("rows", "where"),
+    [
+        # the stream's only wave: no other wave beside it to compare with
+        ([_reading(0, 0), _reading(1, 0, packed_tokens=101)], "wave 0 (run 'run', rank 0"),
+        # a wave after the first row's wave
+        ([_reading(0, 0), _reading(1, 1), _reading(2, 1, packed_tokens=101)],
+         "wave 1 (run 'run', rank 0"),
+        # the same, its second reading back at the stream's first value (100)
+        ([_reading(0, 0), _reading(1, 1, packed_tokens=101), _reading(2, 1)],
+         "wave 1 (run 'run', rank 0"),
+        # a wave of the second stream (rank 1)
+        ([_reading(0, 0), _reading(0, 0, rank=1), _reading(1, 0, rank=1, packed_tokens=101)],
+         "wave 0 (run 'run', rank 1"),
+    ],
+)  # fmt: skip
+def test_two_readings_of_one_wave_that_disagree_are_found_wherever_the_wave_lies(
+    tmp_path: Path, rows: list[dict[str, object]], where: str
+) -> None:
+    """A wave's readings with 100 and 101 packed tokens are refused whether the wave
+    is its stream's only one, a later one (whichever of its readings has the 100 the
+    stream began with), or in rank 1."""
+    path = write(tmp_path / "t.parquet", readings_frame(rows))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert f"the readings of {where}" in str(info.value)
+    assert "disagree on packed_tokens" in str(info.value)
+
+
+def test_a_floor_recorded_on_one_reading_of_a_wave_and_not_the_other_disagrees(
+    tmp_path: Path,
+) -> None:
+    """static_floor_bytes null on seq 0 and 1 on seq 1 of wave 0: the wave's readings
+    disagree (a null is no value, not 1); null on both, or 1 on both, agree."""
+    rows = [_reading(0, 0, static_floor_bytes=None), _reading(1, 0, static_floor_bytes=1)]
+    path = write(tmp_path / "t.parquet", readings_frame(rows))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert "disagree on static_floor_bytes" in str(info.value)
+    for floor in (None, 1):
+        same = [_reading(0, 0, static_floor_bytes=floor), _reading(1, 0, static_floor_bytes=floor)]
+        write(path, readings_frame(same))
+        assert read_trace([path]).get_column("static_floor_bytes").to_list() == [floor, floor]
+
+
+def test_floors_of_one_wave_one_apart_near_2_to_the_60_disagree_beside_a_null(
+    tmp_path: Path,
+) -> None:
+    """Wave 0's floors 2**60 and 2**60 + 1 (one byte apart; as float64 both read
+    1.152921504606847e18), wave 1's floor null: wave 0 disagrees on
+    static_floor_bytes. The comparison is of the integers, nulls standing apart."""
+    rows = [
+        _reading(0, 0, static_floor_bytes=2**60),
+        _reading(1, 0, static_floor_bytes=2**60 + 1),
+        _reading(2, 1, static_floor_bytes=None),
+    ]
+    path = write(tmp_path / "t.parquet", readings_frame(rows))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert "the readings of wave 0 (run 'run', rank 0" in str(info.value)
+    assert "disagree on static_floor_bytes" in str(info.value)
+
+
+def test_a_disagreement_is_found_among_a_waves_readings_in_wave_order(tmp_path: Path) -> None:
+    """In seq order the waves go 1, 0, 1, with 100, 101 and 101 packed tokens: side by
+    side in seq order no two readings of one wave differ (seq 1 and 2 both have 101),
+    but wave 1's readings (seq 0 and 2) do: 100 and 101."""
+    rows = [_reading(0, 1), _reading(1, 0, packed_tokens=101), _reading(2, 1, packed_tokens=101)]
+    path = write(tmp_path / "t.parquet", readings_frame(rows))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert "the readings of wave 1 (run 'run', rank 0" in str(info.value)
+    assert "disagree on packed_tokens" in str(info.value)
+
+
+def test_no_rows_and_one_row_are_in_wave_order() -> None:
+    """No rows (an empty part of a trace), or one: nothing to sort, None."""
+    from warmfit.format.trace import wave_order
+
+    empty = np.array([], dtype=np.int64)
+    assert wave_order(empty, empty) is None
+    assert wave_order(np.array([3]), np.array([7])) is None
+
+
+def test_three_streams_of_wave_ids_too_far_apart_for_one_key_are_sorted_by_both() -> None:
+    """Streams 0, 1, 2 and wave ids spanning 0 to 2**62 (span 2**62 + 1): the last
+    stream, 2, times the span is past 2**63 and would wrap in one int64 key (the
+    second row's stream, 0, would not tell). By stream, then wave: rows 1, 0 (waves
+    0, 1 of stream 0), 3, 2 (0, 2**62 of stream 1), 5, 4 (1, 2**62 of stream 2).
+
+    Ids 0 to 3 * 2**60 - 1 (span 3 * 2**60) in rows of streams 0, 1, 1, 2: the
+    last stream's key, 2 * 3 * 2**60 + 3 * 2**60 - 1 = 9 * 2**60 - 1, is past 2**63
+    (8 * 2**60), though 1 * span + span is not (the stream before, and the second
+    row's, would not tell): rows 0, 2, 1, 3."""
+    from warmfit.format.trace import wave_order
+
+    order = wave_order(np.array([0, 0, 1, 1, 2, 2]), np.array([1, 0, 2**62, 0, 2**62, 1]))
+    assert order is not None and order.tolist() == [1, 0, 3, 2, 5, 4]
+    top = 3 * 2**60 - 1
+    order = wave_order(np.array([0, 1, 1, 2]), np.array([0, top, 0, top]))
+    assert order is not None and order.tolist() == [0, 2, 1, 3]
+
+
+def test_a_duplicate_seq_of_rank_0_does_not_name_rank_1s_reading_of_that_seq(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's seq 0 in a.parquet (row 0) and b.parquet (row 0); rank 1's own seq 0
+    (a.parquet row 3, same run) is no duplicate and is not named."""
+    write_trace(valid(), tmp_path / "a.parquet")
+    first = (pl.col("seq") == 0) & (pl.col("rank") == 0)
+    write_trace(valid().filter(first), tmp_path / "b.parquet")
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    assert f"rank 0 (at {a} row 0, {b} row 0); seq must be unique" in str(info.value)
+
+
+def test_two_readings_of_one_wave_that_differ_on_every_wave_constant_disagree(
+    tmp_path: Path,
+) -> None:
+    """Wave 0's readings differ in all six constants: signature s and t, kind flat and
+    split_child, 100 and 101 packed tokens, 200 and 201 logical ones, output bytes 0
+    and 1, no floor and a floor of 1. Refused, on the first of them, signature."""
+    rows = [
+        _reading(0, 0),
+        _reading(1, 0, signature="t", kind="split_child", phase="forward", packed_tokens=101,
+                 logical_tokens=201, output_bytes=1, static_floor_bytes=1),
+    ]  # fmt: skip
+    path = write(tmp_path / "t.parquet", readings_frame(rows))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert "the readings of wave 0 (run 'run', rank 0" in str(info.value)
+    assert "disagree on signature" in str(info.value)

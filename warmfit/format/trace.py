@@ -837,7 +837,7 @@ def reading_counts(frame: pl.DataFrame) -> pl.DataFrame:
     trace's (:func:`pairs_without_whole` adds them up).
     """
     whole = pl.col("whole").fill_null(False) & ~pl.col("oom").fill_null(False)
-    flat = (pl.col("kind") == "flat") if "kind" in frame.columns else pl.lit(True)
+    flat = (pl.col("kind") == "flat") if "kind" in frame.columns else pl.repeat(True, pl.len())
     return frame.group_by("run", "signature").agg(
         pl.len().cast(pl.Int64).alias("readings"),
         flat.sum().cast(pl.Int64).alias("flat_readings"),
