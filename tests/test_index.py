@@ -22,7 +22,7 @@ from warmfit.errors import TraceError, UsageError
 from warmfit.format import batches as streams
 from warmfit.format import pagecrc
 from warmfit.format.batches import Tail, index_file, plan, read_batch, read_canonical
-from warmfit.format.trace import readings_frame, write_trace
+from warmfit.format.trace import readings_frame, wanted_columns, write_trace
 from warmfit.format.writer import to_arrow
 from warmfit.replay.stream import chain_sizes, replay_stream
 
@@ -791,3 +791,170 @@ def test_a_route_that_cannot_be_spooled_or_reads_fewer_rows_says_so(
         streams.route_rows(route, str(tmp_path))
     assert caught.value.path == str(path)
     assert "holds 40 rows where it held 66 when it was indexed" in str(caught.value)
+
+
+# --- issue 38, generated pass of batches.py (i38y) ---
+
+
+def test_a_tail_is_left_only_the_rows_read_ahead_of_a_batch() -> None:
+    """One row group of 10 rows: ranks 0, 1, 2 of 2, 4 and 4 readings, a batch a
+    stream. The first batch (rows 0-2) reads no further than its own rows (the
+    group's 8 others are more than its 2), so it leaves nothing in the tail: asked
+    for rows 0-2, the tail has none. The second batch (rows 2-6) reads on to the
+    group's end and leaves rows 2-9 there: asked for rows 6-10, the tail gives the
+    third stream's 4 readings, ranks 2."""
+    columns = tuple(wanted_columns(None, ()))
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        path = Path(folder) / "t.parquet"
+        patch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 10)
+        rows = [
+            dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+                 peak_bytes=100 + 10 * rank + s)
+            for rank, n in enumerate([2, 4, 4]) for s in range(n)
+        ]  # fmt: skip
+        write_trace(readings_frame(rows), path)
+        first, second, _ = plan([index_file(path)], 2)
+        tail = Tail()
+        read_canonical(first, tail=tail)
+        assert tail.take(str(path), columns, 0, 2) is None
+        read_canonical(second, tail=tail)
+        held = tail.take(str(path), columns, 6, 10)
+        assert held is not None
+        assert held.get_column("rank").to_list() == [2] * 4
+        assert held.get_column("peak_bytes").to_list() == [120, 121, 122, 123]
+        assert tail.take(str(path), columns, 2, 6) is not None  # from the second batch's first row
+        assert tail.take(str(path), columns, 1, 6) is None  # the first batch's rows: not held
+
+
+def test_a_batch_takes_its_streams_rows_among_others_only_within_their_segments(
+    tmp_path: Path,
+) -> None:
+    """A file of 14 rows in one row group: ("runA", 5) at rows 0-1; ("runA", 0) and
+    ("runA", 1) alternating at rows 2-9 (4 readings each: indexed by their counts,
+    as an interleaved group is); rows 10-11 hold ("runA", 0) again, but the index
+    (as a footer whose statistics lie would give) names them ("runB", 0); then
+    ("runA", 2) at rows 12-13. In batches of 10 readings, the first holds ("runA",
+    0), ("runA", 1) and ("runA", 2), rows 2 to 13: it takes the rows of ("runA", 0)
+    within rows 2-9 only, its 4 counted readings (peaks 1000 to 1003), not the two at
+    rows 10-11 that another batch planned (which that batch refuses)."""
+    stream = [("runA", 5)] * 2 + [("runA", 0), ("runA", 1)] * 4 + [("runA", 0)] * 2
+    stream += [("runA", 2)] * 2
+    seqs: dict[tuple[str, int], int] = {}
+    rows = []
+    for run, rank in stream:
+        seq = seqs[(run, rank)] = seqs.get((run, rank), -1) + 1
+        rows.append(
+            dict(run=run, rank=rank, seq=seq, wave=seq, signature="s", packed_tokens=4,
+                 logical_tokens=4, peak_bytes=1000 + 100 * rank + seq)
+        )  # fmt: skip
+    path = write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    groups = index_file(path).groups
+    lying = streams.FileIndex(
+        str(path), 14, (("runA", 5, 0, 2), ("runB", 0, 10, 12), ("runA", 2, 12, 14)), groups,
+        (("runA", 0, 2, 10, 4), ("runA", 1, 2, 10, 4)),
+    )  # fmt: skip
+    first, second = plan([lying], 10)
+    assert first.streams == (("runA", 0), ("runA", 1), ("runA", 2)) and first.readings == 10
+    frame = read_batch(first)
+    assert frame.select("rank", "peak_bytes").rows() == [
+        (0, 1000), (0, 1001), (0, 1002), (0, 1003), (1, 1100), (1, 1101), (1, 1102), (1, 1103),
+        (2, 1200), (2, 1201),
+    ]  # fmt: skip
+    assert second.streams == (("runA", 5), ("runB", 0))
+    with pytest.raises(TraceError, match="statistics of its row groups"):
+        read_batch(second)
+
+
+@pytest.mark.parametrize(
+    "counted, said",
+    [((4, 3), "stream ('r', 1) has 4 where 3 were counted"),
+     ((5, 3), "stream ('r', 0) has 4 where 5 were counted")],
+    ids=["one stream miscounted", "both: the first named"],
+)  # fmt: skip
+def test_a_stream_counted_wrong_is_named_first_in_canonical_order(
+    tmp_path: Path, counted: tuple[int, int], said: str
+) -> None:
+    """Ranks 0 and 1 of run "r" alternating over 8 rows (4 readings each), indexed
+    by their counts in rows 0-8 as an interleaved group is, but counted (4, 3): rank
+    1's count is wrong and the error names it, not rank 0 (whose 4 are right).
+    Counted (5, 3), both are wrong: the first in canonical order, rank 0, is named."""
+    rows = [
+        dict(run="r", rank=row % 2, seq=row // 2, wave=row // 2, signature="s",
+             packed_tokens=4, logical_tokens=4, peak_bytes=100)
+        for row in range(8)
+    ]  # fmt: skip
+    path = write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    index = streams.FileIndex(
+        str(path), 8, (), index_file(path).groups,
+        (("r", 0, 0, 8, counted[0]), ("r", 1, 0, 8, counted[1])),
+    )  # fmt: skip
+    (batch,) = plan([index], 100)
+    with pytest.raises(TraceError) as caught:
+        read_batch(batch)
+    assert caught.value.path == str(path)
+    assert f"are not those it held when it was indexed: {said};" in str(caught.value)
+
+
+@pytest.mark.parametrize("damaged", [0, 1])
+def test_a_batch_checks_the_pages_of_its_own_row_groups_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damaged: int
+) -> None:
+    """Streams ("runA", 0) and ("runB", 1) of 4 readings each, in row groups of 4: a
+    batch a stream, each holding exactly one row group (rows 0-3, rows 4-7). A
+    flipped byte in one group's last page fails the batch that reads that group,
+    and not the other batch, whose rows end (or begin) exactly at the group's edge."""
+    monkeypatch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 4)
+    path = tmp_path / "t.parquet"
+    rows = [
+        dict(run=run, rank=rank, seq=s, wave=s, signature="s", packed_tokens=4,
+             logical_tokens=4, peak_bytes=100 + s)
+        for run, rank in (("runA", 0), ("runB", 1)) for s in range(4)
+    ]  # fmt: skip
+    write_trace(readings_frame(rows), path)
+    index = index_file(path)
+    batches = plan([index], 4)
+    assert [b.streams for b in batches] == [(("runA", 0),), (("runB", 1),)]
+    assert [b.groups for b in batches] == [
+        {str(path): index.groups[:1]},
+        {str(path): index.groups[1:]},
+    ]
+    chunk = index.groups[damaged][1].chunks[-1]
+    data = bytearray(path.read_bytes())
+    data[chunk.start + chunk.size - 1] ^= 0xFF  # inside the chunk's last page's body
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceError, match="fails its checksum"):
+        read_batch(batches[damaged])
+    assert read_batch(batches[1 - damaged]).height == 4
+
+
+@pytest.mark.parametrize(
+    "n, planned, read",
+    [(3, "('runA', 0), ('runB', 0), ('runZ', 0)", "('runA', 0), ('runB', 0), ('runC', 0)"),
+     (4, "('runA', 0), ('runB', 0), ('runC', 0) and 1 more",
+      "('runA', 0), ('runB', 0), ('runC', 0) and 1 more")],
+)  # fmt: skip
+def test_the_streams_planned_and_read_are_named_three_at_most(
+    tmp_path: Path, n: int, planned: str, read: str
+) -> None:
+    """A file of ``n`` streams ("runA", 0), ("runB", 0), ... of one reading each,
+    whose index (as a lying footer would give) names the last one ("runZ", 0): the
+    batch of all of them refuses the rows, naming the streams planned and read, the
+    first three of each and how many more (3: all three, nothing after; 4: three
+    and "1 more")."""
+    runs = [f"run{chr(ord('A') + i)}" for i in range(n)]
+    rows = [
+        dict(run=run, rank=0, seq=0, wave=0, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=100)
+        for run in runs
+    ]  # fmt: skip
+    path = write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    named = [*runs[:-1], "runZ"]
+    index = streams.FileIndex(
+        str(path), n, tuple((run, 0, i, i + 1) for i, run in enumerate(named)),
+        index_file(path).groups,
+    )  # fmt: skip
+    (batch,) = plan([index], 100)
+    with pytest.raises(TraceError) as caught:
+        read_batch(batch)
+    assert caught.value.path == str(path)
+    assert f"streams than its rows hold (planned {planned}; read {read})." in str(caught.value)
