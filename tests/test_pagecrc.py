@@ -1067,3 +1067,80 @@ def test_bounds_from_one_of_min_value_and_max_value_are_the_deprecated_pair(
         ]
         groups = pagecrc.row_groups(with_footer(path, tree, tmp_path / f"{kept}.parquet"))
         assert not isinstance(groups, str) and groups[0].bounds["x"] == bound, kept
+
+
+def test_a_row_groups_row_count_and_chunks_are_checked(tmp_path: Path) -> None:
+    """EP1's one row group (52 rows, 16 column chunks) with its row count (field 3)
+    left out or -1 is damaged; with its column chunks (field 1) left out, its 52 rows
+    have no values; with 0 rows and no chunks it is the one empty object (the file
+    then says 0 rows)."""
+    damaged = "its footer is damaged ({})"
+    cases: list[tuple[str, Any, str | None]] = [
+        ("no-count", lambda n, k, v: n != 3, damaged.format("a row group's row count is damaged")),
+        ("minus-one", -1, damaged.format("a row group's row count is damaged")),
+        ("no-chunks", lambda n, k, v: n != 1, damaged.format("a row group of 52 rows lists no column chunks")),
+    ]
+    for name, change, problem in cases:
+        tree = footer_tree(EP1)
+        group = value_of(tree, 4)[1][0]
+        if callable(change):
+            group[:] = [f for f in group if change(*f)]
+        else:
+            _set(group, 3, change)
+        path = with_footer(EP1, tree, tmp_path / f"{name}.parquet")
+        assert pagecrc.row_groups(path) == problem, name
+    tree = [(n, k, 0 if n == 3 else v) for n, k, v in footer_tree(EP1)]
+    group = value_of(tree, 4)[1][0]
+    group[:] = [(n, k, 0 if n == 3 else v) for n, k, v in group if n != 1]
+    groups = pagecrc.row_groups(with_footer(EP1, tree, tmp_path / "empty.parquet"))
+    assert isinstance(groups, list) and len(groups) == 1 and groups[0] is pagecrc._EMPTY
+
+
+def test_a_row_groups_and_a_column_chunks_fields_nest_as_deep_as_the_footers_limit(
+    tmp_path: Path,
+) -> None:
+    """A row group's fields are read at depth 2 (FileMetaData's at 0), a column chunk's
+    at 4: a field of lists in lists no reader asks for, 31 lists deep in the row group
+    or 29 in its first column chunk, puts its innermost list at depth 32, read; one
+    list deeper is refused as nested too deeply, as the oracle reads the same footer."""
+    for where, deepest in (("group", 31), ("chunk", 29)):
+        for deep in (deepest, deepest + 1):
+            nested: Any = (9, [])  # an empty list of lists, in lists
+            for _ in range(deep - 1):
+                nested = (9, [nested])
+            tree = footer_tree(EP1)
+            group = value_of(tree, 4)[1][0]
+            (value_of(group, 1)[1][0] if where == "chunk" else group).append((100, 9, nested))
+            path = with_footer(EP1, tree, tmp_path / f"{where}-{deep}.parquet")
+            groups = pagecrc.row_groups(path)
+            data = path.read_bytes()
+            start, end = len(data) - 8 - _footer(data), len(data) - 8
+            fast, plain = both(data, start, end, FOOTER)
+            if deep == deepest:
+                assert isinstance(groups, list) and groups[0].rows == 52, where
+                assert fast == plain != "refused"
+            else:
+                assert groups == "its footer is damaged (nested too deeply)", where
+                assert fast == plain == "refused"
+
+
+def test_a_column_chunk_without_metadata_is_damaged(tmp_path: Path) -> None:
+    """EP1's first column chunk with its ColumnMetaData (field 3) left out."""
+    tree = footer_tree(EP1)
+    chunk = value_of(value_of(tree, 4)[1][0], 1)[1][0]
+    chunk[:] = [f for f in chunk if f[0] != 3]
+    path = with_footer(EP1, tree, tmp_path / "no-meta.parquet")
+    assert pagecrc.row_groups(path) == "its footer is damaged (a column chunk has no metadata)"
+    assert verify(path) == "its footer is damaged (a column chunk has no metadata)"
+
+
+def test_a_column_chunk_without_its_values_size_or_first_page_is_damaged(tmp_path: Path) -> None:
+    """EP1's first column chunk with one of num_values (5), total_compressed_size (7)
+    or data_page_offset (9) left out of its ColumnMetaData."""
+    for number in (5, 7, 9):
+        tree = footer_tree(EP1)
+        meta = _chunk_meta(tree, 0)
+        meta[:] = [f for f in meta if f[0] != number]
+        path = with_footer(EP1, tree, tmp_path / f"no-{number}.parquet")
+        problem = "its footer is damaged (a column chunk's offsets are damaged)"
+        assert pagecrc.row_groups(path) == problem, number
