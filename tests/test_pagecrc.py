@@ -1144,3 +1144,37 @@ def test_a_column_chunk_without_its_values_size_or_first_page_is_damaged(tmp_pat
         path = with_footer(EP1, tree, tmp_path / f"no-{number}.parquet")
         problem = "its footer is damaged (a column chunk's offsets are damaged)"
         assert pagecrc.row_groups(path) == problem, number
+
+
+def test_groups_read_before_hold_while_the_file_keeps_their_pages(tmp_path: Path) -> None:
+    """EP1's pages end at byte 2787, where its footer starts: with the footer cut out
+    (the last 8 bytes kept, so the file still ends like Parquet), the row groups read
+    before still find every page whole; one byte fewer and the last chunk (at 2730)
+    lies past the end of the file."""
+    groups = pagecrc.row_groups(EP1)
+    assert not isinstance(groups, str)
+    last = max(chunk.start + chunk.size for group in groups for chunk in group.chunks)
+    assert last == len(DATA) - 8 - _footer(DATA) == 2787
+    path = tmp_path / "cut.parquet"
+    path.write_bytes(DATA[:last] + DATA[-8:])
+    assert verify(path, groups) is None
+    path.write_bytes(DATA[: last - 1] + DATA[-8:])
+    assert verify(path, groups) == "column chunk at byte 2730: it lies past the end of the file"
+
+
+def test_a_footer_of_16_mib_or_more_is_found_by_all_four_bytes_of_its_length(
+    tmp_path: Path,
+) -> None:
+    """EP1 with a string of 2**24 bytes in a footer field no reader asks for: the
+    footer's length (its 4 little-endian bytes before the closing magic) is then
+    2**24 and more, its fourth byte 1; the footer is found, read past the string,
+    and its row groups are EP1's."""
+    size = _footer(DATA)
+    junk = field(101, 8) + varint(2**24) + b"k" * 2**24
+    footer = DATA[-8 - size : -9] + junk + b"\x00"  # before FileMetaData's stop
+    assert 2**24 < len(footer) < 2**25
+    path = tmp_path / "big-footer.parquet"
+    path.write_bytes(DATA[: -8 - size] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    assert path.read_bytes()[-5] == 1
+    assert pagecrc.row_groups(path) == pagecrc.row_groups(EP1)
+    assert verify(path) is None
