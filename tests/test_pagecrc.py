@@ -906,3 +906,275 @@ def test_a_row_of_a_chunk_with_no_values_and_no_pages_is_refused(tmp_path: Path)
     assert pagecrc.row_groups(patched) == (
         "its footer is damaged (a column chunk holds 0 values for 1 rows)"
     )
+
+
+# --- issue 38, generated pass of pagecrc.py (i38z) ---
+
+
+def test_a_varint_takes_ten_bytes_at_most() -> None:
+    """A varint holds 64 bits in 7 a byte: 9 continuation bytes (0x80) then 0x01 read
+    as 2**63 in 10 bytes; a 10th continuation byte (the next would shift by 70) is
+    refused as too long, by both readers, where an 11th byte would end it."""
+    ten = b"\x80" * 9 + b"\x01"
+    assert pagecrc._varint(ten, 0, len(ten)) == (2**63, 10)
+    eleven = b"\x80" * 10 + b"\x01"
+    with pytest.raises(pagecrc._Bad, match="varint too long"):
+        pagecrc._varint(eleven, 0, len(eleven))
+    data = b"\x16" + ten + b"\x00"  # field 1, an i64: zigzag 2**63 is 2**62
+    assert both(data, 0, len(data), {1: int}) == (({1: 2**62}, 12),) * 2
+    data = b"\x16" + eleven + b"\x00"
+    assert both(data, 0, len(data), {1: int}) == ("refused", "refused")
+
+
+def test_a_long_field_header_reads_its_id_zigzag() -> None:
+    """A field header of type alone (0x05: an i32) is followed by its id as a zigzag
+    varint: 1 is field -1, 2 is field 1. An i32 of 7 (zigzag 14) at field -1 is no field
+    1; the next field, 2 ids on (0x25: an i32 of 2), is field 1."""
+    data = field(-1, 5) + b"\x0e" + b"\x25\x04" + b"\x00"
+    assert data[:2] == b"\x05\x01"
+    assert both(data, 0, len(data), {1: int}) == (({1: 2}, len(data)),) * 2
+    assert both(data, 0, len(data), {1: int, 3: int}) == (({1: 2}, len(data)),) * 2
+    data = field(1, 5) + b"\x0e" + b"\x00"
+    assert data[:2] == b"\x05\x02"
+    assert both(data, 0, len(data), {1: int}) == (({1: 7}, len(data)),) * 2
+
+
+def _chunk_meta(tree: list[tuple[int, int, Any]], column: int) -> list[Any]:
+    """The ``ColumnMetaData`` fields of column ``column`` in the first row group of a
+    footer tree (changed in place, written back by :func:`with_footer`)."""
+    chunks = value_of(value_of(tree, 4)[1][0], 1)[1]
+    meta: list[Any] = value_of(chunks[column], 3)
+    return meta
+
+
+def _set(meta: list[Any], number: int, value: Any, kind: int = 6) -> None:
+    """Field ``number`` of ``meta`` set to ``value`` (added, in field order, if absent)."""
+    kept = [(n, k, v) for n, k, v in meta if n != number]
+    meta[:] = sorted([*kept, (number, kind, value)], key=lambda f: f[0])
+
+
+def test_an_empty_row_groups_pages_are_checked_and_chunks_of_no_bytes_are_none(
+    tmp_path: Path,
+) -> None:
+    """pyarrow writes an empty table as one row group of 0 rows whose two chunks (0
+    values each) hold a dictionary page of a 1-byte body each, with a checksum, at
+    data_page_offset 0 and dictionary_page_offset 4: the chunks start at their
+    dictionary pages (4, then 4 + the first's size) and their pages are checked (the
+    body byte changed fails the checksum). A chunk of 0 values in 0 bytes has no
+    pages: both chunks so, the row group is the one empty object."""
+    path = tmp_path / "empty.parquet"
+    table = pa.table({"x": pa.array([], pa.int64()), "s": pa.array([], pa.string())})
+    pq.write_table(table, path, write_page_checksum=True)
+    groups = pagecrc.row_groups(path)
+    assert not isinstance(groups, str) and len(groups) == 1 and groups[0].rows == 0
+    x, s = groups[0].chunks
+    assert (x.name, x.start, x.values, s.name, s.start, s.values) == ("x", 4, 0, "s", 4 + x.size, 0)
+    assert x.size > 0 and verify(path) is None
+    data = path.read_bytes()
+    ((at, kind, values, _, body),) = _pages_of(data, x.start, x.start + x.size)
+    assert (at, kind, values, x.start + x.size - body) == (4, 2, 0, 1)  # a dictionary page
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(data[:body] + bytes([data[body] ^ 1]) + data[body + 1 :])
+    assert verify(damaged) == "column chunk at byte 4: the page at byte 4 fails its checksum"
+    tree = footer_tree(path)
+    for column in (0, 1):
+        _set(_chunk_meta(tree, column), 7, 0)  # total_compressed_size: 0 bytes
+    none = pagecrc.row_groups(with_footer(path, tree, tmp_path / "none.parquet"))
+    assert isinstance(none, list) and len(none) == 1 and none[0] is pagecrc._EMPTY
+
+
+def _plain_pair(tmp_path: Path) -> tuple[Path, pagecrc.Chunk, pagecrc.Chunk]:
+    """A file of x (INT64: 5, 6, 7) and y (INT32: 1, 2, 3), plain (no dictionary page),
+    with checksums, and its two column chunks: x at byte 4, y right after it, the
+    footer right after y."""
+    path = tmp_path / "pair.parquet"
+    table = pa.table({"x": pa.array([5, 6, 7], pa.int64()), "y": pa.array([1, 2, 3], pa.int32())})
+    pq.write_table(table, path, use_dictionary=False, write_page_checksum=True)
+    groups = pagecrc.row_groups(path)
+    assert not isinstance(groups, str)
+    x, y = groups[0].chunks
+    data = path.read_bytes()
+    assert (x.start, y.start, y.start + y.size) == (4, 4 + x.size, len(data) - 8 - _footer(data))
+    assert verify(path) is None
+    return path, x, y
+
+
+def _footer(data: bytes) -> int:
+    return int.from_bytes(data[-8:-4], "little")
+
+
+def test_a_column_chunk_lies_in_the_data_between_the_magic_and_the_footer(
+    tmp_path: Path,
+) -> None:
+    """x's chunk (bytes 4 to 4 + size) and y's, which ends where the footer starts
+    (``end``), changed in the footer: x starting at 3 (in the magic bytes), x of -1
+    bytes, or y one byte longer (past ``end``) lie outside the data; x one byte
+    longer (into y's first byte) claims more bytes than the data holds; x of 0 bytes
+    lies inside, but holds no page for its 3 values."""
+    path, x, y = _plain_pair(tmp_path)
+    end = y.start + y.size
+    outside = "its footer is damaged (a column chunk (bytes {} to {}) lies outside the data)"
+    cases: list[tuple[int, int, int, str]] = [
+        (0, 9, 3, outside.format(3, 3 + x.size)),  # data_page_offset
+        (0, 7, -1, outside.format(4, 3)),  # total_compressed_size
+        (1, 7, y.size + 1, outside.format(y.start, end + 1)),
+        (0, 7, x.size + 1, "its footer is damaged (column chunks overlap)"),
+    ]
+    for column, number, value, problem in cases:
+        tree = footer_tree(path)
+        _set(_chunk_meta(tree, column), number, value)
+        changed = with_footer(path, tree, tmp_path / f"{column}-{number}-{value}.parquet")
+        assert pagecrc.row_groups(changed) == problem, (column, number, value)
+        assert verify(changed) == problem
+    tree = footer_tree(path)
+    _set(_chunk_meta(tree, 0), 7, 0)
+    empty = with_footer(path, tree, tmp_path / "x-empty.parquet")
+    groups = pagecrc.row_groups(empty)
+    assert not isinstance(groups, str) and groups[0].chunks[0] == ("x", 4, 0, 3)
+    assert verify(empty) == "column chunk at byte 4: its pages hold 0 values where the footer says 3"
+
+
+def test_a_dictionary_page_offset_past_the_first_data_page_is_not_the_start(
+    tmp_path: Path,
+) -> None:
+    """A chunk starts at its dictionary page only when that lies before its first
+    data page (or the data page's offset is no offset, below 4): x's first data page
+    at byte 4 with a dictionary_page_offset of 14 (inside its page) still starts at
+    4, and its pages check out."""
+    path, x, y = _plain_pair(tmp_path)
+    tree = footer_tree(path)
+    _set(_chunk_meta(tree, 0), 11, 14)
+    changed = with_footer(path, tree, tmp_path / "dictionary-after.parquet")
+    groups = pagecrc.row_groups(changed)
+    assert not isinstance(groups, str) and groups[0].chunks == (x, y)
+    assert verify(changed) is None
+
+
+def test_bounds_from_one_of_min_value_and_max_value_are_the_deprecated_pair(
+    tmp_path: Path,
+) -> None:
+    """x's statistics with the deprecated min, max (fields 2, 1) changed to 1 and 9:
+    with only one of min_value (6) and max_value (5) the bounds are the deprecated
+    pair, 1 and 9; with both (and without the is_exact flags 7 and 8, which a writer
+    may leave out) they are min_value and max_value, 5 and 7."""
+    path, _, _ = _plain_pair(tmp_path)
+    one, five, seven, nine = (n.to_bytes(8, "little") for n in (1, 5, 7, 9))
+    for kept, bound in (((6,), (2, one, nine)), ((5,), (2, one, nine)), ((5, 6), (2, five, seven))):
+        tree = footer_tree(path)
+        stats = value_of(_chunk_meta(tree, 0), 12)
+        stats[:] = [
+            (n, k, {1: nine, 2: one}.get(n, v)) for n, k, v in stats if n in (1, 2, 3, *kept)
+        ]
+        groups = pagecrc.row_groups(with_footer(path, tree, tmp_path / f"{kept}.parquet"))
+        assert not isinstance(groups, str) and groups[0].bounds["x"] == bound, kept
+
+
+def test_a_row_groups_row_count_and_chunks_are_checked(tmp_path: Path) -> None:
+    """EP1's one row group (52 rows, 16 column chunks) with its row count (field 3)
+    left out or -1 is damaged; with its column chunks (field 1) left out, its 52 rows
+    have no values; with 0 rows and no chunks it is the one empty object (the file
+    then says 0 rows)."""
+    damaged = "its footer is damaged ({})"
+    cases: list[tuple[str, Any, str | None]] = [
+        ("no-count", lambda n, k, v: n != 3, damaged.format("a row group's row count is damaged")),
+        ("minus-one", -1, damaged.format("a row group's row count is damaged")),
+        ("no-chunks", lambda n, k, v: n != 1, damaged.format("a row group of 52 rows lists no column chunks")),
+    ]
+    for name, change, problem in cases:
+        tree = footer_tree(EP1)
+        group = value_of(tree, 4)[1][0]
+        if callable(change):
+            group[:] = [f for f in group if change(*f)]
+        else:
+            _set(group, 3, change)
+        path = with_footer(EP1, tree, tmp_path / f"{name}.parquet")
+        assert pagecrc.row_groups(path) == problem, name
+    tree = [(n, k, 0 if n == 3 else v) for n, k, v in footer_tree(EP1)]
+    group = value_of(tree, 4)[1][0]
+    group[:] = [(n, k, 0 if n == 3 else v) for n, k, v in group if n != 1]
+    groups = pagecrc.row_groups(with_footer(EP1, tree, tmp_path / "empty.parquet"))
+    assert isinstance(groups, list) and len(groups) == 1 and groups[0] is pagecrc._EMPTY
+
+
+def test_a_row_groups_and_a_column_chunks_fields_nest_as_deep_as_the_footers_limit(
+    tmp_path: Path,
+) -> None:
+    """A row group's fields are read at depth 2 (FileMetaData's at 0), a column chunk's
+    at 4: a field of lists in lists no reader asks for, 31 lists deep in the row group
+    or 29 in its first column chunk, puts its innermost list at depth 32, read; one
+    list deeper is refused as nested too deeply, as the oracle reads the same footer."""
+    for where, deepest in (("group", 31), ("chunk", 29)):
+        for deep in (deepest, deepest + 1):
+            nested: Any = (9, [])  # an empty list of lists, in lists
+            for _ in range(deep - 1):
+                nested = (9, [nested])
+            tree = footer_tree(EP1)
+            group = value_of(tree, 4)[1][0]
+            (value_of(group, 1)[1][0] if where == "chunk" else group).append((100, 9, nested))
+            path = with_footer(EP1, tree, tmp_path / f"{where}-{deep}.parquet")
+            groups = pagecrc.row_groups(path)
+            data = path.read_bytes()
+            start, end = len(data) - 8 - _footer(data), len(data) - 8
+            fast, plain = both(data, start, end, FOOTER)
+            if deep == deepest:
+                assert isinstance(groups, list) and groups[0].rows == 52, where
+                assert fast == plain != "refused"
+            else:
+                assert groups == "its footer is damaged (nested too deeply)", where
+                assert fast == plain == "refused"
+
+
+def test_a_column_chunk_without_metadata_is_damaged(tmp_path: Path) -> None:
+    """EP1's first column chunk with its ColumnMetaData (field 3) left out."""
+    tree = footer_tree(EP1)
+    chunk = value_of(value_of(tree, 4)[1][0], 1)[1][0]
+    chunk[:] = [f for f in chunk if f[0] != 3]
+    path = with_footer(EP1, tree, tmp_path / "no-meta.parquet")
+    assert pagecrc.row_groups(path) == "its footer is damaged (a column chunk has no metadata)"
+    assert verify(path) == "its footer is damaged (a column chunk has no metadata)"
+
+
+def test_a_column_chunk_without_its_values_size_or_first_page_is_damaged(tmp_path: Path) -> None:
+    """EP1's first column chunk with one of num_values (5), total_compressed_size (7)
+    or data_page_offset (9) left out of its ColumnMetaData."""
+    for number in (5, 7, 9):
+        tree = footer_tree(EP1)
+        meta = _chunk_meta(tree, 0)
+        meta[:] = [f for f in meta if f[0] != number]
+        path = with_footer(EP1, tree, tmp_path / f"no-{number}.parquet")
+        problem = "its footer is damaged (a column chunk's offsets are damaged)"
+        assert pagecrc.row_groups(path) == problem, number
+
+
+def test_groups_read_before_hold_while_the_file_keeps_their_pages(tmp_path: Path) -> None:
+    """EP1's pages end at byte 2787, where its footer starts: with the footer cut out
+    (the last 8 bytes kept, so the file still ends like Parquet), the row groups read
+    before still find every page whole; one byte fewer and the last chunk (at 2730)
+    lies past the end of the file."""
+    groups = pagecrc.row_groups(EP1)
+    assert not isinstance(groups, str)
+    last = max(chunk.start + chunk.size for group in groups for chunk in group.chunks)
+    assert last == len(DATA) - 8 - _footer(DATA) == 2787
+    path = tmp_path / "cut.parquet"
+    path.write_bytes(DATA[:last] + DATA[-8:])
+    assert verify(path, groups) is None
+    path.write_bytes(DATA[: last - 1] + DATA[-8:])
+    assert verify(path, groups) == "column chunk at byte 2730: it lies past the end of the file"
+
+
+def test_a_footer_of_16_mib_or_more_is_found_by_all_four_bytes_of_its_length(
+    tmp_path: Path,
+) -> None:
+    """EP1 with a string of 2**24 bytes in a footer field no reader asks for: the
+    footer's length (its 4 little-endian bytes before the closing magic) is then
+    2**24 and more, its fourth byte 1; the footer is found, read past the string,
+    and its row groups are EP1's."""
+    size = _footer(DATA)
+    junk = field(101, 8) + varint(2**24) + b"k" * 2**24
+    footer = DATA[-8 - size : -9] + junk + b"\x00"  # before FileMetaData's stop
+    assert 2**24 < len(footer) < 2**25
+    path = tmp_path / "big-footer.parquet"
+    path.write_bytes(DATA[: -8 - size] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    assert path.read_bytes()[-5] == 1
+    assert pagecrc.row_groups(path) == pagecrc.row_groups(EP1)
+    assert verify(path) is None
