@@ -11,6 +11,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.command_line import Invoke
@@ -762,3 +764,45 @@ def test_two_readings_of_one_wave_that_differ_on_every_wave_constant_disagree(
         read_trace([path])
     assert "the readings of wave 0 (run 'run', rank 0" in str(info.value)
     assert "disagree on signature" in str(info.value)
+
+
+def test_readings_written_out_of_order_come_back_in_canonical_order(tmp_path: Path) -> None:
+    """seq 1 then seq 0 of one stream: read back as seq 0, 1. seq 0, 2, 1 (each
+    above the first, 2 then 1 out of order): 0, 1, 2. Rank 1's seq 0 then rank
+    0's seq 1 (seq rising, ranks not): rank 0 first."""
+    path = tmp_path / "t.parquet"
+    write(path, readings_frame([_reading(1, 1, peak_bytes=11), _reading(0, 0, peak_bytes=10)]))
+    assert read_trace([path]).select("seq", "peak_bytes").rows() == [(0, 10), (1, 11)]
+    write(path, readings_frame([_reading(0, 0), _reading(2, 2), _reading(1, 1)]))
+    assert read_trace([path]).select("seq", "wave").rows() == [(0, 0), (1, 1), (2, 2)]
+    write(path, readings_frame([_reading(0, 0, rank=1), _reading(1, 0, rank=0)]))
+    assert read_trace([path]).select("rank", "seq").rows() == [(0, 1), (1, 0)]
+
+
+_STREAM_ROWS = st.lists(
+    st.tuples(st.sampled_from("ab"), st.integers(0, 2), st.integers(0, 3)),
+    min_size=1, max_size=6, unique=True,
+)  # fmt: skip
+
+
+@settings(max_examples=80)
+@given(_STREAM_ROWS)
+@example([("a", 1, 0), ("b", 1, 3), ("b", 0, 0)])  # rank 0's only reading after rank 1's
+@example([("a", 2, 0), ("b", 2, 1), ("b", 2, 2), ("b", 1, 3)])  # run b's rank 1 last
+@example([("b", 0, 0), ("a", 1, 3)])  # run a after run b, its rank higher
+@example([("b", 1, 2), ("b", 0, 2)])  # rank 1 before rank 0, one seq
+@example([("a", 0, 0), ("a", 2, 0), ("a", 1, 0), ("a", 1, 1)])  # rank 2 between 0 and 1
+def test_readings_in_any_order_are_put_in_run_rank_seq_order(
+    keys: list[tuple[str, int, int]],
+) -> None:
+    """Readings given as (run, rank, seq), in any order, each its own wave: canonical()
+    gives them sorted by run, then rank, then seq, and numbers each (run, rank) stream
+    0, 1, ... in that order (the frame is sorted only when it is not in order already)."""
+    from warmfit.format.trace import canonical
+
+    frame = readings_frame([_reading(seq, seq, rank=rank, run=run) for run, rank, seq in keys])
+    found = canonical(frame, [])
+    assert found.frame.select("run", "rank", "seq").rows() == sorted(keys)
+    streams = [k[:2] for k in sorted(keys)]
+    numbers = [sorted(set(streams)).index(k) for k in streams]
+    assert found.stream.tolist() == numbers
