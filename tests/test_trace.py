@@ -806,3 +806,17 @@ def test_readings_in_any_order_are_put_in_run_rank_seq_order(
     streams = [k[:2] for k in sorted(keys)]
     numbers = [sorted(set(streams)).index(k) for k in streams]
     assert found.stream.tolist() == numbers
+
+
+def test_waves_are_checked_on_the_constants_a_frame_has_without_a_kind_column() -> None:
+    """``check_across_rows`` on readings without a ``kind`` column (the other wave
+    constants there): wave 0's two readings with 100 and 101 packed tokens disagree;
+    with 100 and 100 they agree, and rows in wave order give the order None."""
+    from warmfit.format.trace import check_across_rows, stream_numbers
+
+    frame = readings_frame([_reading(0, 0), _reading(1, 0, packed_tokens=101)]).drop("kind")
+    with pytest.raises(TraceError) as info:
+        check_across_rows(frame, stream_numbers(frame), [])
+    assert info.value.column == "packed_tokens"
+    agreeing = readings_frame([_reading(0, 0), _reading(1, 0), _reading(2, 1)]).drop("kind")
+    assert check_across_rows(agreeing, stream_numbers(agreeing), []) is None
