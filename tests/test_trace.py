@@ -820,3 +820,51 @@ def test_waves_are_checked_on_the_constants_a_frame_has_without_a_kind_column() 
     assert info.value.column == "packed_tokens"
     agreeing = readings_frame([_reading(0, 0), _reading(1, 0), _reading(2, 1)]).drop("kind")
     assert check_across_rows(agreeing, stream_numbers(agreeing), []) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "column", "words"),
+    [
+        (lambda f: f.drop("run"), "run", "required column is missing. Add it as a string."),
+        (lambda f: f.drop("rank"), "rank",
+         "required column is missing. Add it as an integer (int32)."),
+        (lambda f: f.drop("whole"), "whole", "required column is missing. Add it as bool."),
+        (lambda f: f.with_columns(pl.col("signature").cast(pl.Int64, strict=False)),
+         "signature", "has type int64; it must be a string."),
+        (lambda f: f.with_columns(pl.col("oom").cast(pl.Int8)), "oom",
+         "has type int8; it must be bool."),
+    ],
+)  # fmt: skip
+def test_a_missing_or_mistyped_required_column_is_named_with_the_type_it_needs(
+    tmp_path: Path, change: Mutation, column: str, words: str
+) -> None:
+    """The type a required column needs, in words: "a string" (run, signature), "an
+    integer (int32)" (rank: any integer type is read), and an Arrow type's own name,
+    "bool", for the flags (whole, oom)."""
+    path = write(tmp_path / "t.parquet", change(valid()))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert info.value.column == column
+    assert words in str(info.value)
+
+
+def test_a_per_wave_file_is_told_by_its_mark_or_else_by_its_columns() -> None:
+    """By the ``warmfit.per_wave`` mark "1" (reading columns or not); a mark "0" says
+    nothing, and then the columns decide: exactly policy, estimate_bytes and
+    over_estimate (nothing else), or those with others, is a per-wave file; with a
+    reading column (seq) beside them, two of them, or none and no reading column,
+    it is not."""
+    from warmfit.format.trace import is_per_wave_file
+
+    def schema(names: str, mark: bytes | None = None) -> pa.Schema:
+        fields = [pa.field(n, pa.int64()) for n in names.split()]
+        return pa.schema(fields, metadata=None if mark is None else {b"warmfit.per_wave": mark})
+
+    markers = "policy estimate_bytes over_estimate"
+    assert is_per_wave_file(schema("seq phase peak_bytes", b"1"))
+    assert not is_per_wave_file(schema("seq phase peak_bytes", b"0"))
+    assert is_per_wave_file(schema(markers))
+    assert is_per_wave_file(schema(markers + " run wave", b"0"))
+    assert not is_per_wave_file(schema(markers + " seq"))
+    assert not is_per_wave_file(schema("policy estimate_bytes run"))
+    assert not is_per_wave_file(schema("run wave"))
