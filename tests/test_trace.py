@@ -868,3 +868,30 @@ def test_a_per_wave_file_is_told_by_its_mark_or_else_by_its_columns() -> None:
     assert not is_per_wave_file(schema(markers + " seq"))
     assert not is_per_wave_file(schema("policy estimate_bytes run"))
     assert not is_per_wave_file(schema("run wave"))
+
+
+def test_a_duplicate_seq_in_the_second_stream_is_refused() -> None:
+    """Rank 0's seq 0, then rank 1's seq 0 twice (waves 0 and 1): refused in rank 1."""
+    from warmfit.format.trace import check_across_rows, stream_numbers
+
+    frame = readings_frame([_reading(0, 0), _reading(0, 0, rank=1), _reading(0, 1, rank=1)])
+    with pytest.raises(TraceError) as info:
+        check_across_rows(frame, stream_numbers(frame), [])
+    assert "seq 0 appears more than once in run 'run', rank 1" in str(info.value)
+
+
+def test_rows_without_a_seq_or_wave_column_are_checked_on_what_they_have() -> None:
+    """``check_across_rows`` on readings without seq (run, rank, wave and the packed
+    tokens): nothing to number, the waves still compared (100 against 101 disagree)
+    and ordered (waves 1, 0: rows 1, 0); without wave either, no order at all (None)."""
+    from warmfit.format.trace import check_across_rows, stream_numbers
+
+    rows = [_reading(0, 1), _reading(1, 0)]
+    frame = readings_frame(rows).select("run", "rank", "wave", "packed_tokens")
+    order = check_across_rows(frame, stream_numbers(frame), [])
+    assert order is not None and order.tolist() == [1, 0]
+    frame = readings_frame([*rows, _reading(2, 0, packed_tokens=101)])
+    frame = frame.select("run", "rank", "wave", "packed_tokens")
+    with pytest.raises(TraceError, match="disagree on packed_tokens"):
+        check_across_rows(frame, stream_numbers(frame), [])
+    assert check_across_rows(frame.drop("wave"), stream_numbers(frame), []) is None
