@@ -895,3 +895,22 @@ def test_rows_without_a_seq_or_wave_column_are_checked_on_what_they_have() -> No
     with pytest.raises(TraceError, match="disagree on packed_tokens"):
         check_across_rows(frame, stream_numbers(frame), [])
     assert check_across_rows(frame.drop("wave"), stream_numbers(frame), []) is None
+
+
+def test_a_broken_rule_names_its_first_row_and_counts_the_other_rows_that_break_it(
+    tmp_path: Path,
+) -> None:
+    """peak_bytes -1 on rows 1 and 3: row 1 named, "(1 more rows break this rule.)";
+    on row 1 alone, no count."""
+    path = tmp_path / "t.parquet"
+    negative = pl.when(pl.col("seq").is_in([1, 3])).then(-1).otherwise(pl.col("peak_bytes"))
+    write(path, readings_frame([_reading(s, s) for s in range(4)]).with_columns(
+        negative.alias("peak_bytes")))  # fmt: skip
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert info.value.row == 1
+    assert "value -1 is negative. (1 more rows break this rule.)" in str(info.value)
+    write(path, readings_frame([_reading(s, s, peak_bytes=-1 if s == 1 else 9) for s in range(4)]))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert info.value.row == 1 and "value -1 is negative. Byte counts" in str(info.value)
