@@ -914,3 +914,21 @@ def test_a_broken_rule_names_its_first_row_and_counts_the_other_rows_that_break_
     with pytest.raises(TraceError) as info:
         read_trace([path])
     assert info.value.row == 1 and "value -1 is negative. Byte counts" in str(info.value)
+
+
+def test_columns_beside_replays_also_load_the_optional_columns_a_file_has(
+    tmp_path: Path,
+) -> None:
+    """A trace with estimate_bytes (SPEC §8: 500 on seq 1, null elsewhere) and an
+    extra "host": ``columns=()`` loads replay's columns and estimate_bytes, not host;
+    ``wanted_columns`` without a schema names replay's and the asked ones only."""
+    from warmfit.format.schema import REPLAY_COLUMNS
+    from warmfit.format.trace import wanted_columns
+
+    estimate = pl.when(pl.col("seq") == 1).then(500).otherwise(None).alias("estimate_bytes")
+    frame = valid().with_columns(estimate.cast(pl.Int64), pl.lit("x").alias("host"))
+    write_trace(frame, tmp_path / "t.parquet")
+    found = read_trace([tmp_path], columns=())
+    assert found.columns == [*REPLAY_COLUMNS, "estimate_bytes"]
+    assert found["estimate_bytes"].to_list() == [None, 500, None, None]
+    assert wanted_columns(None, ["host"]) == [*REPLAY_COLUMNS, "host"]
