@@ -932,3 +932,20 @@ def test_columns_beside_replays_also_load_the_optional_columns_a_file_has(
     assert found.columns == [*REPLAY_COLUMNS, "estimate_bytes"]
     assert found["estimate_bytes"].to_list() == [None, 500, None, None]
     assert wanted_columns(None, ["host"]) == [*REPLAY_COLUMNS, "host"]
+
+
+def test_a_trace_file_of_no_readings_reads_as_no_rows(tmp_path: Path) -> None:
+    """A valid file with the trace's columns and no row (a recording stopped before its
+    first wave): 0 readings, every column there, nothing to sort or check."""
+    write_trace(valid().clear(), tmp_path / "t.parquet")
+    frame = read_trace([tmp_path])
+    assert frame.height == 0 and frame.columns == valid().columns
+
+
+def test_rows_from_a_start_to_the_end_of_a_file(tmp_path: Path) -> None:
+    """``read_rows`` from row 3 with no length: rows 3 to 9 of a file of 10 rows."""
+    from warmfit.format.trace import read_rows
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)
+    assert read_rows(path, ["x"], 3).get_column("x").to_list() == list(range(3, 10))
