@@ -943,9 +943,28 @@ def test_a_trace_file_of_no_readings_reads_as_no_rows(tmp_path: Path) -> None:
 
 
 def test_rows_from_a_start_to_the_end_of_a_file(tmp_path: Path) -> None:
-    """``read_rows`` from row 3 with no length: rows 3 to 9 of a file of 10 rows."""
+    """``read_rows`` from row 3, or row 1, with no length: rows 3 (1) to 9 of a file of
+    10 rows."""
     from warmfit.format.trace import read_rows
 
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)
     assert read_rows(path, ["x"], 3).get_column("x").to_list() == list(range(3, 10))
+    assert read_rows(path, ["x"], 1).get_column("x").to_list() == list(range(1, 10))
+
+
+@pytest.mark.parametrize("name", ["t[0].parquet", "t*.parquet", "t?.parquet"])
+def test_a_file_name_with_pattern_characters_is_read_as_that_name(
+    tmp_path: Path, name: str
+) -> None:
+    """``read_rows`` of a file named t[0].parquet, t*.parquet or t?.parquet reads that
+    file (rows 0 to 9, or 2 to 3), not the pattern's matches: t0.parquet and tx.parquet
+    (rows 100 to 109) lie beside it."""
+    from warmfit.format.trace import read_rows
+
+    for other in ("t0.parquet", "tx.parquet"):
+        pq.write_table(pa.table({"x": list(range(100, 110))}), tmp_path / other)
+    path = tmp_path / name
+    pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)
+    assert read_rows(path, ["x"]).get_column("x").to_list() == list(range(10))
+    assert read_rows(path, ["x"], 2, 2).get_column("x").to_list() == [2, 3]
