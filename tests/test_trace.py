@@ -968,3 +968,25 @@ def test_a_file_name_with_pattern_characters_is_read_as_that_name(
     pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)
     assert read_rows(path, ["x"]).get_column("x").to_list() == list(range(10))
     assert read_rows(path, ["x"], 2, 2).get_column("x").to_list() == [2, 3]
+
+
+def test_an_extra_column_of_one_type_or_of_numbers_in_every_file_is_combined(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 in a.parquet, rank 1 in b.parquet, both with a string "host" and a
+    number "n" (int32 in one, int64 in the other): read as one trace, host "x" and
+    "y", n 1 to 4 (numbers widen). A host of strings in a.parquet and integers in
+    b.parquet is refused, naming the column and both files."""
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    ranks = (valid().filter(pl.col("rank") == 0), valid().filter(pl.col("rank") == 1))
+    write(a, ranks[0].with_columns(pl.lit("x").alias("host"), pl.Series("n", [1, 2, 3], pl.Int32)))
+    write(b, ranks[1].with_columns(pl.lit("y").alias("host"), pl.Series("n", [4], pl.Int64)))
+    frame = read_trace([tmp_path])
+    assert frame.select("rank", "host", "n").rows() == [
+        (0, "x", 1), (0, "x", 2), (0, "x", 3), (1, "y", 4),
+    ]  # fmt: skip
+    write(b, ranks[1].with_columns(pl.lit(7).alias("host")))
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    assert info.value.column == "host" and info.value.path == str(b)
+    assert f"has type Int32 here but String in {a}" in str(info.value)
