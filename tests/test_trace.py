@@ -990,3 +990,18 @@ def test_an_extra_column_of_one_type_or_of_numbers_in_every_file_is_combined(
         read_trace([tmp_path])
     assert info.value.column == "host" and info.value.path == str(b)
     assert f"has type Int32 here but String in {a}" in str(info.value)
+
+
+def test_a_duplicate_seq_is_named_by_its_own_stream_not_where_two_streams_meet(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's seqs 0 and 1, then rank 1's seqs 1, 2 and 2: rank 1's seq 1 follows
+    rank 0's seq 1 but is no duplicate (another stream); rank 1's seq 2 is."""
+    rows = [_reading(0, 0), _reading(1, 1), _reading(1, 1, rank=1), _reading(2, 2, rank=1),
+            _reading(2, 3, rank=1)]  # fmt: skip
+    path = write(tmp_path / "t.parquet", readings_frame(rows))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert f"seq 2 appears more than once in run 'run', rank 1 (at {path} row 3, {path} row 4)" in (
+        str(info.value)
+    )
