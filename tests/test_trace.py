@@ -588,7 +588,9 @@ def test_a_duplicate_seq_names_only_its_own_rows_and_counts_those_past_four(
     write_trace(valid(), tmp_path / "a.parquet")
     for name in "bcde":
         write_trace(valid().filter(pl.col("seq") == 2), tmp_path / f"{name}.parquet")
-    at = ", ".join(f"{tmp_path / n}.parquet row {r}" for n, r in zip("abcd", (2, 0, 0, 0)))
+    at = ", ".join(
+        f"{tmp_path / n}.parquet row {r}" for n, r in zip("abcd", (2, 0, 0, 0), strict=True)
+    )
     with pytest.raises(TraceError) as info:
         read_trace([tmp_path])
     assert f"(at {at} and 1 more); seq must be unique" in str(info.value)
