@@ -1007,3 +1007,48 @@ def test_a_duplicate_seq_is_named_by_its_own_stream_not_where_two_streams_meet(
     assert f"seq 2 appears more than once in run 'run', rank 1 (at {path} row 3, {path} row 4)" in (
         str(info.value)
     )
+
+
+_COUNTED_ROWS = st.lists(
+    st.fixed_dictionaries({
+        "run": st.sampled_from(["r", "q"]),
+        "signature": st.sampled_from(["a", "b", "c"]),
+        "kind": st.sampled_from(["flat", "split_child", "dp_rank_forward"]),
+        "whole": st.sampled_from([True, False, None]),
+        "oom": st.sampled_from([True, False, None]),
+    }),
+    min_size=1, max_size=12,
+)  # fmt: skip
+
+
+@settings(max_examples=60)
+@given(_COUNTED_ROWS)
+def test_reading_counts_agree_with_counting_the_rows_one_by_one(
+    rows: list[dict[str, object]],
+) -> None:
+    """Per (run, signature), counted by hand: readings; flat ones (kind "flat"; every
+    one without a kind column); whole ones, whole and not OOM, a null counting as
+    neither; OOM ones. pairs_without_whole: the pairs with a flat reading and no
+    whole one, sorted."""
+    from warmfit.format.trace import pairs_without_whole, reading_counts
+
+    frame = readings_frame(
+        [_reading(i, i, **row) for i, row in enumerate(rows)]  # type: ignore[arg-type]
+    )
+    for kinded in (True, False):
+        want: dict[tuple[object, object], list[int]] = {}
+        for row in rows:
+            n = want.setdefault((row["run"], row["signature"]), [0, 0, 0, 0])
+            n[0] += 1
+            n[1] += row["kind"] == "flat" or not kinded
+            n[2] += row["whole"] is True and row["oom"] is not True
+            n[3] += row["oom"] is True
+        counts = reading_counts(frame if kinded else frame.drop("kind"))
+        got = {
+            (r["run"], r["signature"]): [r["readings"], r["flat_readings"],
+                                         r["whole_readings"], r["oom_readings"]]
+            for r in counts.iter_rows(named=True)
+        }  # fmt: skip
+        assert got == want
+        named = sorted(k for k, n in want.items() if n[1] > 0 and n[2] == 0)
+        assert pairs_without_whole(counts).rows() == named
