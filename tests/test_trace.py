@@ -1052,3 +1052,25 @@ def test_reading_counts_agree_with_counting_the_rows_one_by_one(
         assert got == want
         named = sorted(k for k, n in want.items() if n[1] > 0 and n[2] == 0)
         assert pairs_without_whole(counts).rows() == named
+
+
+def test_a_duplicate_seq_in_a_folder_named_with_row_names_the_first_file(
+    tmp_path: Path,
+) -> None:
+    """seq 0 of rank 0 in x.parquet and y.parquet of a folder "t.parquet row b", beside
+    t.parquet (rank 1) and a-much-longer-file-name.parquet (rank 2): the error's path,
+    and the start of its message, is that folder's x.parquet, the first place named;
+    not the text before the first " row " (".../t.parquet", a file that is there too),
+    nor the longest file name."""
+    folder = tmp_path / "t.parquet row b"
+    folder.mkdir()
+    for name in ("x", "y"):
+        write_trace(readings_frame([_reading(0, 0)]), folder / f"{name}.parquet")
+    write_trace(readings_frame([_reading(0, 0, rank=1)]), tmp_path / "t.parquet")
+    longer = tmp_path / "a-much-longer-file-name.parquet"
+    write_trace(readings_frame([_reading(0, 0, rank=2)]), longer)
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    first = folder / "x.parquet"
+    assert info.value.path == str(first)
+    assert str(info.value).startswith(f"{first}, column 'seq': seq 0 appears more than once")
