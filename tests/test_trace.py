@@ -11,6 +11,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.command_line import Invoke
@@ -586,7 +588,9 @@ def test_a_duplicate_seq_names_only_its_own_rows_and_counts_those_past_four(
     write_trace(valid(), tmp_path / "a.parquet")
     for name in "bcde":
         write_trace(valid().filter(pl.col("seq") == 2), tmp_path / f"{name}.parquet")
-    at = ", ".join(f"{tmp_path / n}.parquet row {r}" for n, r in zip("abcd", (2, 0, 0, 0)))
+    at = ", ".join(
+        f"{tmp_path / n}.parquet row {r}" for n, r in zip("abcd", (2, 0, 0, 0), strict=True)
+    )
     with pytest.raises(TraceError) as info:
         read_trace([tmp_path])
     assert f"(at {at} and 1 more); seq must be unique" in str(info.value)
@@ -762,3 +766,311 @@ def test_two_readings_of_one_wave_that_differ_on_every_wave_constant_disagree(
         read_trace([path])
     assert "the readings of wave 0 (run 'run', rank 0" in str(info.value)
     assert "disagree on signature" in str(info.value)
+
+
+def test_readings_written_out_of_order_come_back_in_canonical_order(tmp_path: Path) -> None:
+    """seq 1 then seq 0 of one stream: read back as seq 0, 1. seq 0, 2, 1 (each
+    above the first, 2 then 1 out of order): 0, 1, 2. Rank 1's seq 0 then rank
+    0's seq 1 (seq rising, ranks not): rank 0 first."""
+    path = tmp_path / "t.parquet"
+    write(path, readings_frame([_reading(1, 1, peak_bytes=11), _reading(0, 0, peak_bytes=10)]))
+    assert read_trace([path]).select("seq", "peak_bytes").rows() == [(0, 10), (1, 11)]
+    write(path, readings_frame([_reading(0, 0), _reading(2, 2), _reading(1, 1)]))
+    assert read_trace([path]).select("seq", "wave").rows() == [(0, 0), (1, 1), (2, 2)]
+    write(path, readings_frame([_reading(0, 0, rank=1), _reading(1, 0, rank=0)]))
+    assert read_trace([path]).select("rank", "seq").rows() == [(0, 1), (1, 0)]
+
+
+_STREAM_ROWS = st.lists(
+    st.tuples(st.sampled_from("ab"), st.integers(0, 2), st.integers(0, 3)),
+    min_size=1, max_size=6, unique=True,
+)  # fmt: skip
+
+
+@settings(max_examples=80)
+@given(_STREAM_ROWS)
+@example([("a", 1, 0), ("b", 1, 3), ("b", 0, 0)])  # rank 0's only reading after rank 1's
+@example([("a", 2, 0), ("b", 2, 1), ("b", 2, 2), ("b", 1, 3)])  # run b's rank 1 last
+@example([("b", 0, 0), ("a", 1, 3)])  # run a after run b, its rank higher
+@example([("b", 1, 2), ("b", 0, 2)])  # rank 1 before rank 0, one seq
+@example([("a", 0, 0), ("a", 2, 0), ("a", 1, 0), ("a", 1, 1)])  # rank 2 between 0 and 1
+def test_readings_in_any_order_are_put_in_run_rank_seq_order(
+    keys: list[tuple[str, int, int]],
+) -> None:
+    """Readings given as (run, rank, seq), in any order, each its own wave: canonical()
+    gives them sorted by run, then rank, then seq, and numbers each (run, rank) stream
+    0, 1, ... in that order (the frame is sorted only when it is not in order already)."""
+    from warmfit.format.trace import canonical
+
+    frame = readings_frame([_reading(seq, seq, rank=rank, run=run) for run, rank, seq in keys])
+    found = canonical(frame, [])
+    assert found.frame.select("run", "rank", "seq").rows() == sorted(keys)
+    streams = [k[:2] for k in sorted(keys)]
+    numbers = [sorted(set(streams)).index(k) for k in streams]
+    assert found.stream.tolist() == numbers
+
+
+def test_waves_are_checked_on_the_constants_a_frame_has_without_a_kind_column() -> None:
+    """``check_across_rows`` on readings without a ``kind`` column (the other wave
+    constants there): wave 0's two readings with 100 and 101 packed tokens disagree;
+    with 100 and 100 they agree, and rows in wave order give the order None."""
+    from warmfit.format.trace import check_across_rows, stream_numbers
+
+    frame = readings_frame([_reading(0, 0), _reading(1, 0, packed_tokens=101)]).drop("kind")
+    with pytest.raises(TraceError) as info:
+        check_across_rows(frame, stream_numbers(frame), [])
+    assert info.value.column == "packed_tokens"
+    agreeing = readings_frame([_reading(0, 0), _reading(1, 0), _reading(2, 1)]).drop("kind")
+    assert check_across_rows(agreeing, stream_numbers(agreeing), []) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "column", "words"),
+    [
+        (lambda f: f.drop("run"), "run", "required column is missing. Add it as a string."),
+        (lambda f: f.drop("rank"), "rank",
+         "required column is missing. Add it as an integer (int32)."),
+        (lambda f: f.drop("whole"), "whole", "required column is missing. Add it as bool."),
+        (lambda f: f.with_columns(pl.col("signature").cast(pl.Int64, strict=False)),
+         "signature", "has type int64; it must be a string."),
+        (lambda f: f.with_columns(pl.col("oom").cast(pl.Int8)), "oom",
+         "has type int8; it must be bool."),
+    ],
+)  # fmt: skip
+def test_a_missing_or_mistyped_required_column_is_named_with_the_type_it_needs(
+    tmp_path: Path, change: Mutation, column: str, words: str
+) -> None:
+    """The type a required column needs, in words: "a string" (run, signature), "an
+    integer (int32)" (rank: any integer type is read), and an Arrow type's own name,
+    "bool", for the flags (whole, oom)."""
+    path = write(tmp_path / "t.parquet", change(valid()))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert info.value.column == column
+    assert words in str(info.value)
+
+
+def test_a_per_wave_file_is_told_by_its_mark_or_else_by_its_columns() -> None:
+    """By the ``warmfit.per_wave`` mark "1" (reading columns or not); a mark "0" says
+    nothing, and then the columns decide: exactly policy, estimate_bytes and
+    over_estimate (nothing else), or those with others, is a per-wave file; with a
+    reading column (seq) beside them, two of them, or none and no reading column,
+    it is not."""
+    from warmfit.format.trace import is_per_wave_file
+
+    def schema(names: str, mark: bytes | None = None) -> pa.Schema:
+        fields = [pa.field(n, pa.int64()) for n in names.split()]
+        return pa.schema(fields, metadata=None if mark is None else {b"warmfit.per_wave": mark})
+
+    markers = "policy estimate_bytes over_estimate"
+    assert is_per_wave_file(schema("seq phase peak_bytes", b"1"))
+    assert not is_per_wave_file(schema("seq phase peak_bytes", b"0"))
+    assert is_per_wave_file(schema(markers))
+    assert is_per_wave_file(schema(markers + " run wave", b"0"))
+    assert not is_per_wave_file(schema(markers + " seq"))
+    assert not is_per_wave_file(schema("policy estimate_bytes run"))
+    assert not is_per_wave_file(schema("run wave"))
+
+
+def test_a_duplicate_seq_in_the_second_stream_is_refused() -> None:
+    """Rank 0's seq 0, then rank 1's seq 0 twice (waves 0 and 1): refused in rank 1."""
+    from warmfit.format.trace import check_across_rows, stream_numbers
+
+    frame = readings_frame([_reading(0, 0), _reading(0, 0, rank=1), _reading(0, 1, rank=1)])
+    with pytest.raises(TraceError) as info:
+        check_across_rows(frame, stream_numbers(frame), [])
+    assert "seq 0 appears more than once in run 'run', rank 1" in str(info.value)
+
+
+def test_rows_without_a_seq_or_wave_column_are_checked_on_what_they_have() -> None:
+    """``check_across_rows`` on readings without seq (run, rank, wave and the packed
+    tokens): nothing to number, the waves still compared (100 against 101 disagree)
+    and ordered (waves 1, 0: rows 1, 0); without wave either, no order at all (None)."""
+    from warmfit.format.trace import check_across_rows, stream_numbers
+
+    rows = [_reading(0, 1), _reading(1, 0)]
+    frame = readings_frame(rows).select("run", "rank", "wave", "packed_tokens")
+    order = check_across_rows(frame, stream_numbers(frame), [])
+    assert order is not None and order.tolist() == [1, 0]
+    frame = readings_frame([*rows, _reading(2, 0, packed_tokens=101)])
+    frame = frame.select("run", "rank", "wave", "packed_tokens")
+    with pytest.raises(TraceError, match="disagree on packed_tokens"):
+        check_across_rows(frame, stream_numbers(frame), [])
+    assert check_across_rows(frame.drop("wave"), stream_numbers(frame), []) is None
+
+
+def test_a_broken_rule_names_its_first_row_and_counts_the_other_rows_that_break_it(
+    tmp_path: Path,
+) -> None:
+    """peak_bytes -1 on rows 1 and 3: row 1 named, "(1 more rows break this rule.)";
+    on row 1 alone, no count."""
+    path = tmp_path / "t.parquet"
+    negative = pl.when(pl.col("seq").is_in([1, 3])).then(-1).otherwise(pl.col("peak_bytes"))
+    write(path, readings_frame([_reading(s, s) for s in range(4)]).with_columns(
+        negative.alias("peak_bytes")))  # fmt: skip
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert info.value.row == 1
+    assert "value -1 is negative. (1 more rows break this rule.)" in str(info.value)
+    write(path, readings_frame([_reading(s, s, peak_bytes=-1 if s == 1 else 9) for s in range(4)]))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert info.value.row == 1 and "value -1 is negative. Byte counts" in str(info.value)
+
+
+def test_columns_beside_replays_also_load_the_optional_columns_a_file_has(
+    tmp_path: Path,
+) -> None:
+    """A trace with estimate_bytes (SPEC §8: 500 on seq 1, null elsewhere) and an
+    extra "host": ``columns=()`` loads replay's columns and estimate_bytes, not host;
+    ``wanted_columns`` without a schema names replay's and the asked ones only."""
+    from warmfit.format.schema import REPLAY_COLUMNS
+    from warmfit.format.trace import wanted_columns
+
+    estimate = pl.when(pl.col("seq") == 1).then(500).otherwise(None).alias("estimate_bytes")
+    frame = valid().with_columns(estimate.cast(pl.Int64), pl.lit("x").alias("host"))
+    write_trace(frame, tmp_path / "t.parquet")
+    found = read_trace([tmp_path], columns=())
+    assert found.columns == [*REPLAY_COLUMNS, "estimate_bytes"]
+    assert found["estimate_bytes"].to_list() == [None, 500, None, None]
+    assert wanted_columns(None, ["host"]) == [*REPLAY_COLUMNS, "host"]
+
+
+def test_a_trace_file_of_no_readings_reads_as_no_rows(tmp_path: Path) -> None:
+    """A valid file with the trace's columns and no row (a recording stopped before its
+    first wave): 0 readings, every column there, nothing to sort or check."""
+    write_trace(valid().clear(), tmp_path / "t.parquet")
+    frame = read_trace([tmp_path])
+    assert frame.height == 0 and frame.columns == valid().columns
+
+
+def test_rows_from_a_start_to_the_end_of_a_file(tmp_path: Path) -> None:
+    """``read_rows`` from row 3, or row 1, with no length: rows 3 (1) to 9 of a file of
+    10 rows."""
+    from warmfit.format.trace import read_rows
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)
+    assert read_rows(path, ["x"], 3).get_column("x").to_list() == list(range(3, 10))
+    assert read_rows(path, ["x"], 1).get_column("x").to_list() == list(range(1, 10))
+
+
+@pytest.mark.parametrize("name", ["t[0].parquet", "t*.parquet", "t?.parquet"])
+def test_a_file_name_with_pattern_characters_is_read_as_that_name(
+    tmp_path: Path, name: str
+) -> None:
+    """``read_rows`` of a file named t[0].parquet, t*.parquet or t?.parquet reads that
+    file (rows 0 to 9, or 2 to 3), not the pattern's matches: t0.parquet and tx.parquet
+    (rows 100 to 109) lie beside it."""
+    from warmfit.format.trace import read_rows
+
+    for other in ("t0.parquet", "tx.parquet"):
+        pq.write_table(pa.table({"x": list(range(100, 110))}), tmp_path / other)
+    path = tmp_path / name
+    pq.write_table(pa.table({"x": list(range(10))}), path, row_group_size=2)
+    assert read_rows(path, ["x"]).get_column("x").to_list() == list(range(10))
+    assert read_rows(path, ["x"], 2, 2).get_column("x").to_list() == [2, 3]
+
+
+def test_an_extra_column_of_one_type_or_of_numbers_in_every_file_is_combined(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 in a.parquet, rank 1 in b.parquet, both with a string "host" and a
+    number "n" (int32 in one, int64 in the other): read as one trace, host "x" and
+    "y", n 1 to 4 (numbers widen). A host of strings in a.parquet and integers in
+    b.parquet is refused, naming the column and both files."""
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    ranks = (valid().filter(pl.col("rank") == 0), valid().filter(pl.col("rank") == 1))
+    write(a, ranks[0].with_columns(pl.lit("x").alias("host"), pl.Series("n", [1, 2, 3], pl.Int32)))
+    write(b, ranks[1].with_columns(pl.lit("y").alias("host"), pl.Series("n", [4], pl.Int64)))
+    frame = read_trace([tmp_path])
+    assert frame.select("rank", "host", "n").rows() == [
+        (0, "x", 1), (0, "x", 2), (0, "x", 3), (1, "y", 4),
+    ]  # fmt: skip
+    write(b, ranks[1].with_columns(pl.lit(7).alias("host")))
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    assert info.value.column == "host" and info.value.path == str(b)
+    assert f"has type Int32 here but String in {a}" in str(info.value)
+
+
+def test_a_duplicate_seq_is_named_by_its_own_stream_not_where_two_streams_meet(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's seqs 0 and 1, then rank 1's seqs 1, 2 and 2: rank 1's seq 1 follows
+    rank 0's seq 1 but is no duplicate (another stream); rank 1's seq 2 is."""
+    rows = [_reading(0, 0), _reading(1, 1), _reading(1, 1, rank=1), _reading(2, 2, rank=1),
+            _reading(2, 3, rank=1)]  # fmt: skip
+    path = write(tmp_path / "t.parquet", readings_frame(rows))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    assert f"seq 2 appears more than once in run 'run', rank 1 (at {path} row 3, {path} row 4)" in (
+        str(info.value)
+    )
+
+
+_COUNTED_ROWS = st.lists(
+    st.fixed_dictionaries({
+        "run": st.sampled_from(["r", "q"]),
+        "signature": st.sampled_from(["a", "b", "c"]),
+        "kind": st.sampled_from(["flat", "split_child", "dp_rank_forward"]),
+        "whole": st.sampled_from([True, False, None]),
+        "oom": st.sampled_from([True, False, None]),
+    }),
+    min_size=1, max_size=12,
+)  # fmt: skip
+
+
+@settings(max_examples=60)
+@given(_COUNTED_ROWS)
+def test_reading_counts_agree_with_counting_the_rows_one_by_one(
+    rows: list[dict[str, object]],
+) -> None:
+    """Per (run, signature), counted by hand: readings; flat ones (kind "flat"; every
+    one without a kind column); whole ones, whole and not OOM, a null counting as
+    neither; OOM ones. pairs_without_whole: the pairs with a flat reading and no
+    whole one, sorted."""
+    from warmfit.format.trace import pairs_without_whole, reading_counts
+
+    frame = readings_frame(
+        [_reading(i, i, **row) for i, row in enumerate(rows)]  # type: ignore[arg-type]
+    )
+    for kinded in (True, False):
+        want: dict[tuple[object, object], list[int]] = {}
+        for row in rows:
+            n = want.setdefault((row["run"], row["signature"]), [0, 0, 0, 0])
+            n[0] += 1
+            n[1] += row["kind"] == "flat" or not kinded
+            n[2] += row["whole"] is True and row["oom"] is not True
+            n[3] += row["oom"] is True
+        counts = reading_counts(frame if kinded else frame.drop("kind"))
+        got = {
+            (r["run"], r["signature"]): [r["readings"], r["flat_readings"],
+                                         r["whole_readings"], r["oom_readings"]]
+            for r in counts.iter_rows(named=True)
+        }  # fmt: skip
+        assert got == want
+        named = sorted(k for k, n in want.items() if n[1] > 0 and n[2] == 0)
+        assert pairs_without_whole(counts).rows() == named
+
+
+def test_a_duplicate_seq_in_a_folder_named_with_row_names_the_first_file(
+    tmp_path: Path,
+) -> None:
+    """seq 0 of rank 0 in x.parquet and y.parquet of a folder "t.parquet row b", beside
+    t.parquet (rank 1) and a-much-longer-file-name.parquet (rank 2): the error's path,
+    and the start of its message, is that folder's x.parquet, the first place named;
+    not the text before the first " row " (".../t.parquet", a file that is there too),
+    nor the longest file name."""
+    folder = tmp_path / "t.parquet row b"
+    folder.mkdir()
+    for name in ("x", "y"):
+        write_trace(readings_frame([_reading(0, 0)]), folder / f"{name}.parquet")
+    write_trace(readings_frame([_reading(0, 0, rank=1)]), tmp_path / "t.parquet")
+    longer = tmp_path / "a-much-longer-file-name.parquet"
+    write_trace(readings_frame([_reading(0, 0, rank=2)]), longer)
+    with pytest.raises(TraceError) as info:
+        read_trace([tmp_path])
+    first = folder / "x.parquet"
+    assert info.value.path == str(first)
+    assert str(info.value).startswith(f"{first}, column 'seq': seq 0 appears more than once")

@@ -586,7 +586,7 @@ def check_across_rows(
                 f"seq {hit['seq']} appears more than once in run {hit['run']!r}, rank "
                 f"{hit['rank']} (at {places}); seq must be unique within (run, rank).",
                 column="seq",
-                path=_first_path(places),
+                path=_first_path(places, files),
                 fix="Number the readings of each rank once, or remove the duplicated file. "
                 "Two recordings with one run label (warmfit record names a run after its -o "
                 "folder) collide like this: record one again with --run NAME.",
@@ -614,7 +614,7 @@ def check_across_rows(
             + ", ".join(WAVE_CONSTANT)
             + ".",
             column=column,
-            path=_first_path(places),
+            path=_first_path(places, files),
             fix="Give the wave's readings the same values, or distinct wave ids if they are "
             "different waves.",
         )
@@ -726,8 +726,8 @@ def _numpy(series: pl.Series) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _first_path(places: str) -> str | None:
-    return places.split(" row ", 1)[0] if places else None
+def _first_path(places: str, files: list[Path]) -> str | None:
+    return max((str(f) for f in files if places.startswith(f"{f} row ")), key=len, default=None)
 
 
 def _locate(files: list[Path], run: str, rank: int, column: str, value: int) -> str:
