@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -1178,3 +1179,88 @@ def test_a_footer_of_16_mib_or_more_is_found_by_all_four_bytes_of_its_length(
     assert path.read_bytes()[-5] == 1
     assert pagecrc.row_groups(path) == pagecrc.row_groups(EP1)
     assert verify(path) is None
+
+
+def test_has_checksums_tells_by_the_first_page(tmp_path: Path) -> None:
+    """EP1's pages carry checksums (True); a file pyarrow wrote without them does not
+    (False). With EP1's first page header damaged (its first field header 0x15 made
+    0x1F, a Thrift type 15 that does not exist), or a file with no page (an empty
+    row group), it cannot tell (None). Given the row groups read before the footer
+    was cut out, it reads just the first page header: True still."""
+    assert pagecrc.has_checksums(EP1) is True
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"x": pa.array([5, 6, 7], pa.int64())}), plain)
+    assert pagecrc.has_checksums(plain) is False
+    damaged = tmp_path / "damaged.parquet"
+    assert DATA[4] == 0x15
+    damaged.write_bytes(DATA[:4] + b"\x1f" + DATA[5:])
+    assert pagecrc.has_checksums(damaged) is None
+    problem = "the page header at byte 4 is damaged (unknown Thrift type 15)"
+    assert verify(damaged) == f"column chunk at byte 4: {problem}"
+    tree = [(n, k, 0 if n == 3 else v) for n, k, v in footer_tree(EP1) if n != 4]
+    empty = with_footer(EP1, [*tree, (4, 9, (12, [[(1, 9, (12, [])), (3, 6, 0)]]))], tmp_path / "e.parquet")
+    assert pagecrc.row_groups(empty) == [pagecrc._EMPTY]
+    assert pagecrc.has_checksums(empty) is None
+    groups = pagecrc.row_groups(EP1)
+    assert not isinstance(groups, str)
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(DATA[: len(DATA) - 8 - _footer(DATA)] + DATA[-8:])
+    assert pagecrc.row_groups(cut) == "its footer length is damaged"
+    assert pagecrc.has_checksums(cut) is None
+    assert pagecrc.has_checksums(cut, groups) is True
+
+
+def test_a_page_size_absent_negative_or_past_its_chunk_is_damaged(tmp_path: Path) -> None:
+    """The first page of a one-column file (a dictionary page at byte 4, its body 23
+    bytes) with compressed_page_size (field 3) -1, or sent as an i16 (of another type
+    than Parquet's: absent), has a damaged size; so has it, whole, in a chunk the
+    footer makes one byte too short for it."""
+    path, data, header, at = _one_page_file(tmp_path)
+    assert at == 4 and value_of(header, 3) == 23
+    damaged = "column chunk at byte 4: the page at byte 4 has a damaged size"
+    for name, new in (("minus-one", _replaced(header, 3, -1)), ("i16", [(n, 4 if n == 3 else k, v) for n, k, v in header])):
+        patched = _with_header(path, data, header, new, at)
+        assert verify(patched) == damaged, name
+    body = at + len(encode(header))
+    tree = footer_tree(path)
+    _set(_chunk_meta(tree, 0), 7, body + 23 - 1 - 4)  # the chunk ends a byte into the body
+    assert verify(with_footer(path, tree, tmp_path / "short.parquet")) == damaged
+
+
+def _page(kind: int, body: bytes, values: int, crc: bool = True) -> bytes:
+    """A page: its header (type, compressed size, the CRC-32 of ``body`` as Thrift's
+    signed i32, the page type's header with ``values`` in plain encoding), then ``body``."""
+    sub, count, encoding = pagecrc._LAYOUT[kind]
+    signed = zlib.crc32(body) - (1 << 32 if zlib.crc32(body) >= 1 << 31 else 0)
+    fields = [(1, 5, kind), (2, 5, len(body)), (3, 5, len(body))]
+    fields += [(4, 5, signed)] if crc else []
+    return encode([*fields, (sub, 12, [(count, 5, values), (encoding, 5, 0)])]) + body
+
+
+def _walk(pages: bytes, values: int) -> str | None:
+    """``_pages`` on a column chunk of ``pages`` at byte 4 of a file (with 8 bytes after)."""
+    data = b"PAR1" + pages + b"\0\0\0\0PAR1"
+    with memoryview(data) as view:
+        chunk = pagecrc.Chunk("x", 4, len(pages), values)
+        return pagecrc._pages(data, view, chunk)  # type: ignore[arg-type]
+
+
+def test_a_page_of_no_bytes_is_a_page() -> None:
+    """A data page of 0 values in 0 bytes (its CRC, of nothing, 0), then one of 3 values
+    in 3 bytes: the chunk's 3 values, whole; its sizes are no damage."""
+    empty = _page(0, b"", 0)
+    assert zlib.crc32(b"") == 0 and b"\x15\x00\x15\x00\x15\x00" in empty
+    assert _walk(empty + _page(0, b"abc", 3), 3) is None
+    assert _walk(_page(0, b"abc", 3) + empty, 3) is None
+    assert _walk(_page(0, b"abc", 3) + empty, 4) == "its pages hold 3 values where the footer says 4"
+
+
+def test_a_page_without_the_header_of_its_type_is_damaged() -> None:
+    """A data page (type 0) whose header holds a dictionary page's header (field 7)
+    in place of a data page's (5) has none: damaged, named with its type; as a
+    dictionary page (type 2) the same header is sound."""
+    dictionary = _page(2, b"abc", 3)
+    assert _walk(dictionary + _page(0, b"de", 3), 3) is None
+    as_data = b"\x15\x00" + dictionary[2:]  # field 1, the page type: 0
+    assert dictionary[:2] == b"\x15\x04"
+    assert _walk(as_data, 3) == "the page header at byte 4 is damaged (page type 0)"
