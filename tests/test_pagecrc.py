@@ -1264,3 +1264,45 @@ def test_a_page_without_the_header_of_its_type_is_damaged() -> None:
     as_data = b"\x15\x00" + dictionary[2:]  # field 1, the page type: 0
     assert dictionary[:2] == b"\x15\x04"
     assert _walk(as_data, 3) == "the page header at byte 4 is damaged (page type 0)"
+
+
+def test_structs_in_skipped_structs_nest_to_the_same_limit() -> None:
+    """A skipped field (100) of structs in structs (each the field 1 of the one around
+    it, the innermost empty): 33 structs deep is read past, its innermost skipped at
+    depth 32; 34 deep is refused, by both readers."""
+    for deep in (33, 34):
+        data = field(100, 12) + b"\x1c" * (deep - 1) + b"\x00" * deep + b"\x00"
+        fast, plain = both(data, 0, len(data), {1: int})
+        assert fast == plain == ("refused" if deep > 33 else ({}, len(data)))
+
+
+def test_a_value_cut_short_in_a_map_is_named_so_before_what_follows_it() -> None:
+    """A skipped map of one entry, a double key and a value of type 0 (no Thrift type):
+    with the key's 8 bytes there (the bytes ending with them, or going on), the value's
+    type is named; with 3 of them, the map is cut short, which is found at the key,
+    before its value is looked at."""
+    head = field(100, 11) + varint(1) + bytes([0x70])  # map<double, type 0>, 1 entry
+    whole = head + b"\x00" * 8 + b"\x00\x00"
+    for end in (len(whole), len(head) + 8):
+        with pytest.raises(pagecrc._Bad, match="^unknown Thrift type 0$"):
+            pagecrc._struct(whole, 0, end, {1: int})
+    short = head + b"\x00" * 3
+    with pytest.raises(pagecrc._Bad, match="^cut short$"):
+        pagecrc._struct(short, 0, len(short), {1: int})
+    assert both(short, 0, len(short), {1: int}) == ("refused", "refused")
+
+
+def test_a_row_group_narrowed_to_some_columns_keeps_only_their_chunks() -> None:
+    """EP1's row group (16 chunks, in column order: run, rank, seq, ...) narrowed to
+    seq and rank keeps those two chunks, in the file's order, with its rows and bounds;
+    narrowed to no column it keeps none; a name no column has adds nothing."""
+    groups = pagecrc.row_groups(EP1)
+    assert not isinstance(groups, str)
+    group = groups[0]
+    names = [chunk.name for chunk in group.chunks]
+    assert len(names) == 16 and names[:3] == ["run", "rank", "seq"]
+    narrowed = group.only({"seq", "rank", "no such column"})
+    assert [chunk.name for chunk in narrowed.chunks] == ["rank", "seq"]
+    assert narrowed.chunks == group.chunks[1:3]
+    assert (narrowed.rows, narrowed.bounds) == (52, group.bounds)
+    assert group.only(()).chunks == ()
