@@ -1306,3 +1306,41 @@ def test_a_row_group_narrowed_to_some_columns_keeps_only_their_chunks() -> None:
     assert narrowed.chunks == group.chunks[1:3]
     assert (narrowed.rows, narrowed.bounds) == (52, group.bounds)
     assert group.only(()).chunks == ()
+
+
+def _problem(data: bytes) -> str:
+    """What ``_struct`` finds wrong with ``data`` (all of it), read for field 1."""
+    with pytest.raises(pagecrc._Bad) as refused:
+        pagecrc._struct(data, 0, len(data), {1: int})
+    return str(refused.value)
+
+
+def test_lists_and_maps_claiming_more_elements_than_bytes_are_named_so() -> None:
+    """Each element of a list or map takes a byte at least. A skipped list of bytes
+    (0x_3) with 4 bytes left ("abc" and a stop): of 4 it fits, and the struct is then
+    cut short (its stop was taken as an element); of 5, or 1000 (a long size), it is
+    longer than its bytes. A map of 1 entry with no byte left for its types is longer
+    than its bytes; one of 0 entries at the very end of the bytes, or an i32 with no
+    byte left, is cut short (no byte past the end is looked at)."""
+    skipped = field(100, 9)
+    assert pagecrc._struct(skipped + b"\x33abc\x00", 0, 8, {1: int}) == ({}, 8)
+    assert _problem(skipped + b"\x43abc\x00") == "cut short"
+    assert _problem(skipped + b"\x53abc\x00") == "a list longer than its bytes"
+    assert _problem(skipped + listed(3, 1000) + b"abc\x00") == "a list longer than its bytes"
+    assert _problem(field(100, 11) + b"\x01") == "a list longer than its bytes"
+    assert _problem(field(100, 11) + b"\x00") == "cut short"
+    assert _problem(field(100, 5)) == "cut short"
+
+
+def test_a_struct_read_by_the_spec_nests_one_level_deeper() -> None:
+    """A data page header (field 5 of a page header, read at depth 1) holding a field
+    no reader asks for of lists in lists: 32 lists deep (the innermost at depth 32) is
+    read, with the page's values and encoding; 33 deep is refused, by both readers."""
+    for deep in (32, 33):
+        nested: Any = (9, [])
+        for _ in range(deep - 1):
+            nested = (9, [nested])
+        data = encode([(1, 5, 0), (3, 5, 0), (5, 12, [(1, 5, 1), (2, 5, 0), (100, 9, nested)])])
+        read = ({1: 0, 3: 0, 5: {1: 1, 2: 0}}, len(data))
+        fast, plain = both(data, 0, len(data), pagecrc._PAGE_HEADER)
+        assert fast == plain == ("refused" if deep > 32 else read)
