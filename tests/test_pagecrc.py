@@ -1331,8 +1331,9 @@ def test_lists_and_maps_claiming_more_elements_than_bytes_are_named_so() -> None
     (0x_3) with 4 bytes left ("abc" and a stop): of 4 it fits, and the struct is then
     cut short (its stop was taken as an element); of 5, or 1000 (a long size), it is
     longer than its bytes. A map of 1 entry with no byte left for its types is longer
-    than its bytes; one of 0 entries at the very end of the bytes, or an i32 with no
-    byte left, is cut short (no byte past the end is looked at)."""
+    than its bytes; one of 0 entries at the very end of the bytes, or an i32 or an i16
+    (read inline, or skipped) with no byte left, is cut short (no byte past the end is
+    looked at)."""
     skipped = field(100, 9)
     assert pagecrc._struct(skipped + b"\x33abc\x00", 0, 8, {1: int}) == ({}, 8)
     assert _problem(skipped + b"\x43abc\x00") == "cut short"
@@ -1341,6 +1342,7 @@ def test_lists_and_maps_claiming_more_elements_than_bytes_are_named_so() -> None
     assert _problem(field(100, 11) + b"\x01") == "a list longer than its bytes"
     assert _problem(field(100, 11) + b"\x00") == "cut short"
     assert _problem(field(100, 5)) == "cut short"
+    assert _problem(field(100, 4)) == "cut short"  # an i16, skipped
 
 
 def test_a_struct_read_by_the_spec_nests_one_level_deeper() -> None:
