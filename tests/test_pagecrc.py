@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -1031,7 +1032,9 @@ def test_a_column_chunk_lies_in_the_data_between_the_magic_and_the_footer(
     empty = with_footer(path, tree, tmp_path / "x-empty.parquet")
     groups = pagecrc.row_groups(empty)
     assert not isinstance(groups, str) and groups[0].chunks[0] == ("x", 4, 0, 3)
-    assert verify(empty) == "column chunk at byte 4: its pages hold 0 values where the footer says 3"
+    assert (
+        verify(empty) == "column chunk at byte 4: its pages hold 0 values where the footer says 3"
+    )
 
 
 def test_a_dictionary_page_offset_past_the_first_data_page_is_not_the_start(
@@ -1078,7 +1081,11 @@ def test_a_row_groups_row_count_and_chunks_are_checked(tmp_path: Path) -> None:
     cases: list[tuple[str, Any, str | None]] = [
         ("no-count", lambda n, k, v: n != 3, damaged.format("a row group's row count is damaged")),
         ("minus-one", -1, damaged.format("a row group's row count is damaged")),
-        ("no-chunks", lambda n, k, v: n != 1, damaged.format("a row group of 52 rows lists no column chunks")),
+        (
+            "no-chunks",
+            lambda n, k, v: n != 1,
+            damaged.format("a row group of 52 rows lists no column chunks"),
+        ),
     ]
     for name, change, problem in cases:
         tree = footer_tree(EP1)
@@ -1178,3 +1185,195 @@ def test_a_footer_of_16_mib_or_more_is_found_by_all_four_bytes_of_its_length(
     assert path.read_bytes()[-5] == 1
     assert pagecrc.row_groups(path) == pagecrc.row_groups(EP1)
     assert verify(path) is None
+
+
+def test_has_checksums_tells_by_the_first_page(tmp_path: Path) -> None:
+    """EP1's pages carry checksums (True); a file pyarrow wrote without them does not
+    (False). With EP1's first page header damaged (its first field header 0x15 made
+    0x1F, a Thrift type 15 that does not exist), or a file with no page (an empty
+    row group), it cannot tell (None). Given the row groups read before the footer
+    was cut out, it reads just the first page header: True still."""
+    assert pagecrc.has_checksums(EP1) is True
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"x": pa.array([5, 6, 7], pa.int64())}), plain)
+    assert pagecrc.has_checksums(plain) is False
+    damaged = tmp_path / "damaged.parquet"
+    assert DATA[4] == 0x15
+    damaged.write_bytes(DATA[:4] + b"\x1f" + DATA[5:])
+    assert pagecrc.has_checksums(damaged) is None
+    problem = "the page header at byte 4 is damaged (unknown Thrift type 15)"
+    assert verify(damaged) == f"column chunk at byte 4: {problem}"
+    tree = [(n, k, 0 if n == 3 else v) for n, k, v in footer_tree(EP1) if n != 4]
+    empty = with_footer(
+        EP1, [*tree, (4, 9, (12, [[(1, 9, (12, [])), (3, 6, 0)]]))], tmp_path / "e.parquet"
+    )
+    assert pagecrc.row_groups(empty) == [pagecrc._EMPTY]
+    assert pagecrc.has_checksums(empty) is None
+    groups = pagecrc.row_groups(EP1)
+    assert not isinstance(groups, str)
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(DATA[: len(DATA) - 8 - _footer(DATA)] + DATA[-8:])
+    assert pagecrc.row_groups(cut) == "its footer length is damaged"
+    assert pagecrc.has_checksums(cut) is None
+    assert pagecrc.has_checksums(cut, groups) is True
+
+
+def test_a_page_size_absent_negative_or_past_its_chunk_is_damaged(tmp_path: Path) -> None:
+    """The first page of a one-column file (a dictionary page at byte 4, its body 23
+    bytes) with compressed_page_size (field 3) -1, or sent as an i16 (of another type
+    than Parquet's: absent), has a damaged size; so has it, whole, in a chunk the
+    footer makes one byte too short for it."""
+    path, data, header, at = _one_page_file(tmp_path)
+    assert at == 4 and value_of(header, 3) == 23
+    damaged = "column chunk at byte 4: the page at byte 4 has a damaged size"
+    for name, new in (
+        ("minus-one", _replaced(header, 3, -1)),
+        ("i16", [(n, 4 if n == 3 else k, v) for n, k, v in header]),
+    ):
+        patched = _with_header(path, data, header, new, at)
+        assert verify(patched) == damaged, name
+    body = at + len(encode(header))
+    tree = footer_tree(path)
+    _set(_chunk_meta(tree, 0), 7, body + 23 - 1 - 4)  # the chunk ends a byte into the body
+    assert verify(with_footer(path, tree, tmp_path / "short.parquet")) == damaged
+
+
+def _page(kind: int, body: bytes, values: int, crc: bool = True) -> bytes:
+    """A page: its header (type, compressed size, the CRC-32 of ``body`` as Thrift's
+    signed i32, the page type's header with ``values`` in plain encoding), then ``body``."""
+    sub, count, encoding = pagecrc._LAYOUT[kind]
+    signed = zlib.crc32(body) - (1 << 32 if zlib.crc32(body) >= 1 << 31 else 0)
+    fields = [(1, 5, kind), (2, 5, len(body)), (3, 5, len(body))]
+    fields += [(4, 5, signed)] if crc else []
+    return encode([*fields, (sub, 12, [(count, 5, values), (encoding, 5, 0)])]) + body
+
+
+def _walk(pages: bytes, values: int) -> str | None:
+    """``_pages`` on a column chunk of ``pages`` at byte 4 of a file (with 8 bytes after)."""
+    data = b"PAR1" + pages + b"\0\0\0\0PAR1"
+    with memoryview(data) as view:
+        chunk = pagecrc.Chunk("x", 4, len(pages), values)
+        return pagecrc._pages(data, view, chunk)  # type: ignore[arg-type]
+
+
+def test_a_page_of_no_bytes_is_a_page() -> None:
+    """A data page of 0 values in 0 bytes (its CRC, of nothing, 0), then one of 3 values
+    in 3 bytes: the chunk's 3 values, whole; its sizes are no damage."""
+    empty = _page(0, b"", 0)
+    assert zlib.crc32(b"") == 0 and b"\x15\x00\x15\x00\x15\x00" in empty
+    assert _walk(empty + _page(0, b"abc", 3), 3) is None
+    assert _walk(_page(0, b"abc", 3) + empty, 3) is None
+    assert (
+        _walk(_page(0, b"abc", 3) + empty, 4) == "its pages hold 3 values where the footer says 4"
+    )
+
+
+def test_a_page_without_the_header_of_its_type_is_damaged() -> None:
+    """A data page (type 0) whose header holds a dictionary page's header (field 7)
+    in place of a data page's (5) has none: damaged, named with its type; as a
+    dictionary page (type 2) the same header is sound."""
+    dictionary = _page(2, b"abc", 3)
+    assert _walk(dictionary + _page(0, b"de", 3), 3) is None
+    as_data = b"\x15\x00" + dictionary[2:]  # field 1, the page type: 0
+    assert dictionary[:2] == b"\x15\x04"
+    assert _walk(as_data, 3) == "the page header at byte 4 is damaged (page type 0)"
+
+
+def test_structs_in_skipped_structs_nest_to_the_same_limit() -> None:
+    """A skipped field (100) of structs in structs (each the field 1 of the one around
+    it, the innermost empty): 33 structs deep is read past, its innermost skipped at
+    depth 32; 34 deep is refused, by both readers."""
+    for deep in (33, 34):
+        data = field(100, 12) + b"\x1c" * (deep - 1) + b"\x00" * deep + b"\x00"
+        fast, plain = both(data, 0, len(data), {1: int})
+        assert fast == plain == ("refused" if deep > 33 else ({}, len(data)))
+
+
+def test_a_value_cut_short_in_a_map_is_named_so_before_what_follows_it() -> None:
+    """A skipped map of one entry, a double key and a value of type 0 (no Thrift type):
+    with the key's 8 bytes there (the bytes ending with them, or going on), the value's
+    type is named; with 3 of them, the map is cut short, which is found at the key,
+    before its value is looked at."""
+    head = field(100, 11) + varint(1) + bytes([0x70])  # map<double, type 0>, 1 entry
+    whole = head + b"\x00" * 8 + b"\x00\x00"
+    for end in (len(whole), len(head) + 8):
+        assert _problem(whole[:end]) == "unknown Thrift type 0"
+    short = head + b"\x00" * 3
+    assert _problem(short) == "cut short"
+    assert both(short, 0, len(short), {1: int}) == ("refused", "refused")
+
+
+def test_a_row_group_narrowed_to_some_columns_keeps_only_their_chunks() -> None:
+    """EP1's row group (16 chunks, in column order: run, rank, seq, ...) narrowed to
+    seq and rank keeps those two chunks, in the file's order, with its rows and bounds;
+    narrowed to no column it keeps none; a name no column has adds nothing."""
+    groups = pagecrc.row_groups(EP1)
+    assert not isinstance(groups, str)
+    group = groups[0]
+    names = [chunk.name for chunk in group.chunks]
+    assert len(names) == 16 and names[:3] == ["run", "rank", "seq"]
+    narrowed = group.only({"seq", "rank", "no such column"})
+    assert [chunk.name for chunk in narrowed.chunks] == ["rank", "seq"]
+    assert narrowed.chunks == group.chunks[1:3]
+    assert (narrowed.rows, narrowed.bounds) == (52, group.bounds)
+    assert group.only(()).chunks == ()
+
+
+def _problem(data: bytes) -> str:
+    """What ``_struct`` finds wrong with ``data`` (all of it), read for field 1."""
+    with pytest.raises(pagecrc._Bad) as refused:
+        pagecrc._struct(data, 0, len(data), {1: int})
+    return str(refused.value)
+
+
+def test_lists_and_maps_claiming_more_elements_than_bytes_are_named_so() -> None:
+    """Each element of a list or map takes a byte at least. A skipped list of bytes
+    (0x_3) with 4 bytes left ("abc" and a stop): of 4 it fits, and the struct is then
+    cut short (its stop was taken as an element); of 5, or 1000 (a long size), it is
+    longer than its bytes. A map of 1 entry with no byte left for its types is longer
+    than its bytes; one of 0 entries at the very end of the bytes, or an i32 or an i16
+    (read inline, or skipped) with no byte left, is cut short (no byte past the end is
+    looked at)."""
+    skipped = field(100, 9)
+    assert pagecrc._struct(skipped + b"\x33abc\x00", 0, 8, {1: int}) == ({}, 8)
+    assert _problem(skipped + b"\x43abc\x00") == "cut short"
+    assert _problem(skipped + b"\x53abc\x00") == "a list longer than its bytes"
+    assert _problem(skipped + listed(3, 1000) + b"abc\x00") == "a list longer than its bytes"
+    assert _problem(field(100, 11) + b"\x01") == "a list longer than its bytes"
+    assert _problem(field(100, 11) + b"\x00") == "cut short"
+    assert _problem(field(100, 5)) == "cut short"
+    assert _problem(field(100, 4)) == "cut short"  # an i16, skipped
+
+
+def test_a_struct_read_by_the_spec_nests_one_level_deeper() -> None:
+    """A data page header (field 5 of a page header, read at depth 1) holding a field
+    no reader asks for of lists in lists: 32 lists deep (the innermost at depth 32) is
+    read, with the page's values and encoding; 33 deep is refused, by both readers."""
+    for deep in (32, 33):
+        nested: Any = (9, [])
+        for _ in range(deep - 1):
+            nested = (9, [nested])
+        data = encode([(1, 5, 0), (3, 5, 0), (5, 12, [(1, 5, 1), (2, 5, 0), (100, 9, nested)])])
+        read = ({1: 0, 3: 0, 5: {1: 1, 2: 0}}, len(data))
+        fast, plain = both(data, 0, len(data), pagecrc._PAGE_HEADER)
+        assert fast == plain == ("refused" if deep > 32 else read)
+
+
+def test_lists_of_other_elements_than_asked_read_as_empty() -> None:
+    """A spec's list of structs (field 6 of HANDMADE) sent as a list of two i32 (1,
+    2), and its list of strings (field 5) sent as a list of one empty struct, read as
+    no structs and no string, and are skipped to the next field (1: an i32 of 3)."""
+    of_ints = field(6, 9) + b"\x25\x02\x04" + field(1, 5) + b"\x06\x00"
+    assert both(of_ints, 0, len(of_ints), HANDMADE) == (({6: [], 1: 3}, len(of_ints)),) * 2
+    of_structs = field(5, 9) + b"\x1c\x00" + field(1, 5) + b"\x06\x00"
+    read = ({5: "", 1: 3}, len(of_structs))
+    assert both(of_structs, 0, len(of_structs), HANDMADE) == (read, read)
+
+
+def test_a_maps_types_byte_is_there_only_when_it_has_entries() -> None:
+    """A skipped map<i32, i32> of one entry (size 1, types 0x55, key 1, value 2) and an
+    empty map (size 0, no types byte), each followed by field 1, an i32 of 3: both
+    skipped to the field, by both readers."""
+    for skipped in (b"\x01\x55\x02\x04", b"\x00"):
+        data = field(100, 11) + skipped + field(1, 5) + b"\x06\x00"
+        assert both(data, 0, len(data), {1: int}) == (({1: 3}, len(data)),) * 2
