@@ -802,7 +802,8 @@ def test_a_tail_is_left_only_the_rows_read_ahead_of_a_batch() -> None:
     group's 8 others are more than its 2), so it leaves nothing in the tail: asked
     for rows 0-2, the tail has none. The second batch (rows 2-6) reads on to the
     group's end and leaves rows 2-9 there: asked for rows 6-10, the tail gives the
-    third stream's 4 readings, ranks 2."""
+    third stream's 4 readings, ranks 2; asked for rows from 10 on (past the group's
+    end), it has none."""
     columns = tuple(wanted_columns(None, ()))
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
         path = Path(folder) / "t.parquet"
@@ -824,6 +825,7 @@ def test_a_tail_is_left_only_the_rows_read_ahead_of_a_batch() -> None:
         assert held.get_column("peak_bytes").to_list() == [120, 121, 122, 123]
         assert tail.take(str(path), columns, 2, 6) is not None  # from the second batch's first row
         assert tail.take(str(path), columns, 1, 6) is None  # the first batch's rows: not held
+        assert tail.take(str(path), columns, 10, 12) is None  # past the group's end: none
 
 
 def test_a_batch_takes_its_streams_rows_among_others_only_within_their_segments(
