@@ -962,17 +962,19 @@ def test_the_streams_planned_and_read_are_named_three_at_most(
     assert f"streams than its rows hold (planned {planned}; read {read})." in str(caught.value)
 
 
-def _alternating_pairs() -> list[streams.Batch]:
+def _alternating_index() -> streams.FileIndex:
     """A hand-made index of file "f": 8 rows in row groups of 2 (rows 0, 2, 4, 6);
     streams ("a", 0) and ("b", 0) alternating row by row in rows 0-3, ("c", 0) and
-    ("d", 0) in rows 4-7 (stretches of one row): planned a batch a stream, whose
-    rows span 3 + 3 + 3 + 3 = 12 rows of 8, 1.5 times: routed."""
+    ("d", 0) in rows 4-7 (stretches of one row)."""
     groups = tuple((start, pagecrc.RowGroup(2, {}, ())) for start in (0, 2, 4, 6))
-    names = "ababcdcd"
-    index = streams.FileIndex(
-        "f", 8, tuple((name, 0, row, row + 1) for row, name in enumerate(names)), groups
-    )
-    batches = plan([index], 1)
+    stretches = tuple((name, 0, row, row + 1) for row, name in enumerate("ababcdcd"))
+    return streams.FileIndex("f", 8, stretches, groups)
+
+
+def _alternating_pairs() -> list[streams.Batch]:
+    """The file of :func:`_alternating_index` planned a batch a stream, whose rows
+    span 3 + 3 + 3 + 3 = 12 rows of 8, 1.5 times: routed."""
+    batches = plan([_alternating_index()], 1)
     assert [b.streams for b in batches] == [(("a", 0),), (("b", 0),), (("c", 0),), (("d", 0),)]
     return batches
 
@@ -1169,3 +1171,42 @@ def test_a_file_that_holds_fewer_rows_than_indexed_is_named_when_its_batch_is_re
         read_batch(batches[1])
     assert caught.value.path == str(path)
     assert "holds 9 rows where it held 12 when it was indexed" in str(caught.value)
+
+
+def test_a_spool_makes_one_folder_only_for_routes_and_removes_it_even_when_emptied(
+    tmp_path: Path,
+) -> None:
+    """The interleaved file's two batches: with no route, a spool makes no folder and
+    hands the batches back as they are; routed twice, it decodes the 66 rows twice
+    (132 in all) into the one folder it made first, and the batches read from it are
+    the same both times. A folder emptied by someone else (a cleaner of the
+    temporary folder) is no error when the spool closes."""
+    import shutil
+
+    path = tmp_path / "t.parquet"
+    batches = _interleaved(path)
+    routes = streams.route(batches)
+    with streams.Spool() as spool:
+        assert spool.routed(batches, [], _here) == batches
+        assert spool.folder is None and spool.rows == 0
+        first = spool.routed(batches, routes, _here)
+        folder = spool.folder
+        assert folder is not None and os.path.isdir(folder)
+        second = spool.routed(batches, routes, _here)
+        assert spool.folder == folder and spool.rows == 132
+        assert second == first and [b.spool for b in first] == [folder, folder]
+        shutil.rmtree(folder)
+    assert spool.folder is None
+
+
+def test_a_route_names_only_the_streams_of_its_own_file() -> None:
+    """The file "f" of _alternating_index beside a file "g" holding ("e", 0) at rows 0-8, one
+    stretch: g is not routed (its batch spans its 8 rows once), and f's routes name
+    f's streams only, though e's rows in g lie at the same row numbers."""
+    g = streams.FileIndex("g", 8, (("e", 0, 0, 8),), ((0, pagecrc.RowGroup(8, {}, ())),))
+    both = plan([_alternating_index(), g], 1)
+    assert both[:4] == _alternating_pairs() and both[4].streams == (("e", 0),)
+    assert [(r.path, r.start, r.stop, r.streams) for r in streams.route(both, 4)] == [
+        ("f", 0, 4, ((("a", 0), 0), (("b", 0), 1))),
+        ("f", 4, 8, ((("c", 0), 2), (("d", 0), 3))),
+    ]
