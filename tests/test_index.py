@@ -1210,3 +1210,36 @@ def test_a_route_names_only_the_streams_of_its_own_file() -> None:
         ("f", 0, 4, ((("a", 0), 0), (("b", 0), 1))),
         ("f", 4, 8, ((("c", 0), 2), (("d", 0), 3))),
     ]
+
+
+def test_routed_rows_of_a_null_rank_reach_their_batch_and_are_refused_by_row(
+    tmp_path: Path,
+) -> None:
+    """Ranks 0 and null of run "r" alternating over 66 rows (a rank column that allows
+    nulls, written by another tool): indexed by stream as ("r", 0) and ("r", None), 33
+    readings each, and routed. The null-rank rows reach their batch through the
+    spool, whose rules refuse them by the first one, row 1, column rank."""
+    rows = [
+        dict(run="r", rank=0, seq=row // 2, wave=row // 2, signature="s", packed_tokens=4,
+             logical_tokens=4, peak_bytes=100)
+        for row in range(66)
+    ]  # fmt: skip
+    table = to_arrow(readings_frame(rows))
+    ranks = pa.array([None if row % 2 else 0 for row in range(66)], pa.int32())
+    table = table.set_column(
+        table.schema.get_field_index("rank"), pa.field("rank", pa.int32(), True), ranks
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, write_page_checksum=True)
+    batches = plan([index_file(path)], 1)
+    assert [(b.streams, b.readings) for b in batches] == [((("r", 0),), 33), ((("r", None),), 33)]
+    routes = streams.route(batches)
+    assert [(r.start, r.stop, r.streams) for r in routes] == [
+        (0, 66, ((("r", 0), 0), (("r", None), 1)))
+    ]
+    with streams.Spool() as spool:
+        first, second = spool.routed(batches, routes, _here)
+        assert read_batch(first).height == 33
+        with pytest.raises(TraceError, match="is null") as caught:
+            read_batch(second)
+    assert (caught.value.path, caught.value.column, caught.value.row) == (str(path), "rank", 1)
