@@ -802,7 +802,8 @@ def test_a_tail_is_left_only_the_rows_read_ahead_of_a_batch() -> None:
     group's 8 others are more than its 2), so it leaves nothing in the tail: asked
     for rows 0-2, the tail has none. The second batch (rows 2-6) reads on to the
     group's end and leaves rows 2-9 there: asked for rows 6-10, the tail gives the
-    third stream's 4 readings, ranks 2."""
+    third stream's 4 readings, ranks 2; asked for rows from 10 on (past the group's
+    end), it has none."""
     columns = tuple(wanted_columns(None, ()))
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
         path = Path(folder) / "t.parquet"
@@ -824,6 +825,7 @@ def test_a_tail_is_left_only_the_rows_read_ahead_of_a_batch() -> None:
         assert held.get_column("peak_bytes").to_list() == [120, 121, 122, 123]
         assert tail.take(str(path), columns, 2, 6) is not None  # from the second batch's first row
         assert tail.take(str(path), columns, 1, 6) is None  # the first batch's rows: not held
+        assert tail.take(str(path), columns, 10, 12) is None  # past the group's end: none
 
 
 def test_a_batch_takes_its_streams_rows_among_others_only_within_their_segments(
@@ -958,3 +960,286 @@ def test_the_streams_planned_and_read_are_named_three_at_most(
         read_batch(batch)
     assert caught.value.path == str(path)
     assert f"streams than its rows hold (planned {planned}; read {read})." in str(caught.value)
+
+
+def _alternating_index() -> streams.FileIndex:
+    """A hand-made index of file "f": 8 rows in row groups of 2 (rows 0, 2, 4, 6);
+    streams ("a", 0) and ("b", 0) alternating row by row in rows 0-3, ("c", 0) and
+    ("d", 0) in rows 4-7 (stretches of one row)."""
+    groups = tuple((start, pagecrc.RowGroup(2, {}, ())) for start in (0, 2, 4, 6))
+    stretches = tuple((name, 0, row, row + 1) for row, name in enumerate("ababcdcd"))
+    return streams.FileIndex("f", 8, stretches, groups)
+
+
+def _alternating_pairs() -> list[streams.Batch]:
+    """The file of :func:`_alternating_index` planned a batch a stream, whose rows
+    span 3 + 3 + 3 + 3 = 12 rows of 8, 1.5 times: routed."""
+    batches = plan([_alternating_index()], 1)
+    assert [b.streams for b in batches] == [(("a", 0),), (("b", 0),), (("c", 0),), (("d", 0),)]
+    return batches
+
+
+def test_routes_are_cut_at_whole_row_groups_of_the_batch_size_spelled_out() -> None:
+    """The file above, routed in routes of about 4 rows: the groups at rows 0 and 2
+    make 4 rows, exactly the size, so the route ends there (rows 0-4: streams a and
+    b, to batches 0 and 1) and the next begins (rows 4-8: c and d, batches 2 and 3);
+    stream b's last row, row 3, is the first route's last, and b is in the first
+    route only. In routes of about 5 rows, the first takes three groups (6 rows:
+    4 is less than 5) and holds a row of each stream (c at row 4, d at row 5); the
+    second, rows 6-8, holds c and d again."""
+    batches = _alternating_pairs()
+    four = [(r.number, r.path, r.start, r.stop, r.streams) for r in streams.route(batches, 4)]
+    assert four == [
+        (0, "f", 0, 4, ((("a", 0), 0), (("b", 0), 1))),
+        (1, "f", 4, 8, ((("c", 0), 2), (("d", 0), 3))),
+    ]
+    five = streams.route(batches, 5)
+    assert [(r.number, r.start, r.stop, r.streams) for r in five] == [
+        (0, 0, 6, ((("a", 0), 0), (("b", 0), 1), (("c", 0), 2), (("d", 0), 3))),
+        (1, 6, 8, ((("c", 0), 2), (("d", 0), 3))),
+    ]
+    assert [[start for start, _ in r.groups] for r in five] == [[0, 2, 4], [6]]
+    one = streams.route(batches, 1)  # a group a route at least
+    assert [(r.start, r.stop) for r in one] == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert [r.streams for r in one] == [
+        ((("a", 0), 0), (("b", 0), 1)),
+        ((("a", 0), 0), (("b", 0), 1)),
+        ((("c", 0), 2), (("d", 0), 3)),
+        ((("c", 0), 2), (("d", 0), 3)),
+    ]
+
+
+def test_a_routed_batch_read_with_other_columns_reads_them_from_the_file(
+    tmp_path: Path,
+) -> None:
+    """The spool holds replay's columns only (``step`` is none of them): ranks 0 and
+    1 of run "r" alternating over 66 rows, the reading at row i at step 1000 + i,
+    routed a batch a rank; read with ``step``, each batch's 33 rows come from the
+    file, their steps 1000, 1002, ... (rank 0) and 1001, 1003, ... (rank 1), as
+    the batches not routed read them."""
+    path = tmp_path / "t.parquet"
+    frame = readings_frame([
+        dict(run="r", rank=row % 2, seq=row // 2, step=1000 + row, wave=row // 2,
+             signature="s", packed_tokens=4, logical_tokens=4, peak_bytes=100)
+        for row in range(66)
+    ])  # fmt: skip
+    write_trace(frame, path)
+    batches = plan([index_file(path)], 1)
+    with streams.Spool() as spool:
+        routed = spool.routed(batches, streams.route(batches), _here)
+        for rank, (plain, by_route) in enumerate(zip(batches, routed, strict=True)):
+            assert by_route.spool is not None and by_route.routes == ((str(path), 0),)
+            read = read_batch(by_route, ["step"])
+            assert read.get_column("step").to_list() == list(range(1000 + rank, 1066, 2))
+            assert read.equals(read_batch(plain, ["step"]))
+
+
+def test_a_batch_of_a_stretch_and_a_stream_among_others_keeps_its_rows_only(
+    tmp_path: Path,
+) -> None:
+    """A file of 7 rows in one row group: ("r", 9) at rows 0-1, ("r", 0) at row 2,
+    then ("r", 1) and ("r", 2) alternating at rows 3-6; indexed by hand as a plan
+    sees it: ("r", 1) and ("r", 2) by their 2 readings each among rows 3-7. In
+    batches of 3 readings the first holds ("r", 0) (1 reading, a stretch) and ("r",
+    1) (2 readings among others): rows 2 to 6, of which it keeps row 2 and rows 3 and
+    5 (ranks 0, 1, 1; peaks 102, 103, 105), not ("r", 2)'s rows 4 and 6."""
+    ranks = [9, 9, 0, 1, 2, 1, 2]
+    seqs = [0, 1, 0, 0, 0, 1, 1]
+    rows = [
+        dict(run="r", rank=rank, seq=seq, wave=seq, signature="s", packed_tokens=4,
+             logical_tokens=4, peak_bytes=100 + row)
+        for row, (rank, seq) in enumerate(zip(ranks, seqs, strict=True))
+    ]  # fmt: skip
+    path = write_trace(readings_frame(rows), tmp_path / "t.parquet")
+    index = streams.FileIndex(
+        str(path), 7, (("r", 9, 0, 2), ("r", 0, 2, 3)), index_file(path).groups,
+        (("r", 1, 3, 7, 2), ("r", 2, 3, 7, 2)),
+    )  # fmt: skip
+    first, second = plan([index], 3)
+    assert first.streams == (("r", 0), ("r", 1)) and second.streams == (("r", 2), ("r", 9))
+    assert read_batch(first).select("rank", "peak_bytes").rows() == [(0, 102), (1, 103), (1, 105)]
+    assert read_batch(second).select("rank", "peak_bytes").rows() == [
+        (2, 104), (2, 106), (9, 100), (9, 101)
+    ]  # fmt: skip
+
+
+def test_a_batch_of_files_with_and_without_an_optional_column_reads_nulls_there(
+    tmp_path: Path,
+) -> None:
+    """File a.parquet holds run "a" with estimate_bytes (90 and 91), b.parquet run
+    "b" without the column: one batch of both reads the four readings in canonical
+    order, estimate_bytes 90, 91 for run "a" and null for run "b"."""
+    for run, more in (("a", True), ("b", False)):
+        rows = [
+            dict(run=run, rank=0, seq=s, wave=s, signature="s", packed_tokens=4,
+                 logical_tokens=4, peak_bytes=100 + s, **({"estimate_bytes": 90 + s} if more else {}))
+            for s in range(2)
+        ]  # fmt: skip
+        write_trace(readings_frame(rows), tmp_path / f"{run}.parquet")
+    (batch,) = plan([index_file(tmp_path / f"{run}.parquet") for run in "ab"], 100)
+    frame = read_batch(batch)
+    assert frame.select("run", "peak_bytes", "estimate_bytes").rows() == [
+        ("a", 100, 90), ("a", 101, 91), ("b", 100, None), ("b", 101, None)
+    ]  # fmt: skip
+
+
+def test_a_batch_past_the_first_reads_its_own_rows_again_when_reading_ahead_fails(
+    tmp_path: Path,
+) -> None:
+    """As above, from a batch that starts past row 0: one row group of ranks 0, 1 and
+    2 of 2000 readings each, no page checksums; rank 1's reading at row 2005 is
+    negative and the last page of ``peak_bytes`` (rank 2's rows) is damaged. Read in
+    order with a tail, the first batch (rows 0-2000) reads no further (the 4000 rows
+    after it are more than its 2000); the second (rows 2000-4000) reads on to the
+    group's end, cannot, and reads rows 2000-4000 alone again: its own error, row
+    2005, first."""
+    path = tmp_path / "t.parquet"
+    rows = [
+        dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+             peak_bytes=-5 if (rank, s) == (1, 5) else 100 + s)
+        for rank in range(3) for s in range(2000)
+    ]  # fmt: skip
+    pq.write_table(
+        to_arrow(readings_frame(rows)), path, compression="zstd", row_group_size=6000,
+        data_page_size=512, write_page_checksum=False, use_dictionary=False,
+    )  # fmt: skip
+    chunk = next(
+        c for c in (pq.ParquetFile(path).metadata.row_group(0).column(i) for i in range(16))
+        if c.path_in_schema == "peak_bytes"
+    )  # fmt: skip
+    data = bytearray(path.read_bytes())
+    end = chunk.data_page_offset + chunk.total_compressed_size
+    data[end - 12 : end - 4] = b"\xff" * 8  # inside the chunk's last page
+    path.write_bytes(bytes(data))
+    batches = plan([index_file(path)], 2000)
+    assert [b.streams for b in batches] == [(("run", 0),), (("run", 1),), (("run", 2),)]
+    with pytest.raises(TraceError, match="could not be read"):
+        read_batch(batches[2])  # the damage is in rank 2's rows
+    with pytest.raises(TraceError, match="is negative") as caught:
+        tail = Tail()
+        for b in batches:
+            read_canonical(b, tail=tail)
+    assert caught.value.row == 2005
+
+
+def test_a_batch_reads_ahead_no_more_rows_than_it_holds_wherever_it_starts() -> None:
+    """One row group of 10 rows: ranks 0, 1, 2 of 4, 2 and 4 readings, a batch a
+    stream, read in order with one tail. The first batch (rows 0-4) would read 6
+    more to the group's end, more than its 4: it reads rows 0-4 only. The second
+    (rows 4-6) would read 4 more, more than its 2: rows 4-6 only, and leaves nothing
+    in the tail. The third reads its rows 6-10."""
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        path = Path(folder) / "t.parquet"
+        patch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 10)
+        rows = [
+            dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
+                 peak_bytes=100)
+            for rank, n in enumerate([4, 2, 4]) for s in range(n)
+        ]  # fmt: skip
+        write_trace(readings_frame(rows), path)
+        batches = plan([index_file(path)], 2)
+        assert [b.readings for b in batches] == [4, 2, 4]
+        read: list[tuple[int, int | None]] = []
+        real = streams.read_rows
+
+        def spy(path: Path, columns: list[str], start: int = 0, length: int | None = None,
+                **options: bool) -> object:  # fmt: skip
+            read.append((start, length))
+            return real(path, columns, start, length, **options)
+
+        patch.setattr(streams, "read_rows", spy)
+        tail = Tail()
+        for b in batches:
+            read_canonical(b, tail=tail)
+        assert read == [(0, 4), (4, 2), (6, 4)]
+
+
+def test_a_file_that_holds_fewer_rows_than_indexed_is_named_when_its_batch_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Streams ("runA", 0) and ("runB", 1) of 6 readings each (rows 0-6 and 6-12):
+    when the file gives 3 rows where the batch of ("runB", 1) reads rows 6-12 (it was
+    cut short since it was indexed), the batch stops, naming the file and the 9 rows
+    it holds (6 + 3) where it held 12."""
+    path = tmp_path / "t.parquet"
+    _two_streams(path, monkeypatch)
+    batches = plan([index_file(path)], 6)
+    assert [b.streams for b in batches] == [(("runA", 0),), (("runB", 1),)]
+    real = streams.read_rows
+    monkeypatch.setattr(streams, "read_rows", lambda *a, **k: real(*a, **k).head(3))
+    with pytest.raises(TraceError) as caught:
+        read_batch(batches[1])
+    assert caught.value.path == str(path)
+    assert "holds 9 rows where it held 12 when it was indexed" in str(caught.value)
+
+
+def test_a_spool_makes_one_folder_only_for_routes_and_removes_it_even_when_emptied(
+    tmp_path: Path,
+) -> None:
+    """The interleaved file's two batches: with no route, a spool makes no folder and
+    hands the batches back as they are; routed twice, it decodes the 66 rows twice
+    (132 in all) into the one folder it made first, and the batches read from it are
+    the same both times. A folder emptied by someone else (a cleaner of the
+    temporary folder) is no error when the spool closes."""
+    import shutil
+
+    path = tmp_path / "t.parquet"
+    batches = _interleaved(path)
+    routes = streams.route(batches)
+    with streams.Spool() as spool:
+        assert spool.routed(batches, [], _here) == batches
+        assert spool.folder is None and spool.rows == 0
+        first = spool.routed(batches, routes, _here)
+        folder = spool.folder
+        assert folder is not None and os.path.isdir(folder)
+        second = spool.routed(batches, routes, _here)
+        assert spool.folder == folder and spool.rows == 132
+        assert second == first and [b.spool for b in first] == [folder, folder]
+        shutil.rmtree(folder)
+    assert spool.folder is None
+
+
+def test_a_route_names_only_the_streams_of_its_own_file() -> None:
+    """The file "f" of _alternating_index beside a file "g" holding ("e", 0) at rows 0-8, one
+    stretch: g is not routed (its batch spans its 8 rows once), and f's routes name
+    f's streams only, though e's rows in g lie at the same row numbers."""
+    g = streams.FileIndex("g", 8, (("e", 0, 0, 8),), ((0, pagecrc.RowGroup(8, {}, ())),))
+    both = plan([_alternating_index(), g], 1)
+    assert both[:4] == _alternating_pairs() and both[4].streams == (("e", 0),)
+    assert [(r.path, r.start, r.stop, r.streams) for r in streams.route(both, 4)] == [
+        ("f", 0, 4, ((("a", 0), 0), (("b", 0), 1))),
+        ("f", 4, 8, ((("c", 0), 2), (("d", 0), 3))),
+    ]
+
+
+def test_routed_rows_of_a_null_rank_reach_their_batch_and_are_refused_by_row(
+    tmp_path: Path,
+) -> None:
+    """Ranks 0 and null of run "r" alternating over 66 rows (a rank column that allows
+    nulls, written by another tool): indexed by stream as ("r", 0) and ("r", None), 33
+    readings each, and routed. The null-rank rows reach their batch through the
+    spool, whose rules refuse them by the first one, row 1, column rank."""
+    rows = [
+        dict(run="r", rank=0, seq=row // 2, wave=row // 2, signature="s", packed_tokens=4,
+             logical_tokens=4, peak_bytes=100)
+        for row in range(66)
+    ]  # fmt: skip
+    table = to_arrow(readings_frame(rows))
+    ranks = pa.array([None if row % 2 else 0 for row in range(66)], pa.int32())
+    table = table.set_column(
+        table.schema.get_field_index("rank"), pa.field("rank", pa.int32(), True), ranks
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, write_page_checksum=True)
+    batches = plan([index_file(path)], 1)
+    assert [(b.streams, b.readings) for b in batches] == [((("r", 0),), 33), ((("r", None),), 33)]
+    routes = streams.route(batches)
+    assert [(r.start, r.stop, r.streams) for r in routes] == [
+        (0, 66, ((("r", 0), 0), (("r", None), 1)))
+    ]
+    with streams.Spool() as spool:
+        first, second = spool.routed(batches, routes, _here)
+        assert read_batch(first).height == 33
+        with pytest.raises(TraceError, match="is null") as caught:
+            read_batch(second)
+    assert (caught.value.path, caught.value.column, caught.value.row) == (str(path), "rank", 1)
