@@ -752,6 +752,25 @@ def load_accepted(path: Path) -> list[Accepted]:
     return accepted
 
 
+def wrong_occurrences(mutants: list[Generated], accepted: list[Accepted]) -> list[str]:
+    """Entries whose id names a mutant of their line, text and kind but another
+    ``occurrence``: they would match (and skip) the wrong mutant of that line.
+
+    The id's line and column are only a hint (lines move), but where a mutant of
+    exactly that id reads the same line, a different occurrence is a slip: a line
+    holding the same kind twice needs ``occurrence = N`` on the entry of the second."""
+    by_id = {m.id: m for m in mutants}
+    slips = []
+    for entry in accepted:
+        m = by_id.get(entry.id)
+        if m is not None and m.key[:3] == entry.key[:3] and m.occurrence != entry.occurrence:
+            slips.append(
+                f"  {entry.id}: names occurrence {m.occurrence} of its line's {entry.kind}; "
+                f"the entry says {entry.occurrence} (add occurrence = {m.occurrence})"
+            )
+    return slips
+
+
 def match_accepted(
     mutants: list[Generated], accepted: list[Accepted]
 ) -> tuple[dict[str, Accepted], list[Accepted]]:

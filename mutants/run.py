@@ -1170,7 +1170,12 @@ def _module_table(outcomes: list[Outcome], pragma: dict[str, int]) -> list[str]:
 
 
 def generated_main(args: argparse.Namespace) -> int:
-    from generate import generate, load_accepted, match_accepted  # mutants/ is on sys.path
+    from generate import (  # mutants/ is on sys.path
+        generate,
+        load_accepted,
+        match_accepted,
+        wrong_occurrences,
+    )
 
     if args.no_baseline:
         print("--no-baseline: the generated pass picks each mutant's tests from the baseline run")
@@ -1196,6 +1201,11 @@ def generated_main(args: argparse.Namespace) -> int:
     generated_count = len(mutants)
     accepted_entries = load_accepted(GENERATED_ACCEPTED)
     matched, unmatched = match_accepted(mutants, accepted_entries)
+    slips = wrong_occurrences(mutants, accepted_entries)
+    if slips:
+        print("mutants/generated.toml: entries that would accept another mutant of their line:",
+              *slips, sep="\n")  # fmt: skip
+        return 2
     if args.ids:
         known = {m.id for m in mutants}
         missing = sorted(set(args.ids) - known)
