@@ -1243,3 +1243,13 @@ def test_routed_rows_of_a_null_rank_reach_their_batch_and_are_refused_by_row(
         with pytest.raises(TraceError, match="is null") as caught:
             read_batch(second)
     assert (caught.value.path, caught.value.column, caught.value.row) == (str(path), "rank", 1)
+
+
+def test_rank_0_is_planned_before_rank_1_whatever_the_file_order() -> None:
+    """A hand-made index of file "f" (4 rows, one row group): ("r", 1) at rows 0-1
+    and ("r", 0) at rows 2-3. Canonical order puts rank 0 first: a batch a stream,
+    ("r", 0) is batch 0 and ("r", 1) batch 1."""
+    index = streams.FileIndex(
+        "f", 4, (("r", 1, 0, 2), ("r", 0, 2, 4)), ((0, pagecrc.RowGroup(4, {}, ())),)
+    )
+    assert [b.streams for b in plan([index], 1)] == [(("r", 0),), (("r", 1),)]
