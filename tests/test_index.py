@@ -291,23 +291,18 @@ def test_a_tail_gives_its_rows_to_reads_of_its_own_file_only(tmp_path: Path) -> 
     assert peaks.to_list() == [200] * 6
 
 
-def test_rows_read_ahead_for_the_next_batch_do_not_take_its_errors(tmp_path: Path) -> None:
-    """A file without page checksums, one row group: rank 0's reading at row 5 is
-    negative, and the last page of ``peak_bytes`` (rank 1's rows) is damaged.
-    Read with a tail, the first batch reads ahead into rank 1's rows, which
-    cannot be read; it reads its own rows again, and reports row 5 first."""
-    import pyarrow.parquet as pq
-
-    from warmfit.format.writer import to_arrow
-
-    path = tmp_path / "t.parquet"
+def write_negative_and_damaged(path: Path, ranks: int, negative_rank: int) -> None:
+    """One row group of ``ranks`` ranks of 2000 readings each (seq and wave 0-1999,
+    peak 100 + seq), no page checksums, small pages: ``negative_rank``'s reading 5 is
+    -5, and 8 bytes inside the last page of ``peak_bytes`` (the last rank's rows) are
+    overwritten, so that page cannot be read."""
     rows = [
         dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
-             peak_bytes=-5 if (rank, s) == (0, 5) else 100 + s)
-        for rank in range(2) for s in range(2000)
+             peak_bytes=-5 if (rank, s) == (negative_rank, 5) else 100 + s)
+        for rank in range(ranks) for s in range(2000)
     ]  # fmt: skip
     pq.write_table(
-        to_arrow(readings_frame(rows)), path, compression="zstd", row_group_size=4000,
+        to_arrow(readings_frame(rows)), path, compression="zstd", row_group_size=2000 * ranks,
         data_page_size=512, write_page_checksum=False, use_dictionary=False,
     )  # fmt: skip
     chunk = next(
@@ -318,6 +313,15 @@ def test_rows_read_ahead_for_the_next_batch_do_not_take_its_errors(tmp_path: Pat
     end = chunk.data_page_offset + chunk.total_compressed_size
     data[end - 12 : end - 4] = b"\xff" * 8  # inside the chunk's last page
     path.write_bytes(bytes(data))
+
+
+def test_rows_read_ahead_for_the_next_batch_do_not_take_its_errors(tmp_path: Path) -> None:
+    """A file without page checksums, one row group: rank 0's reading at row 5 is
+    negative, and the last page of ``peak_bytes`` (rank 1's rows) is damaged.
+    Read with a tail, the first batch reads ahead into rank 1's rows, which
+    cannot be read; it reads its own rows again, and reports row 5 first."""
+    path = tmp_path / "t.parquet"
+    write_negative_and_damaged(path, ranks=2, negative_rank=0)
     batches = plan([index_file(path)], 2000)
     assert [b.streams for b in batches] == [(("run", 0),), (("run", 1),)]
     with pytest.raises(TraceError, match="could not be read"):
@@ -1094,23 +1098,7 @@ def test_a_batch_past_the_first_reads_its_own_rows_again_when_reading_ahead_fail
     group's end, cannot, and reads rows 2000-4000 alone again: its own error, row
     2005, first."""
     path = tmp_path / "t.parquet"
-    rows = [
-        dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
-             peak_bytes=-5 if (rank, s) == (1, 5) else 100 + s)
-        for rank in range(3) for s in range(2000)
-    ]  # fmt: skip
-    pq.write_table(
-        to_arrow(readings_frame(rows)), path, compression="zstd", row_group_size=6000,
-        data_page_size=512, write_page_checksum=False, use_dictionary=False,
-    )  # fmt: skip
-    chunk = next(
-        c for c in (pq.ParquetFile(path).metadata.row_group(0).column(i) for i in range(16))
-        if c.path_in_schema == "peak_bytes"
-    )  # fmt: skip
-    data = bytearray(path.read_bytes())
-    end = chunk.data_page_offset + chunk.total_compressed_size
-    data[end - 12 : end - 4] = b"\xff" * 8  # inside the chunk's last page
-    path.write_bytes(bytes(data))
+    write_negative_and_damaged(path, ranks=3, negative_rank=1)
     batches = plan([index_file(path)], 2000)
     assert [b.streams for b in batches] == [(("run", 0),), (("run", 1),), (("run", 2),)]
     with pytest.raises(TraceError, match="could not be read"):

@@ -633,6 +633,14 @@ def _reading(seq: int, wave: int, rank: int = 0, **extra: object) -> dict[str, o
     return {**row, **extra}
 
 
+def refused(path: Path, rows: list[dict[str, object]]) -> str:
+    """The message of the TraceError that reading ``rows``, written to ``path``, raises."""
+    write(path, readings_frame(rows))
+    with pytest.raises(TraceError) as info:
+        read_trace([path])
+    return str(info.value)
+
+
 @pytest.mark.parametrize(
     ("rows", "where"),
     [
@@ -655,11 +663,10 @@ def test_two_readings_of_one_wave_that_disagree_are_found_wherever_the_wave_lies
     """A wave's readings with 100 and 101 packed tokens are refused whether the wave
     is its stream's only one, a later one (whichever of its readings has the 100 the
     stream began with), or in rank 1."""
-    path = write(tmp_path / "t.parquet", readings_frame(rows))
-    with pytest.raises(TraceError) as info:
-        read_trace([path])
-    assert f"the readings of {where}" in str(info.value)
-    assert "disagree on packed_tokens" in str(info.value)
+    path = tmp_path / "t.parquet"
+    message = refused(path, rows)
+    assert f"the readings of {where}" in message
+    assert "disagree on packed_tokens" in message
 
 
 def test_a_floor_recorded_on_one_reading_of_a_wave_and_not_the_other_disagrees(
@@ -668,10 +675,9 @@ def test_a_floor_recorded_on_one_reading_of_a_wave_and_not_the_other_disagrees(
     """static_floor_bytes null on seq 0 and 1 on seq 1 of wave 0: the wave's readings
     disagree (a null is no value, not 1); null on both, or 1 on both, agree."""
     rows = [_reading(0, 0, static_floor_bytes=None), _reading(1, 0, static_floor_bytes=1)]
-    path = write(tmp_path / "t.parquet", readings_frame(rows))
-    with pytest.raises(TraceError) as info:
-        read_trace([path])
-    assert "disagree on static_floor_bytes" in str(info.value)
+    path = tmp_path / "t.parquet"
+    message = refused(path, rows)
+    assert "disagree on static_floor_bytes" in message
     for floor in (None, 1):
         same = [_reading(0, 0, static_floor_bytes=floor), _reading(1, 0, static_floor_bytes=floor)]
         write(path, readings_frame(same))
@@ -689,11 +695,10 @@ def test_floors_of_one_wave_one_apart_near_2_to_the_60_disagree_beside_a_null(
         _reading(1, 0, static_floor_bytes=2**60 + 1),
         _reading(2, 1, static_floor_bytes=None),
     ]
-    path = write(tmp_path / "t.parquet", readings_frame(rows))
-    with pytest.raises(TraceError) as info:
-        read_trace([path])
-    assert "the readings of wave 0 (run 'run', rank 0" in str(info.value)
-    assert "disagree on static_floor_bytes" in str(info.value)
+    path = tmp_path / "t.parquet"
+    message = refused(path, rows)
+    assert "the readings of wave 0 (run 'run', rank 0" in message
+    assert "disagree on static_floor_bytes" in message
 
 
 def test_a_disagreement_is_found_among_a_waves_readings_in_wave_order(tmp_path: Path) -> None:
@@ -701,11 +706,10 @@ def test_a_disagreement_is_found_among_a_waves_readings_in_wave_order(tmp_path: 
     side in seq order no two readings of one wave differ (seq 1 and 2 both have 101),
     but wave 1's readings (seq 0 and 2) do: 100 and 101."""
     rows = [_reading(0, 1), _reading(1, 0, packed_tokens=101), _reading(2, 1, packed_tokens=101)]
-    path = write(tmp_path / "t.parquet", readings_frame(rows))
-    with pytest.raises(TraceError) as info:
-        read_trace([path])
-    assert "the readings of wave 1 (run 'run', rank 0" in str(info.value)
-    assert "disagree on packed_tokens" in str(info.value)
+    path = tmp_path / "t.parquet"
+    message = refused(path, rows)
+    assert "the readings of wave 1 (run 'run', rank 0" in message
+    assert "disagree on packed_tokens" in message
 
 
 def test_no_rows_and_one_row_are_in_wave_order() -> None:
@@ -761,11 +765,10 @@ def test_two_readings_of_one_wave_that_differ_on_every_wave_constant_disagree(
         _reading(1, 0, signature="t", kind="split_child", phase="forward", packed_tokens=101,
                  logical_tokens=201, output_bytes=1, static_floor_bytes=1),
     ]  # fmt: skip
-    path = write(tmp_path / "t.parquet", readings_frame(rows))
-    with pytest.raises(TraceError) as info:
-        read_trace([path])
-    assert "the readings of wave 0 (run 'run', rank 0" in str(info.value)
-    assert "disagree on signature" in str(info.value)
+    path = tmp_path / "t.parquet"
+    message = refused(path, rows)
+    assert "the readings of wave 0 (run 'run', rank 0" in message
+    assert "disagree on signature" in message
 
 
 def test_readings_written_out_of_order_come_back_in_canonical_order(tmp_path: Path) -> None:
@@ -1001,11 +1004,10 @@ def test_a_duplicate_seq_is_named_by_its_own_stream_not_where_two_streams_meet(
     rank 0's seq 1 but is no duplicate (another stream); rank 1's seq 2 is."""
     rows = [_reading(0, 0), _reading(1, 1), _reading(1, 1, rank=1), _reading(2, 2, rank=1),
             _reading(2, 3, rank=1)]  # fmt: skip
-    path = write(tmp_path / "t.parquet", readings_frame(rows))
-    with pytest.raises(TraceError) as info:
-        read_trace([path])
+    path = tmp_path / "t.parquet"
+    message = refused(path, rows)
     assert f"seq 2 appears more than once in run 'run', rank 1 (at {path} row 3, {path} row 4)" in (
-        str(info.value)
+        message
     )
 
 
