@@ -241,20 +241,21 @@ def test_batches_read_with_a_tail_read_each_row_group_once_and_the_same_rows(
             assert read_canonical(batches[i], tail=tail).frame.equals(alone[i])
 
 
-def test_a_tail_holds_no_more_rows_than_the_batch_read() -> None:
-    """A batch of 2 readings at the start of a row group of 10 reads 2 rows, not
-    the group's 10 (nor holds them): a huge row group is not held whole. The
-    next batch, of 4, reads on to the group's end (4 more rows) and holds them."""
+def reads_in_order(counts: list[int]) -> list[tuple[int, int | None]]:
+    """The (start, length) of each row read, reading in order with one tail a trace of
+    one row group of 10 rows whose rank i holds ``counts[i]`` readings, planned in
+    batches of one stream each (asked for 2 readings)."""
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
         path = Path(folder) / "t.parquet"
         patch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 10)
         rows = [
             dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
                  peak_bytes=100)
-            for rank, n in enumerate([2, 4, 4]) for s in range(n)
+            for rank, n in enumerate(counts) for s in range(n)
         ]  # fmt: skip
         write_trace(readings_frame(rows), path)
         batches = plan([index_file(path)], 2)
+        assert [b.readings for b in batches] == counts
         read: list[tuple[int, int | None]] = []
         real = streams.read_rows
 
@@ -267,8 +268,15 @@ def test_a_tail_holds_no_more_rows_than_the_batch_read() -> None:
         tail = Tail()
         for b in batches:
             read_canonical(b, tail=tail)
-        # 0-2 alone; 2-6 on to the group's end (4 more rows at most), then held
-        assert read == [(0, 2), (2, 8)]
+    return read
+
+
+def test_a_tail_holds_no_more_rows_than_the_batch_read() -> None:
+    """A batch of 2 readings at the start of a row group of 10 reads 2 rows, not
+    the group's 10 (nor holds them): a huge row group is not held whole. The
+    next batch, of 4, reads on to the group's end (4 more rows) and holds them."""
+    # 0-2 alone; 2-6 on to the group's end (4 more rows at most), then held
+    assert reads_in_order([2, 4, 4]) == [(0, 2), (2, 8)]
 
 
 def test_a_tail_gives_its_rows_to_reads_of_its_own_file_only(tmp_path: Path) -> None:
@@ -1116,30 +1124,7 @@ def test_a_batch_reads_ahead_no_more_rows_than_it_holds_wherever_it_starts() -> 
     more to the group's end, more than its 4: it reads rows 0-4 only. The second
     (rows 4-6) would read 4 more, more than its 2: rows 4-6 only, and leaves nothing
     in the tail. The third reads its rows 6-10."""
-    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
-        path = Path(folder) / "t.parquet"
-        patch.setattr("warmfit.format.writer.ROW_GROUP_ROWS", 10)
-        rows = [
-            dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=4, logical_tokens=4,
-                 peak_bytes=100)
-            for rank, n in enumerate([4, 2, 4]) for s in range(n)
-        ]  # fmt: skip
-        write_trace(readings_frame(rows), path)
-        batches = plan([index_file(path)], 2)
-        assert [b.readings for b in batches] == [4, 2, 4]
-        read: list[tuple[int, int | None]] = []
-        real = streams.read_rows
-
-        def spy(path: Path, columns: list[str], start: int = 0, length: int | None = None,
-                **options: bool) -> object:  # fmt: skip
-            read.append((start, length))
-            return real(path, columns, start, length, **options)
-
-        patch.setattr(streams, "read_rows", spy)
-        tail = Tail()
-        for b in batches:
-            read_canonical(b, tail=tail)
-        assert read == [(0, 4), (4, 2), (6, 4)]
+    assert reads_in_order([4, 2, 4]) == [(0, 4), (4, 2), (6, 4)]
 
 
 def test_a_file_that_holds_fewer_rows_than_indexed_is_named_when_its_batch_is_read(
