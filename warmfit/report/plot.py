@@ -361,7 +361,8 @@ class PlotData:
     drawn: Drawn
     #: A footnote under the figure: where the traces come from (see :func:`provenance_caption`).
     caption: str | None = None
-    #: The one rank drawn (``plot --rank``; refused in :meth:`PlotParts.sheet`), or ``None``: every rank.
+    #: The one rank drawn (``plot --rank``; a rank not held is refused by
+    #: :meth:`PlotParts.sheet`), or ``None``: every rank.
     rank: int | None = None
 
 
