@@ -702,11 +702,11 @@ def _waves_may_disagree(
 
 def wave_order(stream: np.ndarray, wave: np.ndarray) -> np.ndarray | None:
     """A stable order of rows by (stream, wave), ``stream`` numbering them in
-    increasing order; None where the rows are in that order already.
+    increasing order; None where the one-key pass finds the rows in that order.
 
     Recorders number waves in order, so one pass over one integer key usually
-    finds them in order; else a stable sort of that key, or of both columns
-    when the wave ids span too much to share one int64 with the stream.
+    finds them in order; else a stable sort of that key, or of both columns (an
+    order even for rows in order) when the wave ids span too much for one int64.
     """
     if len(stream) < 2:
         return None
