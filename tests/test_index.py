@@ -323,22 +323,30 @@ def write_negative_and_damaged(path: Path, ranks: int, negative_rank: int) -> No
     path.write_bytes(bytes(data))
 
 
+def first_error_row(path: Path, ranks: int, negative_rank: int) -> int:
+    """The row the first error names when the file of :func:`write_negative_and_damaged`
+    is read in order with a tail, a batch per rank (the last rank's batch, read alone,
+    cannot be read: the damage is in its rows)."""
+    write_negative_and_damaged(path, ranks=ranks, negative_rank=negative_rank)
+    batches = plan([index_file(path)], 2000)
+    assert [b.streams for b in batches] == [(("run", rank),) for rank in range(ranks)]
+    with pytest.raises(TraceError, match="could not be read"):
+        read_batch(batches[-1])
+    with pytest.raises(TraceError, match="is negative") as caught:
+        tail = Tail()
+        for b in batches:
+            read_canonical(b, tail=tail)
+    row = caught.value.row
+    assert row is not None
+    return row
+
+
 def test_rows_read_ahead_for_the_next_batch_do_not_take_its_errors(tmp_path: Path) -> None:
     """A file without page checksums, one row group: rank 0's reading at row 5 is
     negative, and the last page of ``peak_bytes`` (rank 1's rows) is damaged.
     Read with a tail, the first batch reads ahead into rank 1's rows, which
     cannot be read; it reads its own rows again, and reports row 5 first."""
-    path = tmp_path / "t.parquet"
-    write_negative_and_damaged(path, ranks=2, negative_rank=0)
-    batches = plan([index_file(path)], 2000)
-    assert [b.streams for b in batches] == [(("run", 0),), (("run", 1),)]
-    with pytest.raises(TraceError, match="could not be read"):
-        read_batch(batches[1])  # the damage is in rank 1's rows
-    with pytest.raises(TraceError, match="is negative") as caught:
-        tail = Tail()
-        for b in batches:
-            read_canonical(b, tail=tail)
-    assert caught.value.row == 5
+    assert first_error_row(tmp_path / "t.parquet", ranks=2, negative_rank=0) == 5
 
 
 @pytest.mark.parametrize(
@@ -1105,17 +1113,7 @@ def test_a_batch_past_the_first_reads_its_own_rows_again_when_reading_ahead_fail
     after it are more than its 2000); the second (rows 2000-4000) reads on to the
     group's end, cannot, and reads rows 2000-4000 alone again: its own error, row
     2005, first."""
-    path = tmp_path / "t.parquet"
-    write_negative_and_damaged(path, ranks=3, negative_rank=1)
-    batches = plan([index_file(path)], 2000)
-    assert [b.streams for b in batches] == [(("run", 0),), (("run", 1),), (("run", 2),)]
-    with pytest.raises(TraceError, match="could not be read"):
-        read_batch(batches[2])  # the damage is in rank 2's rows
-    with pytest.raises(TraceError, match="is negative") as caught:
-        tail = Tail()
-        for b in batches:
-            read_canonical(b, tail=tail)
-    assert caught.value.row == 2005
+    assert first_error_row(tmp_path / "t.parquet", ranks=3, negative_rank=1) == 2005
 
 
 def test_a_batch_reads_ahead_no_more_rows_than_it_holds_wherever_it_starts() -> None:
