@@ -46,12 +46,16 @@ from warmfit.policies import (
     WarmFit,
 )
 from warmfit.policies.rule import (
+    COMPUTE,
     LOGICAL,
+    PACKED,
     RATE,
     SHARING,
+    WHOLE,
     DeclaredPolicy,
     Max,
     Min,
+    Points,
     PointSet,
     is_declared,
 )
@@ -911,3 +915,73 @@ def test_point_queries_count_negative_whole_sizes_by_their_table() -> None:
     above = queries.above(x)
     assert (queries.below(x).tolist(), above.tolist()) == ([0.0, -3.0], [5.0, -3.0])
     assert (queries.top(x).tolist(), queries.top(above).tolist()) == ([2.0, 1.0], [4.0, 1.0])
+
+
+class _QueryChanged(DeclaredPolicy):
+    """Asks its points of ``n``, changes ``n`` in place, asks again (a rule may change
+    its arrays in place): top(n) + top(3n)."""
+
+    name, summary = "query-changed", "a query changed in place between two asks"
+    points = Points(COMPUTE, at=PACKED, where=WHOLE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        first = state.points.top(n)
+        n *= 3
+        return first + state.points.top(n)
+
+
+class _AnswerChanged(DeclaredPolicy):
+    """Doubles an answer in place, then asks the same query again: 2 top(n) + top(n)."""
+
+    name, summary = "answer-changed", "an answer changed in place, then asked again"
+    points = Points(COMPUTE, at=PACKED, where=WHOLE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        first = state.points.top(n)
+        first *= 2
+        return first + state.points.top(n)
+
+
+class _AboveChanged(DeclaredPolicy):
+    """Triples the answer above ``n`` in place, then asks the top there: top(3 above(n))."""
+
+    name, summary = "above-changed", "an answer above changed in place, then its top"
+    points = Points(COMPUTE, at=PACKED, where=WHOLE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        high = state.points.above(n)
+        high *= 3
+        return state.points.top(high)
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (_QueryChanged, [None, 2_000, 6_000, 7_000]),
+        (_AnswerChanged, [None, 3_000, 3_000, 6_000]),
+        (_AboveChanged, [None, None, 5_000, 5_000]),
+    ],
+)
+def test_point_queries_answer_arrays_changed_in_place_anew(
+    policy: type[Policy], expected: list[int | None]
+) -> None:
+    """Whole waves of (packed tokens, bytes) (100, 1,000), (300, 5,000), (100, 2,000),
+    (100, 1,500), safety factor 1.0. Wave 1 (n = 300) has seen the point 100: 1,000;
+    wave 2 (n = 100) 100: 1,000 and 300: 5,000; wave 3 100: 2,000 and 300: 5,000. Each
+    ask answers the values its array holds then, as the reference engine does:
+    top(100) + top(300) is 1,000 + 5,000 = 6,000 at wave 2, not top(100) twice (2,000);
+    2 top(100) + top(100) at wave 3 is 6,000, not the doubled answer again (8,000);
+    top(3 above(100)) = top(300) is 5,000 at wave 3, not the top at 100 (2,000)."""
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 1_000},
+        {"wave": 1, "whole": True, "peak_bytes": 5_000, "packed_tokens": 300,
+         "logical_tokens": 300},
+        {"wave": 2, "whole": True, "peak_bytes": 2_000},
+        {"wave": 3, "whole": True, "peak_bytes": 1_500},
+    )  # fmt: skip
+    scalar, vectorized_rows = both_engines(frame, [policy], 1.0)
+    assert_identical(scalar, vectorized_rows)
+    assert vectorized_rows.get_column("estimate_bytes").to_list() == expected
