@@ -46,12 +46,16 @@ from warmfit.policies import (
     WarmFit,
 )
 from warmfit.policies.rule import (
+    COMPUTE,
     LOGICAL,
+    PACKED,
     RATE,
     SHARING,
+    WHOLE,
     DeclaredPolicy,
     Max,
     Min,
+    Points,
     PointSet,
     is_declared,
 )
@@ -795,3 +799,189 @@ def test_a_min_aggregate_over_numbers_is_identical_on_both_engines(frame: pl.Dat
     readings = frame.sort("run", "rank", "seq", maintain_order=True)
     scalar, vectorized_rows = both_engines(readings, [_LowestRate, WarmFit])
     assert_identical(scalar, vectorized_rows)
+
+
+# --- issue 38, generated pass of vectorized.py (i38v1) ---
+
+
+def _three_readings() -> dict[str, np.ndarray]:
+    """One profile of three observed whole readings of 100 packed tokens, sorted as
+    declared_prices takes them: rates 50, 80 and 60 bytes a token (5,000, 8,000 and
+    6,000 bytes), sharing 1, 2 and 1 (100, 200 and 100 logical tokens)."""
+    columns = {
+        "packed_tokens": [100.0, 100.0, 100.0],
+        "logical_tokens": [100.0, 200.0, 100.0],
+        "delta_bytes": [5_000.0, 8_000.0, 6_000.0],
+        "output_bytes": [0.0, 0.0, 0.0],
+        "compute_bytes": [5_000.0, 8_000.0, 6_000.0],
+        "rate": [50.0, 80.0, 60.0],
+        "sharing": [1.0, 2.0, 1.0],
+        "whole": [1.0, 1.0, 1.0],
+        "caller": [0.0, 0.0, 0.0],
+    }
+    return {name: np.array(values) for name, values in columns.items()} | {
+        "observed": np.ones(3, dtype=bool)
+    }
+
+
+def test_declared_prices_prices_each_wave_from_the_readings_before_it() -> None:
+    """Max-merge over the three readings, one wave opening at each (priced from the
+    reading before: none, 0, 1) of 100 packed tokens and 100, 100, 300 logical: wave 0
+    unpriced (NaN); wave 1 at 50 * max(100, 100 / 1) = 5,000; wave 2 at
+    80 * max(100, 300 / 2) = 12,000. The profile after the trace: rate_max 80,
+    sharing_max 2. ``computed`` left out: nothing is shared, the prices the same."""
+    n, m = np.array([100, 100, 100]), np.array([100, 100, 300])
+    starts, priced_at = np.array([0]), np.array([-1, 0, 1])
+    p, profiles = vectorized.declared_prices(MaxMerge, _three_readings(), starts, priced_at, n, m)
+    assert p.tolist()[1:] == [5_000.0, 12_000.0] and math.isnan(p[0])
+    assert [profile.state for profile in profiles] == [{"rate_max": 80.0, "sharing_max": 2.0}]
+
+
+def test_declared_prices_computes_a_shared_aggregate_once() -> None:
+    """``computed`` keeps max-merge's two aggregates, and warm-fit, which inherits both,
+    takes them as they are (the same objects, not computed again) and adds its own.
+    Without ``profiles_wanted`` no profile is built."""
+    columns = _three_readings()
+    computed: vectorized.Computed = {}
+    n, m = np.array([100, 100, 100]), np.array([100, 100, 300])
+    starts, priced_at = np.array([0]), np.array([-1, 0, 1])
+    p, profiles = vectorized.declared_prices(
+        MaxMerge, columns, starts, priced_at, n, m, False, computed
+    )
+    assert (p.tolist()[1:], profiles) == ([5_000.0, 12_000.0], [])
+    assert [[name for name, _ in key] for key in computed] == [
+        ["rate_max"],
+        ["rate_max", "sharing_max"],
+    ]
+    shared = dict(computed)
+    vectorized.declared_prices(WarmFit, columns, starts, priced_at, n, m, False, computed)
+    assert len(computed) == len(WarmFit.aggregates) > len(shared)
+    assert all(computed[key] is done for key, done in shared.items())
+
+
+class _OnePrice(DeclaredPolicy):
+    """Broken on purpose: its rule folds every wave's price into one (np.max), which
+    on a number is that number but on the arrays of every wave is a single price."""
+
+    name, summary = "one-price", "broken on purpose"
+    rate_max = Max(RATE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        return np.max(state.rate_max * n)
+
+
+def test_a_rule_that_gives_one_price_for_every_wave_is_refused() -> None:
+    """Three waves: the vectorized engine refuses the single price rather than priced
+    every wave alike from it."""
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 1_000},
+        {"wave": 1, "whole": True, "peak_bytes": 2_000},
+        {"wave": 2, "whole": True, "peak_bytes": 3_000},
+    )
+    with pytest.raises(PolicyError) as caught:
+        replay_vectorized(frame, [_OnePrice], 1.0)
+    assert str(caught.value) == (
+        "policy 'one-price': its rule gave shape () for 3 waves; it must return one price "
+        "per wave (NaN for no profile)."
+    )
+
+
+def test_point_queries_over_sizes_far_apart_across_zero() -> None:
+    """Points at sizes -2**61 (value 1) and 2**61 (value 2), whole numbers 2**62 apart
+    (a Points aggregate may measure at any expression): far beyond a table of counts,
+    so the sizes are searched. A wave that has seen both asks x = 0: below -2**61,
+    above 2**61, top 1, and top of above 2."""
+    queries = PointQueries(
+        np.array([-(2.0**61), 2.0**61]), np.array([1.0, 2.0]), np.array([0, 1]),
+        np.array([0]), np.array([1]),
+    )  # fmt: skip
+    x = np.array([0.0])
+    above = queries.above(x)
+    assert (queries.below(x).tolist(), above.tolist()) == ([-(2.0**61)], [2.0**61])
+    assert (queries.top(x).tolist(), queries.top(above).tolist()) == ([1.0], [2.0])
+
+
+def test_point_queries_count_negative_whole_sizes_by_their_table() -> None:
+    """Points at whole sizes -3 (value 1), 0 (value 2) and 5 (value 4), counted by a
+    table of the 9 whole numbers from -3 to 5. A wave that has seen all three asks
+    x = 1: below 0, above 5, top 2 (the largest value at a size not above 1), top of
+    above 4; at x = -3: below and above -3, top 1."""
+    queries = PointQueries(
+        np.array([-3.0, 0.0, 5.0]), np.array([1.0, 2.0, 4.0]), np.array([0, 1, 2]),
+        np.array([0]), np.array([2, 2]),
+    )  # fmt: skip
+    x = np.array([1.0, -3.0])
+    above = queries.above(x)
+    assert (queries.below(x).tolist(), above.tolist()) == ([0.0, -3.0], [5.0, -3.0])
+    assert (queries.top(x).tolist(), queries.top(above).tolist()) == ([2.0, 1.0], [4.0, 1.0])
+
+
+class _QueryChanged(DeclaredPolicy):
+    """Asks its points of ``n``, changes ``n`` in place, asks again (a rule may change
+    its arrays in place): top(n) + top(3n)."""
+
+    name, summary = "query-changed", "a query changed in place between two asks"
+    points = Points(COMPUTE, at=PACKED, where=WHOLE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        first = state.points.top(n)
+        n *= 3
+        return first + state.points.top(n)
+
+
+class _AnswerChanged(DeclaredPolicy):
+    """Doubles an answer in place, then asks the same query again: 2 top(n) + top(n)."""
+
+    name, summary = "answer-changed", "an answer changed in place, then asked again"
+    points = Points(COMPUTE, at=PACKED, where=WHOLE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        first = state.points.top(n)
+        first *= 2
+        return first + state.points.top(n)
+
+
+class _AboveChanged(DeclaredPolicy):
+    """Triples the answer above ``n`` in place, then asks the top there: top(3 above(n))."""
+
+    name, summary = "above-changed", "an answer above changed in place, then its top"
+    points = Points(COMPUTE, at=PACKED, where=WHOLE)
+
+    @staticmethod
+    def rule(state: Any, n: Any, m: Any) -> Any:
+        high = state.points.above(n)
+        high *= 3
+        return state.points.top(high)
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (_QueryChanged, [None, 2_000, 6_000, 7_000]),
+        (_AnswerChanged, [None, 3_000, 3_000, 6_000]),
+        (_AboveChanged, [None, None, 5_000, 5_000]),
+    ],
+)
+def test_point_queries_answer_arrays_changed_in_place_anew(
+    policy: type[Policy], expected: list[int | None]
+) -> None:
+    """Whole waves of (packed tokens, bytes) (100, 1,000), (300, 5,000), (100, 2,000),
+    (100, 1,500), safety factor 1.0. Wave 1 (n = 300) has seen the point 100: 1,000;
+    wave 2 (n = 100) 100: 1,000 and 300: 5,000; wave 3 100: 2,000 and 300: 5,000. Each
+    ask answers the values its array holds then, as the reference engine does:
+    top(100) + top(300) is 1,000 + 5,000 = 6,000 at wave 2, not top(100) twice (2,000);
+    2 top(100) + top(100) at wave 3 is 6,000, not the doubled answer again (8,000);
+    top(3 above(100)) = top(300) is 5,000 at wave 3, not the top at 100 (2,000)."""
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 1_000},
+        {"wave": 1, "whole": True, "peak_bytes": 5_000, "packed_tokens": 300,
+         "logical_tokens": 300},
+        {"wave": 2, "whole": True, "peak_bytes": 2_000},
+        {"wave": 3, "whole": True, "peak_bytes": 1_500},
+    )  # fmt: skip
+    scalar, vectorized_rows = both_engines(frame, [policy], 1.0)
+    assert_identical(scalar, vectorized_rows)
+    assert vectorized_rows.get_column("estimate_bytes").to_list() == expected

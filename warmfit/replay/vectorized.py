@@ -331,9 +331,9 @@ class PointQueries:
         self._levels: list[_Level] = []
         #: Each level's order of the points (by block, then size; ties as measured).
         self._orders: list[np.ndarray] = []
-        #: The last queries asked and their answers (each query is kept, so that its
-        #: identity cannot be taken by another array).
-        self._memo: list[tuple[object, _Answer]] = []
+        #: The last queries asked, as copies known by their values (a rule may change an
+        #: array in place between two asks), and their answers (handed out as copies).
+        self._memo: list[tuple[np.ndarray, _Answer]] = []
 
     def final(self, profile: int) -> PointSet:
         """The profile's points after its last reading, as the reference engine holds them."""
@@ -377,7 +377,7 @@ class PointQueries:
         one where its size is ``x``, is the first not below. The last answers are kept:
         the rule asks ``below``, ``above`` and ``top`` of one ``x``."""
         for asked, answer in self._memo:
-            if asked is x:
+            if np.array_equal(asked, x, equal_nan=True):
                 return answer
         query = np.broadcast_to(np.asarray(x, dtype=np.float64), self._seen.shape)
         query = query[self._in_order]  # (profile, time) order, as the answers are found
@@ -432,7 +432,7 @@ class PointQueries:
         # back in the waves' order
         found = (answer.below, answer.top, answer.above, answer.above_top)
         answer = _Answer(*(_scattered(values, self._in_order) for values in found))
-        self._memo = [*self._memo[-3:], (x, answer)]
+        self._memo = [*self._memo[-3:], (np.array(x, dtype=np.float64), answer)]
         return answer
 
     def _count_not_above(self, x: np.ndarray) -> np.ndarray:
@@ -445,20 +445,20 @@ class PointQueries:
         return np.where(index < 0, 0, self._counts[np.maximum(index, 0)])
 
     def below(self, x: np.ndarray) -> np.ndarray:
-        return self._ask(x).below
+        return self._ask(x).below.copy()
 
     def above(self, x: np.ndarray) -> np.ndarray:
-        return self._ask(x).above
+        return self._ask(x).above.copy()
 
     def top(self, x: np.ndarray) -> np.ndarray:
         # top(above(y)) = the larger of top(y) and the top of the points at above(y)
         # in the blocks where it lies (elsewhere no point lies in (y, above(y)]): both
         # from the search for y, so no second search
         for _, answer in self._memo:
-            if answer.above is x:
+            if np.array_equal(answer.above, x, equal_nan=True):
                 both = np.fmax(answer.top, answer.above_top)
                 return np.where(np.isnan(answer.above), np.nan, both)
-        return self._ask(x).top
+        return self._ask(x).top.copy()
 
 
 def _scattered(values: np.ndarray, order: np.ndarray) -> np.ndarray:
