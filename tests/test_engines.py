@@ -478,3 +478,81 @@ def test_a_learned_price_equal_to_the_floor_is_set_by_the_profile() -> None:
     _, vectorized = _both(frame, [MaxMerge], 1.0)
     assert vectorized.get_column("set_by").to_list() == [None, "profile", "floor"]
     assert vectorized.get_column("estimate_bytes").to_list() == [None, 20_000, 20_001]
+
+
+# --- issue 38, generated pass of vectorized.py (i38v2) ---
+
+
+def test_a_count_of_exactly_2_to_the_53_goes_to_the_reference_engine() -> None:
+    """Counts below 2**53 convert to doubles exactly; a trace where any one reaches it
+    (here a single peak of exactly 2**53 bytes among peaks of 30,000) is priced by the
+    reference engine, and replay() says so; at 2**53 - 1 the vectorized engine keeps
+    it, to the same bytes."""
+
+    def trace(peak: int) -> pl.DataFrame:
+        return _frame(
+            {"wave": 0, "whole": True, "peak_bytes": 30_000},
+            {"wave": 1, "whole": True, "peak_bytes": peak},
+            {"wave": 2, "whole": True, "peak_bytes": 30_000},
+        )
+
+    at_limit = trace(2**53)
+    assert replay_vectorized(at_limit, BUILT_IN, 1.1) is None
+    assert replay(at_limit, ["max-merge"], 1.1, "vectorized").engine == "scalar"
+    below = trace(2**53 - 1)
+    _both(below)
+    assert replay(below, ["max-merge"], 1.1, "vectorized").engine == "vectorized"
+
+
+def test_a_recorded_price_of_2_to_the_53_goes_to_the_reference_engine_when_reported() -> None:
+    """The trainer's price of 2**53 + 1 bytes for a wave peaking at 100: its over-estimate
+    is (2**53 + 1) / 100 - 1 = 90071992547408.94 as Python divides the integers, but
+    90071992547408.92 from doubles (2**53 + 1 is not one). With the recorded prices
+    reported, replay() runs the reference engine; without them the price is never read
+    and the vectorized engine keeps the trace."""
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 30_000},
+        {"wave": 1, "whole": True, "peak_bytes": 100, "estimate_bytes": 2**53 + 1},
+    )
+    result = replay(frame, ["max-merge"], 1.1, "vectorized")
+    assert result.engine == "scalar"
+    # per wave: max-merge, recorded
+    assert result.per_wave.get_column("over_estimate").to_list()[3] == 90071992547408.94
+    assert replay(frame, ["max-merge"], 1.1, "vectorized", recorded=False).engine == "vectorized"
+
+
+def test_replay_vectorized_reports_the_recorded_prices_last_when_asked() -> None:
+    """replay_vectorized(recorded=True) gives the reference engine's rows: per wave
+    max-merge, then the trainer's price. Wave 0 (300 B/token, paid 7,000 B): max-merge
+    unpriced, recorded 7,000; wave 1 (no price): max-merge 300 * 100 * 1.1 = 33,000,
+    recorded unpriced. Without recorded, max-merge alone."""
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 30_000, "estimate_bytes": 7_000},
+        {"wave": 1, "whole": True, "peak_bytes": 20_000},
+    )
+    got = replay_vectorized(frame, [MaxMerge], 1.1, recorded=True)
+    assert got is not None
+    _assert_identical(replay_scalar(frame, [MaxMerge], 1.1, recorded=True), got)
+    assert got.get_column("policy").to_list() == ["max-merge", "recorded"] * 2
+    assert got.get_column("estimate_bytes").to_list() == [None, 7_000, 33_000, None]
+    plain = replay_vectorized(frame, [MaxMerge], 1.1)
+    assert plain is not None and plain.get_column("policy").to_list() == ["max-merge"] * 2
+
+
+def test_recorded_prices_follow_waves_that_open_out_of_order() -> None:
+    """Wave 7 opens, wave 3 opens inside it and both close, then wave 5: the rows come in
+    the order the waves first read (7, 3, 5), not by wave id, and each wave keeps the
+    price the trainer recorded for it: 7,000, 3,000 and 5,000 bytes."""
+    frame = _frame(
+        {"wave": 7, "phase": "forward", "peak_bytes": 1_000, "estimate_bytes": 7_000},
+        {"wave": 3, "phase": "forward", "peak_bytes": 9_000, "estimate_bytes": 3_000},
+        {"wave": 7, "whole": True, "peak_bytes": 2_000},
+        {"wave": 3, "whole": True, "peak_bytes": 5_000},
+        {"wave": 5, "whole": True, "peak_bytes": 2_000, "estimate_bytes": 5_000},
+    )
+    got = replay_vectorized(frame, [MaxMerge], 1.1, recorded=True)
+    assert got is not None
+    _assert_identical(replay_scalar(frame, [MaxMerge], 1.1, recorded=True), got)
+    paid = got.filter(pl.col("policy") == "recorded")
+    assert paid.get_column("wave").to_list() == [7, 3, 5]
+    assert paid.get_column("estimate_bytes").to_list() == [7_000, 3_000, 5_000]

@@ -985,3 +985,28 @@ def test_point_queries_answer_arrays_changed_in_place_anew(
     scalar, vectorized_rows = both_engines(frame, [policy], 1.0)
     assert_identical(scalar, vectorized_rows)
     assert vectorized_rows.get_column("estimate_bytes").to_list() == expected
+
+
+# --- issue 38, generated pass of vectorized.py (i38v2) ---
+
+
+def test_price_waves_counts_each_profiles_readings_as_reading_counts_does() -> None:
+    """Signature s: two whole flat readings, a whole flat one that ran out of memory, a
+    split child and a forward reading: 5 readings, 4 flat, 2 whole (the one out of memory
+    is not counted) and 1 out of memory. Signature t: one flat reading, not whole. These
+    are the counts warmfit.format.trace.reading_counts gives, made on the way."""
+    frame = _frame(
+        {"wave": 0, "whole": True, "peak_bytes": 30_000},
+        {"wave": 1, "whole": True, "peak_bytes": 20_000},
+        {"wave": 2, "whole": True, "oom": True, "peak_bytes": 90_000},
+        {"wave": 3, "kind": "split_child", "peak_bytes": 10_000},
+        {"wave": 4, "phase": "forward", "peak_bytes": 5_000},
+        {"wave": 5, "signature": "t", "peak_bytes": 5_000},
+    )
+    priced = vectorized.price_waves(frame, PR_POLICIES, 1.1)
+    assert priced is not None and priced.counts is not None
+    got = priced.counts.sort("signature")
+    assert got.columns == [
+        "run", "signature", "readings", "flat_readings", "whole_readings", "oom_readings",
+    ]  # fmt: skip
+    assert got.rows() == [("run", "s", 5, 4, 2, 1), ("run", "t", 1, 1, 0, 0)]
