@@ -1342,6 +1342,12 @@ def test_the_rates_panel_draws_each_role_and_price_in_its_own_style() -> None:
     assert _style(lines["warm-fit price"])[:3] + _style(lines["warm-fit price"])[5:] == (
         "#1b9e77", "--", 2.2, 4,
     )  # fmt: skip
+    # 160 counts from 0.8 x 100 to 1.1 x 400 tokens: max-merge at the seed's 0.29 KB a
+    # token, warm-fit from it down to the warm wave's 0.245
+    for name, first, last in (("max-merge", 0.29, 0.29), ("warm-fit", 0.29, 0.245)):
+        x, y = lines[f"{name} price"].get_xdata(), lines[f"{name} price"].get_ydata()
+        assert (len(x), x[0], x[-1], y[0], y[-1]) == (160, 80, 440, first, pytest.approx(last))
+    assert set(lines["max-merge price"].get_ydata()) == {0.29}
     roles = {c.get_label(): c for c in ax.collections}
     assert list(roles) == ["other waves", "warm waves", "cold seed (first whole wave)"]
     other, warm, seed = roles.values()
@@ -1365,10 +1371,13 @@ def test_the_rates_panels_y_range_pads_the_rates_by_8_percent_of_their_span() ->
     largest: rates 100 and 99 KB a token, span 5 (5 % of 100): 98.6 to 100.4."""
     pytest.importorskip("matplotlib")
     data = build_plot_data(replay(whole_waves([100, 99]), ["max-merge"], engine="scalar"))
-    ax = draw_figure(data).axes[1]
+    peaks, ax = draw_figure(data).axes[:2]
     assert ax.get_ylim() == pytest.approx((98.6, 100.4))
     # a seed and a warm wave, no other: no grey dot, nor its legend entry
     assert [c.get_label() for c in ax.collections] == ["warm waves", "cold seed (first whole wave)"]
+    # no wave ran out of memory, none is under its peak: no mark of either on panel (a)
+    assert list(peaks.collections) == []
+    assert _legend_texts(peaks) == ["actual peak", "max-merge estimate"]
 
 
 def test_a_static_floor_is_drawn_and_said_where_it_sets_every_estimate() -> None:
@@ -1758,3 +1767,28 @@ def test_a_sweep_result_with_no_priced_wave_has_no_safe_factor_nor_median() -> N
     assert len(ax.collections) == 0
     assert _legend_texts(ax) == ["max-merge: no safe factor"]
     assert all(t == int(t) for t in ax.get_xticks())
+
+
+def test_a_run_with_no_priced_wave_draws_an_empty_over_estimate_panel() -> None:
+    """One wave, the seed, which no policy prices: panel (c) draws no box, only the red
+    0 % line, its y range from -5 (at least 5 % under), and the figure is drawn."""
+    pytest.importorskip("matplotlib")
+    lone = readings_frame([{**COMMON, **WORKED[1], "run": "E"}])
+    data = build_plot_data(replay(lone, ["max-merge"], engine="scalar"))
+    assert data.over.height == 0
+    ax = draw_figure(data).axes[2]
+    assert len(ax.patches) == 0 and [line.get_label() for line in ax.get_lines()] == [
+        "actual peak (0%)"
+    ]
+    assert ax.get_ylim()[0] == -5
+
+
+def test_write_pareto_writes_the_picture_and_returns_its_path(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from warmfit.report.plot import write_pareto
+    from warmfit.report.sweep import sweep
+
+    target = tmp_path / "pareto.png"
+    written = write_pareto(sweep(worked(), ["max-merge"], grid=[1.0]), target)
+    # one panel of one policy: 5.2 by 0.6 + 3.8 + 0.16 inches, at 100 pixels an inch
+    assert written == target and png_size(target.read_bytes()) == (520, 456)
