@@ -1229,3 +1229,566 @@ def test_streamed_parts_read_a_run_without_files_as_empty_frames(tmp_path: Path)
     assert isinstance(absent, tuple) and len(absent) == 3
     for got, want in zip(absent, frames, strict=True):
         assert got.height == 0 and got.schema == want.schema
+
+
+# --- issue 38, generated pass of plot.py (i38p2) ---
+
+
+def _style(line: Any) -> tuple[Any, ...]:
+    """A line's colour, style, width, marker, marker size and z-order."""
+    from matplotlib.colors import to_hex
+
+    return (
+        to_hex(line.get_color()),
+        line.get_linestyle(),
+        line.get_linewidth(),
+        line.get_marker(),
+        line.get_markersize(),
+        line.get_zorder(),
+    )
+
+
+def _dots(collection: Any) -> tuple[Any, ...]:
+    """A scatter's sizes, face and edge colours, edge widths and z-order."""
+    from matplotlib.colors import to_hex
+
+    return (
+        collection.get_sizes().tolist(),
+        [to_hex(c) for c in collection.get_facecolor()],
+        [to_hex(c) for c in collection.get_edgecolor()],
+        collection.get_linewidths().tolist(),
+        collection.get_zorder(),
+    )
+
+
+def _below(ax: Any, renderer: Any) -> tuple[float, float, int, float]:
+    """Where a panel's legend sits against its axes (LEGEND_BELOW): its centre's x less
+    the axes' centre, its top less the anchor 0.17 of the axes' height below them (less
+    the legend's border pad, half its font size), its columns and its font size."""
+    legend = ax.get_legend()
+    box = legend.get_window_extent(renderer)
+    x, y = ax.transAxes.transform((0.5, -0.17))
+    size = legend.get_texts()[0].get_fontsize()
+    columns = len({round(t.get_window_extent(renderer).x0) for t in legend.get_texts()})
+    return (box.x0 + box.x1) / 2 - x, box.y1 - (y - 0.5 * size * DPI / 72), columns, size
+
+
+def _worked_figure(policies: tuple[str, ...] = ("max-merge", "warm-fit"), **options: Any) -> Any:
+    pytest.importorskip("matplotlib")
+    return draw_figure(
+        build_plot_data(replay(worked(), list(policies), engine="scalar"), **options)
+    )
+
+
+def test_the_peak_panel_draws_each_series_in_its_own_style() -> None:
+    """Panel (a) of the worked run, in KB (the largest, max-merge's 128,700 bytes, is under
+    a MB): the actual peaks 30, 50, 90, 120 KB (a dark line of dots), each policy's
+    estimates (its colour, later ones thinner and dashed, on top), wave 3's OOM mark and
+    warm-fit's estimate under its peak (108.9 KB < 120) crossed in red; the legend below,
+    centred, in two columns."""
+    fig = _worked_figure()
+    renderer = _drawn(fig)
+    ax = fig.axes[0]
+    lines = {str(line.get_label()): line for line in ax.get_lines()}
+    assert list(lines) == ["actual peak", "max-merge estimate", "warm-fit estimate"]
+    assert _style(lines["actual peak"]) == ("#222222", "-", 2, "o", 4, 4)
+    assert list(lines["actual peak"].get_xdata()) == [0, 1, 2, 3]
+    assert list(lines["actual peak"].get_ydata()) == pytest.approx([30, 50, 90, 120])
+    assert _style(lines["max-merge estimate"]) == ("#d95f02", "-", 3.0, ".", 6, 3)
+    assert _style(lines["warm-fit estimate"]) == ("#1b9e77", "--", 2.2, ".", 6, 4)
+    for name, estimates in (
+        ("max-merge", [64.9, 128.7, 128.7]),
+        ("warm-fit", [64.9, 108.9, 108.9]),
+    ):
+        got = list(lines[f"{name} estimate"].get_ydata())  # wave 0 unpriced
+        assert got[0] is None and got[1:] == pytest.approx(estimates)
+    marks = {c.get_label(): c for c in ax.collections}
+    assert list(marks) == ["ran out of memory (its peak so far)", "estimate under its peak"]
+    oom, under = marks.values()
+    assert oom.get_offsets().tolist() == [[3, 120]]
+    assert _dots(oom) == ([140], ["#000000"], ["#ffffff"], [0.8], 7)
+    assert under.get_offsets().tolist() == [[3, pytest.approx(108.9)]]
+    assert _dots(under) == ([80], ["#ff0000"], ["#ff0000"], [2], 6)
+    assert ax.get_ylabel() == "bytes above baseline (KB)" and ax.get_ylim()[0] == 0
+    assert ax.yaxis.get_gridlines()[0].get_alpha() == 0.3
+    assert _below(ax, renderer) == (pytest.approx(0, abs=1e-6), pytest.approx(0, abs=1e-6), 2, 8)
+
+
+def whole_waves(rates: list[float], n: int = 100, **extra: Any) -> pl.DataFrame:
+    """Run R of whole waves of ``n`` packed tokens, wave i at ``rates[i]`` KB a token
+    (o = 1,000 bytes, baseline 10,000): wave 0 the seed, the others warm."""
+    rows = [
+        {**COMMON, "run": "R", "seq": i, "wave": i, "packed_tokens": n, "logical_tokens": n,
+         "peak_bytes": 11_000 + round(rate * 1_000 * n), "whole": True, **extra}
+        for i, rate in enumerate(rates)
+    ]  # fmt: skip
+    return readings_frame(rows)
+
+
+def test_the_rates_panel_draws_each_role_and_price_in_its_own_style() -> None:
+    """Panel (b) of the worked run: each policy's price line in its colour, the waves
+    as dots by role (other grey squares under warm blue dots under the red seed star),
+    the y range every rate and price with 8 % of a span of at least 1 KB a token each
+    side: rates 0.2225 to 0.2975, so 0.1425 to 0.3775; the legend below in two columns,
+    its title at 8 points."""
+    fig = _worked_figure()
+    renderer = _drawn(fig)
+    ax = fig.axes[1]
+    lines = {str(line.get_label()): line for line in ax.get_lines()}
+    assert list(lines) == ["max-merge price", "warm-fit price"]
+    assert _style(lines["max-merge price"])[:3] + _style(lines["max-merge price"])[5:] == (
+        "#d95f02", "-", 3.0, 3,
+    )  # fmt: skip
+    assert _style(lines["warm-fit price"])[:3] + _style(lines["warm-fit price"])[5:] == (
+        "#1b9e77", "--", 2.2, 4,
+    )  # fmt: skip
+    # 160 counts from 0.8 x 100 to 1.1 x 400 tokens: max-merge at the seed's 0.29 KB a
+    # token, warm-fit from it down to the warm wave's 0.245
+    for name, first, last in (("max-merge", 0.29, 0.29), ("warm-fit", 0.29, 0.245)):
+        x, y = lines[f"{name} price"].get_xdata(), lines[f"{name} price"].get_ydata()
+        assert (len(x), x[0], x[-1], y[0], y[-1]) == (160, 80, 440, first, pytest.approx(last))
+    assert set(lines["max-merge price"].get_ydata()) == {0.29}
+    roles = {c.get_label(): c for c in ax.collections}
+    assert list(roles) == ["other waves", "warm waves", "cold seed (first whole wave)"]
+    other, warm, seed = roles.values()
+    assert other.get_offsets().tolist() == [[400, 0.2225], [400, 0.2975]]
+    assert _dots(other) == ([24], ["#999999"], ["#999999"], [1], 3)
+    assert warm.get_offsets().tolist() == [[200, 0.245]]
+    assert _dots(warm) == ([36], ["#2c7fb8"], ["#2c7fb8"], [1], 4)
+    assert seed.get_offsets().tolist() == [[100, 0.29]]
+    assert _dots(seed) == ([260], ["#c51b1b"], ["#c51b1b"], [1], 5)
+    assert ax.get_ylim() == pytest.approx((0.1425, 0.3775))
+    assert ax.get_title() == "R: rate per packed token" and ax.title.get_fontsize() == 12
+    assert ax.yaxis.get_gridlines()[0].get_alpha() == 0.3
+    assert _below(ax, renderer) == (pytest.approx(0, abs=1e-6), pytest.approx(0, abs=1e-6), 2, 8)
+    legend = ax.get_legend()
+    assert legend.get_title().get_text() == "price per token after the last wave, before ×1.1"
+    assert legend.get_title().get_fontsize() == 8
+
+
+def test_the_rates_panels_y_range_pads_the_rates_by_8_percent_of_their_span() -> None:
+    """The span is the rates' range, 5 % of the highest, or 1 KB a token, whichever is
+    largest: rates 100 and 99 KB a token, span 5 (5 % of 100): 98.6 to 100.4."""
+    pytest.importorskip("matplotlib")
+    data = build_plot_data(replay(whole_waves([100, 99]), ["max-merge"], engine="scalar"))
+    peaks, ax = draw_figure(data).axes[:2]
+    assert ax.get_ylim() == pytest.approx((98.6, 100.4))
+    # a seed and a warm wave, no other: no grey dot, nor its legend entry
+    assert [c.get_label() for c in ax.collections] == ["warm waves", "cold seed (first whole wave)"]
+    # no wave ran out of memory, none is under its peak: no mark of either on panel (a)
+    assert list(peaks.collections) == []
+    assert _legend_texts(peaks) == ["actual peak", "max-merge estimate"]
+
+
+def test_a_static_floor_is_drawn_and_said_where_it_sets_every_estimate() -> None:
+    """Rates 3, 2 and 2.5 KB a token over 100 tokens with a static floor of 2,000,000
+    bytes (20 KB a token): every estimate, 1.1 x (2,000,000 + 1,000) = 2.2011 MB, is the
+    floor's. Panel (a) says so at its top left, in grey at 9 points, its y range 12 %
+    taller than the lines need (0.201 to 2.2011 MB, 5 % margins: 2.3011 x 1.12);
+    panel (b) draws the floor as a dotted grey line under the rest, and its y range is
+    2 to 20 KB a token, span 18: 0.56 to 21.44."""
+    pytest.importorskip("matplotlib")
+    frame = whole_waves([3, 2, 2.5], static_floor_bytes=2_000_000)
+    data = build_plot_data(replay(frame, ["max-merge", "warm-fit"], engine="scalar"))
+    assert data.peaks.get_column("set_by").to_list() == ["floor"] * 6
+    fig = draw_figure(data)
+    peaks, rates = fig.axes[:2]
+    (note,) = peaks.texts
+    assert note.get_text() == "every estimate is set by the static floor"
+    assert (note.get_position(), note.get_fontsize(), note.get_color()) == (
+        (0.02, 0.97), 9, "#555555",
+    )  # fmt: skip
+    assert peaks.get_ylabel() == "bytes above baseline (MB)"
+    assert peaks.get_ylim() == pytest.approx((0, (2.2011 + 0.05 * (2.2011 - 0.201)) * 1.12))
+    floor = [line for line in rates.get_lines() if line.get_label() == "static floor"]
+    assert [_style(line)[:3] + _style(line)[5:] for line in floor] == [("#555555", ":", 2, 2)]
+    assert list(floor[0].get_ydata()) == [20, 20, 20]
+    assert rates.get_ylim() == pytest.approx((0.56, 21.44))
+    # the worked run has no floor: no note, no floor line
+    worked_fig = _worked_figure()
+    assert list(worked_fig.axes[0].texts) == []
+    assert "static floor" not in [line.get_label() for line in worked_fig.axes[1].get_lines()]
+
+
+def test_the_over_estimate_panel_draws_a_box_and_dots_a_policy() -> None:
+    """Panel (c) of the worked run: max-merge's over-estimates 29.8 and 43 % at place 1,
+    warm-fit's 29.8 and 21 % at place 2: a box half a place wide in the policy's colour
+    (35 % opaque), its median a black line 2 points wide, no flier marks; the dots in the
+    policy's colour, jittered 0.18 either side (rows 0 and 1: offsets -5 and +5 of 5);
+    "median +36.4%" 6 points above the highest dot; the red dashed line of 0 %; x from
+    0.4 to 2.6; y from -5 (at least 5 % under) to the top of the 5 % margins around
+    0 .. 43 (45.15) plus 8 % of that range (47.3): 48.934."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+
+    fig = _worked_figure()
+    renderer = _drawn(fig)
+    ax = fig.axes[2]
+    boxes = [(p.get_path().vertices[:, 0], p.get_facecolor(), p.get_alpha()) for p in ax.patches]
+    assert [(x.min(), x.max()) for x, _, _ in boxes] == [(0.75, 1.25), (1.75, 2.25)]
+    assert [(to_hex(colour), alpha) for _, colour, alpha in boxes] == [
+        ("#d95f02", 0.35), ("#1b9e77", 0.35),
+    ]  # fmt: skip
+    medians = [line for line in ax.get_lines() if line.get_linewidth() == 2]
+    assert [(list(m.get_xdata()), list(m.get_ydata())) for m in medians] == [
+        ([0.75, 1.25], pytest.approx([36.4, 36.4])), ([1.75, 2.25], pytest.approx([25.4, 25.4])),
+    ]  # fmt: skip
+    assert {to_hex(m.get_color()) for m in medians} == {"#000000"}
+    # two whiskers, two caps and a median a box, and the 0 % line: no flier marks
+    assert len(ax.get_lines()) == 11
+    zero = ax.get_lines()[-1]
+    assert zero.get_label() == "actual peak (0%)" and list(zero.get_ydata()) == [0, 0]
+    assert (to_hex(zero.get_color()), zero.get_linewidth(), zero.get_linestyle()) == (
+        "#ff0000", 1, "--",
+    )  # fmt: skip
+    dots = ax.collections
+    assert [c.get_offsets().tolist() for c in dots] == [
+        [pytest.approx([0.82, 29.8]), pytest.approx([1.18, 43.0])],
+        [pytest.approx([1.82, 29.8]), pytest.approx([2.18, 21.0])],
+    ]
+    assert [_dots(c) for c in dots] == [
+        ([14], ["#d95f02"], ["#d95f02"], [1], 3), ([14], ["#1b9e77"], ["#1b9e77"], [1], 3),
+    ]  # fmt: skip
+    notes = [(t.get_text(), t.xy, t.get_position(), t.get_fontsize(), t.get_ha()) for t in ax.texts]
+    assert notes == [
+        ("median +36.4%", (1, pytest.approx(43.0)), (0, 6), 9, "center"),
+        ("median +25.4%", (2, pytest.approx(29.8)), (0, 6), 9, "center"),
+    ]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["max-merge", "warm-fit"]
+    assert ax.get_xlim() == (0.4, 2.6)
+    assert ax.get_ylim() == pytest.approx((-5, 45.15 + 0.08 * 47.3))
+    assert ax.yaxis.get_gridlines()[0].get_alpha() == 0.3
+    assert not ax.xaxis.get_gridlines()[0].get_visible()
+    assert _below(ax, renderer) == (pytest.approx(0, abs=1e-6), pytest.approx(0, abs=1e-6), 1, 8)
+
+
+def test_the_figure_of_one_run_is_one_row_of_three_panels_titled_with_its_lineup() -> None:
+    """One run: 15 by 4.8 inches (as for none), three panels; the title names the policies
+    and the safety factor (no rank: every rank drawn) at 14 points; the footnote, the
+    caption then what "seed" means, at 11 points in italics."""
+    fig = _worked_figure(caption="mine")
+    assert figure_size(1) == figure_size(0) == (15.0, 4.8)
+    assert tuple(fig.get_size_inches()) == (15.0, 4.8) and len(fig.axes) == 3
+    assert fig.get_suptitle() == "warmfit replay: max-merge, warm-fit (safety factor 1.1)"
+    (title,) = [t for t in _texts(fig) if t.get_text() == fig.get_suptitle()]
+    assert title.get_fontsize() == 14
+    (footnote,) = [t for t in _texts(fig) if SEED_NOTE in t.get_text()]
+    assert footnote.get_text() == f"mine\n{SEED_NOTE}"
+    assert (footnote.get_fontsize(), footnote.get_fontstyle()) == (11, "italic")
+    assert [t for t in fig.axes[0].get_xticks() if t != int(t)] == []  # whole waves
+
+
+def test_a_figure_with_no_seed_drawn_has_no_footnote() -> None:
+    """Forward readings alone: no wave is whole, so none is a seed (all "other"); with no
+    caption and nothing thinned there is nothing to say under the panels."""
+    pytest.importorskip("matplotlib")
+    rows = [dict(row, phase="forward", whole=False) for row in WORKED[:3]]
+    frame = readings_frame([{**COMMON, **row} for row in rows])
+    data = build_plot_data(replay(frame, ["max-merge"], engine="scalar"))
+    assert data.rates.get_column("role").to_list() == ["other"] * 2  # waves 0 and 1
+    fig = draw_figure(data)
+    assert fig.get_supxlabel() == "" and not [t for t in _texts(fig) if "seed" in t.get_text()]
+
+
+def test_names_are_shortened_around_an_ellipsis_to_the_limit() -> None:
+    """26 letters in 21 characters: 10 at the start, the ellipsis, 10 at the end; a name
+    of exactly the limit kept whole; a limit under 9 taken as 9 (4, the ellipsis, 4)."""
+    from warmfit.report.plot import shortened
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    assert shortened(letters, 21) == "abcdefghij…qrstuvwxyz"
+    assert (
+        shortened(letters, 26) == letters and shortened(letters, 25) == "abcdefghijkl…opqrstuvwxyz"
+    )
+    assert shortened(letters, 5) == "abcd…wxyz"
+
+
+def test_the_byte_axis_turns_to_mb_under_a_gb_and_to_kb_under_a_mb() -> None:
+    from warmfit.report.plot import byte_unit
+
+    assert [byte_unit(gb) for gb in (1.5, 1.0, 0.995, 0.001, 0.000_999)] == [
+        (1.0, "GB"), (1.0, "GB"), (1e3, "MB"), (1e3, "MB"), (1e6, "KB"),
+    ]  # fmt: skip
+
+
+def test_the_byte_unit_is_that_of_the_largest_actual_peak_or_estimate() -> None:
+    """Panel (a)'s unit follows the largest value drawn, an actual peak or an estimate:
+    peaks 900, 400 and 600 KB under estimates up to 1.98 MB are drawn in MB, as are peaks
+    up to 1.5 MB under estimates of at most 220 KB; one wave of no bytes, in KB."""
+    pytest.importorskip("matplotlib")
+
+    def unit(rates: list[float], n: list[int]) -> str:
+        rows = [
+            {**COMMON, "run": "R", "seq": i, "wave": i, "packed_tokens": k, "logical_tokens": k,
+             "peak_bytes": 11_000 + round(rate * 1_000 * k) - (1_000 if rate == 0 else 0),
+             "whole": True}
+            for i, (rate, k) in enumerate(zip(rates, n, strict=True))
+        ]  # fmt: skip
+        data = build_plot_data(replay(readings_frame(rows), ["max-merge"], engine="scalar"))
+        return str(draw_figure(data).axes[0].get_ylabel())
+
+    # seed 8.99 KB a token: wave 1 (200 tokens) priced 1.1 x (1,000 + 8,990 x 200) bytes
+    assert unit([8.99, 3.0, 8.0], [100, 200, 50]) == "bytes above baseline (MB)"
+    # seed 2 KB a token over 100: wave 1's 1.5 MB priced 220 KB (under its peak)
+    assert unit([2.0, 15.0, 0.5], [100, 100, 10]) == "bytes above baseline (MB)"
+    assert unit([0.0], [100]) == "bytes above baseline (KB)"
+
+
+def test_later_policies_are_drawn_thinner_dashed_and_on_top() -> None:
+    """The i-th policy: line style i of ``-``, ``--``, ``-.``, ``:`` (again from the fifth),
+    3 - 0.8 i points wide but at least 1.2, at z-order 3 + i."""
+    from warmfit.report.plot import _line
+
+    names = ["a", "b", "c", "d", "e"]
+    got = [
+        (s["linestyle"], s["linewidth"], s["zorder"]) for s in map(lambda n: _line(names, n), names)
+    ]
+    assert got == [
+        ("-", 3.0, 3), ("--", pytest.approx(2.2), 4), ("-.", pytest.approx(1.4), 5),
+        (":", 1.2, 6), ("-", 1.2, 7),
+    ]  # fmt: skip
+
+
+def test_other_policies_take_the_other_colours_round_again_after_the_last() -> None:
+    from warmfit.report.plot import OTHER_COLOURS, policy_colours
+
+    names = [f"mine-{i}" for i in range(7)]
+    assert list(policy_colours(names).values()) == [*OTHER_COLOURS, *OTHER_COLOURS[:2]]
+
+
+def test_token_ticks_turn_to_k_and_m_at_ten_thousand_and_ten_million() -> None:
+    from warmfit.report.plot import token_tick
+
+    assert token_tick(5_000, 10_000) == "5k" and token_tick(5_000, 9_999) == "5,000"
+    assert token_tick(5e6, 10_000_000) == "5M" and token_tick(5e6, 9_999_999) == "5,000k"
+    assert token_tick(1, 64) == "1"
+
+
+def test_the_pareto_picture_of_a_sweep_lays_out_its_results_and_stars() -> None:
+    """The worked run's sweep over factors 1.0 and 1.1 (no wave under its peak at
+    either): max-merge's medians 24 and 36.4 %, safe factor 0.847 (median 5.08 %);
+    warm-fit's 14 and 25.4 %, 0.909 (3.64 %). Four runs: three panels a row, two rows,
+    the last two panels hidden; each panel 5.2 inches wide and 3.8 + 0.16 a policy tall,
+    plus 0.6 for the title (15.6 by 8.84). One run: one panel, the title on two lines."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+
+    from warmfit.report.plot import draw_pareto, pareto_points
+    from warmfit.report.sweep import sweep
+
+    result = sweep(worked(("A", "B", "C", "D")), ["max-merge", "warm-fit"], grid=[1.0, 1.1])
+    points = pareto_points(result).filter(pl.col("result") == "A")
+    assert points.drop("result").rows() == [
+        ("max-merge", 1.0, 0, pytest.approx(24.0), False),
+        ("max-merge", 1.1, 0, pytest.approx(36.4), False),
+        ("max-merge", pytest.approx(0.847458, abs=1e-6), 0, pytest.approx(5.084444), True),
+        ("warm-fit", 1.0, 0, pytest.approx(14.0), False),
+        ("warm-fit", 1.1, 0, pytest.approx(25.4), False),
+        ("warm-fit", pytest.approx(0.909091, abs=1e-6), 0, pytest.approx(3.636), True),
+    ]
+    fig = draw_pareto(result)
+    assert tuple(fig.get_size_inches()) == pytest.approx((15.6, 8.84))
+    assert (
+        fig.get_suptitle() == "warmfit sweep: median over-estimate against waves under their peak"
+    )
+    assert [ax.get_visible() for ax in fig.axes] == [True] * 4 + [False] * 2
+    assert [ax.get_title() for ax in fig.axes[:4]] == ["A", "B", "C", "D"]
+    ax = fig.axes[0]
+    assert ax.title.get_fontsize() == 9
+    lines = ax.get_lines()
+    assert [(list(line.get_xdata()), list(line.get_ydata())) for line in lines] == [
+        ([0, 0], pytest.approx([24.0, 36.4])), ([0, 0], pytest.approx([14.0, 25.4])),
+    ]  # fmt: skip
+    stars = ax.collections
+    assert [c.get_offsets().tolist() for c in stars] == [
+        [[0, pytest.approx(5.084444)]], [[0, pytest.approx(3.636)]],
+    ]  # fmt: skip
+    assert [(c.get_sizes().tolist(), to_hex(c.get_facecolor()[0]), c.get_zorder()) for c in stars] == [
+        ([180], "#d95f02", 9), ([180], "#1b9e77", 9),
+    ]  # fmt: skip
+    assert ax.get_xlim() == (-0.5, 1.5) and ax.yaxis.get_gridlines()[0].get_alpha() == 0.3
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "max-merge: safe ×0.847", "warm-fit: safe ×0.909",
+    ]  # fmt: skip
+    assert legend.markerscale == 0.7
+    one = draw_pareto(sweep(worked(), ["max-merge", "warm-fit"], grid=[1.0, 1.1]))
+    assert tuple(one.get_size_inches()) == pytest.approx((5.2, 4.72)) and len(one.axes) == 1
+    assert one.get_suptitle() == (
+        "warmfit sweep: median over-estimate\nagainst waves under their peak"
+    )
+    title = [t for t in _texts(one) if t.get_text() == one.get_suptitle()]
+    assert [t.get_fontsize() for t in title] == [13]
+
+
+def test_a_long_result_name_is_wrapped_at_64_characters_in_its_panels_title() -> None:
+    """A name of 64 characters on one line; one of 65 on two, each shown literally (a
+    ``$`` escaped, no mathtext). The lines were joined by an escaped newline, drawn as
+    the two characters ``\\n`` on one line over the next panel's title."""
+    pytest.importorskip("matplotlib")
+    from warmfit.report.plot import draw_pareto
+    from warmfit.report.sweep import sweep
+
+    name = " ".join(["word"] * 13)  # 64 characters
+    longer = " ".join(["word"] * 12) + " $word"  # 65
+    frame = pl.concat([worked((name,)), worked((longer,))])
+    fig = draw_pareto(sweep(frame.sort("run", "rank", "seq"), ["max-merge"], grid=[1.0]))
+    wrapped = " ".join(["word"] * 12) + "\n\\$word"
+    assert sorted(ax.get_title() for ax in fig.axes[:2]) == [wrapped, name]  # "$" sorts first
+
+
+def test_figure_files_hold_no_date_or_version() -> None:
+    """The same data gives the same bytes: no software version in a PNG, no date or
+    creator in an SVG."""
+    pytest.importorskip("matplotlib")
+    from warmfit.report.plot import figure_bytes
+
+    fig = _worked_figure()
+    png, svg = figure_bytes(fig, "png"), figure_bytes(fig, "svg").decode()
+    assert b"Software" not in png and b"Matplotlib" not in png
+    assert "<dc:date>" not in svg and "Matplotlib v" not in svg and "<dc:creator>" not in svg
+
+
+def test_a_streamed_plot_of_recorded_prices_draws_them_but_no_price_curve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace that carries the trainer's own prices (``estimate_bytes``) is replayed with
+    ``recorded`` too, which has no profile: ``warmfit plot`` draws its estimates (panel a)
+    and over-estimates (panel c) but no price curve (panel b), its data those of the
+    replay in memory."""
+    pytest.importorskip("matplotlib")
+    import warmfit.report.plot
+
+    rows = [{**COMMON, **row, "run": "R", "estimate_bytes": 50_000} for row in WORKED]
+    write_trace(readings_frame(rows), tmp_path / "trace" / "t.parquet")
+    seen: list[PlotData] = []
+    monkeypatch.setattr(
+        warmfit.report.plot, "render_plot", lambda data, path, *_: seen.append(data.whole())
+    )
+    args = ["plot", str(tmp_path / "trace"), "-o", str(tmp_path / "f.png"), "--engine", "scalar"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (data,) = seen
+    assert data.policies == ("max-merge", "warm-fit", "envelope", "recorded")
+    _frames_equal(data, build_plot_data(replay(read_trace([tmp_path / "trace"]), engine="scalar")))
+    fig = draw_figure(data)
+    assert [line.get_label() for line in fig.axes[0].get_lines()][-1] == "recorded estimate"
+    assert [line.get_label() for line in fig.axes[1].get_lines()] == [
+        "max-merge price", "warm-fit price", "envelope price",
+    ]  # fmt: skip
+    assert [t.get_text() for t in fig.axes[2].get_xticklabels()][-1] == "recorded"
+
+
+def test_only_the_first_estimate_under_its_peak_is_named_in_the_legend() -> None:
+    """warm-fit and envelope both price the worked run's wave 3 under its peak (108.9 KB
+    against 120): two red crosses, one entry "estimate under its peak" in the legend."""
+    fig = _worked_figure(("warm-fit", "envelope"))
+    ax = fig.axes[0]
+    crosses = [c for c in ax.collections if c.get_offsets().tolist() == [[3, pytest.approx(108.9)]]]
+    assert len(crosses) == 2
+    assert _legend_texts(ax).count("estimate under its peak") == 1
+
+
+def test_each_runs_rates_panel_draws_its_own_profiles_points_alone() -> None:
+    """two_ranks: run R's rank 0 (the worked waves) and rank 1 (twice the bytes), and run
+    solo's rank 0. Panel (b) of each run draws its main profile's four waves (rank 0),
+    no other rank's or run's: the worked run's dots in both."""
+    pytest.importorskip("matplotlib")
+    data = build_plot_data(replay(two_ranks(), ["max-merge"], engine="scalar"))
+    assert data.main_profiles == {"R": (0, "s"), "solo": (0, "s")}
+    fig = draw_figure(data)
+    for ax in (fig.axes[1], fig.axes[4]):
+        dots = [tuple(p) for c in ax.collections for p in c.get_offsets().tolist()]
+        assert dots == [(400, 0.2225), (400, 0.2975), (200, 0.245), (100, 0.29)]
+
+
+def test_the_rates_title_names_the_profile_shown_where_a_run_has_several() -> None:
+    """Two profiles (signatures s and t): the middle title's second line names rank and
+    signature, at 10 points; a long signature kept to 48 - 18 = 30 characters there."""
+    fig, _ = _rendered(two_signatures())
+    assert fig.axes[1].get_title() == "run: rate per packed token\nrank 0, signature s"
+    assert fig.axes[1].title.get_fontsize() == 10
+    from warmfit.report.plot import shortened
+
+    long = "train/" + "packed-seq-4096-bucket-07-" * 6 + "eval"
+    frame = two_signatures().with_columns(
+        signature=pl.when(pl.col("signature") == "t").then(pl.lit(long)).otherwise("signature")
+    )
+    fig, _ = _rendered(frame, signature=long)
+    assert fig.axes[1].get_title().split("\n")[1] == f"rank 0, signature {shortened(long, 30)}"
+
+
+def test_packed_token_ticks_are_in_thousands_where_the_axis_reaches_ten_thousand() -> None:
+    """Waves of 8,000 and 20,000 packed tokens: the axis runs from under 10,000 to over
+    it, and every tick is written in thousands (the largest tick in view decides)."""
+    pytest.importorskip("matplotlib")
+    rows = [
+        {**COMMON, "run": "R", "seq": i, "wave": i, "packed_tokens": n, "logical_tokens": n,
+         "peak_bytes": 11_000 + 100 * n, "whole": True}
+        for i, n in enumerate([8_000, 20_000])
+    ]  # fmt: skip
+    fig = draw_figure(build_plot_data(replay(readings_frame(rows), ["max-merge"], engine="scalar")))
+    renderer = _drawn(fig)
+    ax = fig.axes[1]
+    assert ax.get_xlim()[0] < 10_000 < ax.get_xlim()[1]
+    labels = [label for _, label in _ticks(ax, renderer)]
+    assert labels and all(re.fullmatch(r"\d+k", label) for label in labels), labels
+
+
+def test_the_footnote_of_a_thinned_figure_of_several_runs_counts_each_wave_once() -> None:
+    """A figure drawn from one PlotData of two runs says what its data's thinning note
+    says (8 waves, here marked thinned), not the runs' counts over again per row."""
+    import dataclasses
+
+    pytest.importorskip("matplotlib")
+    data = build_plot_data(replay(worked(("A", "B")), ["max-merge"], engine="scalar"))
+    marked = dataclasses.replace(data, drawn=dataclasses.replace(data.drawn, thinned=("A",)))
+    assert marked.drawn.note is not None and marked.drawn.note.startswith("8 waves: ")
+    fig = draw_figure(marked)
+    assert fig.get_supxlabel() == f"{SEED_NOTE}\n{marked.drawn.note}"
+
+
+def test_a_sweep_result_with_no_priced_wave_has_no_safe_factor_nor_median() -> None:
+    """Run E is one wave, the seed, never priced: no median at any factor (nulls, no
+    line point), no safe factor (no star); its legend says so."""
+    pytest.importorskip("matplotlib")
+    from warmfit.report.plot import draw_pareto, pareto_points
+    from warmfit.report.sweep import sweep
+
+    lone = readings_frame([{**COMMON, **WORKED[1], "run": "E"}])
+    frame = pl.concat([worked(), lone]).sort("run", "rank", "seq")
+    result = sweep(frame, ["max-merge"], grid=[1.0, 1.1])
+    points = pareto_points(result).filter(pl.col("result") == "E")
+    assert points.drop("result").rows() == [
+        ("max-merge", 1.0, 0, None, False), ("max-merge", 1.1, 0, None, False),
+    ]  # fmt: skip
+    fig = draw_pareto(result)
+    (ax,) = [ax for ax in fig.axes if ax.get_title() == "E"]
+    assert len(ax.collections) == 0
+    assert _legend_texts(ax) == ["max-merge: no safe factor"]
+    assert all(t == int(t) for t in ax.get_xticks())
+
+
+def test_a_run_with_no_priced_wave_draws_an_empty_over_estimate_panel() -> None:
+    """One wave, the seed, which no policy prices: panel (c) draws no box, only the red
+    0 % line, its y range from -5 (at least 5 % under), and the figure is drawn."""
+    pytest.importorskip("matplotlib")
+    lone = readings_frame([{**COMMON, **WORKED[1], "run": "E"}])
+    data = build_plot_data(replay(lone, ["max-merge"], engine="scalar"))
+    assert data.over.height == 0
+    ax = draw_figure(data).axes[2]
+    assert len(ax.patches) == 0 and [line.get_label() for line in ax.get_lines()] == [
+        "actual peak (0%)"
+    ]
+    assert ax.get_ylim()[0] == -5
+
+
+def test_write_pareto_writes_the_picture_and_returns_its_path(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from warmfit.report.plot import write_pareto
+    from warmfit.report.sweep import sweep
+
+    target = tmp_path / "pareto.png"
+    written = write_pareto(sweep(worked(), ["max-merge"], grid=[1.0]), target)
+    # one panel of one policy: 5.2 by 0.6 + 3.8 + 0.16 inches, at 100 pixels an inch
+    assert written == target and png_size(target.read_bytes()) == (520, 456)

@@ -91,3 +91,17 @@ def test_warmfit_plot_says_under_the_caption_what_it_thinned(
     again = CliRunner().invoke(app, ["plot", str(PR991), "-o", str(tmp_path / "g.svg")])
     assert again.exit_code == 0, again.output
     assert seen[1].drawn.note is None and seen[1].drawn.points == seen[1].drawn.drawn
+
+
+# --- issue 38, generated pass of plot.py (i38p2) ---
+
+
+def test_the_caption_names_a_files_runs_in_the_order_they_come(tmp_path: Path) -> None:
+    """Eight runs r0 .. r7 in one file of a synthetic trace: named in that order."""
+    runs = [f"r{i}" for i in range(8)]
+    rows = [
+        dict(run=run, seq=0, wave=0, signature="s", packed_tokens=1, logical_tokens=1, peak_bytes=9)
+        for run in runs
+    ]
+    path = write_trace(readings_frame(rows), tmp_path / "t.parquet", METADATA)
+    assert provenance_caption([path]) == f"{', '.join(runs)}: {METADATA['warmfit.provenance']}"

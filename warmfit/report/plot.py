@@ -1656,7 +1656,7 @@ def draw_pareto(result: SweepResult) -> Figure:
             handles.append(handle)
             texts.append(safe_text(_label(policy), factor))
         # a long run name on several lines, not over the next panel's
-        ax.set_title(_label(textwrap.fill(label, 64)), fontsize=9)
+        ax.set_title("\n".join(_label(line) for line in textwrap.wrap(label, 64)), fontsize=9)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         low, high = ax.get_xlim()  # whole counts: at least 0 and 1 (all at 0 had ticks at ±0.05)
         ax.set_xlim(min(low, -0.5), max(high, 1.5))
