@@ -257,6 +257,20 @@ def test_svg_render(tmp_path: Path) -> None:
     assert "<path" in out.read_text()
 
 
+def test_the_same_data_gives_the_same_svg_bytes(tmp_path: Path) -> None:
+    """matplotlib names an SVG's clip paths and glyphs by hashes salted at random unless
+    ``svg.hashsalt`` is set: two SVGs of the same data differed in every id. warmfit sets
+    the salt while it saves, and leaves the user's setting as it was."""
+    import matplotlib
+
+    data = build_plot_data(replay(worked(), engine="scalar"))
+    first = render_plot(data, tmp_path / "a.svg").read_bytes()
+    second = render_plot(data, tmp_path / "b.svg").read_bytes()
+    assert 'clip-path="url(#' in first.decode()  # ids that a salt would change
+    assert first == second
+    assert matplotlib.rcParams["svg.hashsalt"] is None
+
+
 def test_suffix_picks_the_format() -> None:
     assert plot_format("a.png") == "png" and plot_format("b.SVG") == "svg"
 

@@ -1548,12 +1548,15 @@ def render_bytes(data: PlotData | RunSheet, fmt: str = "png", dpi: float = DPI) 
 
 def figure_bytes(fig: Figure, fmt: str = "png", dpi: float = DPI) -> bytes:
     """A drawn figure as PNG or SVG bytes, with no date or version in them."""
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()
     extra: dict[str, Any] = {"pil_kwargs": {"optimize": True}} if fmt == "png" else {}
-    fig.savefig(buffer, format=fmt, dpi=dpi, metadata=_metadata(fmt), **extra)
+    # an SVG's ids (clip paths, glyphs) are hashed with a salt, random unless set
+    with matplotlib.rc_context({"svg.hashsalt": "warmfit"}):
+        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=_metadata(fmt), **extra)
     return buffer.getvalue()
 
 
