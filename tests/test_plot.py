@@ -1438,34 +1438,35 @@ def test_a_strip_keeps_every_dot_under_zero_not_one_at_zero() -> None:
 def test_each_runs_strips_count_their_jitter_from_zero() -> None:
     """Panel (c) of several runs: each (run, policy) strip numbers its rows 0, 1, ... on
     its own, row i at offset 0.18 * ((i * 7919) % 11 - 5) / 5, whatever the other
-    strips (3 runs of 2 policies, 4 rows each, drawn whole)."""
+    strips (2 and 3 runs of 2 policies, 4 rows each, drawn whole)."""
     from warmfit.report.plot import _thin_over
 
-    rows = [(run, policy, float(i)) for run in "abc" for policy in ("p", "q") for i in range(4)]
-    over = pl.DataFrame(rows, schema=["run", "policy", "over_estimate_pct"], orient="row")
-    shuffled = over.sample(fraction=1.0, shuffle=True, seed=3)
-    drawn = _thin_over(shuffled, ["a", "b", "c"], 50)
     expected = {i: 0.18 * ((i * 7919) % 11 - 5) / 5 for i in range(4)}
-    assert drawn.height == 24
-    within = shuffled.with_columns(i=pl.int_range(pl.len()).over("run", "policy"))
-    got = drawn.with_columns(within.get_column("i"))
-    for row in got.iter_rows(named=True):
-        assert row["offset"] == pytest.approx(expected[row["i"]]), row
+    for runs in ("ab", "abc"):
+        rows = [(run, policy, float(i)) for run in runs for policy in "pq" for i in range(4)]
+        over = pl.DataFrame(rows, schema=["run", "policy", "over_estimate_pct"], orient="row")
+        shuffled = over.sample(fraction=1.0, shuffle=True, seed=3)
+        drawn = _thin_over(shuffled, list(runs), 50)
+        assert drawn.height == 8 * len(runs)
+        within = shuffled.with_columns(i=pl.int_range(pl.len()).over("run", "policy"))
+        got = drawn.with_columns(within.get_column("i"))
+        for row in got.iter_rows(named=True):
+            assert row["offset"] == pytest.approx(expected[row["i"]]), row
 
 
 def test_a_role_or_static_floor_of_at_most_the_limit_is_drawn_whole_beside_a_thinned_one() -> None:
-    """Panel (b) of a run of 12 waves thinned at 4: its warm dots are thinned, and a dot of
-    a role of at most 4 dots is drawn even where it shares a pixel cell and is no
-    extreme; so is the seed, even where a warm dot before it has its very place; and a
-    static floor of 4 points, though two share a column, is drawn whole."""
+    """Panel (b) of a run of 12 waves thinned at 4: its 7 warm dots go through the
+    thinning, but a dot of a role of at most 4 dots is drawn even where it shares a pixel
+    cell and is no extreme; so is the seed, even where a warm dot before it has its very
+    place; and a static floor of 4 points, all in one column, is drawn whole."""
     peaks, rates, over = hand_frames({"R": 12})
     x = rates.get_column("packed_tokens").to_list()
     y = rates.get_column("rate_kb_per_token").to_list()
     x[2], y[2] = x[1], y[1]  # wave 2, the seed, where warm wave 1 is
     role = ["warm"] * 12
     role[2] = "seed"
-    role[5:8] = ["other"] * 3  # three other dots in one cell, the middle one no extreme
-    x[5:8], y[5:8] = [5_000, 5_000, 5_001], [0.5, 0.5, 0.50001]
+    role[4:8] = ["other"] * 4  # four other dots in one cell, the middle two no extremes
+    x[4:8], y[4:8] = [5_000, 5_000, 5_000, 5_001], [0.5, 0.5, 0.5, 0.50001]
     floor: list[float | None] = [None] * 12
     floor[8:12] = [1.0, 3.0, 2.0, 2.5]  # the floor's 4 points, waves 8-11 at one place
     x[8:12] = [9_000] * 4
@@ -1476,7 +1477,7 @@ def test_a_role_or_static_floor_of_at_most_the_limit_is_drawn_whole_beside_a_thi
     drawn = thin_runs((peaks, rates, over), ["R"], above=4).rates
     assert drawn.height == 12
     dots = drawn.filter("draw_point")
-    assert dots.filter(pl.col("role") != "warm").get_column("wave").to_list() == [2, 5, 6, 7]
+    assert dots.filter(pl.col("role") != "warm").get_column("wave").to_list() == [2, 4, 5, 6, 7]
     assert drawn.filter("draw_floor").get_column("wave").to_list() == [8, 9, 10, 11]
 
 
@@ -1491,8 +1492,9 @@ def test_plot_data_refuses_a_signature_no_run_has() -> None:
 def test_plot_rank_draws_the_curves_of_that_ranks_profile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``plot --rank 1``: panel (b)'s curves are those of rank 1's profile as a replay of
-    the whole trace leaves it (rank 1's readings are twice rank 0's)."""
+    """``plot --rank 1``: panel (b)'s points have rank 1's roles, and its curves are those
+    of rank 1's profile as a replay of the whole trace leaves it (rank 1's readings are
+    twice rank 0's)."""
     import warmfit.report.plot
 
     seen: list[PlotData] = []
@@ -1504,6 +1506,8 @@ def test_plot_rank_draws_the_curves_of_that_ranks_profile(
     result = CliRunner().invoke(app, [*args, "--engine", "scalar"])
     assert result.exit_code == 0, result.output
     (data,) = seen
+    # rank 1's waves have their own roles: the seed, a warm wave, two others
+    assert data.rates.get_column("role").to_list() == ["seed", "warm", "other", "other"]
     whole = price_curves(replay(two_ranks(), engine="scalar"), profiles={("R", 1, "s")})
     assert whole.height > 0 and whole.get_column("rank").unique().to_list() == [1]
     assert data.curves.sort(data.curves.columns).equals(whole.sort(whole.columns))
@@ -1533,3 +1537,41 @@ def test_the_runs_thinned_are_named_in_the_frames_order() -> None:
     order = ("f", "e", "d", "c", "b", "a")
     drawn = thin_runs(hand_frames(dict.fromkeys(order, 5)), list(order), above=4)
     assert drawn.thinned == order and drawn.waves == 30
+
+
+def test_a_batch_replayed_here_writes_its_frames_and_one_replayed_elsewhere_sends_them(
+    tmp_path: Path,
+) -> None:
+    """:meth:`PlotFold.part`: a batch replayed on this machine writes its run's three
+    frames to the folder itself; one replayed elsewhere (``local=False``: a cluster's
+    worker, which cannot reach the folder) writes nothing there and sends its frames back."""
+    from types import SimpleNamespace
+
+    from warmfit.replay.stream import Lineup
+    from warmfit.report.plot import PlotFold
+
+    result = replay(worked(), [SkipSeed], engine="scalar")
+    priced = SimpleNamespace(per_wave=result.per_wave)
+    lineup = Lineup((SkipSeed,), result.safety_factor, "scalar", "run", False)
+    away = PlotFold(str(tmp_path), local=False).part(worked(), priced, result.profiles, lineup)
+    assert away.files == () and away.frames is not None and list(tmp_path.iterdir()) == []
+    assert away.frames[0].equals(peak_series(result))
+    here = PlotFold(str(tmp_path)).part(worked(), priced, result.profiles, lineup)
+    assert here.frames is None and len(here.files) == 1
+    assert sorted(tmp_path.iterdir()) == sorted(Path(p) for p in here.files[0][1])
+
+
+def test_plot_rank_names_the_runs_without_it_in_the_traces_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs f, e, d, c, b and a have no reading of rank 1 (the worked run R has): `plot
+    --rank 1` names them as the trace orders its runs, a to f."""
+    import warmfit.report.plot
+
+    monkeypatch.setattr(warmfit.report.plot, "render_plot", lambda *_: None)
+    frame = pl.concat([two_ranks().filter(pl.col("run") == "R"), worked(tuple("fedcba"))])
+    write_trace(frame.sort("run", "rank", "seq"), tmp_path / "trace" / "t.parquet")
+    args = ["plot", str(tmp_path / "trace"), "-o", str(tmp_path / "a.png"), "--rank", "1"]
+    result = CliRunner().invoke(app, [*args, "--engine", "scalar"])
+    assert result.exit_code == 0, result.output
+    assert "rank 1 is not in 6 runs (a, b, c, d, e, f): not drawn" in result.stderr
