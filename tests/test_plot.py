@@ -1806,3 +1806,349 @@ def test_write_pareto_writes_the_picture_and_returns_its_path(tmp_path: Path) ->
     written = write_pareto(sweep(worked(), ["max-merge"], grid=[1.0]), target)
     # one panel of one policy: 5.2 by 0.6 + 3.8 + 0.16 inches, at 100 pixels an inch
     assert written == target and png_size(target.read_bytes()) == (520, 456)
+
+
+# --- issue 38, generated pass of plot.py (i38p1) ---
+
+
+def one_wave_each(tokens: list[int], peak: int = 20_000) -> pl.DataFrame:
+    """One run, rank and signature: a whole caller reading of ``tokens[i]`` packed tokens
+    for wave i, each ``peak`` bytes (baseline 10,000, outputs 1,000)."""
+    rows = [
+        {**COMMON, "run": "R", "seq": seq, "wave": seq, "packed_tokens": n,
+         "logical_tokens": n, "peak_bytes": peak, "whole": True}
+        for seq, n in enumerate(tokens)
+    ]  # fmt: skip
+    return readings_frame(rows)
+
+
+def test_the_curves_span_0_8_to_1_1_times_the_waves_and_leave_an_unpriced_count_null() -> None:
+    """Waves of 1,000 and 2,000 tokens: the grid runs from int(0.8 x 1,000) = 800 to
+    int(1.1 x 2,000) = 2,200. Waves of 1 and 2 tokens: int(0.8) = 0, so 1, to int(2.2) = 2
+    (at least 2): the two counts 1 and 2. A profile that has learned no rate (skip-seed,
+    which skips its one wave, the seed) prices nothing: every count's price is null."""
+    curves = price_curves(replay(one_wave_each([1_000, 2_000]), ["max-merge"], engine="scalar"))
+    tokens = curves.get_column("packed_tokens").to_list()
+    assert (tokens[0], tokens[-1]) == (800, 2_200)
+    curves = price_curves(replay(one_wave_each([1, 2]), ["max-merge"], engine="scalar"))
+    assert curves.get_column("packed_tokens").to_list() == [1, 2]
+    unpriced = price_curves(replay(one_wave_each([100]), [SkipSeed], engine="scalar"))
+    assert unpriced.get_column("packed_tokens").to_list() == list(range(80, 111))
+    assert unpriced.get_column("price_kb_per_token").null_count() == unpriced.height > 0
+
+
+def test_the_middle_panel_breaks_a_tie_by_the_lowest_rank_then_the_first_signature() -> None:
+    """Profiles with as many waves: rank 0 before rank 1, and on one rank signature 'a'
+    before 'b', whatever order the waves come in."""
+    from warmfit.report.plot import main_profile
+
+    rates = pl.DataFrame(
+        {"run": ["R"] * 6, "rank": [1, 1, 0, 0, 0, 0], "signature": ["a", "a", "b", "b", "a", "a"]}
+    )
+    assert main_profile(rates, "R") == ((0, "a"), 3)
+    assert main_profile(rates.filter(pl.col("rank") == 0), "R") == ((0, "a"), 2)
+    assert main_profile(rates.filter(pl.col("signature") == "a"), "R") == ((0, "a"), 2)
+
+
+def hand_frames(
+    waves: dict[str, int], policies: tuple[str, ...] = ("p",), seed: int = 0
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The panels' frames (:func:`peak_series`, :func:`rate_points`, :func:`over_estimates`)
+    of runs of ``waves[run]`` waves each, rows wave by wave as a replay makes them: one
+    rank and signature, actual peaks and estimates at random (each estimate 0 to 50 %
+    above its peak), the first wave of a run its seed, the others warm."""
+    rng = np.random.default_rng(seed)
+    peaks, rates, over = [], [], []
+    for run, count in waves.items():
+        actual = rng.uniform(1.0, 2.0, count)
+        tokens = rng.integers(1_000, 30_000, count)
+        for wave in range(count):
+            for policy in policies:
+                estimate = float(actual[wave] * rng.uniform(1.0, 1.5))
+                peaks.append((run, 0, wave, wave, policy, float(actual[wave]), estimate))
+                over.append((run, policy, (estimate / actual[wave] - 1) * 100))
+            rates.append((run, 0, "s", wave, len(rates), int(tokens[wave]),
+                          float(actual[wave] * 1e9), float(actual[wave] * 1e6 / tokens[wave]),
+                          "seed" if wave == 0 else "warm"))  # fmt: skip
+    columns = ["run", "rank", "wave", "position", "policy", "actual_gb", "estimate_gb"]
+    peak_frame = pl.DataFrame(peaks, schema=columns, orient="row").with_columns(
+        pl.col("rank").cast(pl.Int32),
+        set_by=pl.lit("profile"),
+        under_peak=pl.lit(False),
+        oom=pl.lit(False),
+    )
+    rate_columns = ["run", "rank", "signature", "wave", "first_seq", "packed_tokens"]
+    rate_columns += ["actual_bytes", "rate_kb_per_token", "role"]
+    rate_frame = pl.DataFrame(rates, schema=rate_columns, orient="row").with_columns(
+        pl.col("rank").cast(pl.Int32), floor_kb_per_token=pl.lit(None, pl.Float64)
+    )
+    over_frame = pl.DataFrame(over, schema=["run", "policy", "over_estimate_pct"], orient="row")
+    return peak_frame, rate_frame, over_frame
+
+
+def thin_runs(
+    frames: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], runs: list[str], above: int
+) -> Drawn:
+    return thin(*frames, runs, {run: (0, "s") for run in runs}, above=above)
+
+
+def drawn_rows(drawn: Drawn, run: str) -> tuple[list[Any], list[Any]]:
+    """A run's drawn actual peaks (their places) and estimates (place and policy)."""
+    mine = drawn.peaks.filter(pl.col("run") == run)
+    actual = mine.filter("draw_actual").get_column("position").to_list()
+    estimates = sorted(mine.filter("draw_estimate").select("position", "policy").rows())
+    return actual, estimates
+
+
+def test_each_run_is_thinned_on_its_own_and_a_small_one_beside_a_large_one_drawn_whole() -> None:
+    """With a limit of 2,000 waves: a run of 2,500 waves beside one of 10 is thinned as it
+    is alone (its lines have 1,000 columns of 2 or 3 waves), the small one drawn whole;
+    two runs of 2,500 waves, each as it is alone; the waves counted over both runs."""
+    frames = hand_frames({"big": 2_500, "small": 10}, ("p", "q"))
+    drawn = thin_runs(frames, ["big", "small"], above=2_000)
+    assert drawn.thinned == ("big",) and drawn.waves == 2_510
+    # the actual-peak line takes each wave's first row (policy p's), once
+    assert drawn.peaks.filter("draw_actual").get_column("policy").unique().to_list() == ["p"]
+    alone = thin_runs(tuple(f.filter(pl.col("run") == "big") for f in frames), ["big"], 2_000)
+    assert alone.thinned == ("big",) and alone.waves == 2_500
+    assert drawn_rows(drawn, "big") == drawn_rows(alone, "big")
+    assert len(drawn_rows(alone, "big")[0]) < 2_500
+    small = drawn.peaks.filter(pl.col("run") == "small")
+    assert small.height == 20 and small.get_column("draw_estimate").all()
+    assert small.get_column("draw_actual").sum() == 10
+    both = hand_frames({"a": 2_500, "b": 2_500}, ("p", "q"))
+    drawn = thin_runs(both, ["a", "b"], above=2_000)
+    assert drawn.thinned == ("a", "b") and drawn.waves == 5_000
+    for run in ("a", "b"):
+        mine = tuple(f.filter(pl.col("run") == run) for f in both)
+        assert drawn_rows(drawn, run) == drawn_rows(thin_runs(mine, [run], 2_000), run)
+
+
+def test_thinning_draws_the_same_points_whatever_the_rows_order() -> None:
+    """A caller's frame may hold a run's rows in any order: the thinned lines keep the
+    same waves' actual peaks and the same estimates as the rows in recording order (one
+    policy, whose every estimate's line keeps its extremes, and two)."""
+    for policies in (("p",), ("p", "q")):
+        frames = hand_frames({"R": 2_500}, policies)
+        ordered = thin_runs(frames, ["R"], above=2_000)
+        actual, estimates = drawn_rows(ordered, "R")
+        assert 0 < len(actual) < 2_500 and 0 < len(estimates) < 2_500 * len(policies)
+        line = frames[0].filter(pl.col("policy") == "p")
+        top = line.sort("estimate_gb").get_column("position")
+        assert (top[0], "p") in estimates and (top[-1], "p") in estimates
+        for seed in (1, 2):
+            shuffled = (frames[0].sample(fraction=1.0, shuffle=True, seed=seed), *frames[1:])
+            got = drawn_rows(thin_runs(shuffled, ["R"], above=2_000), "R")
+            assert (sorted(got[0]), got[1]) == (sorted(actual), estimates)
+        # the first row of the run at its first wave, the rest in any order
+        rest = frames[0].filter(pl.col("position") > 0).sample(fraction=1.0, shuffle=True, seed=3)
+        first = (pl.concat([frames[0].filter(pl.col("position") == 0), rest]), *frames[1:])
+        got = drawn_rows(thin_runs(first, ["R"], above=2_000), "R")
+        assert (sorted(got[0]), got[1]) == (sorted(actual), estimates)
+
+
+def test_thin_draws_the_runs_it_is_given_alone() -> None:
+    """Frames holding runs a and b, thinned for run a: only run a's rows and waves."""
+    frames = hand_frames({"a": 30, "b": 20})
+    drawn = thin_runs(frames, ["a"], above=10)
+    assert drawn.waves == 30 and drawn.thinned == ("a",)
+    for frame in (drawn.peaks, drawn.rates, drawn.over):
+        assert frame.get_column("run").unique().to_list() == ["a"]
+    alone = thin_runs(tuple(f.filter(pl.col("run") == "a") for f in frames), ["a"], above=10)
+    for name in ("peaks", "rates", "over"):
+        assert getattr(drawn, name).equals(getattr(alone, name)), name
+    assert (drawn.points, drawn.drawn) == (alone.points, alone.drawn)
+
+
+def test_a_plot_of_one_wave_and_one_policy() -> None:
+    """The smallest trace: one wave, one policy: one row a panel, drawn whole."""
+    data = build_plot_data(replay(one_wave_each([100]), ["max-merge"], engine="scalar"))
+    assert data.peaks.height == 1 and data.drawn.waves == 1 and data.drawn.thinned == ()
+    assert data.drawn.peaks.get_column("draw_actual").to_list() == [True]
+
+
+def test_the_first_row_of_each_wave_where_runs_come_back_or_places_go_down() -> None:
+    """Panel (a)'s actual-peak line takes each wave's first row: run A, B, A, B at places
+    0, 0, 0, 1 (A's wave 0 comes back after B's), and run A at places 0, 1, 0."""
+    from warmfit.report.plot import _first_of_each_wave
+
+    back = pl.DataFrame({"run": ["A", "B", "A", "B"], "position": [0, 0, 0, 1]})
+    assert _first_of_each_wave(back).tolist() == [True, True, False, True]
+    down = pl.DataFrame({"run": ["A", "A", "A"], "position": [0, 1, 0]})
+    assert _first_of_each_wave(down).tolist() == [True, True, False]
+
+
+def test_a_line_keeps_its_first_and_last_point_and_an_unpriced_line_only_those() -> None:
+    """y = 2, 2, 1, 3, 2 in one column: its lowest is at index 2, its highest at index 3;
+    the first and the last point are kept besides, the second is not. A line of no priced
+    point (every y NaN) keeps its ends alone."""
+    keep = line_keep(np.arange(5.0), np.array([2.0, 2.0, 1.0, 3.0, 2.0]), columns=1)
+    assert keep.tolist() == [True, False, True, True, True]
+    assert line_keep(np.arange(3.0), np.full(3, np.nan)).tolist() == [True, False, True]
+
+
+def test_a_scatter_keeps_a_dot_without_a_finite_place_and_thins_the_others_alone() -> None:
+    """Dots at (0, 0), (1, NaN), (0.1, 0.1), (10, 10) in 2 x 2 cells: the NaN one is kept
+    (matplotlib skips it) and takes no part in the cells or extremes: (0.1, 0.1) shares
+    (0, 0)'s cell and is no extreme."""
+    from warmfit.report.plot import scatter_keep
+
+    x = np.array([0.0, 1.0, 0.1, 10.0])
+    y = np.array([0.0, np.nan, 0.1, 10.0])
+    assert scatter_keep(x, y, (2, 2)).tolist() == [True, True, False, True]
+    assert scatter_keep(y, x, (2, 2)).tolist() == [True, True, False, True]
+    # (0, 0), (0, 10) and (0.5, 5) lie in three cells of their own: all drawn, whatever a
+    # dot at (1, NaN) beside them
+    x, y = np.array([0.0, 0.0, 1.0, 0.5]), np.array([0.0, 10.0, np.nan, 5.0])
+    assert scatter_keep(x, y, (2, 2)).tolist() == [True] * 4
+
+
+def test_a_strip_keeps_every_dot_under_zero_not_one_at_zero() -> None:
+    """Over-estimates 1, 0, 0, 2 % in one cell: the first (1), the lowest (the first 0)
+    and the highest (2) are kept; the second 0 is no estimate under its peak."""
+    y = np.array([1.0, 0.0, 0.0, 2.0])
+    assert strip_keep(np.zeros(4, np.int64), y, count=1).tolist() == [True, True, False, True]
+    y = np.array([1.0, 0.5, 0.5, 2.0])
+    assert strip_keep(np.zeros(4, np.int64), y, count=1).tolist() == [True, True, False, True]
+
+
+def test_each_runs_strips_count_their_jitter_from_zero() -> None:
+    """Panel (c) of several runs: each (run, policy) strip numbers its rows 0, 1, ... on
+    its own, row i at offset 0.18 * ((i * 7919) % 11 - 5) / 5, whatever the other
+    strips (2 and 3 runs of 2 policies, 4 rows each, drawn whole)."""
+    from warmfit.report.plot import _thin_over
+
+    expected = {i: 0.18 * ((i * 7919) % 11 - 5) / 5 for i in range(4)}
+    for runs in ("ab", "abc"):
+        rows = [(run, policy, float(i)) for run in runs for policy in "pq" for i in range(4)]
+        over = pl.DataFrame(rows, schema=["run", "policy", "over_estimate_pct"], orient="row")
+        shuffled = over.sample(fraction=1.0, shuffle=True, seed=3)
+        drawn = _thin_over(shuffled, list(runs), 50)
+        assert drawn.height == 8 * len(runs)
+        within = shuffled.with_columns(i=pl.int_range(pl.len()).over("run", "policy"))
+        got = drawn.with_columns(within.get_column("i"))
+        for row in got.iter_rows(named=True):
+            assert row["offset"] == pytest.approx(expected[row["i"]]), row
+
+
+def test_a_role_or_static_floor_of_at_most_the_limit_is_drawn_whole_beside_a_thinned_one() -> None:
+    """Panel (b) of a run of 12 waves thinned at 4: its 7 warm dots go through the
+    thinning, but a dot of a role of at most 4 dots is drawn even where it shares a pixel
+    cell and is no extreme; so is the seed, even where a warm dot before it has its very
+    place; and a static floor of 4 points, all in one column, is drawn whole."""
+    peaks, rates, over = hand_frames({"R": 12})
+    x = rates.get_column("packed_tokens").to_list()
+    y = rates.get_column("rate_kb_per_token").to_list()
+    x[2], y[2] = x[1], y[1]  # wave 2, the seed, where warm wave 1 is
+    role = ["warm"] * 12
+    role[2] = "seed"
+    role[4:8] = ["other"] * 4  # four other dots in one cell, the middle two no extremes
+    x[4:8], y[4:8] = [5_000, 5_000, 5_000, 5_001], [0.5, 0.5, 0.5, 0.50001]
+    floor: list[float | None] = [None] * 12
+    floor[8:12] = [1.0, 3.0, 2.0, 2.5]  # the floor's 4 points, waves 8-11 at one place
+    x[8:12] = [9_000] * 4
+    rates = rates.with_columns(
+        packed_tokens=pl.Series(x), rate_kb_per_token=pl.Series(y), role=pl.Series(role),
+        floor_kb_per_token=pl.Series(floor, dtype=pl.Float64),
+    )  # fmt: skip
+    drawn = thin_runs((peaks, rates, over), ["R"], above=4).rates
+    assert drawn.height == 12
+    dots = drawn.filter("draw_point")
+    assert dots.filter(pl.col("role") != "warm").get_column("wave").to_list() == [2, 4, 5, 6, 7]
+    assert drawn.filter("draw_floor").get_column("wave").to_list() == [8, 9, 10, 11]
+
+
+def test_plot_data_refuses_a_signature_no_run_has() -> None:
+    """build_plot_data, as `warmfit plot --signature`: exit 2 naming the signatures."""
+    from warmfit.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"--signature 'u': no run .*Its signatures: 's'\."):
+        build_plot_data(replay(worked(), engine="scalar"), signature="u")
+
+
+def test_plot_rank_draws_the_curves_of_that_ranks_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``plot --rank 1``: panel (b)'s points have rank 1's roles, and its curves are those
+    of rank 1's profile as a replay of the whole trace leaves it (rank 1's readings are
+    twice rank 0's)."""
+    import warmfit.report.plot
+
+    seen: list[PlotData] = []
+    monkeypatch.setattr(
+        warmfit.report.plot, "render_plot", lambda data, path, *_: seen.append(data.whole())
+    )
+    write_trace(two_ranks(), tmp_path / "trace" / "t.parquet")
+    args = ["plot", str(tmp_path / "trace"), "-o", str(tmp_path / "a.png"), "--rank", "1"]
+    result = CliRunner().invoke(app, [*args, "--engine", "scalar"])
+    assert result.exit_code == 0, result.output
+    (data,) = seen
+    # rank 1's waves have their own roles: the seed, a warm wave, two others
+    assert data.rates.get_column("role").to_list() == ["seed", "warm", "other", "other"]
+    whole = price_curves(replay(two_ranks(), engine="scalar"), profiles={("R", 1, "s")})
+    assert whole.height > 0 and whole.get_column("rank").unique().to_list() == [1]
+    assert data.curves.sort(data.curves.columns).equals(whole.sort(whole.columns))
+
+
+def test_a_batchs_frames_sent_back_are_written_by_the_parts_and_read_back() -> None:
+    """A batch replayed elsewhere (a cluster's) sends its frames back, no folder
+    (:class:`PlotPart` ``frames``): :class:`PlotParts` writes them to its own folder, and
+    reads the run back as written."""
+    import tempfile
+
+    from warmfit.report.plot import PlotPart, PlotParts
+
+    frames = _worked_frames()
+    part = PlotPart.of(frames, None, {}, [0])
+    assert part.files == () and part.frames is frames
+    with tempfile.TemporaryDirectory() as folder:
+        parts = PlotParts(folder, None)
+        parts.add(part)
+        assert len(list(Path(folder).iterdir())) == 3
+        for got, want in zip(parts.read("R"), frames, strict=True):
+            assert got.equals(want)
+
+
+def test_the_runs_thinned_are_named_in_the_frames_order() -> None:
+    """Six runs of 5 waves, thinned above 4 waves: all six, in the order they come."""
+    order = ("f", "e", "d", "c", "b", "a")
+    drawn = thin_runs(hand_frames(dict.fromkeys(order, 5)), list(order), above=4)
+    assert drawn.thinned == order and drawn.waves == 30
+
+
+def test_a_batch_replayed_here_writes_its_frames_and_one_replayed_elsewhere_sends_them(
+    tmp_path: Path,
+) -> None:
+    """:meth:`PlotFold.part`: a batch replayed on this machine writes its run's three
+    frames to the folder itself; one replayed elsewhere (``local=False``: a cluster's
+    worker, which cannot reach the folder) writes nothing there and sends its frames back."""
+    from types import SimpleNamespace
+
+    from warmfit.replay.stream import Lineup
+    from warmfit.report.plot import PlotFold
+
+    result = replay(worked(), [SkipSeed], engine="scalar")
+    priced = SimpleNamespace(per_wave=result.per_wave)
+    lineup = Lineup((SkipSeed,), result.safety_factor, "scalar", "run", False)
+    away = PlotFold(str(tmp_path), local=False).part(worked(), priced, result.profiles, lineup)
+    assert away.files == () and away.frames is not None and list(tmp_path.iterdir()) == []
+    assert away.frames[0].equals(peak_series(result))
+    here = PlotFold(str(tmp_path)).part(worked(), priced, result.profiles, lineup)
+    assert here.frames is None and len(here.files) == 1
+    assert sorted(tmp_path.iterdir()) == sorted(Path(p) for p in here.files[0][1])
+
+
+def test_plot_rank_names_the_runs_without_it_in_the_traces_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs f, e, d, c, b and a have no reading of rank 1 (the worked run R has): `plot
+    --rank 1` names them as the trace orders its runs, a to f."""
+    import warmfit.report.plot
+
+    monkeypatch.setattr(warmfit.report.plot, "render_plot", lambda *_: None)
+    frame = pl.concat([two_ranks().filter(pl.col("run") == "R"), worked(tuple("fedcba"))])
+    write_trace(frame.sort("run", "rank", "seq"), tmp_path / "trace" / "t.parquet")
+    args = ["plot", str(tmp_path / "trace"), "-o", str(tmp_path / "a.png"), "--rank", "1"]
+    result = CliRunner().invoke(app, [*args, "--engine", "scalar"])
+    assert result.exit_code == 0, result.output
+    assert "rank 1 is not in 6 runs (a, b, c, d, e, f): not drawn" in result.stderr
