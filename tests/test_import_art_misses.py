@@ -504,3 +504,72 @@ def test_a_report_that_grows_past_the_cap_after_its_size_is_taken_is_oversized(
     assert [(r.path.name, r.reason, r.problem) for r in misses.refused] == [
         ("growing.json", "oversized", "holds more than ART's cap of 16,777,216 bytes (16 MiB).")
     ]
+
+
+# --- audit of 12-06g (audit2) ---
+
+
+def test_each_rank_of_a_model_numbers_its_own_waves_from_0(tmp_path: Path) -> None:
+    """One model, two ranks, two reports each: each (run, rank) stream's seq and wave count
+    0, 1 in occurred_at order; rank 1's are not 2, 3 after rank 0's."""
+    files = {
+        "a.json": report(1, occurred="2026-01-01T10:00:01+00:00", rank=0, packed=101),
+        "b.json": report(2, occurred="2026-01-01T10:00:00+00:00", rank=1, packed=201),
+        "c.json": report(3, occurred="2026-01-01T10:00:00+00:00", rank=0, packed=100),
+        "d.json": report(4, occurred="2026-01-01T10:00:02+00:00", rank=1, packed=202),
+    }
+    misses, refused = _refusals(tmp_path, {k: canonical(v) for k, v in files.items()})
+    assert refused == {}
+    rows = misses.readings.select("rank", "seq", "wave", "packed_tokens").rows()
+    assert rows == [(0, 0, 0, 100), (0, 1, 1, 101), (1, 0, 0, 201), (1, 1, 1, 202)]
+
+
+def test_reports_of_one_time_are_ordered_by_id_not_by_file_name(tmp_path: Path) -> None:
+    """Two reports of one rank at the same occurred_at: the one with the smaller id
+    (0...01, in b.json) is seq 0, though a.json (id 0...02) sorts first by name."""
+    files = {
+        "a.json": report(2, occurred="2026-01-01T10:00:00+00:00", packed=222),
+        "b.json": report(1, occurred="2026-01-01T10:00:00+00:00", packed=111),
+    }
+    misses, _ = _refusals(tmp_path, {k: canonical(v) for k, v in files.items()})
+    rows = misses.readings.select("seq", "packed_tokens", "art_report_id").rows()
+    assert rows == [(0, 111, f"{1:032x}"), (1, 222, f"{2:032x}")]
+
+
+def test_the_net_prediction_times_the_factor_is_rounded_to_nearest(tmp_path: Path) -> None:
+    """Without admitted bytes, estimate_bytes is round(predicted x factor):
+    10,000,007 x 1.1 = 11,000,007.7, so 11,000,008 bytes, not 11,000,007 cut down."""
+    record = report(1, occurred="2026-01-01T00:00:00Z", predicted=10_000_007)
+    del record["admission_peak_bytes"]
+    misses, refused = _refusals(tmp_path, {"one.json": canonical(record)})
+    assert refused == {}
+    row = misses.readings.row(0, named=True)
+    assert (row["estimate_bytes"], row["art_estimate_from"]) == (
+        11_000_008,
+        "predicted_peak_bytes x replay.safety_factor",
+    )
+
+
+def test_a_report_of_exactly_16_mib_is_read(tmp_path: Path) -> None:
+    """ART's cap is 16 MiB = 16,777,216 bytes: a report of exactly that size (JSON padded
+    with spaces before its newline) is imported (one byte more is oversized: the spool)."""
+    whole = canonical(report(1, occurred="2026-01-01T00:00:00Z"))
+    padded = whole[:-1] + b" " * (MAX_REPORT_BYTES - len(whole)) + b"\n"
+    assert len(padded) == MAX_REPORT_BYTES == 16_777_216
+    misses, refused = _refusals(tmp_path, {"exact.json": padded})
+    assert refused == {}
+    assert misses.imported == 1
+
+
+def test_an_oom_without_a_partial_peak_is_not_a_wave_whatever_else_it_holds(
+    tmp_path: Path,
+) -> None:
+    """An OOM's peak is partial_peak_bytes alone: an OOM report with observed_peak_bytes
+    (13,000,000) but partial_peak_bytes null is refused, not imported with that peak."""
+    record = report(1, occurred="2026-01-01T00:00:00Z", oom=True, partial=None)
+    record["observed_peak_bytes"] = 13_000_000
+    misses, refused = _refusals(tmp_path, {"oom.json": canonical(record)})
+    assert misses.imported == 0
+    assert refused == {
+        "oom.json": ("not a wave", "is an OOM with no partial_peak_bytes: no peak to record.")
+    }
