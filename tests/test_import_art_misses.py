@@ -573,3 +573,39 @@ def test_an_oom_without_a_partial_peak_is_not_a_wave_whatever_else_it_holds(
     assert refused == {
         "oom.json": ("not a wave", "is an OOM with no partial_peak_bytes: no peak to record.")
     }
+
+
+@pytest.mark.parametrize("key", ["threshold_pct", "replay.safety_factor"])
+def test_a_flag_where_a_number_belongs_is_malformed(tmp_path: Path, key: str) -> None:
+    """JSON true is no number (though Python's bool is an int): threshold_pct = true or
+    replay.safety_factor = true refuses the report, not reads it as 1.0."""
+    record = report(1, occurred="2026-01-01T00:00:00Z")
+    if key == "threshold_pct":
+        record["threshold_pct"] = True
+    else:
+        record["replay"]["safety_factor"] = True
+    misses, refused = _refusals(tmp_path, {"flag.json": canonical(record)})
+    assert misses.imported == 0
+    name = key.split(".")[-1]
+    assert refused == {"flag.json": ("malformed", f"{name} must be a finite number; got true.")}
+
+
+def test_an_empty_or_null_event_is_refused_not_taken_for_a_miss(tmp_path: Path) -> None:
+    """Format 2 names its event: "" is an event no wave ran for, null is no string; only
+    a report without the key takes its event from oom (estimate_miss here)."""
+    empty = report(1, occurred="2026-01-01T00:00:00Z", event="")
+    null = report(2, occurred="2026-01-01T00:00:01Z") | {"format": 2, "event": None}
+    absent = report(3, occurred="2026-01-01T00:00:02Z")
+    misses, refused = _refusals(
+        tmp_path,
+        {
+            "empty.json": canonical(empty),
+            "null.json": canonical(null),
+            "absent.json": canonical(absent),
+        },
+    )
+    assert refused == {
+        "empty.json": ("not a wave", "records the event '': no wave ran, so there is no peak."),
+        "null.json": ("malformed", "event must be a string; got null."),
+    }
+    assert misses.readings.get_column("art_event").to_list() == ["estimate_miss"]
