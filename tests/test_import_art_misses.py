@@ -609,3 +609,18 @@ def test_an_empty_or_null_event_is_refused_not_taken_for_a_miss(tmp_path: Path) 
         "null.json": ("malformed", "event must be a string; got null."),
     }
     assert misses.readings.get_column("art_event").to_list() == ["estimate_miss"]
+
+
+def test_a_prediction_that_the_factor_lifts_past_int64_is_malformed(tmp_path: Path) -> None:
+    """predicted_peak_bytes = 2**63 - 1 is a whole number a trace holds, but times the
+    safety factor 1.1 it is about 1.01e19, past 2**63 - 1: the report is refused, named."""
+    record = report(1, occurred="2026-01-01T00:00:00Z", predicted=2**63 - 1)
+    del record["admission_peak_bytes"]
+    misses, refused = _refusals(tmp_path, {"big.json": canonical(record)})
+    assert misses.imported == 0
+    assert refused == {
+        "big.json": (
+            "malformed",
+            "predicted_peak_bytes x replay.safety_factor is beyond 2**63 - 1.",
+        )
+    }
