@@ -624,3 +624,21 @@ def test_a_prediction_that_the_factor_lifts_past_int64_is_malformed(tmp_path: Pa
             "predicted_peak_bytes x replay.safety_factor is beyond 2**63 - 1.",
         )
     }
+
+
+def test_a_report_naming_a_key_twice_is_malformed(tmp_path: Path) -> None:
+    """JSON lets a key come twice and Python keeps the last; a report with "phase" twice
+    is refused, as which one ART meant is not known."""
+    raw = b'{"phase":"other",' + canonical(report(1, occurred="2026-01-01T00:00:00Z"))[1:]
+    misses, refused = _refusals(tmp_path, {"twice.json": raw})
+    assert misses.imported == 0
+    assert refused == {"twice.json": ("malformed", "names the key 'phase' twice.")}
+
+
+@pytest.mark.parametrize("occurred", ["2026-01-01T00:00:00", "2026-01-01T01:00:00+01:00"])
+def test_a_time_without_its_zone_or_in_another_is_not_utc(tmp_path: Path, occurred: str) -> None:
+    """occurred_at must say UTC: a time with no zone is as unknown as one at +01:00."""
+    record = report(1, occurred=occurred)
+    misses, refused = _refusals(tmp_path, {"when.json": canonical(record)})
+    assert misses.imported == 0
+    assert refused == {"when.json": ("malformed", f"occurred_at {occurred!r} is not in UTC.")}
