@@ -8,6 +8,7 @@ prints the count of each.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -504,3 +505,190 @@ def test_a_report_that_grows_past_the_cap_after_its_size_is_taken_is_oversized(
     assert [(r.path.name, r.reason, r.problem) for r in misses.refused] == [
         ("growing.json", "oversized", "holds more than ART's cap of 16,777,216 bytes (16 MiB).")
     ]
+
+
+# --- audit of 12-06g (audit2) ---
+
+
+def test_each_rank_of_a_model_numbers_its_own_waves_from_0(tmp_path: Path) -> None:
+    """One model, two ranks, two reports each: each (run, rank) stream's seq and wave count
+    0, 1 in occurred_at order; rank 1's are not 2, 3 after rank 0's."""
+    files = {
+        "a.json": report(1, occurred="2026-01-01T10:00:01+00:00", rank=0, packed=101),
+        "b.json": report(2, occurred="2026-01-01T10:00:00+00:00", rank=1, packed=201),
+        "c.json": report(3, occurred="2026-01-01T10:00:00+00:00", rank=0, packed=100),
+        "d.json": report(4, occurred="2026-01-01T10:00:02+00:00", rank=1, packed=202),
+    }
+    misses, refused = _refusals(tmp_path, {k: canonical(v) for k, v in files.items()})
+    assert refused == {}
+    rows = misses.readings.select("rank", "seq", "wave", "packed_tokens").rows()
+    assert rows == [(0, 0, 0, 100), (0, 1, 1, 101), (1, 0, 0, 201), (1, 1, 1, 202)]
+
+
+def test_reports_of_one_time_are_ordered_by_id_not_by_file_name(tmp_path: Path) -> None:
+    """Two reports of one rank at the same occurred_at: the one with the smaller id
+    (0...01, in b.json) is seq 0, though a.json (id 0...02) sorts first by name."""
+    files = {
+        "a.json": report(2, occurred="2026-01-01T10:00:00+00:00", packed=222),
+        "b.json": report(1, occurred="2026-01-01T10:00:00+00:00", packed=111),
+    }
+    misses, _ = _refusals(tmp_path, {k: canonical(v) for k, v in files.items()})
+    rows = misses.readings.select("seq", "packed_tokens", "art_report_id").rows()
+    assert rows == [(0, 111, f"{1:032x}"), (1, 222, f"{2:032x}")]
+
+
+def test_the_net_prediction_times_the_factor_is_rounded_to_nearest(tmp_path: Path) -> None:
+    """Without admitted bytes, estimate_bytes is round(predicted x factor):
+    10,000,007 x 1.1 = 11,000,007.7, so 11,000,008 bytes, not 11,000,007 cut down."""
+    record = report(1, occurred="2026-01-01T00:00:00Z", predicted=10_000_007)
+    del record["admission_peak_bytes"]
+    misses, refused = _refusals(tmp_path, {"one.json": canonical(record)})
+    assert refused == {}
+    row = misses.readings.row(0, named=True)
+    assert (row["estimate_bytes"], row["art_estimate_from"]) == (
+        11_000_008,
+        "predicted_peak_bytes x replay.safety_factor",
+    )
+
+
+def test_a_report_of_exactly_16_mib_is_read(tmp_path: Path) -> None:
+    """ART's cap is 16 MiB = 16,777,216 bytes: a report of exactly that size (JSON padded
+    with spaces before its newline) is imported (one byte more is oversized: the spool)."""
+    whole = canonical(report(1, occurred="2026-01-01T00:00:00Z"))
+    padded = whole[:-1] + b" " * (MAX_REPORT_BYTES - len(whole)) + b"\n"
+    assert len(padded) == MAX_REPORT_BYTES == 16_777_216
+    misses, refused = _refusals(tmp_path, {"exact.json": padded})
+    assert refused == {}
+    assert misses.imported == 1
+
+
+def test_an_oom_without_a_partial_peak_is_not_a_wave_whatever_else_it_holds(
+    tmp_path: Path,
+) -> None:
+    """An OOM's peak is partial_peak_bytes alone: an OOM report with observed_peak_bytes
+    (13,000,000) but partial_peak_bytes null is refused, not imported with that peak."""
+    record = report(1, occurred="2026-01-01T00:00:00Z", oom=True, partial=None)
+    record["observed_peak_bytes"] = 13_000_000
+    misses, refused = _refusals(tmp_path, {"oom.json": canonical(record)})
+    assert misses.imported == 0
+    assert refused == {
+        "oom.json": ("not a wave", "is an OOM with no partial_peak_bytes: no peak to record.")
+    }
+
+
+@pytest.mark.parametrize("key", ["threshold_pct", "replay.safety_factor"])
+def test_a_flag_where_a_number_belongs_is_malformed(tmp_path: Path, key: str) -> None:
+    """JSON true is no number (though Python's bool is an int): threshold_pct = true or
+    replay.safety_factor = true refuses the report, not reads it as 1.0."""
+    record = report(1, occurred="2026-01-01T00:00:00Z")
+    if key == "threshold_pct":
+        record["threshold_pct"] = True
+    else:
+        record["replay"]["safety_factor"] = True
+    misses, refused = _refusals(tmp_path, {"flag.json": canonical(record)})
+    assert misses.imported == 0
+    name = key.split(".")[-1]
+    assert refused == {"flag.json": ("malformed", f"{name} must be a finite number; got true.")}
+
+
+def test_an_empty_or_null_event_is_refused_not_taken_for_a_miss(tmp_path: Path) -> None:
+    """Format 2 names its event: "" is an event no wave ran for, null is no string; only
+    a report without the key takes its event from oom (estimate_miss here)."""
+    empty = report(1, occurred="2026-01-01T00:00:00Z", event="")
+    null = report(2, occurred="2026-01-01T00:00:01Z") | {"format": 2, "event": None}
+    absent = report(3, occurred="2026-01-01T00:00:02Z")
+    misses, refused = _refusals(
+        tmp_path,
+        {
+            "empty.json": canonical(empty),
+            "null.json": canonical(null),
+            "absent.json": canonical(absent),
+        },
+    )
+    assert refused == {
+        "empty.json": ("not a wave", "records the event '': no wave ran, so there is no peak."),
+        "null.json": ("malformed", "event must be a string; got null."),
+    }
+    assert misses.readings.get_column("art_event").to_list() == ["estimate_miss"]
+
+
+def test_a_prediction_that_the_factor_lifts_past_int64_is_malformed(tmp_path: Path) -> None:
+    """predicted_peak_bytes = 2**63 - 1 is a whole number a trace holds, but times the
+    safety factor 1.1 it is about 1.01e19, past 2**63 - 1: the report is refused, named."""
+    record = report(1, occurred="2026-01-01T00:00:00Z", predicted=2**63 - 1)
+    del record["admission_peak_bytes"]
+    misses, refused = _refusals(tmp_path, {"big.json": canonical(record)})
+    assert misses.imported == 0
+    assert refused == {
+        "big.json": (
+            "malformed",
+            "predicted_peak_bytes x replay.safety_factor is beyond 2**63 - 1.",
+        )
+    }
+
+
+def test_a_report_naming_a_key_twice_is_malformed(tmp_path: Path) -> None:
+    """JSON lets a key come twice and Python keeps the last; a report with "phase" twice
+    is refused, as which one ART meant is not known."""
+    raw = b'{"phase":"other",' + canonical(report(1, occurred="2026-01-01T00:00:00Z"))[1:]
+    misses, refused = _refusals(tmp_path, {"twice.json": raw})
+    assert misses.imported == 0
+    assert refused == {"twice.json": ("malformed", "names the key 'phase' twice.")}
+
+
+@pytest.mark.parametrize("occurred", ["2026-01-01T00:00:00", "2026-01-01T01:00:00+01:00"])
+def test_a_time_without_its_zone_or_in_another_is_not_utc(tmp_path: Path, occurred: str) -> None:
+    """occurred_at must say UTC: a time with no zone is as unknown as one at +01:00."""
+    record = report(1, occurred=occurred)
+    misses, refused = _refusals(tmp_path, {"when.json": canonical(record)})
+    assert misses.imported == 0
+    assert refused == {"when.json": ("malformed", f"occurred_at {occurred!r} is not in UTC.")}
+
+
+def _with_estimate(number: int, estimate: dict[str, Any]) -> dict[str, Any]:
+    record = report(number, occurred=f"2026-01-01T00:00:0{number}Z")
+    record["replay"]["memory_replay"]["estimates"] = [estimate]
+    return record
+
+
+def test_an_estimate_of_no_tokens_or_no_estimate_at_all_is_refused(tmp_path: Path) -> None:
+    """packed_tokens = 0 is no wave (malformed); an empty estimates list gives no tokens
+    or signature (not a wave): each refused and named, never a traceback."""
+    zero = report(1, occurred="2026-01-01T00:00:00Z", packed=0, logical=0)
+    empty = report(2, occurred="2026-01-01T00:00:01Z")
+    empty["replay"]["memory_replay"]["estimates"] = []
+    misses, refused = _refusals(
+        tmp_path, {"zero.json": canonical(zero), "empty.json": canonical(empty)}
+    )
+    assert misses.imported == 0
+    assert refused == {
+        "zero.json": (
+            "malformed",
+            "replay.memory_replay.estimates[0].arguments.packed_tokens is 0; a wave has at "
+            "least one token.",
+        ),
+        "empty.json": (
+            "not a wave",
+            "has no replay.memory_replay.estimates, so no tokens or signature.",
+        ),
+    }
+
+
+def test_a_signature_object_names_one_signature_whatever_its_key_order(tmp_path: Path) -> None:
+    """{"a": 1, "b": 2} and {"b": 2, "a": 1} are one signature: art: and the first 16 hex
+    digits of the SHA-256 of '{"a":1,"b":2}' (keys sorted), whatever order ART wrote."""
+    arguments = {"packed_tokens": 8, "logical_tokens": 8, "output_bytes": 0}
+    files = {}
+    for number, signature in ((1, {"a": 1, "b": 2}), (2, {"b": 2, "a": 1})):
+        estimate = {
+            "signature": signature,
+            "arguments": arguments,
+            "expected_required_bytes": 10_000_000,
+        }
+        raw = json.dumps(_with_estimate(number, estimate)) + "\n"  # keys in written order
+        files[f"{number}.json"] = raw.encode()
+    assert b'{"b": 2, "a": 1}' in files["2.json"]
+    misses, refused = _refusals(tmp_path, files)
+    assert refused == {}
+    expected = "art:" + hashlib.sha256(b'{"a":1,"b":2}').hexdigest()[:16]
+    assert misses.readings.get_column("signature").to_list() == [expected, expected]

@@ -1143,3 +1143,25 @@ def test_a_scale_below_one_and_the_largest_rank_import(tmp_path: Path) -> None:
     assert code == 0, output
     row = pq.read_table(out).select(["peak_bytes", "rank"]).to_pylist()
     assert row == [{"peak_bytes": 2, "rank": 2_147_483_647}]
+
+
+# --- audit of 12-06g (audit2) ---
+
+
+def test_the_cap_on_readings_counts_the_kept_rows_not_the_tables(tmp_path: Path) -> None:
+    """20,001 rows at 1,000 readings a row would be 20,001,000 readings, past the cap of
+    20,000,000; the filter keeps one row, so 1,000 readings are made and written."""
+    path = tmp_path / "t.csv"
+    path.write_text("n,g,peak\n" + "1,x,5\n" + "1,y,5\n" * 20_000)
+    readings = ", ".join(["{}"] * 1000)
+    mapping = write_map(
+        tmp_path,
+        '[filter]\ng = "x"\n[run]\nlabel = "r"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+        f'peak_bytes = "peak"\nbaseline_bytes = 0\n[[waves]]\nreadings = [{readings}]\n',
+    )
+    out = tmp_path / "o.parquet"
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(mapping), "-o", str(out)
+    )
+    assert code == 0, output
+    assert pq.read_metadata(out).num_rows == 1000

@@ -86,3 +86,17 @@ def test_a_byte_count_is_shown_with_three_significant_figures(
     count: int | None, shown: str
 ) -> None:
     assert format_bytes(count) == shown
+
+
+# --- audit of 12-06g (audit2) ---
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [(".5 GB", 500_000_000), (".25GiB", 2**28), ("0.5 GB", 500_000_000), ("5. MB", 5_000_000)],
+)
+def test_a_fraction_written_without_its_leading_or_trailing_digits_is_a_size(
+    text: str, count: int
+) -> None:
+    """.5 GB is 0.5 GB = 500,000,000 bytes; .25 GiB a quarter of 2**30 = 2**28."""
+    assert parse_bytes(text) == count
