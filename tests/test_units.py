@@ -100,3 +100,39 @@ def test_a_fraction_written_without_its_leading_or_trailing_digits_is_a_size(
 ) -> None:
     """.5 GB is 0.5 GB = 500,000,000 bytes; .25 GiB a quarter of 2**30 = 2**28."""
     assert parse_bytes(text) == count
+
+
+# --- format_bytes counts its three figures once rounded (12-06g) ---
+
+FACTORS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [
+        (999_499, "999 KB"),
+        (999_500, "1.00 MB"),  # 999.5 KB rounds to 1000: was "1000 KB"
+        (9_996, "10.0 KB"),  # was "10.00 KB"
+        (99_960, "100 KB"),  # was "100.0 KB"
+        (-999_500, "-1.00 MB"),
+        (999_999_999_999, "1.00 TB"),  # was "1000 GB"
+        (999_500_000_000_000, "1000 TB"),  # TB is the largest unit
+    ],
+)
+def test_format_bytes_counts_three_figures_once_rounded(count: int, shown: str) -> None:
+    assert format_bytes(count) == shown
+
+
+@given(st.integers(min_value=1000, max_value=999_499_999_999_999), st.booleans())
+def test_format_bytes_shows_three_significant_figures_below_1000_of_its_unit(
+    count: int, negative: bool
+) -> None:
+    """Read back by its definition: a number under 1000 of the largest unit not above
+    it, with exactly three significant figures, within half its last figure of count."""
+    number, unit = format_bytes(-count if negative else count).split(" ")
+    value = abs(float(number))
+    assert number.startswith("-") == negative
+    assert 1 <= value < 1000
+    assert len(number.lstrip("-").replace(".", "").lstrip("0")) == 3
+    decimals = len(number.partition(".")[2])
+    assert abs(value * FACTORS[unit] - count) <= FACTORS[unit] * 10**-decimals / 2 * 1.000001

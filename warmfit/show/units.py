@@ -78,13 +78,24 @@ def format_bytes(count: int | None) -> str:
 
     >>> format_bytes(112_506_383_872), format_bytes(-4_200_000), format_bytes(512), format_bytes(None)
     ('113 GB', '-4.20 MB', '512 B', '—')
+    >>> format_bytes(999_499), format_bytes(999_500), format_bytes(9_996), format_bytes(-99_950)
+    ('999 KB', '1.00 MB', '10.0 KB', '-100 KB')
     """
     if count is None:
         return "—"
-    size = abs(count)
-    for unit, factor in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
-        if size >= factor:
-            value = count / factor
-            digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
-            return f"{value:.{digits}f} {unit}"
-    return f"{count} B"
+    if abs(count) < 1000:
+        return f"{count} B"
+    for unit, factor in (("KB", 10**3), ("MB", 10**6), ("GB", 10**9)):
+        text = _three_figures(count / factor)
+        if abs(float(text)) < 1000:  # 999.5 KB rounds to 1000: 1.00 MB
+            return f"{text} {unit}"
+    return f"{_three_figures(count / 10**12)} TB"
+
+
+def _three_figures(value: float) -> str:
+    """``value`` with 2, 1 or 0 decimals: three significant figures once rounded
+    (9.996 is 10.0, 99.96 is 100), as many as it has from 100 up."""
+    digits = 2
+    while digits and abs(round(value, digits)) >= 10 ** (3 - digits):
+        digits -= 1
+    return f"{value:.{digits}f}"
