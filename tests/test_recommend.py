@@ -708,3 +708,27 @@ def test_a_result_with_no_measured_wave_is_rendered_as_such() -> None:
         assert "not measured (no wave)" in render_recommendation(rec, fmt), fmt
     (result,) = json.loads(render_recommendation(rec, "json"))["results"]
     assert result["measured"] == "no measured wave" and result["admitted_tokens"] == 5
+
+
+# --- audit of 12-06g (audit1) ---
+
+
+def test_measured_limit_takes_a_sizes_largest_peak_wherever_it_comes() -> None:
+    """Size 100 is measured twice, 1,200 B first, then 1,000 B: its peak is 1,200 B,
+    whichever comes last. Under 2,000 B between (100, 1,200) and (300, 3,000): 100 +
+    800 x 200 // 1,800 = 188 (1,000 B would give 100 + 1,000 x 200 // 2,000 = 200)."""
+    limit = measured_limit([(100, 1_200), (300, 3_000), (100, 1_000)], 2_000)
+    assert (limit.tokens, limit.measured) == (188, INTERPOLATED)
+    assert (limit.largest_fitted, limit.smallest_unfitted) == (100, 300)
+
+
+def test_ranks_that_admit_the_same_tokens_name_the_lowest_rank() -> None:
+    """Ranks 0 and 1 both pay 1,000 B a token: both admit int(int(1,000 n) x 1.1) <=
+    1,100,000, n = 1,000. The tie is set by the lowest rank, 0."""
+    rows = [
+        dict(seq=0, wave=0, rank=rank, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=100_000, whole=True)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    (row,) = recommend(readings_frame(rows), 1_100_000, ["max-merge"]).results
+    assert (row["ranks"], row["admitted_tokens"], row["rank"]) == (2, 1_000, 0)

@@ -627,3 +627,18 @@ def test_first_waves_that_run_out_of_memory_are_said_to_be_the_cause() -> None:
                       r"first_wave_tokens below 30"):  # fmt: skip
         run_epoch_early_oom(sampler, fits=20)
     pricer.close()
+
+
+# --- audit of 12-06g (audit1) ---
+
+
+def test_the_oversized_warning_names_the_samples_index_not_its_place_in_the_order() -> None:
+    """Shuffled (seed 0, epoch 0) the samples [5, 5, 50, 5] are packed in the order
+    [3, 0, 1, 2]; at 100 B/token under 1,000 B: [3, 0] (10 tokens, 1,000 B), [1] (sample
+    2 would make 55 tokens), then sample 2 alone (50 tokens, 5,000 B). The warning names
+    sample 2, its index, not 3, its place in the order."""
+    sampler = BudgetSampler([5, 5, 50, 5], taught(100), 1_000, first_wave_samples=1)
+    assert sampler.order(0) == [3, 0, 1, 2]
+    with pytest.warns(SamplerWarning, match=r"sample 2 \(50 tokens\) is priced 5,000 bytes"):
+        waves = list(sampler)
+    assert waves == [[3, 0], [1], [2]] and sampler.oversized == 1
