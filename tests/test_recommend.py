@@ -732,3 +732,24 @@ def test_ranks_that_admit_the_same_tokens_name_the_lowest_rank() -> None:
     ]  # fmt: skip
     (row,) = recommend(readings_frame(rows), 1_100_000, ["max-merge"]).results
     assert (row["ranks"], row["admitted_tokens"], row["rank"]) == (2, 1_000, 0)
+
+
+def test_the_caption_explains_between_when_any_row_lies_below_an_oom() -> None:
+    """Signature 'a' fitted 100 tokens (1,000 B) and ran out of memory at 300; 'b' fitted
+    100 tokens. Under 10,000 B, 'a' lies between 100 and 299 (below an OOM), 'b' above
+    every peak: one row below an OOM is enough for the caption to say what 'between'
+    means, in every format that has a caption."""
+    rows = [
+        dict(seq=0, wave=0, signature="a", packed_tokens=100, logical_tokens=100,
+             peak_bytes=1_000, whole=True),
+        dict(seq=1, wave=1, signature="a", packed_tokens=300, logical_tokens=300,
+             peak_bytes=2_000, phase="forward", oom=True),
+        dict(seq=2, wave=2, signature="b", packed_tokens=100, logical_tokens=100,
+             peak_bytes=1_000, whole=True),
+    ]  # fmt: skip
+    rec = recommend(readings_frame(rows), 10_000, ["max-merge"])
+    assert [r["measured"] for r in rec.results] == [BELOW_AN_OOM, ABOVE_EVERY_PEAK]
+    for fmt in ("markdown", "table"):
+        out = " ".join(render_recommendation(rec, fmt).split())
+        assert "between 100 and 299 (OOM at 300)" in out, fmt
+        assert "between = the first size that did not fit ran out of memory" in out, fmt

@@ -642,3 +642,17 @@ def test_the_oversized_warning_names_the_samples_index_not_its_place_in_the_orde
     with pytest.warns(SamplerWarning, match=r"sample 2 \(50 tokens\) is priced 5,000 bytes"):
         waves = list(sampler)
     assert waves == [[3, 0], [1], [2]] and sampler.oversized == 1
+
+
+def test_the_first_wave_size_counts_the_tokens_function_not_the_summed_lengths() -> None:
+    """A padding collator (padded_tokens(8)) and no price yet, first_wave_tokens=40:
+    samples [5, 17, 9] in order. [5, 17] pads to 2 x 24 = 48 tokens, over 40 (their sum,
+    22, is not what the wave holds), so each sample is a wave: 8, 24 and 16 tokens."""
+    sampler = BudgetSampler(
+        [5, 17, 9], Pricer("max-merge"), 10**9, first_wave_tokens=40, tokens=padded_tokens(8),
+        shuffle=False,
+    )  # fmt: skip
+    assert list(sampler) == [[0], [1], [2]]
+    assert [(w.packed_tokens, w.estimate_bytes) for w in sampler.waves] == [
+        (8, None), (24, None), (16, None),
+    ]  # fmt: skip

@@ -126,3 +126,15 @@ def test_a_process_groups_budget_is_the_smallest_of_its_ranks(backend: str, devi
     # nccl reduces tensors on the rank's current GPU; the others on the CPU
     assert group.devices == [device]
     assert _min_over_ranks(FakeGroup(backend, others=9 * GB).torch, 7 * GB) == 7 * GB
+
+
+# --- audit of 12-06g (audit1) ---
+
+
+@pytest.mark.parametrize("argument", ["budget_bytes", "budget"])
+def test_a_size_that_does_not_parse_names_the_argument_it_was_given_as(argument: str) -> None:
+    """ "lots" is not a size: the error names the argument ("budget_bytes" by default, or
+    the one given), then the value, as every other refusal of budget_bytes does."""
+    with pytest.raises(UsageError, match=rf"^{argument} 'lots' is not a size: give bytes") as e:
+        budget_bytes("lots", argument)
+    assert e.value.argument == argument
