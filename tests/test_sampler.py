@@ -656,3 +656,24 @@ def test_the_first_wave_size_counts_the_tokens_function_not_the_summed_lengths()
     assert [(w.packed_tokens, w.estimate_bytes) for w in sampler.waves] == [
         (8, None), (24, None), (16, None),
     ]  # fmt: skip
+
+
+def test_another_signatures_oom_during_a_wave_does_not_repack_it() -> None:
+    """100 B/token under 1,000 B packs [5, 5, 5] as [0, 1] (1,000 B) and [2]. During the
+    first wave the trainer runs an 'eval' wave that runs out of memory: that is eval's
+    OOM, not the sampler's wave's, so [0, 1] is not marked OOM nor packed again."""
+    pricer = taught(100)
+    sampler = BudgetSampler([5, 5, 5], pricer, 1_000, first_wave_samples=1, shuffle=False)
+    waves = []
+    for wave in sampler:
+        waves.append(wave)
+        with sampler.wave() as w:
+            w.forward_done()
+        if len(waves) == 1:
+            with pricer.wave("eval", 10, budget_bytes=1_000) as e:
+                raise torch.OutOfMemoryError("simulated: CUDA out of memory.")
+            assert e.oom and not w.oom
+    pricer.close()
+    assert waves == [[0, 1], [2]] and sampler.failed == []
+    assert [w.oom for w in sampler.waves] == [False, False]
+    assert [o.signature for o in pricer.ooms] == ["eval"]
