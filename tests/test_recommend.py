@@ -753,3 +753,20 @@ def test_the_caption_explains_between_when_any_row_lies_below_an_oom() -> None:
         out = " ".join(render_recommendation(rec, fmt).split())
         assert "between 100 and 299 (OOM at 300)" in out, fmt
         assert "between = the first size that did not fit ran out of memory" in out, fmt
+
+
+def test_the_search_checks_the_cap_before_answering_it() -> None:
+    """Sizes up to 5 are admitted, the cap is 6: doubling reaches 4, then 8 is past the
+    cap, so 6 itself must be asked (refused), and the answer is 5, not the cap. Up to
+    1,000 under a cap of 1,500: 1,000 (doubling reaches 512, then 1,024 is refused)."""
+    assert largest_admitted(lambda n: n <= 5, cap=6) == 5
+    assert largest_admitted(lambda n: n <= 1_000, cap=1_500) == 1_000
+    assert largest_admitted(lambda n: n <= 6, cap=6) == 6
+
+
+@given(st.integers(1, 2**20).flatmap(lambda cap: st.tuples(st.just(cap), st.integers(0, cap))))
+def test_the_search_finds_a_threshold_at_or_below_the_cap(case: tuple[int, int]) -> None:
+    """As test_the_search_finds_the_threshold_exactly, with the threshold drawn within
+    [0, cap], where a search that answers the cap unasked is wrong."""
+    cap, threshold = case
+    assert largest_admitted(lambda n: n <= threshold, cap) == threshold
