@@ -615,3 +615,27 @@ def test_a_float_form_that_gives_a_complex_falls_back_to_numpy() -> None:
     profile.observe(Reading(100, 100, 5_000, 0, True, "caller"))  # 50 B/token
     assert profile.price(PriceRequest(100, 100)) is None
     assert profile.price(PriceRequest(200, 200)) == 50 * 50**0.5
+
+
+# --- audit of 12-06g (audit1) ---
+
+
+def test_a_signature_only_another_rank_recorded_is_warned_of_at_the_first_ask(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 recorded signature 'a', rank 1 'b'. A Pricer warm-started from rank 0 has
+    no reading of 'b': its first ask of 'b' warns (the trace it learned has none), as
+    for a signature no rank recorded; 'a' prices 1,000 B / 10 tokens x 20 = 2,000 B."""
+    from warmfit.trainer.pricer import PricerWarning
+
+    two = tmp_path / "two.parquet"
+    write_trace(readings_frame([
+        dict(seq=0, wave=0, rank=rank, signature=sig, packed_tokens=10, logical_tokens=10,
+             peak_bytes=1_000, whole=True)
+        for rank, sig in ((0, "a"), (1, "b"))
+    ]), two)  # fmt: skip
+    pricer = Pricer.from_trace(two, "max-merge", 1.0, rank=0)
+    assert pricer.price("a", 20) == 2_000
+    with pytest.warns(PricerWarning, match=r"warm-started from has no reading of signature "
+                      r"'b'.*It knows 'a'\."):  # fmt: skip
+        assert pricer.price("b", 20) is None

@@ -759,3 +759,41 @@ def test_max_tokens_never_admits_a_wave_priced_past_int64(budget: float) -> None
     assert pricer.price("train", 7_809_031_447) == 9_223_372_036_532_654_080
     with pytest.raises(EstimateOverflowError):
         pricer.price("train", 7_809_031_448)
+
+
+# --- audit of 12-06g (audit1) ---
+
+
+def test_an_oom_of_one_kind_does_not_bound_another_kinds_admission() -> None:
+    """Worked example: 100 B/token learned (safety factor 1), a flat wave of 150 tokens
+    ran out of memory under 1 MB. admits() refuses a flat wave of 150 under that budget,
+    but the OOM is of kind flat: a split_child wave of 150 tokens (priced 15,000 B, no
+    OOM of its kind) is admitted, as oom_tokens and max_tokens of that kind agree."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=CpuMeter())
+    pricer.observe_row(row(100, 10_000))
+    with pricer.wave("train", 150, budget_bytes=1_000_000) as w:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert w.oom and pricer.ooms == [OomWave("train", "flat", 150, 1_000_000)]
+    assert not pricer.admits("train", 150, budget_bytes=1_000_000)
+    assert pricer.oom_tokens("train", 1_000_000, kind="split_child") is None
+    assert pricer.price("train", 150, kind="split_child") == 15_000
+    assert pricer.admits("train", 150, budget_bytes=1_000_000, kind="split_child")
+    assert pricer.max_tokens("train", 1_000_000, kind="split_child") == 10_000
+
+
+def test_max_tokens_is_zero_when_a_wave_of_one_token_ran_out_of_memory() -> None:
+    """Worked example: 100 B/token learned (safety factor 1), so one token prices 100 B,
+    well within 1 MB; but a wave of 1 token ran out of memory under 1 MB, so no size is
+    admitted under it: max_tokens is 0 (the search's cap is 1 - 1 = 0, no size is asked
+    about, not even 0 tokens, which price() refuses), and 1 under a larger budget."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=CpuMeter())
+    pricer.observe_row(row(100, 10_000))
+    with pricer.wave("train", 1, budget_bytes=1_000_000) as w:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert w.oom and pricer.oom_tokens("train", 1_000_000) == 1
+    assert pricer.price("train", 1) == 100
+    assert not pricer.admits("train", 1, budget_bytes=1_000_000)
+    assert pricer.max_tokens("train", 1_000_000) == 0
+    assert pricer.max_tokens("train", 1_000_001) == 10_000

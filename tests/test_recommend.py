@@ -708,3 +708,65 @@ def test_a_result_with_no_measured_wave_is_rendered_as_such() -> None:
         assert "not measured (no wave)" in render_recommendation(rec, fmt), fmt
     (result,) = json.loads(render_recommendation(rec, "json"))["results"]
     assert result["measured"] == "no measured wave" and result["admitted_tokens"] == 5
+
+
+# --- audit of 12-06g (audit1) ---
+
+
+def test_measured_limit_takes_a_sizes_largest_peak_wherever_it_comes() -> None:
+    """Size 100 is measured twice, 1,200 B first, then 1,000 B: its peak is 1,200 B,
+    whichever comes last. Under 2,000 B between (100, 1,200) and (300, 3,000): 100 +
+    800 x 200 // 1,800 = 188 (1,000 B would give 100 + 1,000 x 200 // 2,000 = 200)."""
+    limit = measured_limit([(100, 1_200), (300, 3_000), (100, 1_000)], 2_000)
+    assert (limit.tokens, limit.measured) == (188, INTERPOLATED)
+    assert (limit.largest_fitted, limit.smallest_unfitted) == (100, 300)
+
+
+def test_ranks_that_admit_the_same_tokens_name_the_lowest_rank() -> None:
+    """Ranks 0 and 1 both pay 1,000 B a token: both admit int(int(1,000 n) x 1.1) <=
+    1,100,000, n = 1,000. The tie is set by the lowest rank, 0."""
+    rows = [
+        dict(seq=0, wave=0, rank=rank, signature="s", packed_tokens=100, logical_tokens=100,
+             peak_bytes=100_000, whole=True)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    (row,) = recommend(readings_frame(rows), 1_100_000, ["max-merge"]).results
+    assert (row["ranks"], row["admitted_tokens"], row["rank"]) == (2, 1_000, 0)
+
+
+def test_the_caption_explains_between_when_any_row_lies_below_an_oom() -> None:
+    """Signature 'a' fitted 100 tokens (1,000 B) and ran out of memory at 300; 'b' fitted
+    100 tokens. Under 10,000 B, 'a' lies between 100 and 299 (below an OOM), 'b' above
+    every peak: one row below an OOM is enough for the caption to say what 'between'
+    means, in every format that has a caption."""
+    rows = [
+        dict(seq=0, wave=0, signature="a", packed_tokens=100, logical_tokens=100,
+             peak_bytes=1_000, whole=True),
+        dict(seq=1, wave=1, signature="a", packed_tokens=300, logical_tokens=300,
+             peak_bytes=2_000, phase="forward", oom=True),
+        dict(seq=2, wave=2, signature="b", packed_tokens=100, logical_tokens=100,
+             peak_bytes=1_000, whole=True),
+    ]  # fmt: skip
+    rec = recommend(readings_frame(rows), 10_000, ["max-merge"])
+    assert [r["measured"] for r in rec.results] == [BELOW_AN_OOM, ABOVE_EVERY_PEAK]
+    for fmt in ("markdown", "table"):
+        out = " ".join(render_recommendation(rec, fmt).split())
+        assert "between 100 and 299 (OOM at 300)" in out, fmt
+        assert "between = the first size that did not fit ran out of memory" in out, fmt
+
+
+def test_the_search_checks_the_cap_before_answering_it() -> None:
+    """Sizes up to 5 are admitted, the cap is 6: doubling reaches 4, then 8 is past the
+    cap, so 6 itself must be asked (refused), and the answer is 5, not the cap. Up to
+    1,000 under a cap of 1,500: 1,000 (doubling reaches 512, then 1,024 is refused)."""
+    assert largest_admitted(lambda n: n <= 5, cap=6) == 5
+    assert largest_admitted(lambda n: n <= 1_000, cap=1_500) == 1_000
+    assert largest_admitted(lambda n: n <= 6, cap=6) == 6
+
+
+@given(st.integers(1, 2**20).flatmap(lambda cap: st.tuples(st.just(cap), st.integers(0, cap))))
+def test_the_search_finds_a_threshold_at_or_below_the_cap(case: tuple[int, int]) -> None:
+    """As test_the_search_finds_the_threshold_exactly, with the threshold drawn within
+    [0, cap], where a search that answers the cap unasked is wrong."""
+    cap, threshold = case
+    assert largest_admitted(lambda n: n <= threshold, cap) == threshold

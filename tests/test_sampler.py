@@ -627,3 +627,53 @@ def test_first_waves_that_run_out_of_memory_are_said_to_be_the_cause() -> None:
                       r"first_wave_tokens below 30"):  # fmt: skip
         run_epoch_early_oom(sampler, fits=20)
     pricer.close()
+
+
+# --- audit of 12-06g (audit1) ---
+
+
+def test_the_oversized_warning_names_the_samples_index_not_its_place_in_the_order() -> None:
+    """Shuffled (seed 0, epoch 0) the samples [5, 5, 50, 5] are packed in the order
+    [3, 0, 1, 2]; at 100 B/token under 1,000 B: [3, 0] (10 tokens, 1,000 B), [1] (sample
+    2 would make 55 tokens), then sample 2 alone (50 tokens, 5,000 B). The warning names
+    sample 2, its index, not 3, its place in the order."""
+    sampler = BudgetSampler([5, 5, 50, 5], taught(100), 1_000, first_wave_samples=1)
+    assert sampler.order(0) == [3, 0, 1, 2]
+    with pytest.warns(SamplerWarning, match=r"sample 2 \(50 tokens\) is priced 5,000 bytes"):
+        waves = list(sampler)
+    assert waves == [[3, 0], [1], [2]] and sampler.oversized == 1
+
+
+def test_the_first_wave_size_counts_the_tokens_function_not_the_summed_lengths() -> None:
+    """A padding collator (padded_tokens(8)) and no price yet, first_wave_tokens=40:
+    samples [5, 17, 9] in order. [5, 17] pads to 2 x 24 = 48 tokens, over 40 (their sum,
+    22, is not what the wave holds), so each sample is a wave: 8, 24 and 16 tokens."""
+    sampler = BudgetSampler(
+        [5, 17, 9], Pricer("max-merge"), 10**9, first_wave_tokens=40, tokens=padded_tokens(8),
+        shuffle=False,
+    )  # fmt: skip
+    assert list(sampler) == [[0], [1], [2]]
+    assert [(w.packed_tokens, w.estimate_bytes) for w in sampler.waves] == [
+        (8, None), (24, None), (16, None),
+    ]  # fmt: skip
+
+
+def test_another_signatures_oom_during_a_wave_does_not_repack_it() -> None:
+    """100 B/token under 1,000 B packs [5, 5, 5] as [0, 1] (1,000 B) and [2]. During the
+    first wave the trainer runs an 'eval' wave that runs out of memory: that is eval's
+    OOM, not the sampler's wave's, so [0, 1] is not marked OOM nor packed again."""
+    pricer = taught(100)
+    sampler = BudgetSampler([5, 5, 5], pricer, 1_000, first_wave_samples=1, shuffle=False)
+    waves = []
+    for wave in sampler:
+        waves.append(wave)
+        with sampler.wave() as w:
+            w.forward_done()
+        if len(waves) == 1:
+            with pricer.wave("eval", 10, budget_bytes=1_000) as e:
+                raise torch.OutOfMemoryError("simulated: CUDA out of memory.")
+            assert e.oom and not w.oom
+    pricer.close()
+    assert waves == [[0, 1], [2]] and sampler.failed == []
+    assert [w.oom for w in sampler.waves] == [False, False]
+    assert [o.signature for o in pricer.ooms] == ["eval"]

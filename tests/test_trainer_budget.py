@@ -126,3 +126,27 @@ def test_a_process_groups_budget_is_the_smallest_of_its_ranks(backend: str, devi
     # nccl reduces tensors on the rank's current GPU; the others on the CPU
     assert group.devices == [device]
     assert _min_over_ranks(FakeGroup(backend, others=9 * GB).torch, 7 * GB) == 7 * GB
+
+
+# --- audit of 12-06g (audit1) ---
+
+
+@pytest.mark.parametrize("argument", ["budget_bytes", "budget"])
+def test_a_size_that_does_not_parse_names_the_argument_it_was_given_as(argument: str) -> None:
+    """ "lots" is not a size: the error names the argument ("budget_bytes" by default, or
+    the one given), then the value, as every other refusal of budget_bytes does."""
+    with pytest.raises(UsageError, match=rf"^{argument} 'lots' is not a size: give bytes") as e:
+        budget_bytes("lots", argument)
+    assert e.value.argument == argument
+
+
+def test_a_reserve_larger_than_what_is_free_leaves_a_budget_of_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Device 1 has 5 GB free of 10 GB, every reserved byte in use: a reserve of 60% (6
+    GB) is more than is free, so the budget is 0 bytes (5 - 6 = -1 GB is no budget),
+    and at 50% exactly 0 too (5 - 5); at 40%, 1 GB."""
+    TwoDevices(allocated=2 * GB).apply(monkeypatch)
+    assert device_budget(reserve=0.6) == 0
+    assert device_budget(reserve=0.5) == 0
+    assert device_budget(reserve=0.4) == GB
