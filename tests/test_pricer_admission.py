@@ -27,7 +27,7 @@ from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.recorder import Recorder, RecorderWarning
 from warmfit.recorder.meters import CappedCpuMeter, CpuMeter, meter_live
 from warmfit.replay import replay
-from warmfit.replay.admission import SEARCH_CAP_TOKENS
+from warmfit.replay.admission import SEARCH_CAP_TOKENS, oom_bound
 from warmfit.report.recommend import logical_tokens, recommend
 from warmfit.trainer import device_budget
 from warmfit.trainer.pricer import OomWave, Pricer, PricerWarning
@@ -797,3 +797,43 @@ def test_max_tokens_is_zero_when_a_wave_of_one_token_ran_out_of_memory() -> None
     assert not pricer.admits("train", 1, budget_bytes=1_000_000)
     assert pricer.max_tokens("train", 1_000_000) == 0
     assert pricer.max_tokens("train", 1_000_001) == 10_000
+
+
+# --- audit of 12-06g (audit4) ---
+
+
+def test_an_oom_wave_of_another_kind_is_recorded_with_its_kind_and_bounds_only_it() -> None:
+    """Worked example: 100 B/token learned (safety factor 1); a split_child wave of 150
+    tokens runs out of memory under 1 MB. It is recorded as split_child's OOM: a
+    split_child wave of 150 is refused under 1 MB (max_tokens 149), a flat one of 150
+    (15,000 B, no OOM of its kind) is admitted (max_tokens 10,000: 1 MB / 100 B)."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=CpuMeter())
+    pricer.observe_row(row(100, 10_000))
+    with pricer.wave("train", 150, budget_bytes=1_000_000, kind="split_child") as w:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert w.oom and pricer.ooms == [OomWave("train", "split_child", 150, 1_000_000)]
+    assert pricer.oom_tokens("train", 1_000_000, kind="split_child") == 150
+    assert pricer.oom_tokens("train", 1_000_000) is None
+    assert not pricer.admits("train", 150, budget_bytes=1_000_000, kind="split_child")
+    assert pricer.max_tokens("train", 1_000_000, kind="split_child") == 149
+    assert pricer.admits("train", 150, budget_bytes=1_000_000)
+    assert pricer.max_tokens("train", 1_000_000) == 10_000
+
+
+def test_the_oom_bound_is_the_smallest_size_whatever_order_the_ooms_came_in() -> None:
+    """Worked example: 100 B/token learned (safety factor 1); waves of 200 then 100
+    tokens run out of memory under 1 MB, in that order. The bound is the smaller, 100,
+    not the first: 100 tokens are refused, 99 admitted (max_tokens 99)."""
+    assert oom_bound([(200, None), (100, None)], 1_000) == 100
+    assert oom_bound([(200, 1_000), (100, 1_000), (50, 999)], 1_000) == 100
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=CpuMeter())
+    pricer.observe_row(row(100, 10_000))
+    for n in (200, 100):
+        with pricer.wave("train", n, budget_bytes=1_000_000):
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert [o.packed_tokens for o in pricer.ooms] == [200, 100]
+    assert pricer.oom_tokens("train", 1_000_000) == 100
+    assert not pricer.admits("train", 100, budget_bytes=1_000_000)
+    assert pricer.max_tokens("train", 1_000_000) == 99

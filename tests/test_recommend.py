@@ -770,3 +770,26 @@ def test_the_search_finds_a_threshold_at_or_below_the_cap(case: tuple[int, int])
     [0, cap], where a search that answers the cap unasked is wrong."""
     cap, threshold = case
     assert largest_admitted(lambda n: n <= threshold, cap) == threshold
+
+
+# --- audit of 12-06g (audit4) ---
+
+
+def test_a_table_groups_only_the_rows_of_one_run_and_signature() -> None:
+    """One run, signatures 'a' and 'b' (two policies each): each signature's first row
+    names its run and signature, its second only its policy. A row of 'b' that followed
+    'a' without naming 'b' would read as a's."""
+    rows = [
+        dict(seq=i, wave=i, signature=sig, packed_tokens=100, logical_tokens=100,
+             peak_bytes=1_000, whole=True)
+        for i, sig in enumerate(["a", "b"])
+    ]  # fmt: skip
+    rec = recommend(readings_frame(rows), 10_000, ["max-merge", "warm-fit"])
+    assert [(r["signature"], r["policy"]) for r in rec.results] == [
+        ("a", "max-merge"), ("a", "warm-fit"), ("b", "max-merge"), ("b", "warm-fit"),
+    ]  # fmt: skip
+    lines = [line.split() for line in render_recommendation(rec, "table").splitlines()]
+    named = [cells[:3] for cells in lines if "max-merge" in cells or "warm-fit" in cells]
+    assert [c for c in named if c[:2] in (["run", "a"], ["run", "b"])] == [
+        ["run", "a", "max-merge"], ["run", "b", "max-merge"],
+    ]  # fmt: skip

@@ -677,3 +677,84 @@ def test_another_signatures_oom_during_a_wave_does_not_repack_it() -> None:
     assert waves == [[0, 1], [2]] and sampler.failed == []
     assert [w.oom for w in sampler.waves] == [False, False]
     assert [o.signature for o in pricer.ooms] == ["eval"]
+
+
+# --- audit of 12-06g (audit4) ---
+
+
+def oom_at(pricer: Pricer, tokens: int, budget: int) -> None:
+    """A wave of ``train`` of ``tokens`` packed tokens that ran out of memory under ``budget``."""
+    with pricer.wave("train", tokens, budget_bytes=budget) as w:
+        raise torch.OutOfMemoryError("simulated: CUDA out of memory.")
+    assert w.oom
+
+
+def test_unpriced_waves_stop_below_an_oom_size_counted_by_the_tokens_function() -> None:
+    """No price yet (no profile), a padding collator (padded_tokens(8)) and a wave of 24
+    tokens that ran out of memory under the budget; first_wave_tokens=100. Samples [5, 9,
+    9] in order: [5, 9] pads to 2 x 16 = 32 tokens, at or above 24 (their sum, 14, is not
+    what the wave holds), so each sample is its own wave: 8, 16 and 16 tokens."""
+    pricer = Pricer("max-merge")
+    oom_at(pricer, 24, 10**9)
+    sampler = BudgetSampler(
+        [5, 9, 9], pricer, 10**9, first_wave_tokens=100, tokens=padded_tokens(8), shuffle=False
+    )
+    assert list(sampler) == [[0], [1], [2]]
+    assert [w.packed_tokens for w in sampler.waves] == [8, 16, 16]
+    pricer.close()
+
+
+def test_a_sample_padded_to_an_oom_size_is_yielded_alone() -> None:
+    """100 B/token under 1 MB, a padding collator (padded_tokens(8)), and a wave of 24
+    tokens that ran out of memory under 1 MB. Sample 0 (20 tokens long) pads to 24
+    tokens, the OOM size: it is yielded alone with a warning (its length, 20, is below 24,
+    but the wave holds 24); sample 1 (3 tokens, 8 padded) is the next wave."""
+    pricer = taught(100)
+    oom_at(pricer, 24, 10**6)
+    sampler = BudgetSampler(
+        [20, 3], pricer, 10**6, first_wave_samples=1, tokens=padded_tokens(8), shuffle=False
+    )
+    with pytest.warns(SamplerWarning, match=r"sample 0 \(20 tokens\) is at or above 24 tokens"):
+        assert list(sampler) == [[0], [1]]
+    assert sampler.oversized == 1
+    pricer.close()
+
+
+def test_a_priced_wave_stops_one_sample_before_it_reaches_an_oom_size() -> None:
+    """100 B/token under 1 MB (every wave here is priced well within it), and a wave of 20
+    tokens that ran out of memory under 1 MB. Samples [10, 10, 5] in order: [0, 1] would
+    be 20 tokens, exactly the OOM size, so it is not packed: [0], then [1, 2] (15)."""
+    pricer = taught(100)
+    oom_at(pricer, 20, 10**6)
+    sampler = BudgetSampler([10, 10, 5], pricer, 10**6, first_wave_samples=1, shuffle=False)
+    assert list(sampler) == [[0], [1, 2]]
+    assert [w.packed_tokens for w in sampler.waves] == [10, 15]
+    pricer.close()
+
+
+def test_a_sample_that_ran_out_of_memory_alone_is_named_with_its_length_not_its_padding() -> None:
+    """A padding collator (padded_tokens(8)): sample 0, 5 tokens long, is a wave of 8
+    tokens; it runs out of memory alone. The warning names its length, 5 tokens."""
+    pricer = taught(1)
+    sampler = BudgetSampler(
+        [5], pricer, 10**6, first_wave_samples=1, tokens=padded_tokens(8), shuffle=False
+    )
+    with pytest.warns(SamplerWarning, match=r"sample 0 \(5 tokens\) ran out of memory alone"):
+        assert run_epoch(sampler, fits=0) == []
+    assert sampler.failed == [0] and sampler.waves[0].packed_tokens == 8
+    pricer.close()
+
+
+def test_a_samplers_oom_wave_bounds_only_budgets_up_to_the_samplers() -> None:
+    """100 B/token under 1,000 B: [5, 5] is one wave of 10 tokens (1,000 B), and the
+    device fits 5: it runs out of memory, recorded under the sampler's budget, 1,000 B.
+    Its samples are packed again as [0], [1]. The OOM says 10 tokens do not fit 1,000 B,
+    nothing of 1,001 B: the Pricer bounds the one budget, not the other."""
+    pricer = taught(100)
+    sampler = BudgetSampler([5, 5], pricer, 1_000, first_wave_samples=1, shuffle=False)
+    assert run_epoch(sampler, fits=5) == [[0], [1]]
+    assert [(o.packed_tokens, o.budget_bytes) for o in pricer.ooms] == [(10, 1_000)]
+    assert pricer.oom_tokens("train", 1_000) == 10
+    assert pricer.oom_tokens("train", 1_001) is None
+    assert pricer.admits("train", 10, budget_bytes=1_001)
+    pricer.close()
