@@ -813,3 +813,47 @@ def test_a_candidate_matches_the_net_prediction_rounded_not_truncated(tmp_path: 
     assert row["art_expected_required_bytes"] == 11_000_001
     assert row["estimate_bytes"] == 11_000_001  # round(10,000,001 x 1.1)
     assert row["art_estimate_from"] == "predicted_peak_bytes x replay.safety_factor"
+
+
+def test_the_local_admitted_bytes_pick_the_candidate_before_admission_peak_bytes(
+    tmp_path: Path,
+) -> None:
+    """replay.local_admission_peak_bytes (12,000,000) matches the 16-token candidate and
+    admission_peak_bytes (10,001,000) the 8-token one: the local figure is tried first
+    (SPEC §9's order), so the 16-token candidate ran."""
+    sixteen = _candidate(12_000_000)
+    sixteen["arguments"] = {"packed_tokens": 16, "logical_tokens": 16, "output_bytes": 0}
+    record = report(1, occurred="2026-01-01T00:00:00Z", estimates=[_candidate(10_001_000), sixteen])
+    record["replay"]["local_admission_peak_bytes"] = 12_000_000
+    misses, refused = _refusals(tmp_path, {"r.json": canonical(record)})
+    assert refused == {}
+    row = misses.readings.row(0, named=True)
+    assert (row["packed_tokens"], row["art_expected_required_bytes"]) == (16, 12_000_000)
+    assert row["estimate_bytes"] == 12_000_000
+    assert row["art_estimate_from"] == "replay.local_admission_peak_bytes"
+
+
+def test_a_bad_candidate_and_a_bad_local_figure_are_named_where_they_are(tmp_path: Path) -> None:
+    """The second candidate's fault names estimates[1], not [0]; a bad local figure is
+    named with its replay. prefix."""
+    at = "2026-01-01T00:00:00Z"
+    zero = _candidate(10_001_000)
+    zero["arguments"] = {"packed_tokens": 0, "logical_tokens": 0, "output_bytes": 0}
+    second = report(1, occurred=at, estimates=[_candidate(10_001_000), zero])
+    local = report(2, occurred=at)
+    local["replay"]["local_admission_peak_bytes"] = -1
+    misses, refused = _refusals(
+        tmp_path, {"second.json": canonical(second), "local.json": canonical(local)}
+    )
+    assert misses.imported == 0
+    assert refused == {
+        "second.json": (
+            "malformed",
+            "replay.memory_replay.estimates[1].arguments.packed_tokens is 0; a wave has at "
+            "least one token.",
+        ),
+        "local.json": (
+            "malformed",
+            "replay.local_admission_peak_bytes must be a whole number from 0 to 2**63 - 1; got -1.",
+        ),
+    }
