@@ -857,3 +857,30 @@ def test_a_bad_candidate_and_a_bad_local_figure_are_named_where_they_are(tmp_pat
             "replay.local_admission_peak_bytes must be a whole number from 0 to 2**63 - 1; got -1.",
         ),
     }
+
+
+def test_an_id_refused_for_another_fault_does_not_block_a_good_report_of_that_id(
+    tmp_path: Path,
+) -> None:
+    """a.json (id 1) records no wave and is refused for that; b.json (id 1 too) is good
+    and imported: only an imported report's id counts as taken."""
+    at = "2026-01-01T00:00:00Z"
+    refusal = report(1, occurred=at, event="admission_refused")
+    misses, refused = _refusals(
+        tmp_path, {"a.json": canonical(refusal), "b.json": canonical(report(1, occurred=at))}
+    )
+    assert misses.imported == 1
+    assert list(refused) == ["a.json"]
+    assert refused["a.json"][0] == "not a wave"
+
+
+def test_an_empty_device_is_kept_as_text_and_an_object_as_sorted_json(tmp_path: Path) -> None:
+    """replay.device "" stays "" (not null); {"b": 1, "a": 2} is written with sorted keys."""
+    at = "2026-01-01T00:00:0{}Z"
+    empty = report(1, occurred=at.format(1))
+    empty["replay"]["device"] = ""
+    named = report(2, occurred=at.format(2))
+    named["replay"]["device"] = {"b": 1, "a": 2}
+    misses, refused = _refusals(tmp_path, {"1.json": canonical(empty), "2.json": canonical(named)})
+    assert refused == {}
+    assert misses.readings.get_column("art_device").to_list() == ["", '{"a": 2, "b": 1}']
