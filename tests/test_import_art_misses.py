@@ -692,3 +692,195 @@ def test_a_signature_object_names_one_signature_whatever_its_key_order(tmp_path:
     assert refused == {}
     expected = "art:" + hashlib.sha256(b'{"a":1,"b":2}').hexdigest()[:16]
     assert misses.readings.get_column("signature").to_list() == [expected, expected]
+
+
+# --- audit of 12-06g (audit3) ---
+
+
+def _candidate(expected: int | None, signature: Any = "s") -> dict[str, Any]:
+    arguments = {"packed_tokens": 8, "logical_tokens": 8, "output_bytes": 0}
+    return {"signature": signature, "arguments": arguments, "expected_required_bytes": expected}
+
+
+def test_each_refusal_is_named_with_its_own_reason_and_words(tmp_path: Path) -> None:
+    """One report per refusal that no other test reaches alone: each is refused (never
+    imported, never a traceback) with its reason and its message word for word."""
+    at = "2026-01-01T00:00:00Z"
+
+    def changed(number: int, **fields: Any) -> dict[str, Any]:
+        return report(number, occurred=at) | fields
+
+    no_kind = {k: v for k, v in changed(1).items() if k != "kind"}
+    disagree = report(5, occurred=at, event="oom", oom=False)  # format 2: event and oom differ
+    reasons = changed(6, replay=None, replay_complete=False, incomplete_reasons=["x" * 300])
+    no_bytes = changed(8, admission_peak_bytes=None)  # no local figure, no factor either
+    no_bytes["replay"]["safety_factor"] = None
+    # both candidates equal admission_peak_bytes (10,001,000): which one ran is not known
+    two = report(9, occurred=at, estimates=[_candidate(10_001_000), _candidate(10_001_000)])
+    files = {
+        "kind.json": canonical(no_kind),
+        "format-true.json": canonical(changed(2, format=True)),  # true == 1 in Python
+        "format-float.json": canonical(changed(3, format=1.0)),
+        "when.json": canonical(changed(4, occurred_at="yesterday")),
+        "disagree.json": canonical(disagree),
+        "reasons.json": canonical(reasons),
+        "replay-list.json": canonical(changed(7, replay=[1])),
+        "no-bytes.json": canonical(no_bytes),
+        "two-match.json": canonical(two),
+        "sig-empty.json": canonical(report(10, occurred=at, estimates=[_candidate(1, "")])),
+        "expected-null.json": canonical(report(11, occurred=at, estimates=[_candidate(None)])),
+        "utf.json": b'{"kind": "\xff"}\n',  # the bad byte is byte 10, counted from 0
+    }
+    misses, refused = _refusals(tmp_path, files)
+    assert misses.imported == 0
+    estimates = "replay.memory_replay.estimates[0]."
+    assert refused == {
+        "kind.json": (
+            "malformed",
+            "is not an ART planner-miss report (kind null, not 'art-planner-miss').",
+        ),
+        "format-true.json": ("malformed", "has format true; warmfit reads formats 1 and 2."),
+        "format-float.json": ("malformed", "has format 1.0; warmfit reads formats 1 and 2."),
+        "when.json": ("malformed", "occurred_at 'yesterday' is not an ISO 8601 time."),
+        "disagree.json": ("malformed", "event 'oom' disagrees with oom = false."),
+        # ART's reasons, joined, cut at 200 characters
+        "reasons.json": (
+            "not a wave",
+            f"has no replay section, so no tokens or signature (ART says: {'x' * 200}).",
+        ),
+        "replay-list.json": ("malformed", "replay must be an object; got [1]."),
+        "no-bytes.json": (
+            "malformed",
+            "says no bytes admitted: neither replay.local_admission_peak_bytes, "
+            "admission_peak_bytes nor a positive replay.safety_factor.",
+        ),
+        "two-match.json": (
+            "not a wave",
+            "lists 2 candidate estimates and 2 of them match the admitted bytes "
+            "(10,001,000, admission_peak_bytes): which one ran is not known.",
+        ),
+        "sig-empty.json": (
+            "malformed",
+            f"{estimates}signature must be an object or a string; got ''.",
+        ),
+        "expected-null.json": (
+            "malformed",
+            f"{estimates}expected_required_bytes must be a whole number from 0 to 2**63 - 1; "
+            "got null.",
+        ),
+        "utf.json": ("malformed", "is not UTF-8 text (byte 10)."),
+    }
+
+
+def test_a_repeated_id_names_the_first_file_that_had_it(tmp_path: Path) -> None:
+    """Files are read in name order: b.json repeats a.json's id and is the one refused,
+    naming a.json (not itself)."""
+    record = canonical(report(1, occurred="2026-01-01T00:00:00Z"))
+    misses, refused = _refusals(tmp_path, {"a.json": record, "b.json": record})
+    assert misses.imported == 1
+    assert refused == {"b.json": ("malformed", "repeats the id of a.json.")}
+
+
+def test_the_source_digest_covers_each_imported_reports_bytes_and_name(tmp_path: Path) -> None:
+    """source_sha256 is the SHA-256 of 'SHA256  NAME\\n' per imported report, in name
+    order: like sha256sum's output, so renaming a report changes it."""
+    raw = canonical(report(1, occurred="2026-01-01T00:00:00Z"))
+    digests = []
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / f"{name}.json").write_bytes(raw)
+        digests.append(import_misses(folder).metadata["warmfit.import.source_sha256"])
+    line = f"{hashlib.sha256(raw).hexdigest()}  a.json\n"
+    assert digests[0] == hashlib.sha256(line.encode()).hexdigest()
+    assert digests[0] != digests[1]
+
+
+def test_a_candidate_matches_the_net_prediction_rounded_not_truncated(tmp_path: Path) -> None:
+    """predicted 10,000,001 under a factor of 1.1, no admitted bytes given: candidate
+    11,000,001 / 1.1 = 10,000,000.909 rounds to 10,000,001 and is the one that ran;
+    11,000,000 / 1.1 = 10,000,000 matches nothing. Truncating would match none."""
+    record = report(
+        1,
+        occurred="2026-01-01T00:00:00Z",
+        predicted=10_000_001,
+        estimates=[_candidate(11_000_000), _candidate(11_000_001)],
+    )
+    record["admission_peak_bytes"] = None
+    misses, refused = _refusals(tmp_path, {"r.json": canonical(record)})
+    assert refused == {}
+    row = misses.readings.row(0, named=True)
+    assert row["art_expected_required_bytes"] == 11_000_001
+    assert row["estimate_bytes"] == 11_000_001  # round(10,000,001 x 1.1)
+    assert row["art_estimate_from"] == "predicted_peak_bytes x replay.safety_factor"
+
+
+def test_the_local_admitted_bytes_pick_the_candidate_before_admission_peak_bytes(
+    tmp_path: Path,
+) -> None:
+    """replay.local_admission_peak_bytes (12,000,000) matches the 16-token candidate and
+    admission_peak_bytes (10,001,000) the 8-token one: the local figure is tried first
+    (SPEC §9's order), so the 16-token candidate ran."""
+    sixteen = _candidate(12_000_000)
+    sixteen["arguments"] = {"packed_tokens": 16, "logical_tokens": 16, "output_bytes": 0}
+    record = report(1, occurred="2026-01-01T00:00:00Z", estimates=[_candidate(10_001_000), sixteen])
+    record["replay"]["local_admission_peak_bytes"] = 12_000_000
+    misses, refused = _refusals(tmp_path, {"r.json": canonical(record)})
+    assert refused == {}
+    row = misses.readings.row(0, named=True)
+    assert (row["packed_tokens"], row["art_expected_required_bytes"]) == (16, 12_000_000)
+    assert row["estimate_bytes"] == 12_000_000
+    assert row["art_estimate_from"] == "replay.local_admission_peak_bytes"
+
+
+def test_a_bad_candidate_and_a_bad_local_figure_are_named_where_they_are(tmp_path: Path) -> None:
+    """The second candidate's fault names estimates[1], not [0]; a bad local figure is
+    named with its replay. prefix."""
+    at = "2026-01-01T00:00:00Z"
+    zero = _candidate(10_001_000)
+    zero["arguments"] = {"packed_tokens": 0, "logical_tokens": 0, "output_bytes": 0}
+    second = report(1, occurred=at, estimates=[_candidate(10_001_000), zero])
+    local = report(2, occurred=at)
+    local["replay"]["local_admission_peak_bytes"] = -1
+    misses, refused = _refusals(
+        tmp_path, {"second.json": canonical(second), "local.json": canonical(local)}
+    )
+    assert misses.imported == 0
+    assert refused == {
+        "second.json": (
+            "malformed",
+            "replay.memory_replay.estimates[1].arguments.packed_tokens is 0; a wave has at "
+            "least one token.",
+        ),
+        "local.json": (
+            "malformed",
+            "replay.local_admission_peak_bytes must be a whole number from 0 to 2**63 - 1; got -1.",
+        ),
+    }
+
+
+def test_an_id_refused_for_another_fault_does_not_block_a_good_report_of_that_id(
+    tmp_path: Path,
+) -> None:
+    """a.json (id 1) records no wave and is refused for that; b.json (id 1 too) is good
+    and imported: only an imported report's id counts as taken."""
+    at = "2026-01-01T00:00:00Z"
+    refusal = report(1, occurred=at, event="admission_refused")
+    misses, refused = _refusals(
+        tmp_path, {"a.json": canonical(refusal), "b.json": canonical(report(1, occurred=at))}
+    )
+    assert misses.imported == 1
+    assert list(refused) == ["a.json"]
+    assert refused["a.json"][0] == "not a wave"
+
+
+def test_an_empty_device_is_kept_as_text_and_an_object_as_sorted_json(tmp_path: Path) -> None:
+    """replay.device "" stays "" (not null); {"b": 1, "a": 2} is written with sorted keys."""
+    at = "2026-01-01T00:00:0{}Z"
+    empty = report(1, occurred=at.format(1))
+    empty["replay"]["device"] = ""
+    named = report(2, occurred=at.format(2))
+    named["replay"]["device"] = {"b": 1, "a": 2}
+    misses, refused = _refusals(tmp_path, {"1.json": canonical(empty), "2.json": canonical(named)})
+    assert refused == {}
+    assert misses.readings.get_column("art_device").to_list() == ["", '{"a": 2, "b": 1}']
