@@ -645,12 +645,6 @@ def test_a_time_without_its_zone_or_in_another_is_not_utc(tmp_path: Path, occurr
     assert refused == {"when.json": ("malformed", f"occurred_at {occurred!r} is not in UTC.")}
 
 
-def _with_estimate(number: int, estimate: dict[str, Any]) -> dict[str, Any]:
-    record = report(number, occurred=f"2026-01-01T00:00:0{number}Z")
-    record["replay"]["memory_replay"]["estimates"] = [estimate]
-    return record
-
-
 def test_an_estimate_of_no_tokens_or_no_estimate_at_all_is_refused(tmp_path: Path) -> None:
     """packed_tokens = 0 is no wave (malformed); an empty estimates list gives no tokens
     or signature (not a wave): each refused and named, never a traceback."""
@@ -677,15 +671,13 @@ def test_an_estimate_of_no_tokens_or_no_estimate_at_all_is_refused(tmp_path: Pat
 def test_a_signature_object_names_one_signature_whatever_its_key_order(tmp_path: Path) -> None:
     """{"a": 1, "b": 2} and {"b": 2, "a": 1} are one signature: art: and the first 16 hex
     digits of the SHA-256 of '{"a":1,"b":2}' (keys sorted), whatever order ART wrote."""
-    arguments = {"packed_tokens": 8, "logical_tokens": 8, "output_bytes": 0}
     files = {}
     for number, signature in ((1, {"a": 1, "b": 2}), (2, {"b": 2, "a": 1})):
-        estimate = {
-            "signature": signature,
-            "arguments": arguments,
-            "expected_required_bytes": 10_000_000,
-        }
-        raw = json.dumps(_with_estimate(number, estimate)) + "\n"  # keys in written order
+        record = report(
+            number, occurred=f"2026-01-01T00:00:0{number}Z",
+            estimates=[_candidate(10_000_000, signature)],
+        )  # fmt: skip
+        raw = json.dumps(record) + "\n"  # keys in written order
         files[f"{number}.json"] = raw.encode()
     assert b'{"b": 2, "a": 1}' in files["2.json"]
     misses, refused = _refusals(tmp_path, files)
