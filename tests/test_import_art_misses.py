@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.command_line import warmfit_cli
 from warmfit.cli import app
 from warmfit.format.trace import read_trace
 from warmfit.importers.art_misses import MAX_REPORT_BYTES, import_misses
@@ -876,3 +878,604 @@ def test_an_empty_device_is_kept_as_text_and_an_object_as_sorted_json(tmp_path: 
     misses, refused = _refusals(tmp_path, {"1.json": canonical(empty), "2.json": canonical(named)})
     assert refused == {}
     assert misses.readings.get_column("art_device").to_list() == ["", '{"a": 2, "b": 1}']
+
+
+# --- issue 38, tests by pattern (s1) ---
+
+AT = "2026-01-01T00:00:00Z"
+#: The message of a byte count out of its column, and of a rank out of int32.
+INT64 = "must be a whole number from 0 to 2**63 - 1; got"
+INT32 = "must be a whole number from 0 to 2**31 - 1, an int32; got"
+ESTIMATES = "replay.memory_replay.estimates"
+
+
+def _edited(
+    number: int = 1,
+    *,
+    drop: tuple[str, ...] = (),
+    in_replay: dict[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """report(number) with top-level ``fields`` set, the keys ``drop`` removed and
+    ``in_replay``'s keys set in its replay section."""
+    record = report(number, occurred=AT) | fields
+    for key in drop:
+        del record[key]
+    if in_replay is not None:
+        record["replay"] = record["replay"] | in_replay
+    return record
+
+
+def _tokens(packed: int, logical: int, expected: int = 10_001_000, **changes: Any) -> Any:
+    """One candidate estimate of signature 's' with these arguments (output_bytes 0)."""
+    arguments = {"packed_tokens": packed, "logical_tokens": logical, "output_bytes": 0}
+    return {"signature": "s", "arguments": arguments, "expected_required_bytes": expected} | changes
+
+
+def _listing(*items: Any, **fields: Any) -> dict[str, Any]:
+    """A report whose replay.memory_replay.estimates is ``items``."""
+    fields["in_replay"] = fields.get("in_replay", {}) | {
+        "memory_replay": {"estimates": list(items)}
+    }
+    return _edited(**fields)
+
+
+def _raw(record: Any) -> bytes:
+    return canonical(record)
+
+
+def _digits() -> bytes:
+    return canonical(report(1, occurred=AT)).replace(b"13000000", b"9" * 5000)
+
+
+def _surrogate() -> bytes:
+    return canonical(report(1, occurred=AT)).replace(b"Qwen/Qwen3-1.7B", b"Qwen\\ud800")
+
+
+def _sparse_over_cap(path: Path) -> None:
+    with path.open("wb") as handle:  # sparse: no 16 MiB written
+        handle.truncate(MAX_REPORT_BYTES + 1)
+
+
+#: One report alone in a spool, and the one line that refuses it: (what the file is, its
+#: reason, its problem word for word). Values quoted as JSON, text as Python quotes it.
+REFUSALS = [
+    pytest.param(b"[1]\n", "malformed", "is JSON but not an object.", id="json-list"),
+    pytest.param(b"null\n", "malformed", "is JSON but not an object.", id="json-null"),
+    pytest.param(b"  \xfe{}\n", "malformed", "is not UTF-8 text (byte 2).", id="utf8"),
+    pytest.param(
+        b'{"kind": "art',
+        "malformed",
+        "is cut short: 13 bytes of JSON that ends before it is complete.",
+        id="cut-short",
+    ),
+    pytest.param(
+        b'{\n  "a": 1,\n  oops\n}\n',
+        "malformed",
+        "is not JSON (Expecting property name enclosed in double quotes at line 3, column 3).",
+        id="not-json-line-3",
+    ),
+    pytest.param(
+        _digits(), "malformed", "holds a number too long to read (over 4,300 digits).", id="digits"
+    ),
+    pytest.param(
+        b"[" * 100_000 + b"]" * 100_000 + b"\n",
+        "malformed",
+        "nests arrays or objects too deeply to read.",
+        id="deep",
+    ),
+    pytest.param(
+        _surrogate(),
+        "malformed",
+        r"holds a lone surrogate ('\ud800'), which is not text.",
+        id="surrogate",
+    ),
+    pytest.param(
+        b'{"id": "x",' + canonical(report(1, occurred=AT))[1:],
+        "malformed",
+        "names the key 'id' twice.",
+        id="key-twice",
+    ),
+    pytest.param(
+        _raw(_edited(kind="art-planner-hit")),
+        "malformed",
+        "is not an ART planner-miss report (kind 'art-planner-hit', not 'art-planner-miss').",
+        id="kind",
+    ),
+    pytest.param(
+        _raw(_edited(format=3)),
+        "malformed",
+        "has format 3; warmfit reads formats 1 and 2.",
+        id="format-3",
+    ),
+    pytest.param(
+        _raw(_edited(format="2")),
+        "malformed",
+        "has format '2'; warmfit reads formats 1 and 2.",
+        id="format-text",
+    ),
+    pytest.param(_raw(_edited(id=23)), "malformed", "id must be a string; got 23.", id="id"),
+    pytest.param(
+        _raw(_edited(occurred_at=None)),
+        "malformed",
+        "occurred_at must be a string; got null.",
+        id="occurred-null",
+    ),
+    pytest.param(
+        _raw(_edited(drop=("phase",))),
+        "malformed",
+        "phase must be a string; got null.",
+        id="phase-absent",
+    ),
+    pytest.param(
+        _raw(_edited(oom="yes")), "malformed", "oom must be true or false; got 'yes'.", id="oom"
+    ),
+    pytest.param(
+        _raw(_edited(occurred_at="2026-13-01T00:00:00Z")),
+        "malformed",
+        "occurred_at '2026-13-01T00:00:00Z' is not an ISO 8601 time.",
+        id="not-iso",
+    ),
+    pytest.param(
+        _raw(_edited(occurred_at="2025-12-31T19:00:00-05:00")),
+        "malformed",
+        "occurred_at '2025-12-31T19:00:00-05:00' is not in UTC.",
+        id="west-of-utc",
+    ),
+    pytest.param(
+        _raw(_edited(occurred_at="2026-01-01T00:30:00+00:30")),
+        "malformed",
+        "occurred_at '2026-01-01T00:30:00+00:30' is not in UTC.",
+        id="half-hour-east",
+    ),
+    pytest.param(
+        _raw(_edited(format=2, event=5)),
+        "malformed",
+        "event must be a string; got 5.",
+        id="event-number",
+    ),
+    pytest.param(
+        _raw(_edited(format=2, event="admission_refused")),
+        "not a wave",
+        "records the event 'admission_refused': no wave ran, so there is no peak.",
+        id="event-no-wave",
+    ),
+    pytest.param(
+        _raw(report(1, occurred=AT, event="estimate_miss", oom=True, partial=15_000_000)),
+        "malformed",
+        "event 'estimate_miss' disagrees with oom = true.",
+        id="miss-with-oom",
+    ),
+    pytest.param(
+        _raw(report(1, occurred=AT, event="oom", oom=False)),
+        "malformed",
+        "event 'oom' disagrees with oom = false.",
+        id="oom-event-without-oom",
+    ),
+    pytest.param(
+        _raw(_edited(predicted_peak_bytes=1.5)),
+        "malformed",
+        f"predicted_peak_bytes {INT64} 1.5.",
+        id="predicted-float",
+    ),
+    pytest.param(
+        _raw(_edited(drop=("predicted_peak_bytes",))),
+        "malformed",
+        f"predicted_peak_bytes {INT64} null.",
+        id="predicted-absent",
+    ),
+    pytest.param(
+        _raw(_edited(admission_peak_bytes="12")),
+        "malformed",
+        f"admission_peak_bytes {INT64} '12'.",
+        id="admission-text",
+    ),
+    pytest.param(
+        _raw(_edited(observed_peak_bytes=2**63)),
+        "malformed",
+        f"observed_peak_bytes {INT64} 9223372036854775808.",
+        id="observed-2**63",
+    ),
+    pytest.param(
+        _raw(report(1, occurred=AT, oom=True, partial=-1)),
+        "malformed",
+        f"partial_peak_bytes {INT64} -1.",
+        id="partial-negative",
+    ),
+    pytest.param(
+        _raw(report(1, occurred=AT, oom=True, partial=None)),
+        "not a wave",
+        "is an OOM with no partial_peak_bytes: no peak to record.",
+        id="oom-no-partial",
+    ),
+    pytest.param(
+        _raw(_edited(threshold_pct="5")),
+        "malformed",
+        "threshold_pct must be a finite number; got '5'.",
+        id="threshold-text",
+    ),
+    pytest.param(
+        _raw(_edited(in_replay={"safety_factor": float("nan")})),
+        "malformed",
+        "safety_factor must be a finite number; got NaN.",
+        id="factor-nan",
+    ),
+    pytest.param(
+        _raw(_edited(in_replay={"safety_factor": float("-inf")})),
+        "malformed",
+        "safety_factor must be a finite number; got -Infinity.",
+        id="factor-minus-infinity",
+    ),
+    pytest.param(
+        # two reasons of 150 characters: joined by '; ', the whole cut at 200
+        _raw(_edited(replay=None, incomplete_reasons=["a" * 150, "b" * 150])),
+        "not a wave",
+        f"has no replay section, so no tokens or signature (ART says: {'a' * 150}; {'b' * 48}).",
+        id="no-replay-two-long-reasons",
+    ),
+    pytest.param(
+        _raw(_edited(replay="x")),
+        "malformed",
+        "replay must be an object; got 'x'.",
+        id="replay-text",
+    ),
+    pytest.param(
+        _raw(_edited(in_replay={"rank": 2**31})),
+        "malformed",
+        f"replay.rank {INT32} 2147483648.",
+        id="rank-2**31",
+    ),
+    pytest.param(
+        _raw(_edited(in_replay={"rank": True})),
+        "malformed",
+        f"replay.rank {INT32} true.",
+        id="rank-true",
+    ),
+    pytest.param(
+        _raw(_edited(in_replay={"model": ""})),
+        "malformed",
+        "replay.model must be a non-empty string; got ''.",
+        id="model-empty",
+    ),
+    pytest.param(
+        _raw(_edited(in_replay={"model": None})),
+        "malformed",
+        "replay.model must be a non-empty string; got null.",
+        id="model-null",
+    ),
+    pytest.param(
+        _raw(_edited(in_replay={"local_admission_peak_bytes": 2**63})),
+        "malformed",
+        f"replay.local_admission_peak_bytes {INT64} 9223372036854775808.",
+        id="local-2**63",
+    ),
+    pytest.param(
+        _raw(_edited(admission_peak_bytes=None, in_replay={"safety_factor": 0})),
+        "malformed",
+        "says no bytes admitted: neither replay.local_admission_peak_bytes, "
+        "admission_peak_bytes nor a positive replay.safety_factor.",
+        id="no-bytes-factor-0",
+    ),
+    pytest.param(
+        _raw(_edited(admission_peak_bytes=None, in_replay={"safety_factor": -1.1})),
+        "malformed",
+        "says no bytes admitted: neither replay.local_admission_peak_bytes, "
+        "admission_peak_bytes nor a positive replay.safety_factor.",
+        id="no-bytes-factor-negative",
+    ),
+    pytest.param(
+        # 2**62 x 2.0 is 2**63 exactly: one past the column
+        _raw(
+            _edited(
+                admission_peak_bytes=None,
+                predicted_peak_bytes=2**62,
+                in_replay={"safety_factor": 2.0},
+            )
+        ),
+        "malformed",
+        "predicted_peak_bytes x replay.safety_factor is beyond 2**63 - 1.",
+        id="price-2**63",
+    ),
+    pytest.param(
+        _raw(_edited(in_replay={"memory_replay": None})),
+        "not a wave",
+        "has no replay.memory_replay.estimates, so no tokens or signature.",
+        id="memory-null",
+    ),
+    pytest.param(
+        _raw(_edited(in_replay={"memory_replay": {"estimates": {"0": _tokens(8, 8)}}})),
+        "not a wave",
+        "has no replay.memory_replay.estimates, so no tokens or signature.",
+        id="estimates-object",
+    ),
+    pytest.param(
+        _raw(_listing(_tokens(8, 8), 5)),
+        "malformed",
+        f"{ESTIMATES}[1] must be an object.",
+        id="estimate-1-number",
+    ),
+    pytest.param(
+        _raw(_listing(_tokens(8, 8, signature=5))),
+        "malformed",
+        f"{ESTIMATES}[0].signature must be an object or a string; got 5.",
+        id="signature-number",
+    ),
+    pytest.param(
+        _raw(_listing(_tokens(8, 8, signature=["s"]))),
+        "malformed",
+        f'{ESTIMATES}[0].signature must be an object or a string; got ["s"].',
+        id="signature-list",
+    ),
+    pytest.param(
+        _raw(_listing(_tokens(8, 8, arguments=[8, 8, 0]))),
+        "malformed",
+        f"{ESTIMATES}[0].arguments must be an object; got [8, 8, 0].",
+        id="arguments-list",
+    ),
+    pytest.param(
+        _raw(_listing(_tokens(8, 8, arguments={"packed_tokens": 8, "logical_tokens": 8}))),
+        "malformed",
+        f"{ESTIMATES}[0].arguments.output_bytes {INT64} null.",
+        id="output-absent",
+    ),
+    pytest.param(
+        _raw(_listing(_tokens(8, 8, 5), _tokens(8, 8, 6), _tokens(10, 9))),
+        "malformed",
+        f"{ESTIMATES}[2].arguments.logical_tokens is below packed_tokens.",
+        id="logical-below-packed-in-2",
+    ),
+    pytest.param(
+        _raw(_listing(_tokens(8, 8, -1))),
+        "malformed",
+        f"{ESTIMATES}[0].expected_required_bytes {INT64} -1.",
+        id="expected-negative",
+    ),
+    pytest.param(
+        _raw(_listing(_tokens(8, 8, 5), _tokens(16, 16, 6))),
+        "not a wave",
+        "lists 2 candidate estimates and 0 of them match the admitted bytes "
+        "(10,001,000, admission_peak_bytes): which one ran is not known.",
+        id="none-match",
+    ),
+    pytest.param(
+        _raw(
+            _listing(
+                _tokens(8, 8, 12_000_000),
+                _tokens(16, 16, 10_001_000),
+                _tokens(32, 32, 12_000_000),
+                in_replay={"local_admission_peak_bytes": 12_000_000},
+            )
+        ),
+        "not a wave",
+        "lists 3 candidate estimates and 2 of them match the admitted bytes "
+        "(12,000,000, replay.local_admission_peak_bytes): which one ran is not known.",
+        id="two-of-three-match-local",
+    ),
+    pytest.param(
+        # no admitted figure: 11,000,000 / 1.1 rounds to predicted (10,000,000) for both
+        _raw(
+            _listing(
+                _tokens(8, 8, 11_000_000), _tokens(16, 16, 11_000_000), admission_peak_bytes=None
+            )
+        ),
+        "not a wave",
+        "lists 2 candidate estimates and 2 of them match the admitted bytes "
+        "(11,000,000, predicted_peak_bytes x replay.safety_factor): which one ran is not known.",
+        id="two-match-net",
+    ),
+    pytest.param(
+        lambda path: path.mkdir(), "malformed", "is a directory, not a regular file.", id="dir"
+    ),
+    pytest.param(
+        lambda path: path.symlink_to(path.parent / "gone"),
+        "malformed",
+        "does not exist (or is a broken symbolic link).",
+        id="broken-link",
+    ),
+    pytest.param(
+        _sparse_over_cap,
+        "oversized",
+        "is 16,777,217 bytes, over ART's cap of 16,777,216 (16 MiB).",
+        id="oversized",
+    ),
+]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("made", "reason", "problem"), REFUSALS)
+def test_each_refusal_is_one_line_word_for_word_and_exits_2(
+    tmp_path: Path, made: Any, reason: str, problem: str
+) -> None:
+    """A spool of one report that cannot be imported: stderr is its line, `warmfit:
+    refused FILE (REASON): PROBLEM`, then the count of each reason; nothing is written,
+    nothing on stdout, exit 2."""
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    path = folder / "r.json"
+    if callable(made):
+        made(path)
+    else:
+        path.write_bytes(made)
+    out = tmp_path / "m.parquet"
+    result = warmfit_cli("import", "art-misses", folder, "-o", out)
+    counts = ", ".join(f"{int(r == reason)} {r}" for r in ("malformed", "oversized", "not a wave"))
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2,
+        "",
+        f"warmfit: refused {path} ({reason}): {problem}\n"
+        f"warmfit: error: {folder}: no report could be imported (0 reports imported, "
+        f"{counts}); nothing written.\n",
+    )
+    assert not out.exists()
+
+
+HINT = (
+    "; name the directory of ART's planner-miss reports (art-planner-misses-UID-PID under "
+    "the temporary folder, or where your sink puts them)."
+)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda path: None, "does not exist (or is a broken symbolic link)" + HINT),
+        (lambda path: path.write_bytes(canonical(report(1, occurred=AT))), "is a file" + HINT),
+        (lambda path: os.mkfifo(path), "is a FIFO (named pipe), not a regular file" + HINT),
+        (
+            lambda path: path.mkdir(),
+            "holds no *.json report; ART writes one <id>.json per planner miss.",
+        ),
+        (
+            lambda path: (path.mkdir(), (path / "notes.txt").write_text("{}\n")),
+            "holds no *.json report; ART writes one <id>.json per planner miss.",
+        ),
+    ],
+    ids=["missing", "a-file", "a-fifo", "empty", "no-json-name"],
+)
+def test_a_spool_that_is_no_directory_of_reports_is_named_with_what_to_do(
+    tmp_path: Path, make: Any, problem: str
+) -> None:
+    spool = tmp_path / "spool"
+    make(spool)
+    out = tmp_path / "m.parquet"
+    result = warmfit_cli("import", "art-misses", spool, "-o", out)
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2,
+        "",
+        f"warmfit: error: {spool}: {problem}\n",
+    )
+    assert not out.exists()
+
+
+def test_some_refused_the_trace_holds_the_others_and_every_line_is_exact(tmp_path: Path) -> None:
+    """Two good reports (one priced by its local figure, one by the net prediction x 1.1) and
+    one refusal of each reason: stdout names the two sources that were used (not the third,
+    at 0) and what was written; stderr a line per refusal in name order, then their count."""
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    local = _edited(1, in_replay={"local_admission_peak_bytes": 0})  # 0 is a figure
+    net = _edited(2, admission_peak_bytes=None)
+    (folder / "a-local.json").write_bytes(canonical(local))
+    (folder / "b-net.json").write_bytes(canonical(net))
+    (folder / "c-list.json").write_bytes(b"[]\n")
+    _sparse_over_cap(folder / "d-huge.json")
+    (folder / "e-oom.json").write_bytes(canonical(report(5, occurred=AT, oom=True)))
+    out = tmp_path / "m.parquet"
+    result = warmfit_cli("import", "art-misses", folder, "-o", out)
+    tally = "2 reports imported, 1 malformed, 1 oversized, 1 not a wave"
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2,
+        "estimate_bytes (the bytes admitted on, replayed as 'recorded'): 1 from "
+        "replay.local_admission_peak_bytes, 1 from predicted_peak_bytes x replay.safety_factor\n"
+        f"wrote {out}: {tally}. Replay it: warmfit replay {out}\n",
+        f"warmfit: refused {folder / 'c-list.json'} (malformed): is JSON but not an object.\n"
+        f"warmfit: refused {folder / 'd-huge.json'} (oversized): is 16,777,217 bytes, over "
+        "ART's cap of 16,777,216 (16 MiB).\n"
+        f"warmfit: refused {folder / 'e-oom.json'} (not a wave): is an OOM with no "
+        "partial_peak_bytes: no peak to record.\n"
+        f"warmfit: error: {folder}: 3 reports refused ({tally}); the trace holds the others.\n",
+    )
+    trace = read_trace([out]).sort("seq")
+    # both rank 0 of one model at one instant: id 1 (the local figure, 0 bytes) first
+    assert trace.select("seq", "estimate_bytes", "art_report_id").rows() == [
+        (0, 0, f"{1:032x}"),
+        (1, 11_000_000, f"{2:032x}"),
+    ]
+
+
+# twins of worked examples that kept a second input fixed
+
+
+def test_two_models_number_their_ranks_apart(tmp_path: Path) -> None:
+    """Twin of test_each_rank_of_a_model_numbers_its_own_waves_from_0 with two models:
+    model b's rank 0 counts 0, 1 of its own, not on from model a's rank 0."""
+    files = {}
+    for number, (model, second) in enumerate(
+        [("a", 0), ("b", 1), ("a", 2), ("b", 3), ("b", 4)], start=1
+    ):
+        record = report(number, occurred=f"2026-01-01T00:00:0{second}Z", packed=number)
+        record["replay"]["model"] = model
+        files[f"{number}.json"] = canonical(record)
+    misses, refused = _refusals(tmp_path, files)
+    assert refused == {}
+    rows = misses.readings.select("run", "rank", "seq", "wave", "packed_tokens").rows()
+    assert rows == [
+        ("a", 0, 0, 0, 1), ("a", 0, 1, 1, 3),
+        ("b", 0, 0, 0, 2), ("b", 0, 1, 1, 4), ("b", 0, 2, 2, 5),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "spellings",
+    [
+        # one instant spelled three ways: ordered by id (1, 2, 3), not by the text
+        ("2026-01-01T10:00:00Z", "2026-01-01T10:00:00+00:00", "20260101T100000Z"),
+        ("2026-01-01 10:00:00-00:00", "2026-01-01T10:00:00Z", "2026-01-01T10:00:00.000+00:00"),
+        # three instants whose text sorts the other way round (' ' < 'T' < '0' after '2026')
+        ("20260101T095959Z", "2026-01-01T10:00:00Z", "2026-01-01 10:00:01+00:00"),
+    ],
+    ids=["one-instant", "one-instant-other-spellings", "text-order-is-not-time-order"],
+)
+def test_reports_are_ordered_by_their_instant_then_id_whatever_the_spelling(
+    tmp_path: Path, spellings: tuple[str, str, str]
+) -> None:
+    """Twin of test_reports_of_one_time_are_ordered_by_id_not_by_file_name where occurred_at
+    is written in different UTC spellings; files named in the reverse order."""
+    files = {
+        f"{9 - number}.json": canonical(report(number, occurred=when, packed=number))
+        for number, when in enumerate(spellings, start=1)
+    }
+    misses, refused = _refusals(tmp_path, files)
+    assert refused == {}
+    assert misses.readings.select("seq", "packed_tokens", "art_occurred_at").rows() == [
+        (0, 1, spellings[0]),
+        (1, 2, spellings[1]),
+        (2, 3, spellings[2]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        # each extra column from its own field, every value told apart from the others
+        (
+            {"threshold_pct": 12.5, "replay.safety_factor": 1.25, "admission_peak_bytes": 7,
+             "replay.local_admission_peak_bytes": 9, "phase": "eval"},
+            {"art_threshold_pct": 12.5, "art_safety_factor": 1.25, "art_admission_peak_bytes": 7,
+             "estimate_bytes": 9, "art_estimate_from": "replay.local_admission_peak_bytes",
+             "art_phase": "eval", "art_predicted_peak_bytes": 10_000_000},
+        ),
+        # 0 is a value, not an absent one: a local figure of 0, a threshold of 0
+        (
+            {"threshold_pct": 0, "replay.local_admission_peak_bytes": 0,
+             "admission_peak_bytes": 0},
+            {"art_threshold_pct": 0.0, "art_admission_peak_bytes": 0, "estimate_bytes": 0,
+             "art_estimate_from": "replay.local_admission_peak_bytes"},
+        ),
+        (
+            {"admission_peak_bytes": 0, "replay.local_admission_peak_bytes": None},
+            {"art_admission_peak_bytes": 0, "estimate_bytes": 0,
+             "art_estimate_from": "admission_peak_bytes"},
+        ),
+        # an OOM that failed at 0 bytes still has its peak
+        (
+            {"oom": True, "observed_peak_bytes": None, "partial_peak_bytes": 0},
+            {"oom": True, "peak_bytes": 0, "art_event": "oom"},
+        ),
+    ],
+    ids=["every-extra-apart", "zero-local", "zero-admission", "zero-partial"],
+)  # fmt: skip
+def test_each_field_lands_in_its_own_column(
+    tmp_path: Path, changes: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    """Twin of test_a_report_without_a_threshold_or_a_factor_imports_them_as_null (both null
+    there): the fields differ from each other here, and 0 is a value."""
+    record = report(1, occurred=AT)
+    for key, value in changes.items():
+        place, name = (record["replay"], key[7:]) if key.startswith("replay.") else (record, key)
+        place[name] = value
+    misses, refused = _refusals(tmp_path, {"r.json": canonical(record)})
+    assert refused == {}
+    row = misses.readings.row(0, named=True)
+    assert {key: row[key] for key in expected} == expected
