@@ -11,15 +11,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
+from datetime import UTC, datetime, timedelta, timezone
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.command_line import warmfit_cli
+from tests.strategies import examples
 from warmfit.cli import app
 from warmfit.format.trace import read_trace
 from warmfit.importers.art_misses import MAX_REPORT_BYTES, import_misses
@@ -1479,3 +1485,287 @@ def test_each_field_lands_in_its_own_column(
     assert refused == {}
     row = misses.readings.row(0, named=True)
     assert {key: row[key] for key in expected} == expected
+
+
+# the oracle: a spool read a second, plain way, from the how-to's table and SPEC §9
+
+LOCAL, ADMISSION, NET = (
+    "replay.local_admission_peak_bytes",
+    "admission_peak_bytes",
+    "predicted_peak_bytes x replay.safety_factor",
+)
+#: Byte counts at their edges (0, 1, 2**63 - 1) among any.
+EDGE_BYTES = st.sampled_from([0, 1, 10_000_000, 2**62, 2**63 - 1]) | st.integers(0, 2**40)
+#: Instants a second or half a second apart (ties are drawn often), each with its UTC
+#: spellings and the spellings of the same instant that are not UTC.
+T = datetime(2026, 1, 1, 10, 0, 0, tzinfo=UTC)
+INSTANTS = [T, T + timedelta(seconds=0.5), T + timedelta(seconds=1)]
+
+
+def _utc_spellings(instant: datetime) -> list[str]:
+    iso = instant.isoformat()
+    spelled = [
+        iso,
+        iso.replace("+00:00", "Z"),
+        iso.replace("+00:00", "-00:00"),
+        iso.replace("T", " "),
+    ]
+    if not instant.microsecond:
+        spelled.append(instant.strftime("%Y%m%dT%H%M%SZ"))
+    return spelled
+
+
+def _other_spellings(instant: datetime) -> list[str]:
+    return [
+        instant.astimezone(timezone(timedelta(hours=1))).isoformat(),
+        instant.astimezone(timezone(timedelta(hours=-5))).isoformat(),
+        instant.replace(tzinfo=None).isoformat(),
+    ]
+
+
+@st.composite
+def _drawn_report(draw: st.DrawFn, number: int) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    """A report whose every deciding field is drawn, and at most one fault put in it on
+    purpose: the record and the fault's (reason, problem), or None."""
+    oom = draw(st.booleans())
+    instant = draw(st.sampled_from(INSTANTS))
+    predicted = draw(EDGE_BYTES)
+    factor = draw(st.sampled_from([None, 0, 1.0, 1.1, 1.125, 2.0]))
+    admission = draw(st.none() | EDGE_BYTES)
+    local = draw(st.sampled_from(["absent", None]) | EDGE_BYTES)
+    exact = None if not factor else round(predicted * Fraction(repr(factor)))
+    targets = [v for v in (local, admission, exact) if isinstance(v, int)]
+    near = [v + d for v in targets for d in (-1, 0, 1) if 0 <= v + d < 2**63]
+
+    def candidate() -> dict[str, Any]:
+        packed = draw(st.sampled_from([1, 4096, 2**63 - 1]) | st.integers(1, 10**6))
+        logical = min(packed + draw(st.sampled_from([0, 0, 1, 4096])), 2**63 - 1)
+        signature = draw(st.sampled_from(["s", "t", {"topology": [1, 2]}, {"b": 2, "a": 1}]))
+        return {
+            "signature": signature,
+            "profile": None,
+            "arguments": {
+                "packed_tokens": packed,
+                "logical_tokens": logical,
+                "output_bytes": draw(st.sampled_from([0, 512, 2**63 - 1])),
+            },
+            "expected_required_bytes": draw(
+                (st.sampled_from(near) if near else st.nothing()) | EDGE_BYTES
+            ),
+        }
+
+    replay: dict[str, Any] = {
+        "rank": draw(st.sampled_from([0, 1, 2**31 - 1])),
+        "model": draw(st.sampled_from(["Qwen/Qwen3-1.7B", "meta/llama", "m"])),
+        "device": draw(st.sampled_from([None, "NVIDIA H200", "", {"b": 1, "a": 2}])),
+        "safety_factor": factor,
+        "memory_replay": {"estimates": [candidate() for _ in range(draw(st.integers(1, 3)))]},
+    }
+    if local != "absent":
+        replay["local_admission_peak_bytes"] = local
+    record: dict[str, Any] = {
+        "format": 1,
+        "kind": "art-planner-miss",
+        "id": f"{number:032x}",
+        "occurred_at": draw(st.sampled_from(_utc_spellings(instant))),
+        "phase": draw(st.sampled_from(["train_step", "eval"])),
+        "oom": oom,
+        "threshold_pct": draw(st.sampled_from([None, 0, 5.0, 12.5])),
+        "predicted_peak_bytes": predicted,
+        "admission_peak_bytes": admission,
+        "observed_peak_bytes": None if oom else draw(EDGE_BYTES),
+        "partial_peak_bytes": draw(st.none() | EDGE_BYTES) if oom else None,
+        "replay": replay,
+    }
+    if draw(st.booleans()):
+        record |= {"format": 2, "event": "oom" if oom else "estimate_miss"}
+    fault = draw(
+        st.sampled_from([None] * 6 + ["not-utc", "disagree", "predicted", "peak", "rank", "local"])
+    )
+    if fault is None:
+        return record, None
+    if oom and record["partial_peak_bytes"] is None:
+        record["partial_peak_bytes"] = 1  # the fault is the only thing wrong
+    peak = "partial_peak_bytes" if oom else "observed_peak_bytes"
+    if fault == "not-utc":
+        record["occurred_at"] = draw(st.sampled_from(_other_spellings(instant)))
+        return record, ("malformed", f"occurred_at {record['occurred_at']!r} is not in UTC.")
+    if fault == "disagree":
+        record |= {"format": 2, "event": "estimate_miss" if oom else "oom"}
+        problem = f"event {record['event']!r} disagrees with oom = {json.dumps(oom)}."
+        return record, ("malformed", problem)
+    if fault == "rank":
+        replay["rank"] = 2**31
+        return record, ("malformed", f"replay.rank {INT32} 2147483648.")
+    key = {"predicted": "predicted_peak_bytes", "peak": peak, "local": LOCAL}[fault]
+    (replay if fault == "local" else record)[key.removeprefix("replay.")] = 2**63
+    return record, ("malformed", f"{key} {INT64} 9223372036854775808.")
+
+
+@st.composite
+def _drawn_spools(draw: st.DrawFn) -> list[tuple[str, dict[str, Any], tuple[str, str] | None]]:
+    """1 to 6 reports under names in any order; ids drawn from 1 to 4, so some repeat."""
+    count = draw(st.integers(1, 6))
+    names = draw(st.permutations([f"{i}.json" for i in range(count)]))
+    return [(name, *draw(_drawn_report(draw(st.integers(1, 4))))) for name in names]
+
+
+def _plain_reading(
+    spool: list[tuple[str, dict[str, Any], tuple[str, str] | None]],
+) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]], list[str]]:
+    """What the how-to's table says the spool makes: the readings, the refusals by file
+    name, and the names of the reports imported (in name order)."""
+    kept: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    refused: dict[str, tuple[str, str]] = {}
+    taken: dict[str, str] = {}
+    for name, r, fault in sorted(spool, key=lambda entry: entry[0]):
+        outcome = fault or _plain_wave(r)
+        if isinstance(outcome, dict) and r["id"] in taken:
+            outcome = ("malformed", f"repeats the id of {taken[r['id']]}.")
+        if isinstance(outcome, tuple):
+            refused[name] = outcome
+            continue
+        taken[r["id"]] = name
+        kept.append((name, r, outcome))
+    streams: dict[tuple[str, int], list[tuple[datetime, str, dict[str, Any]]]] = {}
+    for _, r, row in kept:
+        instant = datetime.fromisoformat(r["occurred_at"].replace("Z", "+00:00"))
+        streams.setdefault((r["replay"]["model"], r["replay"]["rank"]), []).append(
+            (instant, r["id"], row)
+        )
+    rows = []
+    for (model, rank), stream in sorted(streams.items()):
+        for place, (_, _, row) in enumerate(sorted(stream, key=lambda x: (x[0], x[1]))):
+            rows.append({"run": model, "rank": rank, "seq": place, "wave": place} | row)
+    return rows, refused, [name for name, _, _ in kept]
+
+
+def _plain_wave(r: dict[str, Any]) -> dict[str, Any] | tuple[str, str]:
+    """One report's row (less run, rank, seq, wave), or why it is refused."""
+    replay, oom = r["replay"], r["oom"]
+    if oom and r["partial_peak_bytes"] is None:
+        return ("not a wave", "is an OOM with no partial_peak_bytes: no peak to record.")
+    local, admission = replay.get("local_admission_peak_bytes"), r["admission_peak_bytes"]
+    factor, predicted = replay["safety_factor"], r["predicted_peak_bytes"]
+    if local is not None:
+        price, source = local, LOCAL
+    elif admission is not None:
+        price, source = admission, ADMISSION
+    elif factor:  # None and 0 give no price
+        price, source = round(predicted * Fraction(repr(factor))), NET  # half to even
+        if price > 2**63 - 1:
+            return ("malformed", f"{NET} is beyond 2**63 - 1.")
+    else:
+        return (
+            "malformed",
+            f"says no bytes admitted: neither {LOCAL}, {ADMISSION} nor a positive "
+            "replay.safety_factor.",
+        )
+    candidates = replay["memory_replay"]["estimates"]
+    chosen = candidates
+    if len(candidates) > 1:
+        # like with like: local, then admission, then net round(expected / factor)
+        tries = [lambda e: e == local, lambda e: e == admission]
+        if factor:
+            tries.append(lambda e: round(e / factor) == predicted)
+        targets = [local, admission, predicted if factor else None]
+        for target, matches in zip(targets, tries, strict=False):
+            chosen = [c for c in candidates if matches(c["expected_required_bytes"])]
+            if target is not None and chosen:
+                break
+        if len(chosen) != 1:
+            return (
+                "not a wave",
+                f"lists {len(candidates)} candidate estimates and {len(chosen)} of them match "
+                f"the admitted bytes ({price:,}, {source}): which one ran is not known.",
+            )
+    (estimate,) = chosen
+    signature, device = estimate["signature"], replay["device"]
+    if not isinstance(signature, str):
+        text = json.dumps(signature, sort_keys=True, separators=(",", ":"))
+        signature = "art:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    threshold = r["threshold_pct"]
+    return {
+        "step": None,
+        "signature": signature,
+        "kind": "flat",
+        "phase": "caller",
+        "whole": False,
+        **estimate["arguments"],
+        "baseline_bytes": 0,
+        "peak_bytes": r["partial_peak_bytes"] if oom else r["observed_peak_bytes"],
+        "static_floor_bytes": None,
+        "oom": oom,
+        "estimate_bytes": price,
+        "art_report_id": r["id"],
+        "art_occurred_at": r["occurred_at"],
+        "art_event": r.get("event", "oom" if oom else "estimate_miss"),
+        "art_phase": r["phase"],
+        "art_device": device
+        if not isinstance(device, dict)
+        else json.dumps(device, sort_keys=True),
+        "art_threshold_pct": None if threshold is None else float(threshold),
+        "art_safety_factor": None if factor is None else float(factor),
+        "art_admission_peak_bytes": admission,
+        "art_expected_required_bytes": estimate["expected_required_bytes"],
+        "art_estimate_from": source,
+        "art_predicted_peak_bytes": predicted,
+    }
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=examples(60))
+@given(spool=_drawn_spools())
+def test_import_misses_equals_a_plain_reading_of_every_deciding_field(
+    spool: list[tuple[str, dict[str, Any], tuple[str, str] | None]],
+) -> None:
+    """Several models, ranks and candidates, times tied and spelled every UTC way (and
+    not UTC), ids repeated, admitted figures present or not, 0 and 2**63 - 1 (and 2**63,
+    a fault), factors of None, 0, 1.0, 1.1: every column of every reading, every refusal
+    word for word and the metadata are those of the plain reading."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "spool"
+        folder.mkdir()
+        raws = {name: canonical(record) for name, record, _ in spool}
+        for name, raw in raws.items():
+            (folder / name).write_bytes(raw)
+        misses = import_misses(folder)
+    rows, refused, imported = _plain_reading(spool)
+    assert {r.path.name: (r.reason, r.problem) for r in misses.refused} == refused
+    assert misses.readings.rows(named=True) == rows
+    assert misses.imported == len(rows)
+    digest = "".join(f"{hashlib.sha256(raws[n]).hexdigest()}  {n}\n" for n in imported)
+    assert misses.metadata["warmfit.import.source_sha256"] == (
+        hashlib.sha256(digest.encode()).hexdigest()
+    )
+    assert misses.metadata["warmfit.import.reports"] == str(len(rows))
+
+
+@pytest.mark.parametrize(
+    ("predicted", "factor", "price"),
+    [
+        (2**63 - 1, 1.0, 2**63 - 1),  # exactly the column's largest: imported, not refused
+        (2**62 - 1, 2.0, 2**63 - 2),
+        (2**53 + 1, 1.0, 2**53 + 1),  # past a double's 53 bits: still to the byte
+        (15, 1.1, 16),  # 16.5 as written: half to even
+        (35, 1.1, 38),  # 38.5: half to even
+        (3, 1.5, 4),  # 4.5
+        (10_000_007, 1.1, 11_000_008),  # 11,000,007.7
+    ],
+)
+def test_the_net_prediction_times_the_factor_is_exact_as_written(
+    tmp_path: Path, predicted: int, factor: float, price: int
+) -> None:
+    """Product bug found by the oracle (s1): round(predicted x factor) in doubles made
+    2**63 - 1 x 1.0 = 2**63, refused as 'beyond 2**63 - 1', and priced 2**53 + 1 x 1.0 at
+    2**53. The product is now exact, of the numbers as the report writes them, rounded half
+    to even."""
+    record = _edited(
+        predicted_peak_bytes=predicted,
+        admission_peak_bytes=None,
+        in_replay={"safety_factor": factor},
+    )
+    misses, refused = _refusals(tmp_path, {"r.json": canonical(record)})
+    assert refused == {}
+    row = misses.readings.row(0, named=True)
+    assert (row["estimate_bytes"], row["art_estimate_from"]) == (price, NET)
