@@ -1524,20 +1524,26 @@ def _other_spellings(instant: datetime) -> list[str]:
 
 
 @st.composite
-def _drawn_report(draw: st.DrawFn, number: int) -> tuple[dict[str, Any], tuple[str, str] | None]:
+def _drawn_report(
+    draw: st.DrawFn, number: int, streams: list[tuple[str, int]]
+) -> tuple[dict[str, Any], tuple[str, str] | None]:
     """A report whose every deciding field is drawn, and at most one fault put in it on
     purpose: the record and the fault's (reason, problem), or None."""
     oom = draw(st.booleans())
+    model, rank = draw(st.sampled_from(streams))
     instant = draw(st.sampled_from(INSTANTS))
     predicted = draw(EDGE_BYTES)
-    factor = draw(st.sampled_from([None, 0, 1.0, 1.1, 1.125, 2.0]))
-    admission = draw(st.none() | EDGE_BYTES)
-    local = draw(st.sampled_from(["absent", None]) | EDGE_BYTES)
+    factor = draw(st.sampled_from([1.1, 1.0, 1.125, 2.0, None, 0]))
+    # each admitted figure absent as often as present, so that each source is drawn
+    admission = draw(st.sampled_from([EDGE_BYTES, None]))
+    admission = admission if admission is None else draw(admission)
+    local = draw(st.sampled_from([EDGE_BYTES, "absent", None]))
+    local = draw(local) if isinstance(local, st.SearchStrategy) else local
     exact = None if not factor else round(predicted * Fraction(repr(factor)))
     targets = [v for v in (local, admission, exact) if isinstance(v, int)]
-    near = [v + d for v in targets for d in (-1, 0, 1) if 0 <= v + d < 2**63]
+    near = [v + d for v in targets for d in (-1, 0, 0, 0, 1) if 0 <= v + d < 2**63]
 
-    def candidate() -> dict[str, Any]:
+    def candidate(expected: st.SearchStrategy[int]) -> dict[str, Any]:
         packed = draw(st.sampled_from([1, 4096, 2**63 - 1]) | st.integers(1, 10**6))
         logical = min(packed + draw(st.sampled_from([0, 0, 1, 4096])), 2**63 - 1)
         signature = draw(st.sampled_from(["s", "t", {"topology": [1, 2]}, {"b": 2, "a": 1}]))
@@ -1549,17 +1555,23 @@ def _drawn_report(draw: st.DrawFn, number: int) -> tuple[dict[str, Any], tuple[s
                 "logical_tokens": logical,
                 "output_bytes": draw(st.sampled_from([0, 512, 2**63 - 1])),
             },
-            "expected_required_bytes": draw(
-                (st.sampled_from(near) if near else st.nothing()) | EDGE_BYTES
-            ),
+            "expected_required_bytes": draw(expected),
         }
 
+    # one candidate at an admitted figure, the others at or next to one (ties) or anywhere
+    ran = candidate(st.sampled_from(targets) if targets else EDGE_BYTES)
+    others = [
+        candidate(st.sampled_from(near) | EDGE_BYTES if near else EDGE_BYTES)
+        for _ in range(draw(st.sampled_from([0, 0, 1, 2])))
+    ]
+    candidates = draw(st.permutations([ran, *others]))
+
     replay: dict[str, Any] = {
-        "rank": draw(st.sampled_from([0, 1, 2**31 - 1])),
-        "model": draw(st.sampled_from(["Qwen/Qwen3-1.7B", "meta/llama", "m"])),
+        "rank": rank,
+        "model": model,
         "device": draw(st.sampled_from([None, "NVIDIA H200", "", {"b": 1, "a": 2}])),
         "safety_factor": factor,
-        "memory_replay": {"estimates": [candidate() for _ in range(draw(st.integers(1, 3)))]},
+        "memory_replay": {"estimates": candidates},
     }
     if local != "absent":
         replay["local_admission_peak_bytes"] = local
@@ -1574,13 +1586,13 @@ def _drawn_report(draw: st.DrawFn, number: int) -> tuple[dict[str, Any], tuple[s
         "predicted_peak_bytes": predicted,
         "admission_peak_bytes": admission,
         "observed_peak_bytes": None if oom else draw(EDGE_BYTES),
-        "partial_peak_bytes": draw(st.none() | EDGE_BYTES) if oom else None,
+        "partial_peak_bytes": draw(EDGE_BYTES | st.sampled_from([0, None])) if oom else None,
         "replay": replay,
     }
     if draw(st.booleans()):
         record |= {"format": 2, "event": "oom" if oom else "estimate_miss"}
     fault = draw(
-        st.sampled_from([None] * 6 + ["not-utc", "disagree", "predicted", "peak", "rank", "local"])
+        st.sampled_from([None] * 18 + ["not-utc", "disagree", "predicted", "peak", "rank", "local"])
     )
     if fault is None:
         return record, None
@@ -1604,10 +1616,24 @@ def _drawn_report(draw: st.DrawFn, number: int) -> tuple[dict[str, Any], tuple[s
 
 @st.composite
 def _drawn_spools(draw: st.DrawFn) -> list[tuple[str, dict[str, Any], tuple[str, str] | None]]:
-    """1 to 6 reports under names in any order; ids drawn from 1 to 4, so some repeat."""
+    """1 to 6 reports under names in any order, of 1 or 2 (model, rank) streams (so that
+    most streams hold several); now and then an id repeats."""
     count = draw(st.integers(1, 6))
     names = draw(st.permutations([f"{i}.json" for i in range(count)]))
-    return [(name, *draw(_drawn_report(draw(st.integers(1, 4))))) for name in names]
+    stream = st.tuples(
+        st.sampled_from(["Qwen/Qwen3-1.7B", "meta/llama", "m"]), st.sampled_from([0, 1, 2**31 - 1])
+    )
+    streams = draw(st.lists(stream, min_size=1, max_size=2))
+    # a report now and then repeats an id taken before
+    numbers = [
+        draw(st.integers(1, i))
+        if i and draw(st.sampled_from([False, False, False, True]))
+        else i + 1
+        for i in range(count)
+    ]
+    return [
+        (name, *draw(_drawn_report(n, streams))) for name, n in zip(names, numbers, strict=True)
+    ]
 
 
 def _plain_reading(
