@@ -1540,7 +1540,7 @@ def _drawn_report(
     local = draw(st.sampled_from([EDGE_BYTES, "absent", None]))
     local = draw(local) if isinstance(local, st.SearchStrategy) else local
     exact = None if not factor else round(predicted * Fraction(repr(factor)))
-    targets = [v for v in (local, admission, exact) if isinstance(v, int)]
+    targets = [v for v in (local, admission, exact) if isinstance(v, int) and v < 2**63]
     near = [v + d for v in targets for d in (-1, 0, 0, 0, 1) if 0 <= v + d < 2**63]
 
     def candidate(expected: st.SearchStrategy[int]) -> dict[str, Any]:
