@@ -1119,6 +1119,19 @@ REFUSALS = [
         f"has no replay section, so no tokens or signature (ART says: {'a' * 150}; {'b' * 48}).",
         id="no-replay-two-long-reasons",
     ),
+    # ART's reasons null or absent: nothing said
+    pytest.param(
+        _raw(_edited(replay=None, incomplete_reasons=None)),
+        "not a wave",
+        "has no replay section, so no tokens or signature.",
+        id="no-replay-reasons-null",
+    ),
+    pytest.param(
+        _raw(_edited(replay=None, drop=("incomplete_reasons",))),
+        "not a wave",
+        "has no replay section, so no tokens or signature.",
+        id="no-replay-reasons-absent",
+    ),
     pytest.param(
         _raw(_edited(replay="x")),
         "malformed",
@@ -1187,6 +1200,12 @@ REFUSALS = [
         "not a wave",
         "has no replay.memory_replay.estimates, so no tokens or signature.",
         id="memory-null",
+    ),
+    pytest.param(
+        _raw(_edited(in_replay={"memory_replay": [{"estimates": [_tokens(8, 8)]}]})),
+        "not a wave",
+        "has no replay.memory_replay.estimates, so no tokens or signature.",
+        id="memory-list",
     ),
     pytest.param(
         _raw(_edited(in_replay={"memory_replay": {"estimates": {"0": _tokens(8, 8)}}})),
