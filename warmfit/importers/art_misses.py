@@ -22,6 +22,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -275,7 +276,9 @@ def _wave(record: dict[str, Any]) -> _Wave:
     elif admission is not None:
         estimate, source = admission, ADMITTED[1]
     elif safety is not None and safety > 0 and predicted is not None:
-        estimate, source = round(predicted * safety), ADMITTED[2]
+        # exactly, as the numbers are written, half to even (a double's product would
+        # round 2**63 - 1 x 1.0 to 2**63, and any figure past 2**53 to a multiple of 2)
+        estimate, source = round(predicted * Fraction(repr(safety))), ADMITTED[2]
         if estimate > LARGEST[0]:
             raise _malformed(f"predicted_peak_bytes x replay.safety_factor is beyond {LARGEST[1]}.")
     else:
