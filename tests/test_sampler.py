@@ -825,7 +825,12 @@ def untaught_message(
     | st.tuples(st.just("samples"), st.integers(1, 4)),
     budget_at=st.integers(1, 80),
     budget_offset=st.sampled_from([0, 0, -1, 1, 10**6]),
-    earlier_ooms=st.lists(st.tuples(st.integers(1, 80), st.sampled_from([-1, 0, 1])), max_size=3),
+    earlier_ooms=st.lists(
+        st.tuples(
+            st.integers(1, 80), st.sampled_from([-1, 0, 1]), st.sampled_from(["train", "eval"])
+        ),
+        max_size=3,
+    ),
     fits=st.none() | st.sampled_from([1, 8, 16, 30]) | st.integers(1, 80),
     shuffle=st.booleans(),
     seed=st.integers(0, 3),
@@ -844,7 +849,7 @@ def test_oracle_each_sample_once_in_waves_within_the_budget_that_one_more_would_
     first: tuple[str, int],
     budget_at: int,
     budget_offset: int,
-    earlier_ooms: list[tuple[int, int]],
+    earlier_ooms: list[tuple[int, int, str]],
     fits: int | None,
     shuffle: bool,
     seed: int,
@@ -856,7 +861,8 @@ def test_oracle_each_sample_once_in_waves_within_the_budget_that_one_more_would_
     drawn at once: the budget (often exactly the price of a wave of ``budget_at`` tokens,
     or one byte either side), the rate, a padding ``tokens()`` or plain lengths, output
     bytes by tokens or none, a pricer taught or not (the first-wave size by tokens or by
-    samples), OOMs recorded before under this budget, one byte below or above it, and
+    samples), OOMs recorded before under this budget, one byte below or above it (of
+    this signature or another), waves run outside sampler.wave() (teaching nothing), and
     waves over ``fits`` tokens that run out of memory (sizes out of order, a wave of one
     sample too), shuffled or not, any seed, one or two epochs.
 
@@ -881,7 +887,7 @@ def check_the_sampler_against_a_plain_model(
     first: tuple[str, int],
     budget_at: int,
     budget_offset: int,
-    earlier_ooms: list[tuple[int, int]],
+    earlier_ooms: list[tuple[int, int, str]],
     fits: int | None,
     shuffle: bool,
     seed: int,
@@ -908,10 +914,12 @@ def check_the_sampler_against_a_plain_model(
 
     budget = max(0, rate * budget_at + out(budget_at) + budget_offset)
     ooms: list[tuple[int, int]] = []  # (tokens, budget) of every OOM of `train`
-    for size, offset in earlier_ooms:
+    for size, offset, of in earlier_ooms:  # another signature's OOM bounds nothing here
         under = max(0, budget + offset)
-        oom_at(pricer, size, under)
-        ooms.append((size, under))
+        with pricer.wave(of, size, budget_bytes=under):
+            raise torch.OutOfMemoryError("simulated: CUDA out of memory.")
+        if of == signature:
+            ooms.append((size, under))
     fits_first = (
         dict(first_wave_tokens=first[1])
         if first[0] == "tokens"
@@ -1173,3 +1181,20 @@ def test_the_untaught_warning_counts_only_the_waves_that_ran_out_of_memory(
         "nothing of 'train', so the first-wave size is too large for this device. Give a "
         "smaller first_wave_samples (it is 2), or a first_wave_tokens below 13."
     ]
+
+
+@pytest.mark.parametrize("pin", [True, False])
+def test_use_samplers_loader_pins_memory_as_the_trainer_args_say(pin: bool) -> None:
+    """The twin of the loader built from args that name only ``max_steps``: args with
+    ``dataloader_pin_memory`` give a loader that pins as they say, over the trainer's
+    dataset and collator, in this process."""
+    sampler = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1)
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(max_steps=2, dataloader_pin_memory=pin),
+        train_dataset=list(range(len(LENGTHS))), data_collator=list,
+    )  # fmt: skip
+    use_sampler(trainer, sampler)
+    loader = trainer.get_train_dataloader()
+    assert (loader.pin_memory, loader.num_workers) == (pin, 0)
+    assert loader.batch_sampler is sampler and loader.collate_fn is list
+    assert loader.dataset is trainer.train_dataset
