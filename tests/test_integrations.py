@@ -923,7 +923,7 @@ def test_each_refusal_of_the_token_count_word_for_word(batch, message):
     rows=st.lists(
         st.lists(st.integers(1, 4), max_size=3).flatmap(
             lambda seqs: st.tuples(st.just(seqs), st.integers(0, 3), st.booleans(),
-                                   st.sampled_from([1, 1, 2, 7]))
+                                   st.sampled_from([1, 1, 2, 7]), st.sampled_from([0, 0, 3]))
         ),
         min_size=1, max_size=4,
     ),
@@ -931,30 +931,28 @@ def test_each_refusal_of_the_token_count_word_for_word(batch, message):
 )  # fmt: skip
 def test_oracle_token_counts_of_padded_and_packed_rows(rows, positions):
     """Rows holding 0 to 3 packed sequences each (lengths 1 to 4), left or right padded
-    to the widest (``pad`` extra), mask values 1 or a sequence number; position ids per
-    row, one row of them for every row (when all rows hold the same), or none. Counted
-    the plain way: without positions a row's real tokens are one sequence; with them,
-    each sequence is one."""
-    width = max(sum(seqs) + pad for seqs, pad, _, _ in rows)
+    to the widest (``pad`` extra), mask values 1 or a sequence number, the row's first
+    sequence starting at position ``start`` (3: it continues one of the row before);
+    position ids per row, one row of them for every row (when all rows hold the same),
+    or none. Counted the plain way: without positions a row's real tokens are one
+    sequence; with them, each sequence is one."""
+    width = max(sum(seqs) + pad for seqs, pad, _, _, _ in rows)
     masks, pos = [], []
-    for seqs, _, left, value in rows:
+    for seqs, _, left, value, start in rows:
         real = sum(seqs)
         fill = [0] * (width - real)
-        row_pos = [p for n in seqs for p in range(n)]
+        row_pos = [p + (start if k == 0 else 0) for k, n in enumerate(seqs) for p in range(n)]
         masks.append(fill + [value] * real if left else [value] * real + fill)
         pos.append(fill + row_pos if left else row_pos + fill)
     if positions == "shared":
         assume(all(p == pos[0] for p in pos))
     batch = {"input_ids": torch.ones(len(rows), width, dtype=torch.long),
              "attention_mask": torch.tensor(masks)}  # fmt: skip
-    if positions == "rows":
-        batch["position_ids"] = torch.tensor(pos)
-        lengths = [n for seqs, _, _, _ in rows for n in seqs]
-    elif positions == "shared":
-        batch["position_ids"] = torch.tensor(pos[0])
-        lengths = [n for seqs, _, _, _ in rows for n in seqs]
+    if positions == "none":
+        lengths = [sum(seqs) for seqs, *_ in rows if seqs]
     else:
-        lengths = [sum(seqs) for seqs, _, _, _ in rows if seqs]
+        batch["position_ids"] = torch.tensor(pos if positions == "rows" else pos[0])
+        lengths = [n for seqs, *_ in rows for n in seqs]
     want = BatchTokens(
         sum(lengths), sum(lengths), len(lengths), max(lengths, default=0),
         padded_tokens=len(rows) * width, sum_sq_tokens=sum(n * n for n in lengths),

@@ -1198,3 +1198,31 @@ def test_use_samplers_loader_pins_memory_as_the_trainer_args_say(pin: bool) -> N
     assert (loader.pin_memory, loader.num_workers) == (pin, 0)
     assert loader.batch_sampler is sampler and loader.collate_fn is list
     assert loader.dataset is trainer.train_dataset
+
+
+def test_a_sample_alone_at_an_oom_size_neither_counts_nor_breaks_unpriced_waves_in_a_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An untaught pricer, first waves of 1 sample, a wave of 20 tokens that ran out of
+    memory under the budget, lengths [5, 5, 20, 5, 5] in order: [0] and [1] are packed at
+    the first-wave size, [2] alone at the OOM size (not packed at the first-wave size, so
+    not counted; not priced either, so the run is not broken), then [3] and [4]: the
+    warning of four in a row comes with wave [4], after the one of sample 2."""
+    monkeypatch.setattr(pricer_module, "_free", lambda tb: None)
+    pricer = Pricer("max-merge")
+    oom_at(pricer, 20, 10**6)
+    sampler = BudgetSampler([5, 5, 20, 5, 5], pricer, 10**6, first_wave_samples=1,
+                            shuffle=False)  # fmt: skip
+    said: list[tuple[int, str]] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k, wave in enumerate(sampler):
+            assert wave == [k]
+            said += [(k, str(w.message)) for w in caught[len(said) :]]
+    assert said == [
+        (2, "warmfit: sample 2 (20 tokens) is at or above 20 tokens, a size that ran out of "
+            "memory under this budget of 1,000,000 bytes: it is yielded alone."),
+        (4, "warmfit: 4 waves in a row were packed at the first-wave size: the pricer has "
+            "learned nothing of 'train'. Is it the pricer of an enabled Recorder(pricer=...) "
+            "recording this signature? (A recorder that records nothing teaches nothing.)"),
+    ]  # fmt: skip
