@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -20,6 +22,8 @@ from warmfit.integrations.tokens import (  # noqa: E402
     padded_token_counts,
 )
 from warmfit.recorder import Recorder  # noqa: E402
+
+from .strategies import examples  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -863,3 +867,94 @@ def test_hf_trainer_counts_padding_free_packed_rows_by_their_tokens(hf_demo, tmp
     got = sorted((r["packed_tokens"], r["padded_tokens"], r["sum_sq_tokens"]) for r in rows[::2])
     assert got == [(17, 17, 115), (19, 19, 193)]
     assert {r["signature"] for r in rows} == {"train/short"}  # longest sequence 12
+
+
+# --- issue 38, tests by pattern (s3) ---
+
+
+def test_any_nonzero_mask_entry_is_a_real_token():
+    """Some collators' masks hold each token's sequence number (1, 2, 3 ...) rather than
+    1: every non-zero entry is a real token, 0 alone is padding. Rows [1, 1, 2, 2, 0] and
+    [3, 0, 0, 0, 0]: 5 real tokens in 2 rows (lengths 4 and 1)."""
+    batch = {
+        "input_ids": torch.ones(2, 5, dtype=torch.long),
+        "attention_mask": torch.tensor([[1, 1, 2, 2, 0], [3, 0, 0, 0, 0]]),
+    }
+    assert batch_tokens(batch) == BatchTokens(5, 5, 2, 4, padded_tokens=10, sum_sq_tokens=17)
+    assert default_token_counts(batch) == (5, 5) and padded_token_counts(batch) == (10, 10)
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ({"pixels": torch.zeros(2, 3), "labels": torch.zeros(2)},
+         "cannot count the tokens of a batch without 'input_ids' or 'inputs_embeds' (its "
+         "keys: pixels, labels); pass a token function that returns (packed_tokens, "
+         "logical_tokens)."),
+        ({}, "cannot count the tokens of a batch without 'input_ids' or 'inputs_embeds' (its "
+             "keys: none); pass a token function that returns (packed_tokens, "
+             "logical_tokens)."),
+        ({"input_ids": None, 7: torch.ones(1)},
+         "cannot count the tokens of a batch without 'input_ids' or 'inputs_embeds' (its "
+         "keys: input_ids, 7); pass a token function that returns (packed_tokens, "
+         "logical_tokens)."),
+        ("text", "cannot count the tokens of a batch of type str; the default reads a tensor, "
+                 "a tuple whose first item is a tensor, or a mapping with 'input_ids'. Pass a "
+                 "token function that returns (packed_tokens, logical_tokens)."),
+        ([], "cannot count the tokens of a batch of type list; the default reads a tensor, a "
+             "tuple whose first item is a tensor, or a mapping with 'input_ids'. Pass a token "
+             "function that returns (packed_tokens, logical_tokens)."),
+        (torch.ones(2, 3, 4), "cannot count the tokens of input_ids with shape (2, 3, 4); the "
+                              "default reads [rows, tokens]. Pass a token function."),
+        ({"inputs_embeds": torch.ones(1, 2, 3, 4)},
+         "cannot count the tokens of input_ids with shape (1, 2, 3); the default reads [rows, "
+         "tokens]. Pass a token function."),
+    ],
+)  # fmt: skip
+def test_each_refusal_of_the_token_count_word_for_word(batch, message):
+    with pytest.raises(UsageError) as refused:
+        batch_tokens(batch)
+    assert str(refused.value) == message
+
+
+@pytest.mark.timeout(30)
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    rows=st.lists(
+        st.lists(st.integers(1, 4), max_size=3).flatmap(
+            lambda seqs: st.tuples(st.just(seqs), st.integers(0, 3), st.booleans(),
+                                   st.sampled_from([1, 1, 2, 7]), st.sampled_from([0, 0, 3]))
+        ),
+        min_size=1, max_size=4,
+    ),
+    positions=st.sampled_from(["none", "rows", "shared"]),
+)  # fmt: skip
+def test_oracle_token_counts_of_padded_and_packed_rows(rows, positions):
+    """Rows holding 0 to 3 packed sequences each (lengths 1 to 4), left or right padded
+    to the widest (``pad`` extra), mask values 1 or a sequence number, the row's first
+    sequence starting at position ``start`` (3: it continues one of the row before);
+    position ids per row, one row of them for every row (when all rows hold the same),
+    or none. Counted the plain way: without positions a row's real tokens are one
+    sequence; with them, each sequence is one."""
+    width = max(sum(seqs) + pad for seqs, pad, _, _, _ in rows)
+    masks, pos = [], []
+    for seqs, _, left, value, start in rows:
+        real = sum(seqs)
+        fill = [0] * (width - real)
+        row_pos = [p + (start if k == 0 else 0) for k, n in enumerate(seqs) for p in range(n)]
+        masks.append(fill + [value] * real if left else [value] * real + fill)
+        pos.append(fill + row_pos if left else row_pos + fill)
+    if positions == "shared":
+        assume(all(p == pos[0] for p in pos))
+    batch = {"input_ids": torch.ones(len(rows), width, dtype=torch.long),
+             "attention_mask": torch.tensor(masks)}  # fmt: skip
+    if positions == "none":
+        lengths = [sum(seqs) for seqs, *_ in rows if seqs]
+    else:
+        batch["position_ids"] = torch.tensor(pos if positions == "rows" else pos[0])
+        lengths = [n for seqs, *_ in rows for n in seqs]
+    want = BatchTokens(
+        sum(lengths), sum(lengths), len(lengths), max(lengths, default=0),
+        padded_tokens=len(rows) * width, sum_sq_tokens=sum(n * n for n in lengths),
+    )  # fmt: skip
+    assert batch_tokens(batch) == want

@@ -15,22 +15,28 @@ from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
 from warmfit import Pricer  # noqa: E402
 from warmfit.errors import UsageError  # noqa: E402
 from warmfit.integrations.sampler import (  # noqa: E402
+    UNTAUGHT_WAVES,
     BudgetSampler,
     SamplerWarning,
     padded_tokens,
     use_sampler,
 )
 from warmfit.policies import Policy, PriceRequest, Reading  # noqa: E402
+from warmfit.trainer import pricer as pricer_module  # noqa: E402
 
 from .fixed_meter import FixedMeter  # noqa: E402
+from .strategies import examples  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -758,3 +764,465 @@ def test_a_samplers_oom_wave_bounds_only_budgets_up_to_the_samplers() -> None:
     assert pricer.oom_tokens("train", 1_001) is None
     assert pricer.admits("train", 10, budget_bytes=1_001)
     pricer.close()
+
+
+# --- issue 38, tests by pattern (s3) ---
+
+
+def plain_tokens(lengths: list[int], multiple: int | None) -> int:
+    """A wave's packed tokens, the plain way: the sum of its lengths (no padding), or its
+    samples times the longest length rounded up to ``multiple`` (a padding collator)."""
+    if multiple is None:
+        return sum(lengths)
+    width = max(lengths)
+    return len(lengths) * ((width + multiple - 1) // multiple * multiple)
+
+
+def untaught_message(
+    signature: str, ooms: list[int], first: tuple[str, int], learned: list[str]
+) -> str:
+    """The warning of four waves in a row at the first-wave size, written out from the
+    module's docstring: the OOM variant when some of the three waves before ran out of
+    memory (``ooms``: their tokens), else the one asking for an enabled recorder."""
+    if not ooms:
+        others = (
+            f" It has learned {', '.join(map(repr, sorted(learned)))}: give the sampler the "
+            "signature the recorder records (the integrations' default is 'train/<model "
+            "class>')."
+            if learned
+            else ""
+        )
+        return (
+            f"warmfit: 4 waves in a row were packed at the first-wave size: the pricer has "
+            f"learned nothing of {signature!r}.{others} Is it the pricer of an enabled "
+            "Recorder(pricer=...) recording this signature? (A recorder that records nothing "
+            "teaches nothing.)"
+        )
+    knob, size = first
+    smaller = (
+        f"a smaller first_wave_tokens (it is {size:,})"
+        if knob == "tokens"
+        else f"a smaller first_wave_samples (it is {size:,}), or a first_wave_tokens below "
+        f"{min(ooms):,}"
+    )
+    return (
+        f"warmfit: 4 waves in a row were packed at the first-wave size, and {len(ooms)} of "
+        f"them ran out of memory ({', '.join(f'{n:,}' for n in ooms)} tokens): a wave that "
+        f"runs out of memory teaches the pricer nothing of {signature!r}, so the first-wave "
+        f"size is too large for this device. Give {smaller}."
+    )
+
+
+@pytest.mark.timeout(30)
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    lengths=st.lists(st.sampled_from([1, 2, 5, 8, 9, 16]) | st.integers(1, 40), max_size=10),
+    rate=st.sampled_from([1, 10, 100]) | st.integers(1, 300),
+    multiple=st.sampled_from([None, None, 1, 4, 8]),
+    out_rate=st.sampled_from([None, 0, 3, 50]),
+    taught_at_start=st.booleans(),
+    first=st.tuples(st.just("tokens"), st.integers(1, 60))
+    | st.tuples(st.just("samples"), st.integers(1, 4)),
+    budget_at=st.integers(1, 80),
+    budget_offset=st.sampled_from([0, 0, -1, 1, 10**6]),
+    earlier_ooms=st.lists(
+        st.tuples(
+            st.integers(1, 80), st.sampled_from([-1, 0, 1]), st.sampled_from(["train", "eval"])
+        ),
+        max_size=3,
+    ),
+    fits=st.none() | st.sampled_from([1, 8, 16, 30]) | st.integers(1, 80),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 3),
+    epochs=st.integers(1, 2),
+    unmeasured=st.sets(st.integers(0, 8), max_size=4),
+    others=st.lists(
+        st.sampled_from(["train/GPT2", "eval", "train/Llama", "a"]), unique=True, max_size=3
+    ),
+)
+def test_oracle_each_sample_once_in_waves_within_the_budget_that_one_more_would_not_fit(
+    lengths: list[int],
+    rate: int,
+    multiple: int | None,
+    out_rate: int | None,
+    taught_at_start: bool,
+    first: tuple[str, int],
+    budget_at: int,
+    budget_offset: int,
+    earlier_ooms: list[tuple[int, int, str]],
+    fits: int | None,
+    shuffle: bool,
+    seed: int,
+    epochs: int,
+    unmeasured: set[int],
+    others: list[str],
+) -> None:
+    """The module's promise checked against a plain model of it, every deciding input
+    drawn at once: the budget (often exactly the price of a wave of ``budget_at`` tokens,
+    or one byte either side), the rate, a padding ``tokens()`` or plain lengths, output
+    bytes by tokens or none, a pricer taught or not (the first-wave size by tokens or by
+    samples), OOMs recorded before under this budget, one byte below or above it (of
+    this signature or another), waves run outside sampler.wave() (teaching nothing), and
+    waves over ``fits`` tokens that run out of memory (sizes out of order, a wave of one
+    sample too), shuffled or not, any seed, one or two epochs.
+
+    Each wave is the next samples of the order (an OOM wave's samples go back in front);
+    a sample at or above the OOM bound, or priced over the budget alone, is alone and
+    warned of; a priced wave fits the budget, stays below the bound, and the next sample
+    would break one of them; an unpriced wave fits the first-wave size and the next
+    sample would not (or would reach the bound). Every warning, word for word, in order."""
+    with mock.patch.object(pricer_module, "_free", lambda tb: None):  # no gc.collect() per OOM
+        check_the_sampler_against_a_plain_model(
+            lengths, rate, multiple, out_rate, taught_at_start, first, budget_at, budget_offset,
+            earlier_ooms, fits, shuffle, seed, epochs, unmeasured, others,
+        )  # fmt: skip
+
+
+def check_the_sampler_against_a_plain_model(
+    lengths: list[int],
+    rate: int,
+    multiple: int | None,
+    out_rate: int | None,
+    taught_at_start: bool,
+    first: tuple[str, int],
+    budget_at: int,
+    budget_offset: int,
+    earlier_ooms: list[tuple[int, int, str]],
+    fits: int | None,
+    shuffle: bool,
+    seed: int,
+    epochs: int,
+    unmeasured: set[int],
+    others: list[str],
+) -> None:
+    signature = "train"
+    meter = FixedMeter(0, 0)
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=meter)
+    learned = taught_at_start
+    for other in [*others, signature] if taught_at_start else others:
+        pricer.observe_row(
+            dict(signature=other, kind="flat", phase="caller", whole=True,
+                 packed_tokens=10, logical_tokens=10, output_bytes=0, baseline_bytes=0,
+                 peak_bytes=10 * rate, static_floor_bytes=None, oom=False)
+        )  # fmt: skip
+
+    def out(n: int) -> int:
+        return 0 if out_rate is None else out_rate * n
+
+    def price(n: int) -> int | None:
+        return rate * n + out(n) if learned else None
+
+    budget = max(0, rate * budget_at + out(budget_at) + budget_offset)
+    ooms: list[tuple[int, int]] = []  # (tokens, budget) of every OOM of `train`
+    for size, offset, of in earlier_ooms:  # another signature's OOM bounds nothing here
+        under = max(0, budget + offset)
+        with pricer.wave(of, size, budget_bytes=under):
+            raise torch.OutOfMemoryError("simulated: CUDA out of memory.")
+        if of == signature:
+            ooms.append((size, under))
+    fits_first = (
+        dict(first_wave_tokens=first[1])
+        if first[0] == "tokens"
+        else dict(first_wave_samples=first[1])
+    )
+    sampler = BudgetSampler(
+        lengths, pricer, budget, signature=signature, **fits_first,  # type: ignore[arg-type]
+        tokens=None if multiple is None else padded_tokens(multiple),
+        output_bytes=None if out_rate is None else out, shuffle=shuffle, seed=seed,
+    )  # fmt: skip
+
+    def tok(indices: list[int]) -> int:
+        return plain_tokens([lengths[i] for i in indices], multiple)
+
+    def first_wave_fits(indices: list[int]) -> bool:
+        return tok(indices) <= first[1] if first[0] == "tokens" else len(indices) <= first[1]
+
+    expected: list[str] = []
+    unpriced_in_a_row = 0
+    history: list[tuple[bool, bool]] = []  # per wave: (unpriced, ran out of memory)
+    history_tokens: list[int] = []
+    failed: list[int] = []
+    oversized = 0
+    for epoch in range(epochs):
+        queue = list(range(len(lengths)))
+        if shuffle:
+            random.Random(f"warmfit.sampler:{seed}:{epoch}").shuffle(queue)
+        assert sampler.order(epoch) == queue
+        used: list[int] = []
+        failed_before = len(failed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for wave in sampler:
+                assert wave and wave == queue[: len(wave)]
+                rest = queue[len(wave) :]
+                bound = min((n for n, b in ooms if b >= budget), default=None)
+                head = wave[0]
+                tokens = tok(wave)
+                said = f"warmfit: sample {head} ({lengths[head]} tokens) is "
+                alone = f" of {budget:,} bytes: it is yielded alone."
+                if bound is not None and tok([head]) >= bound:
+                    assert len(wave) == 1
+                    oversized += 1
+                    expected.append(
+                        f"{said}at or above {bound:,} tokens, a size that ran out of memory "
+                        f"under this budget{alone}"
+                    )
+                elif price(tok([head])) is None:
+                    unpriced_in_a_row += 1
+                    if unpriced_in_a_row == UNTAUGHT_WAVES:
+                        last3 = zip(history[-3:], history_tokens[-3:], strict=True)
+                        oomed = [n for (unpriced, oom), n in last3 if unpriced and oom]
+                        expected.append(untaught_message(signature, oomed, first, others))
+                    assert len(wave) == 1 or first_wave_fits(wave)
+                    assert bound is None or len(wave) == 1 or tokens < bound
+                    if rest:
+                        grown = [*wave, rest[0]]
+                        assert not first_wave_fits(grown) or (
+                            bound is not None and tok(grown) >= bound
+                        )
+                else:
+                    unpriced_in_a_row = 0
+                    alone_price = price(tok([head]))
+                    assert alone_price is not None
+                    if alone_price > budget:
+                        assert len(wave) == 1
+                        oversized += 1
+                        expected.append(f"{said}priced {alone_price:,} bytes alone, over the "
+                                        f"budget{alone}")  # fmt: skip
+                    else:
+                        assert price(tokens) <= budget  # type: ignore[operator]
+                        assert bound is None or tokens < bound
+                        if rest:
+                            grown = [*wave, rest[0]]
+                            assert price(tok(grown)) > budget or (  # type: ignore[operator]
+                                bound is not None and tok(grown) >= bound
+                            )
+                packed = sampler.waves[-1]
+                assert (packed.epoch, packed.samples, packed.indices) == (
+                    epoch, len(wave), tuple(wave),
+                )  # fmt: skip
+                assert (packed.packed_tokens, packed.estimate_bytes) == (tokens, price(tokens))
+                # the trainer runs it: over `fits` tokens it runs out of memory at once
+                # (a wave run outside sampler.wave() teaches nothing and never runs out)
+                measured = len(history) not in unmeasured
+                oom = measured and fits is not None and tokens > fits
+                if measured:
+                    with sampler.wave() as w:
+                        if oom:
+                            raise torch.OutOfMemoryError("simulated: CUDA out of memory.")
+                        meter.peak = rate * tokens + out(tokens)
+                        w.forward_done()
+                    assert w.oom == oom
+                history.append((packed.estimate_bytes is None, oom))
+                history_tokens.append(tokens)
+                if not oom:
+                    learned = learned or measured
+                    used += wave
+                    queue = rest
+                else:
+                    ooms.append((tokens, budget))
+                    if len(wave) == 1:
+                        failed.append(head)
+                        expected.append(
+                            f"warmfit: sample {head} ({lengths[head]} tokens) ran out of "
+                            "memory alone: it is not retried (BudgetSampler.failed lists it)."
+                        )
+                        queue = rest
+        assert queue == [] and sampler.epoch == epoch + 1
+        # each sample once: in a wave that ran, or failed alone this epoch
+        assert sorted(used + failed[failed_before:]) == list(range(len(lengths)))
+        said_now = [str(c.message) for c in caught if issubclass(c.category, SamplerWarning)]
+        assert said_now == expected
+        expected = []
+    assert [w.oom for w in sampler.waves] == [oom for _, oom in history]
+    assert sampler.failed == failed
+    assert sampler.oversized == oversized
+    pricer.close()
+
+
+def test_the_untaught_warning_names_the_learned_signatures_sorted() -> None:
+    """The pricer learned 'train/Llama', then 'eval' (in that order), never 'train': the
+    warning after four unpriced waves names both, sorted, word for word."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    for other in ("train/Llama", "eval"):
+        pricer.observe_row(
+            dict(signature=other, kind="flat", phase="caller", whole=True, packed_tokens=10,
+                 logical_tokens=10, output_bytes=0, baseline_bytes=0, peak_bytes=1_000,
+                 static_floor_bytes=None, oom=False)
+        )  # fmt: skip
+    sampler = BudgetSampler([5] * 4, pricer, 10**9, first_wave_samples=1, shuffle=False)
+    with pytest.warns(SamplerWarning) as caught:
+        assert list(sampler) == [[0], [1], [2], [3]]
+    assert [str(w.message) for w in caught] == [
+        "warmfit: 4 waves in a row were packed at the first-wave size: the pricer has "
+        "learned nothing of 'train'. It has learned 'eval', 'train/Llama': give the sampler "
+        "the signature the recorder records (the integrations' default is 'train/<model "
+        "class>'). Is it the pricer of an enabled Recorder(pricer=...) recording this "
+        "signature? (A recorder that records nothing teaches nothing.)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(), "give one of first_wave_tokens and first_wave_samples: the size of a wave "
+                 "packed while the signature has no price yet."),
+        (dict(first_wave_samples=2, first_wave_tokens=64),
+         "give one of first_wave_tokens and first_wave_samples: the size of a wave packed "
+         "while the signature has no price yet."),
+        (dict(first_wave_samples=0), "first_wave_samples must be an integer >= 1; got 0."),
+        (dict(first_wave_tokens=True), "first_wave_tokens must be an integer >= 1; got True."),
+        (dict(first_wave_tokens="64"), "first_wave_tokens must be an integer >= 1; got '64'."),
+        (dict(lengths=[3, 4, -2]), "lengths[2] must be an integer >= 1; got -2."),
+        (dict(lengths=[3.0]), "lengths[0] must be an integer >= 1; got 3.0."),
+        (dict(pricer="warm-fit"), "pricer must be a warmfit.Pricer; got str."),
+        (dict(budget_bytes=-1),
+         "budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got -1."),
+        (dict(budget_bytes="70 GiBs"),
+         "budget_bytes '70 GiBs' is not a size: give bytes, or a number with KB, MB, GB, TB, "
+         "KiB, MiB, GiB or TiB (e.g. 128.8GB)."),
+        (dict(signature=None), "signature must be a non-empty str; got None."),
+        (dict(seed=1.0), "seed must be an integer; got 1.0."),
+        (dict(seed=False), "seed must be an integer; got False."),
+    ],
+)  # fmt: skip
+def test_each_refusal_of_the_sampler_word_for_word(kwargs: dict[str, Any], message: str) -> None:
+    arguments: dict[str, Any] = dict(
+        lengths=[3, 4], pricer=Pricer(), budget_bytes=100, first_wave_samples=1
+    )
+    if "first_wave_tokens" in kwargs or not kwargs:
+        del arguments["first_wave_samples"]
+    arguments.update(kwargs)
+    with pytest.raises(UsageError) as refused:
+        BudgetSampler(**arguments)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    ("lengths", "gives", "message"),
+    [
+        ([3], 0, "tokens([3]) gave 0: it must give a wave's packed tokens, an integer >= 1."),
+        ([2] * 9, 2.5, "tokens([2, 2, 2, 2, 2, 2, 2, 2]...) gave 2.5: it must give a wave's "
+                       "packed tokens, an integer >= 1."),
+        ([1] * 8, True, "tokens([1, 1, 1, 1, 1, 1, 1, 1]) gave True: it must give a wave's "
+                        "packed tokens, an integer >= 1."),
+    ],
+)  # fmt: skip
+def test_a_tokens_function_that_gives_no_tokens_is_refused_word_for_word(
+    lengths: list[int], gives: Any, message: str
+) -> None:
+    """A priced wave grows to all the samples: tokens() gives a token per sample until
+    then, ``gives`` for the whole wave; its message shows at most 8 lengths."""
+    sampler = BudgetSampler(
+        lengths, taught(1), 10**6, first_wave_samples=1, shuffle=False,
+        tokens=lambda ls: len(ls) if len(ls) < len(lengths) else gives,
+    )  # fmt: skip
+    with pytest.raises(UsageError) as refused:
+        list(sampler)
+    assert str(refused.value) == message
+
+
+def test_use_sampler_refusals_and_warning_word_for_word() -> None:
+    sampler = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1)
+
+    def trainer(**args: Any) -> SimpleNamespace:
+        base = dict(max_steps=4, world_size=1, gradient_accumulation_steps=1)
+        return SimpleNamespace(args=SimpleNamespace(**{**base, **args}), train_dataset=[1],
+                               data_collator=list)  # fmt: skip
+
+    with pytest.raises(UsageError) as refused:
+        use_sampler(trainer(max_steps=0), sampler)
+    assert str(refused.value) == (
+        "use_sampler(): set TrainingArguments(max_steps=...): a BudgetSampler packs waves as "
+        "it learns, so how many an epoch holds is not known in advance."
+    )
+    with pytest.raises(UsageError) as refused:
+        use_sampler(trainer(world_size=3), sampler)
+    assert str(refused.value) == (
+        "use_sampler(): one process only; ranks that pack their own waves run different "
+        "numbers of them, which a distributed step cannot wait for."
+    )
+    with pytest.warns(SamplerWarning) as caught:
+        use_sampler(trainer(gradient_accumulation_steps=3), sampler)
+    assert [str(w.message) for w in caught] == [
+        "warmfit: gradient_accumulation_steps=3: the Trainer collects a step's waves before "
+        "it runs any, so each is packed without the readings of the waves before it in that "
+        "step (the prices lag the recorder's)."
+    ]
+    with pytest.raises(UsageError) as refused:
+        BudgetSampler([1], taught(1), 1, first_wave_samples=1).wave()
+    assert str(refused.value) == "BudgetSampler.wave(): no wave has been yielded yet."
+
+
+def test_the_untaught_warning_counts_only_the_waves_that_ran_out_of_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An untaught pricer, first waves of 2 samples, lengths [9, 9, 4, 4, 3, 3] in order:
+    [0, 1] (18 tokens) runs out of memory, so [0] alone (9; [0, 1] is the OOM size) runs
+    outside sampler.wave() (teaching nothing), then [1, 2] (13) runs out of memory, then
+    [1] (9) is the fourth wave in a row without a price. Of the three before it, two ran
+    out of memory: the warning says 2 (18, 13 tokens), and the smallest, 13."""
+    monkeypatch.setattr(pricer_module, "_free", lambda tb: None)
+    sampler = BudgetSampler([9, 9, 4, 4, 3, 3], Pricer("max-merge"), 10**9,
+                            first_wave_samples=2, shuffle=False)  # fmt: skip
+    waves = []
+    with pytest.warns(SamplerWarning) as caught:
+        for wave in sampler:
+            waves.append(wave)
+            if len(waves) in (1, 3):
+                with sampler.wave():
+                    raise torch.OutOfMemoryError("simulated: CUDA out of memory.")
+            if len(waves) == 4:
+                break
+    assert waves == [[0, 1], [0], [1, 2], [1]]
+    assert [str(w.message) for w in caught] == [
+        "warmfit: 4 waves in a row were packed at the first-wave size, and 2 of them ran "
+        "out of memory (18, 13 tokens): a wave that runs out of memory teaches the pricer "
+        "nothing of 'train', so the first-wave size is too large for this device. Give a "
+        "smaller first_wave_samples (it is 2), or a first_wave_tokens below 13."
+    ]
+
+
+@pytest.mark.parametrize("pin", [True, False])
+def test_use_samplers_loader_pins_memory_as_the_trainer_args_say(pin: bool) -> None:
+    """The twin of the loader built from args that name only ``max_steps``: args with
+    ``dataloader_pin_memory`` give a loader that pins as they say, over the trainer's
+    dataset and collator, in this process."""
+    sampler = BudgetSampler(LENGTHS, taught(100), 6_000, first_wave_samples=1)
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(max_steps=2, dataloader_pin_memory=pin),
+        train_dataset=list(range(len(LENGTHS))), data_collator=list,
+    )  # fmt: skip
+    use_sampler(trainer, sampler)
+    loader = trainer.get_train_dataloader()
+    assert (loader.pin_memory, loader.num_workers) == (pin, 0)
+    assert loader.batch_sampler is sampler and loader.collate_fn is list
+    assert loader.dataset is trainer.train_dataset
+
+
+def test_a_sample_alone_at_an_oom_size_neither_counts_nor_breaks_unpriced_waves_in_a_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An untaught pricer, first waves of 1 sample, a wave of 20 tokens that ran out of
+    memory under the budget, lengths [5, 5, 20, 5, 5] in order: [0] and [1] are packed at
+    the first-wave size, [2] alone at the OOM size (not packed at the first-wave size, so
+    not counted; not priced either, so the run is not broken), then [3] and [4]: the
+    warning of four in a row comes with wave [4], after the one of sample 2."""
+    monkeypatch.setattr(pricer_module, "_free", lambda tb: None)
+    pricer = Pricer("max-merge")
+    oom_at(pricer, 20, 10**6)
+    sampler = BudgetSampler([5, 5, 20, 5, 5], pricer, 10**6, first_wave_samples=1,
+                            shuffle=False)  # fmt: skip
+    said: list[tuple[int, str]] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k, wave in enumerate(sampler):
+            assert wave == [k]
+            said += [(k, str(w.message)) for w in caught[len(said) :]]
+    assert said == [
+        (2, "warmfit: sample 2 (20 tokens) is at or above 20 tokens, a size that ran out of "
+            "memory under this budget of 1,000,000 bytes: it is yielded alone."),
+        (4, "warmfit: 4 waves in a row were packed at the first-wave size: the pricer has "
+            "learned nothing of 'train'. Is it the pricer of an enabled Recorder(pricer=...) "
+            "recording this signature? (A recorder that records nothing teaches nothing.)"),
+    ]  # fmt: skip

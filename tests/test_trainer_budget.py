@@ -150,3 +150,135 @@ def test_a_reserve_larger_than_what_is_free_leaves_a_budget_of_zero(
     assert device_budget(reserve=0.6) == 0
     assert device_budget(reserve=0.5) == 0
     assert device_budget(reserve=0.4) == GB
+
+
+# --- issue 38, tests by pattern (s3) ---
+
+
+@pytest.mark.parametrize(
+    ("value", "bytes_"),
+    [(0, 0), ("0", 0), ("0GB", 0), (1, 1), ("1", 1), (np.uint8(0), 0), ("1.5KiB", 1_536),
+     ("128.8GB", 128_800_000_000), ("1.0000001KB", 1_000)],
+)  # fmt: skip
+def test_a_budget_of_0_bytes_and_the_edges_of_a_size_are_bytes(value: Any, bytes_: int) -> None:
+    """0 bytes is a budget (>= 0: nothing fits but a wave priced 0); a size's fraction of
+    a byte is dropped (1.0000001KB is 1,000 bytes)."""
+    found = budget_bytes(value)
+    assert found == bytes_ and type(found) is int
+
+
+@pytest.mark.parametrize(
+    ("value", "argument", "message"),
+    [
+        (-1, "budget_bytes",
+         "budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got -1."),
+        (np.int64(-3), "budget",
+         "budget must be a number of bytes >= 0 or a size such as '70GiB'; got -3."),
+        (True, "budget_bytes",
+         "budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got True."),
+        (1.5, "budget_bytes",
+         "budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got 1.5."),
+        (None, "max_budget",
+         "max_budget must be a number of bytes >= 0 or a size such as '70GiB'; got None."),
+        ("lots", "budget_bytes",
+         "budget_bytes 'lots' is not a size: give bytes, or a number with KB, MB, GB, TB, KiB, "
+         "MiB, GiB or TiB (e.g. 128.8GB)."),
+    ],
+)  # fmt: skip
+def test_each_refusal_of_a_budget_word_for_word(value: Any, argument: str, message: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        budget_bytes(value, argument)
+    assert str(refused.value) == message and refused.value.argument == argument
+
+
+@pytest.mark.parametrize("reserve", ["0.1", None, True, 1, 1.0, -0.01, float("nan")])
+def test_a_reserve_refusal_word_for_word(reserve: Any) -> None:
+    with pytest.raises(UsageError) as refused:
+        device_budget(reserve=reserve)
+    assert str(refused.value) == f"reserve must be a fraction in [0, 1); got {reserve!r}."
+
+
+def test_no_cuda_device_is_refused_word_for_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UsageError) as refused:
+        device_budget()
+    assert str(refused.value) == (
+        "device_budget(): no CUDA device to read a budget from; give the budget in bytes (or "
+        "a size such as '70GiB') instead."
+    )
+
+
+class Devices:
+    """torch.cuda's counters, each device's own: ``free``, ``total``, ``reserved`` and
+    ``allocated`` bytes by index; the current device is ``current``."""
+
+    def __init__(self, current: int, **counters: dict[int, int]) -> None:
+        self.current = current
+        self.counters = counters
+
+    def apply(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        c = self.counters
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (c["free"][i], c["total"][i]))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: c["reserved"][i])
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i: c["allocated"][i])
+
+
+#: Device 0: 80 GB, 10 GB free, 6 GB reserved of which 1 GB allocated; device 1: 40 GB
+#: and 3 bytes, 20 GB free, 2 GB reserved, all of it allocated.
+TWO = dict(
+    free={0: 10 * GB, 1: 20 * GB},
+    total={0: 80 * GB, 1: 40 * GB + 3},
+    reserved={0: 6 * GB, 1: 2 * GB},
+    allocated={0: GB, 1: 2 * GB},
+)
+
+
+@pytest.mark.parametrize(
+    ("current", "device", "reserve", "budget"),
+    [
+        (0, None, 0.03, 10 * GB + 5 * GB - 2_400_000_000),  # 3% of device 0's 80 GB
+        (1, None, 0.03, 20 * GB + 0 - 1_200_000_000),  # int(1,200,000,000.09)
+        (1, "cuda:0", 0.03, 10 * GB + 5 * GB - 2_400_000_000),  # asked, not current
+        (0, "cuda:1", 0.5, 0),  # 20 GB - 20,000,000,001 bytes: no budget, not -1
+        (0, "cuda:1", 0.25, 20 * GB - 10 * GB),  # int(10,000,000,000.75): rounded down
+        (0, None, 0, 15 * GB),
+    ],
+)  # fmt: skip
+def test_each_counter_is_the_devices_asked_and_the_reserve_a_fraction_of_its_total(
+    monkeypatch: pytest.MonkeyPatch, current: int, device: str | None, reserve: float, budget: int
+) -> None:
+    """Free plus reserved-but-unallocated less the reserve of the TOTAL, every counter of
+    the device asked (or the current one), never another device's."""
+    Devices(current, **TWO).apply(monkeypatch)
+    found = device_budget(reserve=reserve, device=device)
+    assert found == budget and type(found) is int
+
+
+@pytest.mark.parametrize(
+    ("backend", "others", "budget"),
+    [("gloo", [30 * GB, 9 * GB], 9 * GB), ("gloo", [30 * GB, 31 * GB], 12_600_000_000),
+     ("gloo", [0], 0), ("mpi", [12_600_000_000], 12_600_000_000)],
+)  # fmt: skip
+def test_device_budget_is_the_smallest_over_several_ranks(
+    monkeypatch: pytest.MonkeyPatch, backend: str, others: list[int], budget: int
+) -> None:
+    """This rank (device 0 of TWO, 3% kept: 12.6 GB) and the other ranks' budgets: a
+    default process group's budget is the smallest of all of them, this rank's own when
+    it is the smallest, 0 when a rank has none; reduced on the CPU for gloo and mpi."""
+    Devices(0, **TWO).apply(monkeypatch)
+    dist = torch.distributed
+    reduced: list[Any] = []
+
+    def all_reduce(value: Any, op: Any) -> None:
+        reduced.append((op, value.device.type, value.dtype))
+        value.fill_(min([int(value.item()), *others]))
+
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_backend", lambda: backend)
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    found = device_budget()
+    assert found == budget and type(found) is int
+    assert reduced == [(dist.ReduceOp.MIN, "cpu", torch.int64)]
