@@ -660,3 +660,62 @@ def test_orders_with_no_median_are_left_out_of_the_median_over_orders(
     assert each == medians
     result = order_robustness(frame, ["max-merge"], 1.0, "auto", "run", permutations, seed)
     assert result["median_over_estimate_median"].to_list() == [-1.0]
+
+
+#: The word-for-word refusals of the order arguments: (function's value, the message).
+_WHOLE = " (each order is one more whole replay of the trace, and keeps its own summary until the end)"  # fmt: skip
+_SEED = " (it is taken as a 64-bit number)"
+REFUSALS = [
+    ("permutations", 0, f"permutations must be an integer from 1 to 10000{_WHOLE}; got 0."),
+    ("permutations", 10_001, f"permutations must be an integer from 1 to 10000{_WHOLE}; got 10001."),
+    ("permutations", 1.5, "permutations must be an integer; got 1.5."),
+    ("permutations", True, "permutations must be an integer; got True."),
+    ("seed", -1, f"seed must be an integer from 0 to 18446744073709551615{_SEED}; got -1."),
+    ("seed", 2**64, f"seed must be an integer from 0 to 18446744073709551615{_SEED}; got 18446744073709551616."),
+    ("seed", "1", "seed must be an integer; got '1'."),
+    ("index", -1, "index must be an integer from 0 to 4294967295; got -1."),
+    ("index", 2**32, "index must be an integer from 0 to 4294967295; got 4294967296."),
+    ("index", None, "index must be an integer; got None."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argument", "value", "message"), REFUSALS)
+def test_each_order_argument_is_refused_word_for_word(
+    argument: str, value: object, message: str
+) -> None:
+    """The whole message, naming the argument, its range and why, and the value given;
+    and the same on the command line for --permute and --seed, exit 2, nothing printed."""
+    frame = _example()
+    calls = {
+        "permutations": lambda: order_robustness(frame, POLICIES, 1.1, "auto", "run", value, 0),
+        "seed": lambda: permuted(frame, value, 0),  # type: ignore[arg-type]
+        "index": lambda: permuted(frame, 0, value),  # type: ignore[arg-type]
+    }
+    with pytest.raises(UsageError) as error:
+        calls[argument]()
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--permute", "0"], f"--permute must be an integer from 1 to 10000{_WHOLE}; got 0."),
+        (["--permute", "10001"], f"--permute must be an integer from 1 to 10000{_WHOLE}; got 10001."),
+        (["--permute", "2", "--seed", "-1"],
+         f"--seed must be an integer from 0 to 18446744073709551615{_SEED}; got -1."),
+        (["--permute", "2", "--seed", str(2**64)],
+         f"--seed must be an integer from 0 to 18446744073709551615{_SEED}; got 18446744073709551616."),
+    ],
+)  # fmt: skip
+def test_permute_and_seed_are_refused_word_for_word_on_the_command_line(
+    args: list[str], message: str, invoke: Invoke
+) -> None:
+    trace = str(Path(__file__).resolve().parent.parent / "traces" / "pr991")
+    code, out, err = invoke("replay", trace, "-p", "max-merge", *args)
+    assert (code, out, err) == (2, "", f"warmfit: error: {message}\n")
+
+
+def test_a_fold_refuses_other_policies_naming_both() -> None:
+    with OrderFold(["warm-fit"], "run", 2) as fold, pytest.raises(ValueError) as error:
+        fold.add(_example(), resolve_policies(POLICIES))
+    assert str(error.value) == "policies ('max-merge', 'warm-fit') are not the fold's ('warm-fit',)"

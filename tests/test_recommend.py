@@ -943,3 +943,18 @@ def test_the_caption_word_for_word_and_its_between_clause_for_any_row() -> None:
             "25,769,803,776 bytes (25.8 GB; estimate <= budget, safety factor 1) after"
         )
     )
+
+
+@pytest.mark.parametrize("policies", [["recorded"], ["max-merge", "recorded"]])
+def test_the_recorded_refusal_word_for_word(policies: list[str]) -> None:
+    """-p recorded, alone or after another policy: exit 2, nothing on stdout, one line
+    saying why and what to do instead."""
+    code, out, err = cli(str(ART), "--budget", "100GB", *[a for p in policies for a in ("-p", p)])
+    assert (code, out, err) == (
+        2,
+        "",
+        "warmfit: error: policy 'recorded' is the trainer's own prices (a trace's "
+        "estimate_bytes, SPEC §8): it has no profile to price another size with, so it "
+        "admits no token count. Leave -p recorded out; 'warmfit replay' reports its "
+        "figures.\n",
+    )
