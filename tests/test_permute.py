@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import oracle
 from tests.command_line import Invoke
 from tests.strategies import examples, traces
 from warmfit.errors import UsageError
@@ -557,11 +558,12 @@ def _rank_streams(draw: st.DrawFn) -> pl.DataFrame:
             ]
             sig = {w: s for w, _, s in readings if _ == 0}
             ids = draw(st.permutations(range(count)))
+            rates = [draw(st.sampled_from([500, 1_000, 1_500])) for _ in range(count)]
             placed = draw(st.permutations(readings))
             streams.append([
                 dict(run=run, rank=rank, seq=i, wave=ids[w] * 3 + 1, signature=sig[w],
                      phase="forward" if r == 0 else "caller", packed_tokens=1 + w,
-                     logical_tokens=1 + w, peak_bytes=1_000 * (1 + w) + r)
+                     logical_tokens=1 + w, peak_bytes=rates[w] * (1 + w) + r)
                 for i, (w, r, _) in enumerate(placed)
             ])  # fmt: skip
         rows += [row for stream in streams for row in stream]
@@ -719,3 +721,41 @@ def test_a_fold_refuses_other_policies_naming_both() -> None:
     with OrderFold(["warm-fit"], "run", 2) as fold, pytest.raises(ValueError) as error:
         fold.add(_example(), resolve_policies(POLICIES))
     assert str(error.value) == "policies ('max-merge', 'warm-fit') are not the fold's ('warm-fit',)"
+
+
+@settings(max_examples=examples(30))
+@given(_rank_streams(), st.sampled_from([2, 4]) | st.integers(1, 5), seeds)
+def test_the_order_figures_are_plain_replays_of_the_plainly_computed_orders(
+    frame: pl.DataFrame, permutations: int, seed: int
+) -> None:
+    """Each order laid out from :func:`_plain_orders` and replayed by :mod:`tests.oracle`
+    (no warmfit code): the mean and the worst of under_peak over the orders, and the
+    median (an even count of orders as often as an odd) of their medians, nulls left out."""
+    rows = frame.to_dicts()
+    per_order = []
+    for index in range(permutations):
+        laid: list[dict[str, object]] = []
+        for (run, rank), waves in _plain_orders(frame, seed, index).items():
+            mine = sorted(
+                (r for r in rows if r["run"] == run and r["rank"] == rank),
+                key=lambda r: int(r["seq"]),  # type: ignore[call-overload]
+            )
+            stream = [r for w in waves for r in mine if r["wave"] == w]
+            laid += [{**r, "seq": place} for place, r in enumerate(stream)]
+        summary = oracle.replay(laid, POLICIES, 1.1).summary
+        per_order.append({(s["run"], s["policy"]): s for s in summary})
+    result = order_robustness(frame, POLICIES, 1.1, "auto", "run", permutations, seed)
+    assert result.height == len(per_order[0])
+    for row in result.iter_rows(named=True):
+        each = [order[(row["run"], row["policy"])] for order in per_order]
+        under = [int(s["under_peak"]) for s in each]
+        medians = [s["median_over_estimate"] for s in each if s["median_over_estimate"] is not None]
+        assert row["permutations"] == permutations
+        assert row["under_peak_mean"] == sum(under) / permutations, row
+        assert row["under_peak_worst"] == max(under), row
+        if medians:
+            assert row["median_over_estimate_median"] == pytest.approx(
+                statistics.median(medians), rel=1e-12
+            ), row
+        else:
+            assert row["median_over_estimate_median"] is None, row
