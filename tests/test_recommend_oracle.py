@@ -60,12 +60,12 @@ class Rank:
     def __init__(self, profile: oracle.MaxMerge, o: int, s: int | None) -> None:
         self.profile, self.o, self.s = profile, o, s
 
-    def estimate(self, n: int, logical: int, packed: int) -> int | None:
+    def estimate(self, n: int, logical: int, packed: int, safety: float = SAFETY) -> int | None:
         """SPEC §3's estimate of a flat wave of ``n`` packed tokens (None: unpriced or
         past int64, which no replay reports)."""
         m = n * logical // packed
         try:
-            return oracle.estimate(self.profile.price(n, m), self.o, self.s, SAFETY)[0]
+            return oracle.estimate(self.profile.price(n, m), self.o, self.s, safety)[0]
         except OverflowError:
             return None
 
@@ -180,12 +180,24 @@ def measured(rows: Sequence[Row], run: str, sig: str, budget: int) -> dict[str, 
 # --------------------------------------------------------------------------- warmfit
 
 
-def recommend_json(rows: Sequence[Row], budget: int, policy: str) -> list[dict[str, object]]:
+def recommend_json(
+    rows: Sequence[Row], budget: int, policy: str, *args: str
+) -> list[dict[str, object]]:
     with tempfile.TemporaryDirectory() as folder:
         path = write_trace(readings_frame(list(rows)), Path(folder) / "t.parquet")
         result = CliRunner().invoke(
             app,
-            ["recommend", str(path), "--budget", str(budget), "-p", policy, "--format", "json"],
+            [
+                "recommend",
+                str(path),
+                "--budget",
+                str(budget),
+                "-p",
+                policy,
+                "--format",
+                "json",
+                *args,
+            ],
             env=ENV,
         )
     assert result.exit_code == 0, result.output
@@ -193,7 +205,11 @@ def recommend_json(rows: Sequence[Row], budget: int, policy: str) -> list[dict[s
 
 
 def check_admitted(
-    got: object, ranks: dict[int, Rank], total: tuple[int, int], budget: int
+    got: object,
+    ranks: dict[int, Rank],
+    total: tuple[int, int],
+    budget: int,
+    safety: float = SAFETY,
 ) -> None:
     """``got`` is the largest size admitted on every rank that can price (brute force
     below :data:`SCAN` sizes; the two sizes around the answer beyond it)."""
@@ -211,7 +227,7 @@ def check_admitted(
 
     def admitted_everywhere(n: int) -> bool:
         for r in pricing.values():
-            est = r.estimate(n, logical, packed)
+            est = r.estimate(n, logical, packed, safety)
             if est is None or est > budget:
                 return False
         return True
@@ -391,7 +407,7 @@ def expected_cells(result: dict[str, object], want: dict[str, object]) -> list[s
 
 
 def setting_rank(
-    got: object, ranks: dict[int, Rank], total: tuple[int, int], budget: int
+    got: object, ranks: dict[int, Rank], total: tuple[int, int], budget: int, safety: float
 ) -> int | None:
     """The lowest rank whose own largest admitted size is ``got`` (the smallest over the
     ranks that can price): admitted at ``got`` and, below the cap, not at ``got + 1``."""
@@ -400,7 +416,7 @@ def setting_rank(
     logical, packed = total
 
     def fits(r: Rank, n: int) -> bool:
-        est = r.estimate(n, logical, packed)
+        est = r.estimate(n, logical, packed, safety)
         return n == 0 or (est is not None and est <= budget)
 
     pricing = [
@@ -463,31 +479,42 @@ def joint_traces(draw: st.DrawFn) -> list[Row]:
 
 
 @st.composite
-def joint_cases(draw: st.DrawFn) -> tuple[list[Row], int, str]:
+def joint_cases(draw: st.DrawFn) -> tuple[list[Row], int, str, float]:
     rows = draw(joint_traces())
     policy = draw(st.sampled_from(POLICIES))
+    safety = draw(st.sampled_from([SAFETY, SAFETY, 1.0, 0.5, 1.25]))
     peaks = [int(r["peak_bytes"]) for r in rows if not r["oom"]]
     estimates = [
         est
         for key, ranks in ranks_after(rows, policy).items()
         for r in ranks.values()
         for n in {int(row["packed_tokens"]) for row in rows} | {1}
-        if (est := r.estimate(n, *sums(rows)[key])) is not None
+        if (est := r.estimate(n, *sums(rows)[key], safety)) is not None
     ]
     budget = draw(
         st.sampled_from(peaks).flatmap(lambda p: st.sampled_from([p - 1, p, p + 1]))
         | st.sampled_from(estimates or [0])
         | st.integers(0, 10**6)
     )
-    return rows, budget, policy
+    return rows, budget, policy, safety
 
 
-def recommend_markdown(rows: Sequence[Row], budget: int, policy: str) -> str:
+def recommend_markdown(rows: Sequence[Row], budget: int, policy: str, *args: str) -> str:
     with tempfile.TemporaryDirectory() as folder:
         path = write_trace(readings_frame(list(rows)), Path(folder) / "t.parquet")
         result = CliRunner().invoke(
             app,
-            ["recommend", str(path), "--budget", str(budget), "-p", policy, "-f", "markdown"],
+            [
+                "recommend",
+                str(path),
+                "--budget",
+                str(budget),
+                "-p",
+                policy,
+                "-f",
+                "markdown",
+                *args,
+            ],
             env=ENV,
         )
     assert result.exit_code == 0, result.output
@@ -496,21 +523,24 @@ def recommend_markdown(rows: Sequence[Row], budget: int, policy: str) -> str:
 
 @settings(max_examples=examples(40))
 @given(joint_cases())
-def test_recommend_varies_every_deciding_input_jointly(case: tuple[list[Row], int, str]) -> None:
-    rows, budget, policy = case
-    results = recommend_json(rows, budget, policy)
+def test_recommend_varies_every_deciding_input_jointly(
+    case: tuple[list[Row], int, str, float],
+) -> None:
+    rows, budget, policy, safety = case
+    results = recommend_json(rows, budget, policy, "--safety", str(safety))
     per_policy = ranks_after(rows, policy)
     totals = sums(rows)
     assert sorted((r["run"], r["signature"]) for r in results) == sorted(per_policy)
-    lines = recommend_markdown(rows, budget, policy).splitlines()
+    lines = recommend_markdown(rows, budget, policy, "--safety", str(safety)).splitlines()
+    assert f"safety factor {safety:g})" in lines[-1]
     for i, result in enumerate(results):
         run, sig = str(result["run"]), str(result["signature"])
-        where = f"run {run!r} signature {sig!r} {policy} budget {budget}"
+        where = f"run {run!r} signature {sig!r} {policy} budget {budget} safety {safety}"
         ranks, (logical, packed) = per_policy[(run, sig)], totals[(run, sig)]
         got = result["admitted_tokens"]
-        check_admitted(got, ranks, (logical, packed), budget)
+        check_admitted(got, ranks, (logical, packed), budget, safety)
         assert result["ranks"] == len(ranks), where
-        rank = setting_rank(got, ranks, (logical, packed), budget)
+        rank = setting_rank(got, ranks, (logical, packed), budget, safety)
         assert result["rank"] == rank, where
         if rank is not None:
             assert (result["output_bytes"], result["static_floor_bytes"]) == (
