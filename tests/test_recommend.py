@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -958,3 +959,36 @@ def test_the_recorded_refusal_word_for_word(policies: list[str]) -> None:
         "admits no token count. Leave -p recorded out; 'warmfit replay' reports its "
         "figures.\n",
     )
+
+
+def test_a_groups_second_policy_shows_its_own_cells_but_not_the_groups() -> None:
+    """Signature 'a' with two policies, then 'b': in the table, a's second row names its
+    policy and its own admitted, gap and note cells, leaving the run, signature and
+    measured limit (the group's) blank; 'b' names its run and signature again. Markdown
+    repeats every cell on every row."""
+    shared = dict(signature="a", measured=INTERP, measured_limit_tokens=188,
+                  largest_fitted_tokens=100, smallest_unfitted_tokens=300)  # fmt: skip
+    rec = Recommendation(
+        [
+            _result(**shared, admitted_tokens=150, gap_tokens=38, gap_fraction=38 / 188),
+            _result(**shared, policy="warm-fit", admitted_tokens=300, gap_tokens=-112,
+                    gap_fraction=-112 / 188),
+            _result(signature="b", admitted_tokens=50, measured=OOM, largest_fitted_tokens=100,
+                    smallest_unfitted_tokens=300, gap_at_least_tokens=50),
+        ],
+        1_500_000, 1.25, ("max-merge", "warm-fit"), {},
+    )  # fmt: skip
+    lines = render_recommendation(rec, "table").splitlines()
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines if "max-merge" in line or "warm-fit" in line]  # fmt: skip
+    assert rows == [
+        ["r", "a", "max-merge", "150", "188", "+38 (+20.2%)"],
+        ["warm-fit", "300", "-112 (-59.6%)", "OOM risk: admits a size measured not to fit"],
+        ["r", "b", "max-merge", "50", "between 100 and 299 (OOM at 300)", "+50 to +249"],
+    ]
+    second = next(line for line in lines if "warm-fit" in line)
+    assert second.index("warm-fit") == lines[2].index("max-merge")  # the policy column
+    assert render_recommendation(rec, "markdown").splitlines()[2:5] == [
+        "| r | a | max-merge | 150 | 188 | +38 (+20.2%) |  |",
+        "| r | a | warm-fit | 300 | 188 | -112 (-59.6%) | OOM risk: admits a size measured not to fit |",
+        "| r | b | max-merge | 50 | between 100 and 299 (OOM at 300) | +50 to +249 |  |",
+    ]
