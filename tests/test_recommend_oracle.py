@@ -553,3 +553,34 @@ def test_recommend_varies_every_deciding_input_jointly(
             assert result[key] == value, f"{where}: {key} {result[key]!r}, expected {value!r}"
         cells = [run or "", sig, policy, *expected_cells(result, want)]
         assert lines[2 + i] == "| " + " | ".join(cells) + " |", where
+
+
+@settings(max_examples=examples(300))
+@given(
+    st.lists(st.tuples(st.sampled_from([1, 50, 100, 300]), st.sampled_from([0, 999, 1_000, 1_001, 3_000])), max_size=6),
+    st.lists(st.sampled_from([1, 50, 100, 300]) | st.sampled_from([2, 49, 99, 101, 299, 301]), max_size=3),
+    st.sampled_from([0, 999, 1_000, 1_001, 2_999, 3_000, 3_001]),
+)  # fmt: skip
+def test_measured_limit_on_its_edges_is_the_oracles(
+    points: list[tuple[int, int]], ooms: list[int], budget: int
+) -> None:
+    """:func:`measured_limit` called directly, with repeated sizes in any order, peaks and
+    budgets on a few values (a peak at the budget, a byte either side), OOM sizes at,
+    below and above the measured ones: the oracle's :func:`measured` of the same waves."""
+    from warmfit.report.recommend import measured_limit
+
+    waves = [(n, peak, False) for n, peak in points] + [(n, 0, True) for n in ooms]
+    rows: list[Row] = [
+        dict(run="r", rank=0, seq=i, wave=i, signature="s", packed_tokens=n,
+             baseline_bytes=0, peak_bytes=peak, oom=oom)
+        for i, (n, peak, oom) in enumerate(waves)
+    ]  # fmt: skip
+    limit = measured_limit(points, budget, ooms)
+    want = measured(rows, "r", "s", budget)
+    got = {
+        "measured": limit.measured,
+        "measured_limit_tokens": limit.tokens,
+        "largest_fitted_tokens": limit.largest_fitted,
+        "smallest_unfitted_tokens": limit.smallest_unfitted,
+    }
+    assert {k: got[k] for k in want} == want
