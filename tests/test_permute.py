@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import oracle
 from tests.command_line import Invoke
 from tests.strategies import examples, traces
 from warmfit.errors import UsageError
@@ -30,6 +31,7 @@ from warmfit.replay.permute import (
     OrderFold,
     PermuteFold,
     Waves,
+    median_ignoring_nan,
     order_robustness,
     permuted,
     run_hash,
@@ -507,3 +509,253 @@ def test_permute_by_signature_gives_each_result_its_own_orders(
     results = json.loads(out)["results"]
     assert [(r["run"], r["signature"]) for r in results] == [("run", "a"), ("run", "b")]
     assert len(results) == len(json.loads(plain)["results"])
+
+
+# --- issue 38, tests by pattern (s5) ---
+
+
+def _plain_orders(frame: pl.DataFrame, seed: int, index: int) -> dict[tuple[str, int], list[int]]:
+    """Per (run, rank) stream, its wave ids in the ``index``-th order for ``seed``, computed
+    from the module docstring alone: six words (the seed's low and high 32 bits, the
+    index, the low and high 32 bits of the run's 8-byte BLAKE2b read little-endian, the
+    rank) seed numpy's generator; its permutation gives each wave (numbered by first
+    reading) a place; each signature's first wave swaps places with the one of its
+    signature that got the earliest."""
+    import hashlib
+
+    orders = {}
+    for (run, rank), stream in frame.sort(CANONICAL).group_by(STREAM, maintain_order=True):
+        firsts = stream.unique("wave", keep="first", maintain_order=True)
+        waves, sigs = firsts["wave"].to_list(), firsts["signature"].to_list()
+        h = int.from_bytes(hashlib.blake2b(str(run).encode(), digest_size=8).digest(), "little")
+        words = [seed & 0xFFFF_FFFF, seed >> 32, index, h & 0xFFFF_FFFF, h >> 32, int(rank)]
+        slot = np.random.default_rng(np.random.SeedSequence(words)).permutation(len(waves))
+        for sig in dict.fromkeys(sigs):
+            mine = [j for j, s in enumerate(sigs) if s == sig]
+            earliest = min(mine, key=lambda j: slot[j])
+            slot[mine[0]], slot[earliest] = slot[earliest], slot[mine[0]]
+        orders[(str(run), int(rank))] = [waves[j] for j in np.argsort(slot)]
+    return orders
+
+
+@st.composite
+def _rank_streams(draw: st.DrawFn) -> pl.DataFrame:
+    """1-2 runs of 1-3 ranks; a rank now and then a copy of another (the same waves:
+    only the rank tells their orders apart), now and then of one wave; 1-2 signatures;
+    a wave's one or two readings interleaved with the others'."""
+    rows: list[dict[str, object]] = []
+    for run in draw(st.sampled_from([["A"], ["A", "ü"], ["run"]])):
+        streams: list[list[dict[str, object]]] = []
+        for rank in draw(st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True)):
+            if streams and draw(st.booleans()):
+                streams.append([{**row, "rank": rank} for row in streams[0]])
+                continue
+            count = draw(st.sampled_from([1, 1, 2]) | st.integers(1, 7))
+            readings = [
+                (w, r, draw(st.sampled_from(["s", "t"])))
+                for w in range(count)
+                for r in range(draw(st.integers(1, 2)))
+            ]
+            sig = {w: s for w, _, s in readings if _ == 0}
+            ids = draw(st.permutations(range(count)))
+            rates = [draw(st.sampled_from([500, 1_000, 1_500])) for _ in range(count)]
+            placed = draw(st.permutations(readings))
+            streams.append([
+                dict(run=run, rank=rank, seq=i, wave=ids[w] * 3 + 1, signature=sig[w],
+                     phase="forward" if r == 0 else "caller", packed_tokens=1 + w,
+                     logical_tokens=1 + w, peak_bytes=rates[w] * (1 + w) + r)
+                for i, (w, r, _) in enumerate(placed)
+            ])  # fmt: skip
+        rows += [row for stream in streams for row in stream]
+    return readings_frame(rows)
+
+
+@PROPERTY
+@given(
+    _rank_streams(),
+    seeds | st.sampled_from([0, 2**32 - 1, 2**32, 2**32 + 1, 2**64 - 1]),
+    st.integers(0, 3) | st.sampled_from([2**32 - 1]),
+)
+def test_each_streams_order_is_the_docstrings_rule_computed_plainly(
+    frame: pl.DataFrame, seed: int, index: int
+) -> None:
+    """Seeds at the word edges, the last index, several ranks of a run (copies of one
+    another too: each rank its own order), one-wave streams: every stream's waves come
+    in the order the rule gives, each wave's readings together."""
+    out = permuted(frame, seed, index)
+    want = _plain_orders(frame, seed, index)
+    for (run, rank), stream in out.group_by(STREAM, maintain_order=True):
+        waves = stream["wave"].to_list()
+        assert waves == sorted(waves, key=waves.index), "a wave's readings apart"
+        assert _wave_order(stream) == want[(str(run), int(rank))], (run, rank)
+
+
+def test_two_copies_of_a_stream_on_two_ranks_get_their_own_orders() -> None:
+    """Ranks 0 and 1 hold the same six waves of one signature: with seed 0, index 0 their
+    orders differ (the rank is a word of the seed), each as the rule gives it."""
+    rows = [
+        dict(rank=rank, seq=s, wave=s, signature="s", packed_tokens=1, logical_tokens=1,
+             peak_bytes=5)
+        for rank in (0, 1) for s in range(6)
+    ]  # fmt: skip
+    frame = readings_frame(rows)
+    out = permuted(frame, 0, 0)
+    orders = {rank: _wave_order(out.filter(pl.col("rank") == rank)) for rank in (0, 1)}
+    want = _plain_orders(frame, 0, 0)
+    assert orders == {0: want[("run", 0)], 1: want[("run", 1)]}
+    assert orders[0] != orders[1] and orders[0][0] == orders[1][0] == 0
+
+
+@given(
+    st.integers(1, 6).flatmap(
+        lambda width: st.lists(
+            st.lists(st.sampled_from([-1.0, 0.0, 0.5, 1.5, 2.5]) | st.just(np.nan),
+                     min_size=width, max_size=width),
+            min_size=1, max_size=4,
+        )
+    )
+)  # fmt: skip
+def test_the_median_ignoring_nan_is_statistics_median(rows: list[list[float]]) -> None:
+    """Each row's count of values (not NaN) even or odd, ties, all NaN: the median of
+    what is there (for an even count the mean of the lower and upper middle values,
+    neither one alone), null where nothing is."""
+    got = median_ignoring_nan(np.array(rows)).to_list()
+    want = []
+    for row in rows:
+        values = [v for v in row if not np.isnan(v)]
+        want.append(statistics.median(values) if values else None)
+    assert got == want
+
+
+def _null_or_not() -> pl.DataFrame:
+    """One stream of one signature: wave 0 ran out of memory (no profile learned), then
+    a wave of 1,000 bytes and one whose peak stays at its baseline (actual 0, rate 0).
+    Wave 0 stays first; the orders of 1 and 2 differ: with 1 before 2, wave 1 is
+    unpriced and wave 2 priced but actual 0, so no wave is a figure (median null); with
+    2 before 1, wave 1 is priced at 0 bytes (rate 0): over-estimate -1.0."""
+    rows = [
+        dict(seq=0, wave=0, signature="s", phase="forward", packed_tokens=10,
+             logical_tokens=10, peak_bytes=5_000, oom=True),
+        dict(seq=1, wave=1, signature="s", phase="caller", whole=True, packed_tokens=10,
+             logical_tokens=10, peak_bytes=1_000),
+        dict(seq=2, wave=2, signature="s", phase="caller", whole=True, packed_tokens=10,
+             logical_tokens=10, baseline_bytes=500, peak_bytes=500),
+    ]  # fmt: skip
+    return readings_frame(rows)
+
+
+@pytest.mark.parametrize(
+    ("permutations", "seed", "medians"),
+    [(4, 0, [None, None, -1.0, -1.0]), (5, 3, [None, None, None, -1.0, None])],
+)
+def test_orders_with_no_median_are_left_out_of_the_median_over_orders(
+    permutations: int, seed: int, medians: list[float | None]
+) -> None:
+    """Among the orders of :func:`_null_or_not` some have no median over-estimate (null)
+    and some -1.0: the median over the orders is -1.0, of the orders that have one (nulls
+    counted as 0 would give -0.5 of the four orders, 0.0 of the five)."""
+    frame = _null_or_not()
+    each = [
+        replay(permuted(frame, seed, i), ["max-merge"]).summary["median_over_estimate"][0]
+        for i in range(permutations)
+    ]
+    assert each == medians
+    result = order_robustness(frame, ["max-merge"], 1.0, "auto", "run", permutations, seed)
+    assert result["median_over_estimate_median"].to_list() == [-1.0]
+
+
+#: The word-for-word refusals of the order arguments: (function's value, the message).
+_WHOLE = " (each order is one more whole replay of the trace, and keeps its own summary until the end)"  # fmt: skip
+_SEED = " (it is taken as a 64-bit number)"
+REFUSALS = [
+    ("permutations", 0, f"permutations must be an integer from 1 to 10000{_WHOLE}; got 0."),
+    ("permutations", 10_001, f"permutations must be an integer from 1 to 10000{_WHOLE}; got 10001."),
+    ("permutations", 1.5, "permutations must be an integer; got 1.5."),
+    ("permutations", True, "permutations must be an integer; got True."),
+    ("seed", -1, f"seed must be an integer from 0 to 18446744073709551615{_SEED}; got -1."),
+    ("seed", 2**64, f"seed must be an integer from 0 to 18446744073709551615{_SEED}; got 18446744073709551616."),
+    ("seed", "1", "seed must be an integer; got '1'."),
+    ("index", -1, "index must be an integer from 0 to 4294967295; got -1."),
+    ("index", 2**32, "index must be an integer from 0 to 4294967295; got 4294967296."),
+    ("index", None, "index must be an integer; got None."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argument", "value", "message"), REFUSALS)
+def test_each_order_argument_is_refused_word_for_word(
+    argument: str, value: object, message: str
+) -> None:
+    """The whole message, naming the argument, its range and why, and the value given;
+    and the same on the command line for --permute and --seed, exit 2, nothing printed."""
+    frame = _example()
+    calls = {
+        "permutations": lambda: order_robustness(frame, POLICIES, 1.1, "auto", "run", value, 0),
+        "seed": lambda: permuted(frame, value, 0),  # type: ignore[arg-type]
+        "index": lambda: permuted(frame, 0, value),  # type: ignore[arg-type]
+    }
+    with pytest.raises(UsageError) as error:
+        calls[argument]()
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--permute", "0"], f"--permute must be an integer from 1 to 10000{_WHOLE}; got 0."),
+        (["--permute", "10001"], f"--permute must be an integer from 1 to 10000{_WHOLE}; got 10001."),
+        (["--permute", "2", "--seed", "-1"],
+         f"--seed must be an integer from 0 to 18446744073709551615{_SEED}; got -1."),
+        (["--permute", "2", "--seed", str(2**64)],
+         f"--seed must be an integer from 0 to 18446744073709551615{_SEED}; got 18446744073709551616."),
+    ],
+)  # fmt: skip
+def test_permute_and_seed_are_refused_word_for_word_on_the_command_line(
+    args: list[str], message: str, invoke: Invoke
+) -> None:
+    trace = str(Path(__file__).resolve().parent.parent / "traces" / "pr991")
+    code, out, err = invoke("replay", trace, "-p", "max-merge", *args)
+    assert (code, out, err) == (2, "", f"warmfit: error: {message}\n")
+
+
+def test_a_fold_refuses_other_policies_naming_both() -> None:
+    with OrderFold(["warm-fit"], "run", 2) as fold, pytest.raises(ValueError) as error:
+        fold.add(_example(), resolve_policies(POLICIES))
+    assert str(error.value) == "policies ('max-merge', 'warm-fit') are not the fold's ('warm-fit',)"
+
+
+@settings(max_examples=examples(30))
+@given(_rank_streams(), st.sampled_from([2, 4]) | st.integers(1, 5), seeds)
+def test_the_order_figures_are_plain_replays_of_the_plainly_computed_orders(
+    frame: pl.DataFrame, permutations: int, seed: int
+) -> None:
+    """Each order laid out from :func:`_plain_orders` and replayed by :mod:`tests.oracle`
+    (no warmfit code): the mean and the worst of under_peak over the orders, and the
+    median (an even count of orders as often as an odd) of their medians, nulls left out."""
+    rows = frame.to_dicts()
+    per_order = []
+    for index in range(permutations):
+        laid: list[dict[str, object]] = []
+        for (run, rank), waves in _plain_orders(frame, seed, index).items():
+            mine = sorted(
+                (r for r in rows if r["run"] == run and r["rank"] == rank),
+                key=lambda r: int(r["seq"]),  # type: ignore[call-overload]
+            )
+            stream = [r for w in waves for r in mine if r["wave"] == w]
+            laid += [{**r, "seq": place} for place, r in enumerate(stream)]
+        summary = oracle.replay(laid, POLICIES, 1.1).summary
+        per_order.append({(s["run"], s["policy"]): s for s in summary})
+    result = order_robustness(frame, POLICIES, 1.1, "auto", "run", permutations, seed)
+    assert result.height == len(per_order[0])
+    for row in result.iter_rows(named=True):
+        each = [order[(row["run"], row["policy"])] for order in per_order]
+        under = [int(s["under_peak"]) for s in each]
+        medians = [s["median_over_estimate"] for s in each if s["median_over_estimate"] is not None]
+        assert row["permutations"] == permutations
+        assert row["under_peak_mean"] == sum(under) / permutations, row
+        assert row["under_peak_worst"] == max(under), row
+        if medians:
+            assert row["median_over_estimate_median"] == pytest.approx(
+                statistics.median(medians), rel=1e-12
+            ), row
+        else:
+            assert row["median_over_estimate_median"] is None, row

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -793,3 +794,201 @@ def test_a_table_groups_only_the_rows_of_one_run_and_signature() -> None:
     assert [c for c in named if c[:2] in (["run", "a"], ["run", "b"])] == [
         ["run", "a", "max-merge"], ["run", "b", "max-merge"],
     ]  # fmt: skip
+
+
+# --- issue 38, tests by pattern (s5) ---
+
+#: The caption's first sentence, for a budget of 1,500,000 bytes at safety factor 1.25
+#: (``:g``: 1.25, not 1.2 or 1.250000), word for word.
+CAPTION = (
+    "admitted = the most packed tokens each policy prices within the budget of 1,500,000 "
+    "bytes (1.50 MB; estimate <= budget, safety factor 1.25) after learning the whole "
+    "trace, the smallest over the ranks, logical tokens at the trace's own sharing; "
+    "measured limit = the packed tokens the measured waves show would fit, interpolated "
+    "between the two measured sizes around the budget (never extrapolated); gap = measured "
+    "limit - admitted, tokens (% of the limit) a policy leaves unused, negative: it admits "
+    "more than fitted (an OOM risk); at least = every measured wave fitted, up to the "
+    "largest size, and the policy admits fewer"
+)
+#: The clause added when any row lies below an OOM.
+BETWEEN = (
+    "; between = the first size that did not fit ran out of memory (an OOM reading is "
+    "taken to mean that size does not fit this budget, though the trace does not say "
+    "under which budget it ran) and measured no peak, so the limit lies somewhere below "
+    "it and is not interpolated; the gap is then a range"
+)
+
+
+def _result(**fields: object) -> dict[str, object]:
+    """A result of run 'r', signature 's', policy max-merge, with ``fields`` set (the
+    rest None), as :func:`recommend` leaves one."""
+    return dict.fromkeys(FIELDS) | dict(
+        run="r", signature="s", policy="max-merge", budget_bytes=1_500_000, ranks=1,
+        sharing=1.0,
+    ) | fields  # fmt: skip
+
+
+def _rec(*results: dict[str, object]) -> Recommendation:
+    profiles = {(str(r["run"]), str(r["signature"]), "max-merge"): None for r in results}
+    return Recommendation(list(results), 1_500_000, 1.25, ("max-merge",), profiles)
+
+
+INTERP, ABOVE, BELOW, OOM = INTERPOLATED, ABOVE_EVERY_PEAK, BELOW_EVERY_PEAK, BELOW_AN_OOM
+#: (result fields, the admitted, measured limit, gap and note cells): every text a cell
+#: can hold, each beside a twin that moves one deciding field across its edge.
+CELLS = [
+    # interpolated limit 188 between 100 and 300: the gap over the limit, the note by
+    # the admitted size against the limit and the first size over the budget
+    (dict(admitted_tokens=150, measured=INTERP, measured_limit_tokens=188, largest_fitted_tokens=100,
+          smallest_unfitted_tokens=300, gap_tokens=38, gap_fraction=38 / 188),
+     ["150", "188", "+38 (+20.2%)", ""]),
+    (dict(admitted_tokens=188, measured=INTERP, measured_limit_tokens=188, largest_fitted_tokens=100,
+          smallest_unfitted_tokens=300, gap_tokens=0, gap_fraction=0.0),
+     ["188", "188", "+0 (+0.0%)", ""]),
+    (dict(admitted_tokens=189, measured=INTERP, measured_limit_tokens=188, largest_fitted_tokens=100,
+          smallest_unfitted_tokens=300, gap_tokens=-1, gap_fraction=-1 / 188),
+     ["189", "188", "-1 (-0.5%)", "OOM risk: admits more than fitted"]),
+    (dict(admitted_tokens=299, measured=INTERP, measured_limit_tokens=188, largest_fitted_tokens=100,
+          smallest_unfitted_tokens=300, gap_tokens=-111, gap_fraction=-111 / 188),
+     ["299", "188", "-111 (-59.0%)", "OOM risk: admits more than fitted"]),
+    (dict(admitted_tokens=300, measured=INTERP, measured_limit_tokens=188, largest_fitted_tokens=100,
+          smallest_unfitted_tokens=300, gap_tokens=-112, gap_fraction=-112 / 188),
+     ["300", "188", "-112 (-59.6%)", "OOM risk: admits a size measured not to fit"]),
+    (dict(admitted_tokens=1_234_567, measured=INTERP, measured_limit_tokens=2_000_000,
+          largest_fitted_tokens=1_500_000, smallest_unfitted_tokens=4_000_000,
+          gap_tokens=765_433, gap_fraction=765_433 / 2_000_000),
+     ["1,234,567", "2,000,000", "+765,433 (+38.3%)", ""]),
+    # every measured wave fitted, up to 100: at least the unused tokens, or beyond
+    (dict(admitted_tokens=99, measured=ABOVE, largest_fitted_tokens=100, gap_at_least_tokens=1),
+     ["99", "not measured (all fit, up to 100)", "at least +1", ""]),
+    (dict(admitted_tokens=100, measured=ABOVE, largest_fitted_tokens=100),
+     ["100", "not measured (all fit, up to 100)", "—", ""]),
+    (dict(admitted_tokens=101, measured=ABOVE, largest_fitted_tokens=100),
+     ["101", "not measured (all fit, up to 100)", "—", "beyond every size measured"]),
+    (dict(admitted_tokens=2**40, measured=ABOVE, largest_fitted_tokens=12_345),
+     ["no limit", "not measured (all fit, up to 12,345)", "—", "beyond every size measured"]),
+    (dict(admitted_tokens=2**40 - 1, measured=ABOVE, largest_fitted_tokens=12_345),
+     ["1,099,511,627,775", "not measured (all fit, up to 12,345)", "—",
+      "beyond every size measured"]),
+    # no size fitted: the first measured (or OOM) size is the smallest that did not
+    (dict(admitted_tokens=99, measured=BELOW, smallest_unfitted_tokens=100),
+     ["99", "not measured (none fit)", "—", ""]),
+    (dict(admitted_tokens=100, measured=BELOW, smallest_unfitted_tokens=100),
+     ["100", "not measured (none fit)", "—", "OOM risk: admits a size measured not to fit"]),
+    (dict(admitted_tokens=0, measured=BELOW, smallest_unfitted_tokens=1),
+     ["0", "not measured (none fit)", "—", ""]),
+    # the first size that did not fit ran out of memory at 300, 100 fitted: a range
+    (dict(admitted_tokens=50, measured=OOM, largest_fitted_tokens=100, smallest_unfitted_tokens=300,
+          gap_at_least_tokens=50),
+     ["50", "between 100 and 299 (OOM at 300)", "+50 to +249", ""]),
+    (dict(admitted_tokens=100, measured=OOM, largest_fitted_tokens=100, smallest_unfitted_tokens=300),
+     ["100", "between 100 and 299 (OOM at 300)", "at most +199", ""]),
+    (dict(admitted_tokens=299, measured=OOM, largest_fitted_tokens=100, smallest_unfitted_tokens=300),
+     ["299", "between 100 and 299 (OOM at 300)", "at most +0", ""]),
+    (dict(admitted_tokens=300, measured=OOM, largest_fitted_tokens=100, smallest_unfitted_tokens=300),
+     ["300", "between 100 and 299 (OOM at 300)", "at most -1",
+      "OOM risk: admits a size that ran out of memory"]),
+    (dict(admitted_tokens=5_000, measured=OOM, largest_fitted_tokens=1_000,
+          smallest_unfitted_tokens=1_001),
+     ["5,000", "between 1,000 and 1,000 (OOM at 1,001)", "at most -4,000",
+      "OOM risk: admits a size that ran out of memory"]),
+    # no rank can price; no measured wave
+    (dict(admitted_tokens=None, measured=OOM, largest_fitted_tokens=100,
+          smallest_unfitted_tokens=300),
+     ["no profile", "between 100 and 299 (OOM at 300)", "—", ""]),
+    (dict(admitted_tokens=None, measured=BELOW, smallest_unfitted_tokens=100),
+     ["no profile", "not measured (none fit)", "—", ""]),
+    (dict(admitted_tokens=7, measured=NO_MEASURED_WAVE),
+     ["7", "not measured (no wave)", "—", ""]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fields", "cells"), CELLS)
+def test_every_cell_and_note_word_for_word(fields: dict[str, object], cells: list[str]) -> None:
+    """Each result's four cells in markdown (one row) and in the table (the same texts,
+    in columns), with the caption's 'between' clause exactly where the row lies below an
+    OOM."""
+    rec = _rec(_result(**fields))
+    markdown = render_recommendation(rec, "markdown").splitlines()
+    assert markdown[:2] == [
+        "| run | signature | policy | admitted | measured limit | gap | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    assert markdown[2] == "| " + " | ".join(["r", "s", "max-merge", *cells]) + " |"
+    caption = CAPTION + (BETWEEN if fields["measured"] == OOM else "")
+    assert markdown[3:] == ["", caption[0].upper() + caption[1:] + "."]
+    (line,) = [t for t in render_recommendation(rec, "table").splitlines() if "max-merge" in t]
+    assert [c.strip() for c in line.split("  ") if c.strip()] == [
+        "r", "s", "max-merge", *[c for c in cells if c]
+    ]  # fmt: skip
+
+
+def test_the_caption_word_for_word_and_its_between_clause_for_any_row() -> None:
+    """The caption names the budget with commas and in units, the safety factor as
+    given (1.25); the 'between' clause comes when any one row, first or last, lies
+    below an OOM, and not when none does."""
+    above = _result(signature="a", admitted_tokens=5, measured=ABOVE, largest_fitted_tokens=10)
+    oom = _result(signature="b", admitted_tokens=5, measured=OOM, largest_fitted_tokens=10,
+                  smallest_unfitted_tokens=20)  # fmt: skip
+    for results, clause in (([above], ""), ([above, oom], BETWEEN), ([oom, above], BETWEEN)):
+        markdown = render_recommendation(_rec(*results), "markdown").splitlines()
+        assert markdown[-1] == "A" + (CAPTION + clause)[1:] + ".", len(results)
+        table = " ".join(render_recommendation(_rec(*results), "table").split())
+        assert " ".join((CAPTION + clause).split()) in table
+    other = Recommendation([above], 24 << 30, 1.0, ("max-merge",), {})
+    assert (
+        render_recommendation(other, "markdown")
+        .splitlines()[-1]
+        .startswith(
+            "Admitted = the most packed tokens each policy prices within the budget of "
+            "25,769,803,776 bytes (25.8 GB; estimate <= budget, safety factor 1) after"
+        )
+    )
+
+
+@pytest.mark.parametrize("policies", [["recorded"], ["max-merge", "recorded"]])
+def test_the_recorded_refusal_word_for_word(policies: list[str]) -> None:
+    """-p recorded, alone or after another policy: exit 2, nothing on stdout, one line
+    saying why and what to do instead."""
+    code, out, err = cli(str(ART), "--budget", "100GB", *[a for p in policies for a in ("-p", p)])
+    assert (code, out, err) == (
+        2,
+        "",
+        "warmfit: error: policy 'recorded' is the trainer's own prices (a trace's "
+        "estimate_bytes, SPEC §8): it has no profile to price another size with, so it "
+        "admits no token count. Leave -p recorded out; 'warmfit replay' reports its "
+        "figures.\n",
+    )
+
+
+def test_a_groups_second_policy_shows_its_own_cells_but_not_the_groups() -> None:
+    """Signature 'a' with two policies, then 'b': in the table, a's second row names its
+    policy and its own admitted, gap and note cells, leaving the run, signature and
+    measured limit (the group's) blank; 'b' names its run and signature again. Markdown
+    repeats every cell on every row."""
+    shared = dict(signature="a", measured=INTERP, measured_limit_tokens=188,
+                  largest_fitted_tokens=100, smallest_unfitted_tokens=300)  # fmt: skip
+    rec = Recommendation(
+        [
+            _result(**shared, admitted_tokens=150, gap_tokens=38, gap_fraction=38 / 188),
+            _result(**shared, policy="warm-fit", admitted_tokens=300, gap_tokens=-112,
+                    gap_fraction=-112 / 188),
+            _result(signature="b", admitted_tokens=50, measured=OOM, largest_fitted_tokens=100,
+                    smallest_unfitted_tokens=300, gap_at_least_tokens=50),
+        ],
+        1_500_000, 1.25, ("max-merge", "warm-fit"), {},
+    )  # fmt: skip
+    lines = render_recommendation(rec, "table").splitlines()
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines if "max-merge" in line or "warm-fit" in line]  # fmt: skip
+    assert rows == [
+        ["r", "a", "max-merge", "150", "188", "+38 (+20.2%)"],
+        ["warm-fit", "300", "-112 (-59.6%)", "OOM risk: admits a size measured not to fit"],
+        ["r", "b", "max-merge", "50", "between 100 and 299 (OOM at 300)", "+50 to +249"],
+    ]
+    second = next(line for line in lines if "warm-fit" in line)
+    assert second.index("warm-fit") == lines[2].index("max-merge")  # the policy column
+    assert render_recommendation(rec, "markdown").splitlines()[2:5] == [
+        "| r | a | max-merge | 150 | 188 | +38 (+20.2%) |  |",
+        "| r | a | warm-fit | 300 | 188 | -112 (-59.6%) | OOM risk: admits a size measured not to fit |",
+        "| r | b | max-merge | 50 | between 100 and 299 (OOM at 300) | +50 to +249 |  |",
+    ]

@@ -60,12 +60,12 @@ class Rank:
     def __init__(self, profile: oracle.MaxMerge, o: int, s: int | None) -> None:
         self.profile, self.o, self.s = profile, o, s
 
-    def estimate(self, n: int, logical: int, packed: int) -> int | None:
+    def estimate(self, n: int, logical: int, packed: int, safety: float = SAFETY) -> int | None:
         """SPEC §3's estimate of a flat wave of ``n`` packed tokens (None: unpriced or
         past int64, which no replay reports)."""
         m = n * logical // packed
         try:
-            return oracle.estimate(self.profile.price(n, m), self.o, self.s, SAFETY)[0]
+            return oracle.estimate(self.profile.price(n, m), self.o, self.s, safety)[0]
         except OverflowError:
             return None
 
@@ -180,12 +180,24 @@ def measured(rows: Sequence[Row], run: str, sig: str, budget: int) -> dict[str, 
 # --------------------------------------------------------------------------- warmfit
 
 
-def recommend_json(rows: Sequence[Row], budget: int, policy: str) -> list[dict[str, object]]:
+def recommend_json(
+    rows: Sequence[Row], budget: int, policy: str, *args: str
+) -> list[dict[str, object]]:
     with tempfile.TemporaryDirectory() as folder:
         path = write_trace(readings_frame(list(rows)), Path(folder) / "t.parquet")
         result = CliRunner().invoke(
             app,
-            ["recommend", str(path), "--budget", str(budget), "-p", policy, "--format", "json"],
+            [
+                "recommend",
+                str(path),
+                "--budget",
+                str(budget),
+                "-p",
+                policy,
+                "--format",
+                "json",
+                *args,
+            ],
             env=ENV,
         )
     assert result.exit_code == 0, result.output
@@ -193,7 +205,11 @@ def recommend_json(rows: Sequence[Row], budget: int, policy: str) -> list[dict[s
 
 
 def check_admitted(
-    got: object, ranks: dict[int, Rank], total: tuple[int, int], budget: int
+    got: object,
+    ranks: dict[int, Rank],
+    total: tuple[int, int],
+    budget: int,
+    safety: float = SAFETY,
 ) -> None:
     """``got`` is the largest size admitted on every rank that can price (brute force
     below :data:`SCAN` sizes; the two sizes around the answer beyond it)."""
@@ -211,7 +227,7 @@ def check_admitted(
 
     def admitted_everywhere(n: int) -> bool:
         for r in pricing.values():
-            est = r.estimate(n, logical, packed)
+            est = r.estimate(n, logical, packed, safety)
             if est is None or est > budget:
                 return False
         return True
@@ -328,3 +344,243 @@ def test_the_measured_limit_is_the_line_between_the_sizes_rounded_down() -> None
         assert result["measured"] == "interpolated"
         assert result["measured_limit_tokens"] == limit, budget
         assert result["largest_fitted_tokens"] == 100 and result["smallest_unfitted_tokens"] == 200
+
+
+# --- issue 38, tests by pattern (s5) ---
+#
+# The property above draws one (run, signature) to put the budget's edges on, keeps every
+# wave fitting (no OOM reading) and its ranks apart. The one below varies every deciding
+# input of a result jointly, on small traces of whole flat waves: several runs and
+# signatures, ranks that are copies of one another (ties: the lowest rank names the
+# result) or pay other rates and share prefixes differently (the run's sharing L / P is
+# pooled over its ranks, so a rank's own sharing is not it), output bytes and floors
+# varying by wave (the LAST wave's count, by trace order: wave ids are shuffled), OOM
+# waves at, just under and just over the largest measured size, and budgets exactly at a
+# measured peak, a byte either side, or exactly a size's estimate. It checks the JSON's
+# fields and every cell of the markdown table, word for word, against the oracle.
+
+CAP = 2**40  # SEARCH_CAP_TOKENS: the search's largest size ("no limit")
+
+
+def expected_cells(result: dict[str, object], want: dict[str, object]) -> list[str]:
+    """The admitted, measured-limit, gap and note cells spec-notes 23 describes, from the
+    oracle's measured limit (``want``) and the admitted tokens (checked apart)."""
+    admitted, how = result["admitted_tokens"], want["measured"]
+    fitted, unfitted = want.get("largest_fitted_tokens"), want.get("smallest_unfitted_tokens")
+    limit = want["measured_limit_tokens"]
+    if admitted is None:
+        first = "no profile"
+    elif admitted == CAP:
+        first = "no limit"
+    else:
+        first = f"{admitted:,}"
+    measured_cell = {
+        "interpolated": f"{limit:,}" if isinstance(limit, int) else "",
+        "budget above every peak": f"not measured (all fit, up to {fitted:,})"
+        if isinstance(fitted, int)
+        else "",
+        "budget below every peak": "not measured (none fit)",
+        "below an OOM": f"between {fitted:,} and {unfitted - 1:,} (OOM at {unfitted:,})"
+        if isinstance(fitted, int) and isinstance(unfitted, int)
+        else "",
+        "no measured wave": "not measured (no wave)",
+    }[str(how)]
+    gap, note = "—", ""
+    if isinstance(admitted, int):
+        least = fitted - admitted if isinstance(fitted, int) else 0
+        if how == "below an OOM" and isinstance(unfitted, int):
+            at_most = unfitted - 1 - admitted
+            gap = f"{least:+,} to {at_most:+,}" if least > 0 else f"at most {at_most:+,}"
+        elif how == "budget above every peak" and least > 0:
+            gap = f"at least {least:+,}"
+        elif isinstance(limit, int):
+            gap = f"{limit - admitted:+,} ({(limit - admitted) / limit * 100:+.1f}%)"
+        if isinstance(unfitted, int) and admitted >= unfitted:
+            note = "OOM risk: admits a size " + (
+                "that ran out of memory" if how == "below an OOM" else "measured not to fit"
+            )
+        elif isinstance(limit, int) and admitted > limit:
+            note = "OOM risk: admits more than fitted"
+        elif how == "budget above every peak" and isinstance(fitted, int) and admitted > fitted:
+            note = "beyond every size measured"
+    return [first, measured_cell, gap, note]
+
+
+def setting_rank(
+    got: object, ranks: dict[int, Rank], total: tuple[int, int], budget: int, safety: float
+) -> int | None:
+    """The lowest rank whose own largest admitted size is ``got`` (the smallest over the
+    ranks that can price): admitted at ``got`` and, below the cap, not at ``got + 1``."""
+    if not isinstance(got, int):
+        return None
+    logical, packed = total
+
+    def fits(r: Rank, n: int) -> bool:
+        est = r.estimate(n, logical, packed, safety)
+        return n == 0 or (est is not None and est <= budget)
+
+    pricing = [
+        k for k in sorted(ranks)
+        if ranks[k].profile.price(1, logical // packed) is not None or ranks[k].s is not None
+    ]  # fmt: skip
+    setting = [
+        k for k in pricing if fits(ranks[k], got) and (got >= CAP or not fits(ranks[k], got + 1))
+    ]
+    assert setting, f"no rank's own largest admitted size is {got}"
+    return setting[0]
+
+
+@st.composite
+def joint_traces(draw: st.DrawFn) -> list[Row]:
+    """Whole flat waves (one caller reading each) of 1-2 runs, 1-2 signatures, 1-3 ranks
+    (a rank now and then a copy of rank 0: the same profile, a tie), per-wave outputs,
+    floors and sharing, wave ids shuffled, and OOM waves near the largest measured size."""
+    rows: list[Row] = []
+    for run in draw(st.sampled_from([["A"], ["A", "B"]])):
+        sigs = draw(st.sampled_from([["s"], ["s", "t"], ["t", "s"]]))
+        fixed = {sig: draw(st.sampled_from([0, 4096, 100_000])) for sig in sigs}
+        sizes = {sig: draw(st.lists(st.sampled_from([50, 64, 100, 128, 200]), min_size=1,
+                                    max_size=3, unique=True)) for sig in sigs}  # fmt: skip
+        streams: list[list[Row]] = []
+        for rank in range(draw(st.integers(1, 3))):
+            if streams and draw(st.booleans()):  # a copy of rank 0: the same profile
+                streams.append([{**row, "rank": rank} for row in streams[0]])
+                continue
+            rate = draw(st.sampled_from([100, 1000, 1500]))
+            waves: list[Row] = []
+            for _ in range(draw(st.integers(1, 4))):
+                sig = draw(st.sampled_from(sigs))
+                n = draw(st.sampled_from(sizes[sig]))
+                o = draw(st.sampled_from([0, 0, 1000, 4096]) | st.integers(0, 50_000))
+                waves.append(dict(
+                    signature=sig, packed_tokens=n,
+                    logical_tokens=n * draw(st.sampled_from([1, 1, 2, 3])), output_bytes=o,
+                    static_floor_bytes=draw(st.sampled_from([None, None, None, 0, 50_000])),
+                    phase="caller", whole=True, oom=False,
+                    peak_bytes=o + fixed[sig] + rate * n + draw(st.sampled_from([0, 0, 7])),
+                ))  # fmt: skip
+            largest = max(w["packed_tokens"] for w in waves)
+            for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):  # OOM waves around it
+                n = max(1, largest + draw(st.sampled_from([0, 1, -1, largest, -largest // 2])))
+                at = draw(st.integers(0, len(waves)))
+                waves.insert(at, dict(
+                    signature=draw(st.sampled_from(sigs)), packed_tokens=n, logical_tokens=n,
+                    output_bytes=draw(st.sampled_from([0, 2048])), static_floor_bytes=None,
+                    phase="forward", whole=False, oom=True, peak_bytes=10**9,
+                ))  # fmt: skip
+            ids = draw(st.permutations(range(len(waves))))
+            streams.append([
+                {**w, "run": run, "rank": rank, "seq": i, "step": None, "wave": ids[i],
+                 "kind": "flat", "baseline_bytes": 0}
+                for i, w in enumerate(waves)
+            ])  # fmt: skip
+        rows += [row for stream in streams for row in stream]
+    return rows
+
+
+@st.composite
+def joint_cases(draw: st.DrawFn) -> tuple[list[Row], int, str, float]:
+    rows = draw(joint_traces())
+    policy = draw(st.sampled_from(POLICIES))
+    safety = draw(st.sampled_from([SAFETY, SAFETY, 1.0, 0.5, 1.25]))
+    peaks = [int(r["peak_bytes"]) for r in rows if not r["oom"]]
+    estimates = [
+        est
+        for key, ranks in ranks_after(rows, policy).items()
+        for r in ranks.values()
+        for n in {int(row["packed_tokens"]) for row in rows} | {1}
+        if (est := r.estimate(n, *sums(rows)[key], safety)) is not None
+    ]
+    budget = draw(
+        st.sampled_from(peaks).flatmap(lambda p: st.sampled_from([p - 1, p, p + 1]))
+        | st.sampled_from(estimates or [0])
+        | st.integers(0, 10**6)
+    )
+    return rows, budget, policy, safety
+
+
+def recommend_markdown(rows: Sequence[Row], budget: int, policy: str, *args: str) -> str:
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_trace(readings_frame(list(rows)), Path(folder) / "t.parquet")
+        result = CliRunner().invoke(
+            app,
+            [
+                "recommend",
+                str(path),
+                "--budget",
+                str(budget),
+                "-p",
+                policy,
+                "-f",
+                "markdown",
+                *args,
+            ],
+            env=ENV,
+        )
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@settings(max_examples=examples(40))
+@given(joint_cases())
+def test_recommend_varies_every_deciding_input_jointly(
+    case: tuple[list[Row], int, str, float],
+) -> None:
+    rows, budget, policy, safety = case
+    results = recommend_json(rows, budget, policy, "--safety", str(safety))
+    per_policy = ranks_after(rows, policy)
+    totals = sums(rows)
+    assert sorted((r["run"], r["signature"]) for r in results) == sorted(per_policy)
+    lines = recommend_markdown(rows, budget, policy, "--safety", str(safety)).splitlines()
+    assert f"safety factor {safety:g})" in lines[-1]
+    for i, result in enumerate(results):
+        run, sig = str(result["run"]), str(result["signature"])
+        where = f"run {run!r} signature {sig!r} {policy} budget {budget} safety {safety}"
+        ranks, (logical, packed) = per_policy[(run, sig)], totals[(run, sig)]
+        got = result["admitted_tokens"]
+        check_admitted(got, ranks, (logical, packed), budget, safety)
+        assert result["ranks"] == len(ranks), where
+        rank = setting_rank(got, ranks, (logical, packed), budget, safety)
+        assert result["rank"] == rank, where
+        if rank is not None:
+            assert (result["output_bytes"], result["static_floor_bytes"]) == (
+                ranks[rank].o, ranks[rank].s
+            ), where  # fmt: skip
+            assert result["admitted_logical_tokens"] == got * logical // packed, where
+        assert result["sharing"] == logical / packed, where
+        want = measured(rows, run, sig, budget)
+        for key, value in want.items():
+            assert result[key] == value, f"{where}: {key} {result[key]!r}, expected {value!r}"
+        cells = [run or "", sig, policy, *expected_cells(result, want)]
+        assert lines[2 + i] == "| " + " | ".join(cells) + " |", where
+
+
+@settings(max_examples=examples(300))
+@given(
+    st.lists(st.tuples(st.sampled_from([1, 50, 100, 300]), st.sampled_from([0, 999, 1_000, 1_001, 3_000])), max_size=6),
+    st.lists(st.sampled_from([1, 50, 100, 300]) | st.sampled_from([2, 49, 99, 101, 299, 301]), max_size=3),
+    st.sampled_from([0, 999, 1_000, 1_001, 2_999, 3_000, 3_001]),
+)  # fmt: skip
+def test_measured_limit_on_its_edges_is_the_oracles(
+    points: list[tuple[int, int]], ooms: list[int], budget: int
+) -> None:
+    """:func:`measured_limit` called directly, with repeated sizes in any order, peaks and
+    budgets on a few values (a peak at the budget, a byte either side), OOM sizes at,
+    below and above the measured ones: the oracle's :func:`measured` of the same waves."""
+    from warmfit.report.recommend import measured_limit
+
+    waves = [(n, peak, False) for n, peak in points] + [(n, 0, True) for n in ooms]
+    rows: list[Row] = [
+        dict(run="r", rank=0, seq=i, wave=i, signature="s", packed_tokens=n,
+             baseline_bytes=0, peak_bytes=peak, oom=oom)
+        for i, (n, peak, oom) in enumerate(waves)
+    ]  # fmt: skip
+    limit = measured_limit(points, budget, ooms)
+    want = measured(rows, "r", "s", budget)
+    got = {
+        "measured": limit.measured,
+        "measured_limit_tokens": limit.tokens,
+        "largest_fitted_tokens": limit.largest_fitted,
+        "smallest_unfitted_tokens": limit.smallest_unfitted,
+    }
+    assert {k: got[k] for k in want} == want
