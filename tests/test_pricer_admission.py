@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 import warnings
 import weakref
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import polars as pl
 import pytest
@@ -23,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from warmfit.errors import EstimateOverflowError, UsageError
+from warmfit.format.schema import KINDS
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.recorder import Recorder, RecorderWarning
 from warmfit.recorder.meters import CappedCpuMeter, CpuMeter, meter_live
@@ -837,3 +840,147 @@ def test_the_oom_bound_is_the_smallest_size_whatever_order_the_ooms_came_in() ->
     assert pricer.oom_tokens("train", 1_000_000) == 100
     assert not pricer.admits("train", 100, budget_bytes=1_000_000)
     assert pricer.max_tokens("train", 1_000_000) == 99
+
+
+# --- issue 38, tests by pattern (s4) ---
+
+#: Sizes OOM waves come in: ties, neighbours, one token.
+OOM_SIZES = [1, 2, 99, 100, 101, 150]
+
+
+def model_price(rate: int | None, o: int, s: int | None, n: int) -> int | None:
+    """SPEC §3's estimate at a safety factor of 1 of max-merge having learned ``rate``
+    bytes a token (None: no profile): ``o + max(floor, rate * n)``; the floor alone
+    with no profile; None with neither."""
+    if rate is None:
+        return None if s is None else o + s
+    return o + max(0 if s is None else s, rate * n)
+
+
+def model_bound(
+    ooms: list[tuple[str, str, int, int | None]], sig: str, kind: str, budget: int
+) -> int | None:
+    """SPEC §9: the smallest size of that signature and kind that ran out of memory under
+    a budget at least this one (an OOM with no budget counts under every budget)."""
+    sizes = [n for g, k, n, b in ooms if g == sig and k == kind and (b is None or budget <= b)]
+    return min(sizes) if sizes else None
+
+
+def model_max_tokens(
+    rate: int | None, o: int, s: int | None, bound: int | None, budget: int, cap: int
+) -> int | None:
+    """The largest n in 1..cap below the bound whose model price is <= budget, solved
+    by hand: the price is o + max(floor, rate * n), non-decreasing in n."""
+    if model_price(rate, o, s, 1) is None:
+        return None
+    top = cap if bound is None else min(cap, bound - 1)
+    if o + (0 if s is None else s) > budget:
+        return 0
+    most = top if not rate else (budget - o) // rate
+    return max(0, min(top, most))
+
+
+def budget_forms(budget: int) -> list[object]:
+    """One budget as each argument form takes it: bytes, a float, a size string."""
+    return [budget, float(budget), str(budget)]
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.data())
+def test_admits_oom_tokens_and_max_tokens_equal_a_plain_model_drawn_jointly(
+    data: st.DataObject,
+) -> None:
+    """Every deciding input drawn at once: two signatures, each taught a rate (max-merge,
+    safety factor 1, so a price is exactly outputs + max(floor, rate * n)) or not at
+    all; OOM waves run through wave() of either signature and any kind, sizes that tie
+    and neighbour, budgets none, one below, at or above the budget asked (given as
+    bytes, a float or a string), in any order; then a wave of a drawn signature and
+    kind, at an OOM size, one below or above it, or at the price's edge, with outputs,
+    a floor (none, 0, at or past the budget), unpriced or not, and a cap. admits,
+    oom_tokens and max_tokens answer what the plain model of SPEC §3, §7 and §9 says."""
+    budget = data.draw(st.sampled_from([0, 1, 100, 10_000, 15_000]) | st.integers(0, 10**7))
+    rates = {
+        sig: data.draw(st.none() | st.sampled_from([0, 1, 100, 4096]) | st.integers(0, 10**5))
+        for sig in ("train", "eval")
+    }
+    budgets = st.sampled_from([None, max(0, budget - 1), budget, budget + 1]) | st.integers(
+        0, 10**7
+    )
+    ooms = data.draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["train", "eval"]), st.sampled_from(KINDS),
+                st.sampled_from(OOM_SIZES) | st.integers(1, 300), budgets,
+            ),
+            max_size=5,
+        )
+    )  # fmt: skip
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    for sig, rate in rates.items():
+        if rate is not None:
+            k = data.draw(st.sampled_from([1, 7, 100]))
+            pricer.observe_row(row(k, k * rate, signature=sig))
+    # each OOM runs the collector (0.2 s with hypothesis' objects about): stood in for here
+    with warnings.catch_warnings(), mock.patch.object(gc, "collect", lambda: 0):
+        warnings.simplefilter("ignore")  # unpriced signatures asked: not the point here
+        for sig, kind, n, b in ooms:
+            given_budget = None if b is None else data.draw(st.sampled_from(budget_forms(b)))
+            with pricer.wave(sig, n, kind=kind, budget_bytes=given_budget) as w:  # type: ignore[arg-type]
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            assert w.oom
+        pricer.close()
+        assert pricer.ooms == [OomWave(*oom) for oom in ooms]
+        sig, kind = data.draw(st.sampled_from(["train", "eval"])), data.draw(st.sampled_from(KINDS))
+        rate = rates[sig]
+        o = data.draw(st.sampled_from([0, 0, 1, 50]))
+        s = data.draw(st.sampled_from([None, None, 0, budget, budget + 1]) | st.integers(0, 10**7))
+        bound = model_bound(ooms, sig, kind, budget)
+        assert (
+            pricer.oom_tokens(sig, data.draw(st.sampled_from(budget_forms(budget))), kind=kind)
+            == bound
+        )
+        edges = [1, *(n + d for g, k, n, _ in ooms for d in (-1, 0, 1) if g == sig and k == kind)]
+        if rate:
+            edges += [(budget - o) // rate + d for d in (0, 1)]
+        n = data.draw(st.sampled_from([e for e in edges if e >= 1]))
+        unpriced = data.draw(st.booleans())
+        price = model_price(rate, o, s, n)
+        fits = unpriced if price is None else price <= budget
+        want = fits and (bound is None or n < bound)
+        got = pricer.admits(
+            sig, n, budget_bytes=data.draw(st.sampled_from(budget_forms(budget))),
+            output_bytes=o, static_floor_bytes=s, kind=kind, unpriced=unpriced,
+        )  # fmt: skip
+        assert got == want, (sig, kind, n, price, bound)
+        cap = data.draw(st.sampled_from([SEARCH_CAP_TOKENS, 1, 7, 100, 150, 257]))
+        assert pricer.max_tokens(
+            sig, budget, output_bytes=o, static_floor_bytes=s, kind=kind, cap=cap
+        ) == model_max_tokens(rate, o, s, bound, budget, cap)
+
+
+@pytest.mark.parametrize(
+    ("budget", "larger"), [(999_999.5, 1_000_000), (float("inf"), None)], ids=["fraction", "inf"]
+)
+def test_an_oom_under_a_fractional_or_infinite_float_budget_bounds_that_budget(
+    budget: float, larger: int | None
+) -> None:
+    """A float budget is a budget (replay's --budget takes one). 100 B/token learned
+    (safety factor 1); a wave of 150 tokens runs out of memory under 999,999.5 B (or an
+    infinite budget): it is survived and bounds that very budget: 150 refused, 149
+    admitted, max_tokens 149, under 999,999.5 B; under 1,000,000 B (larger) no bound.
+    (It was kept as int(999,999.5) = 999,999, so it bounded 999,999 B but not the budget
+    it ran under; an infinite one raised OverflowError from the wave, the OOM lost.)"""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    with pricer.wave("train", 150, budget_bytes=budget) as w:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert w.oom and pricer.ooms == [OomWave("train", "flat", 150, budget)]
+    assert pricer.oom_tokens("train", budget) == 150
+    assert not pricer.admits("train", 150, budget_bytes=budget)
+    assert pricer.admits("train", 149, budget_bytes=budget)
+    assert pricer.max_tokens("train", budget) == 149
+    assert pricer.oom_tokens("train", 999_999) == 150
+    if larger is not None:
+        assert pricer.oom_tokens("train", larger) is None
+        assert pricer.admits("train", 150, budget_bytes=larger)
