@@ -984,3 +984,78 @@ def test_an_oom_under_a_fractional_or_infinite_float_budget_bounds_that_budget(
     if larger is not None:
         assert pricer.oom_tokens("train", larger) is None
         assert pricer.admits("train", 150, budget_bytes=larger)
+
+
+@pytest.mark.parametrize(
+    "naming",
+    [
+        dict(oom=True),
+        dict(kind="split_child", phase="caller", whole=False),
+        dict(kind="split_child", phase="forward", whole=False, oom=True),
+        dict(kind="dp_rank_forward", phase="forward", whole=False, oom=True),
+    ],
+    ids=["flat OOM", "split child's caller", "split child's OOM forward", "dp forward OOM"],
+)
+def test_a_signature_named_only_by_a_reading_it_does_not_learn_from_is_never_warned_of(
+    naming: dict[str, Any],
+) -> None:
+    """Twin of the OOM example with the kind and phase varied: any reading that teaches
+    nothing (an OOM of any kind, a split child's caller reading) still names its
+    signature, so 'named' asked before and after more readings is never warned of, and
+    stays unpriced; 'trian', asked the same way and named by none, is warned of."""
+    pricer = Pricer("max-merge")
+    pricer.observe_row(row(10, 1_000))
+    pricer.observe_row(row(10, 10**9, signature="named", **naming))
+    assert pricer.price("named", 10) is None and pricer.price("trian", 10) is None
+    pricer.observe_row(row(10, 1_000))
+    with pytest.warns(PricerWarning) as caught:
+        assert pricer.price("named", 10) is None
+        assert pricer.price("trian", 10) is None
+    assert ["'trian'" in str(w.message) for w in caught] == [True]
+    assert set(pricer.profiles) == {"train"}
+
+
+def oom_at(pricer: Pricer, signature: str, n: int, budget: int | None, kind: str = "flat") -> None:
+    """A wave of ``n`` tokens that runs out of memory under ``budget``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an unpriced signature's wave: not the point here
+        with pricer.wave(signature, n, kind=kind, budget_bytes=budget) as w:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    assert w.oom
+
+
+def test_an_unpriced_wave_admitted_when_told_is_still_bounded_by_its_oom() -> None:
+    """Twin of the unpriced example with OOM evidence: 'eval' has no profile and no floor;
+    a wave of 100 of it ran out of memory under 1 MB. admits(unpriced=True) takes a wave
+    with no price as fitting, but not one the evidence refuses: 100 and 101 refused
+    under 1 MB, 99 admitted; under 1,000,001 B (no evidence) 100 admitted; unpriced=False
+    admits none of them."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    oom_at(pricer, "eval", 100, 1_000_000)
+    pricer.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        told = [
+            pricer.admits("eval", n, budget_bytes=b, unpriced=True)
+            for n, b in ((99, 1_000_000), (100, 1_000_000), (101, 1_000_000), (100, 1_000_001))
+        ]
+        assert told == [True, False, False, True]
+        assert not pricer.admits("eval", 99, budget_bytes=1_000_000)
+        assert pricer.admits("train", 100, budget_bytes=1_000_000)  # another signature: free
+
+
+def test_max_tokens_of_an_unpriced_signature_is_none_whatever_its_oom_evidence() -> None:
+    """Twin of the one-token OOM example with the signature unpriced: 'eval' has no
+    profile; a wave of 1 token of it ran out of memory under 1 MB. It still has no price
+    (None, not 0 tokens); given a floor of 0 it has one, and the evidence admits 0 tokens
+    under 1 MB, the cap (100) under a larger budget."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    oom_at(pricer, "eval", 1, 1_000_000)
+    pricer.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert pricer.max_tokens("eval", 1_000_000) is None
+        assert pricer.max_tokens("eval", 1_000_000, static_floor_bytes=0) == 0
+        assert pricer.max_tokens("eval", 1_000_001, static_floor_bytes=0, cap=100) == 100
