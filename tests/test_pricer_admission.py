@@ -895,14 +895,19 @@ def test_admits_oom_tokens_and_max_tokens_equal_a_plain_model_drawn_jointly(
     all; OOM waves run through wave() of either signature and any kind, sizes that tie
     and neighbour, budgets none, one below, at or above the budget asked (given as
     bytes, a float or a string), in any order; then a wave of a drawn signature and
-    kind, at an OOM size, one below or above it, or at the price's edge, with outputs,
-    a floor (none, 0, at or past the budget), unpriced or not, and a cap. admits,
-    oom_tokens and max_tokens answer what the plain model of SPEC §3, §7 and §9 says."""
-    budget = data.draw(st.sampled_from([0, 1, 100, 10_000, 15_000]) | st.integers(0, 10**7))
+    kind, at an OOM size, one below or above it, or at the price's edge (the budget is
+    drawn now and then to be met exactly by a price), with outputs, a floor (none, 0,
+    pricing the wave at the budget or a byte past it), unpriced or not, and a cap.
+    admits, oom_tokens and max_tokens answer what the plain model of SPEC §3, §7 and §9
+    says."""
     rates = {
         sig: data.draw(st.none() | st.sampled_from([0, 1, 100, 4096]) | st.integers(0, 10**5))
         for sig in ("train", "eval")
     }
+    o = data.draw(st.sampled_from([0, 0, 1, 50]))
+    # a budget that a price meets exactly (outputs + rate x an OOM size or a neighbour), or any
+    exact = [o + (rate or 0) * k for rate in rates.values() for k in (1, 99, 100, 150)]
+    budget = data.draw(st.sampled_from([0, 1, 100, 10_000, 15_000, *exact]) | st.integers(0, 10**7))
     budgets = st.sampled_from([None, max(0, budget - 1), budget, budget + 1]) | st.integers(
         0, 10**7
     )
@@ -932,8 +937,11 @@ def test_admits_oom_tokens_and_max_tokens_equal_a_plain_model_drawn_jointly(
         assert pricer.ooms == [OomWave(*oom) for oom in ooms]
         sig, kind = data.draw(st.sampled_from(["train", "eval"])), data.draw(st.sampled_from(KINDS))
         rate = rates[sig]
-        o = data.draw(st.sampled_from([0, 0, 1, 50]))
-        s = data.draw(st.sampled_from([None, None, 0, budget, budget + 1]) | st.integers(0, 10**7))
+        # no floor, 0, one that prices the wave exactly at the budget, one byte past, any
+        s = data.draw(
+            st.sampled_from([None, None, 0, max(0, budget - o), max(0, budget - o + 1)])
+            | st.integers(0, 10**7)
+        )
         bound = model_bound(ooms, sig, kind, budget)
         assert (
             pricer.oom_tokens(sig, data.draw(st.sampled_from(budget_forms(budget))), kind=kind)
@@ -1059,3 +1067,32 @@ def test_max_tokens_of_an_unpriced_signature_is_none_whatever_its_oom_evidence()
         assert pricer.max_tokens("eval", 1_000_000) is None
         assert pricer.max_tokens("eval", 1_000_000, static_floor_bytes=0) == 0
         assert pricer.max_tokens("eval", 1_000_001, static_floor_bytes=0, cap=100) == 100
+
+
+@pytest.mark.parametrize(
+    ("oom", "budget", "admitted"),
+    [
+        (None, 2**63 - 1, 7_809_031_447),
+        ((7_809_031_447, None), 2**63 - 1, 7_809_031_446),  # the OOM size itself: one below
+        ((7_809_031_448, None), 2**63 - 1, 7_809_031_447),  # one past: the price bounds first
+        ((7_809_031_447, 2**63 - 2), 2**63 - 1, 7_809_031_447),  # under a smaller budget
+        ((7_809_031_447, 2**63 - 1), 2**63 - 1, 7_809_031_446),  # under exactly this one
+    ],
+    ids=["no OOM", "OOM at the last", "OOM one past", "OOM, smaller budget", "OOM, this budget"],
+)
+def test_max_tokens_near_int64_with_oom_evidence(
+    oom: tuple[int, int | None] | None, budget: int, admitted: int
+) -> None:
+    """Twin of the past-int64 example with OOM evidence beside it: 2**30 B/token x 1.1
+    prices 7,809,031,447 tokens at 9,223,372,036,532,654,080 B (within int64), one more
+    past it (never admitted). An OOM at that last size (no budget, or exactly this one)
+    lowers the answer by one; one a token past it, or under a smaller budget, does not."""
+    pricer = Pricer("max-merge", meter=FixedMeter(0, 0))
+    pricer.observe_row(row(1, 2**30))
+    if oom is not None:
+        oom_at(pricer, "train", *oom)
+    pricer.close()
+    assert pricer.max_tokens("train", budget) == admitted
+    assert pricer.admits("train", admitted, budget_bytes=budget)
+    if oom is not None and admitted < 7_809_031_447:
+        assert not pricer.admits("train", admitted + 1, budget_bytes=budget)
