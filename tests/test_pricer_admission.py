@@ -858,7 +858,7 @@ def model_price(rate: int | None, o: int, s: int | None, n: int) -> int | None:
 
 
 def model_bound(
-    ooms: list[tuple[str, str, int, int | None]], sig: str, kind: str, budget: int
+    ooms: list[tuple[str, str, int, float | None]], sig: str, kind: str, budget: float
 ) -> int | None:
     """SPEC §9: the smallest size of that signature and kind that ran out of memory under
     a budget at least this one (an OOM with no budget counts under every budget)."""
@@ -867,7 +867,7 @@ def model_bound(
 
 
 def model_max_tokens(
-    rate: int | None, o: int, s: int | None, bound: int | None, budget: int, cap: int
+    rate: int | None, o: int, s: int | None, bound: int | None, budget: float, cap: int
 ) -> int | None:
     """The largest n in 1..cap below the bound whose model price is <= budget, solved
     by hand: the price is o + max(floor, rate * n), non-decreasing in n."""
@@ -876,13 +876,15 @@ def model_max_tokens(
     top = cap if bound is None else min(cap, bound - 1)
     if o + (0 if s is None else s) > budget:
         return 0
-    most = top if not rate else (budget - o) // rate
+    most = top if not rate else int((budget - o) // rate)
     return max(0, min(top, most))
 
 
-def budget_forms(budget: int) -> list[object]:
-    """One budget as each argument form takes it: bytes, a float, a size string."""
-    return [budget, float(budget), str(budget)]
+def budget_forms(budget: int) -> list[tuple[object, float]]:
+    """A budget in each form an argument takes (bytes, a float, a size string), and half
+    a byte more as a float: (the argument, the bytes it is)."""
+    return [(budget, budget), (float(budget), budget), (str(budget), budget),
+            (budget + 0.5, budget + 0.5)]  # fmt: skip
 
 
 @settings(max_examples=examples(40), deadline=None)
@@ -928,13 +930,17 @@ def test_admits_oom_tokens_and_max_tokens_equal_a_plain_model_drawn_jointly(
     # each OOM runs the collector (0.2 s with hypothesis' objects about): stood in for here
     with warnings.catch_warnings(), mock.patch.object(gc, "collect", lambda: 0):
         warnings.simplefilter("ignore")  # unpriced signatures asked: not the point here
+        ran = []  # the OOM waves as run: (signature, kind, size, the budget's bytes)
         for sig, kind, n, b in ooms:
-            given_budget = None if b is None else data.draw(st.sampled_from(budget_forms(b)))
-            with pricer.wave(sig, n, kind=kind, budget_bytes=given_budget) as w:  # type: ignore[arg-type]
+            given, bytes_ = (
+                (None, None) if b is None else data.draw(st.sampled_from(budget_forms(b)))
+            )
+            with pricer.wave(sig, n, kind=kind, budget_bytes=given) as w:  # type: ignore[arg-type]
                 raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
             assert w.oom
+            ran.append((sig, kind, n, bytes_))
         pricer.close()
-        assert pricer.ooms == [OomWave(*oom) for oom in ooms]
+        assert pricer.ooms == [OomWave(*oom) for oom in ran]
         sig, kind = data.draw(st.sampled_from(["train", "eval"])), data.draw(st.sampled_from(KINDS))
         rate = rates[sig]
         # no floor, 0, one that prices the wave exactly at the budget, one byte past, any
@@ -942,28 +948,31 @@ def test_admits_oom_tokens_and_max_tokens_equal_a_plain_model_drawn_jointly(
             st.sampled_from([None, None, 0, max(0, budget - o), max(0, budget - o + 1)])
             | st.integers(0, 10**7)
         )
-        bound = model_bound(ooms, sig, kind, budget)
-        assert (
-            pricer.oom_tokens(sig, data.draw(st.sampled_from(budget_forms(budget))), kind=kind)
-            == bound
-        )
+        asked, budget = data.draw(st.sampled_from(budget_forms(budget)))  # as given, in bytes
+        bound = model_bound(ran, sig, kind, budget)  # type: ignore[arg-type]
+        assert pricer.oom_tokens(sig, asked, kind=kind) == bound  # type: ignore[arg-type]
         edges = [1, *(n + d for g, k, n, _ in ooms for d in (-1, 0, 1) if g == sig and k == kind)]
         if rate:
-            edges += [(budget - o) // rate + d for d in (0, 1)]
+            edges += [int(budget - o) // rate + d for d in (0, 1)]
         n = data.draw(st.sampled_from([e for e in edges if e >= 1]))
         unpriced = data.draw(st.booleans())
         price = model_price(rate, o, s, n)
         fits = unpriced if price is None else price <= budget
         want = fits and (bound is None or n < bound)
         got = pricer.admits(
-            sig, n, budget_bytes=data.draw(st.sampled_from(budget_forms(budget))),
-            output_bytes=o, static_floor_bytes=s, kind=kind, unpriced=unpriced,
+            sig, n, budget_bytes=asked, output_bytes=o, static_floor_bytes=s,  # type: ignore[arg-type]
+            kind=kind, unpriced=unpriced,
         )  # fmt: skip
         assert got == want, (sig, kind, n, price, bound)
         cap = data.draw(st.sampled_from([SEARCH_CAP_TOKENS, 1, 7, 100, 150, 257]))
         assert pricer.max_tokens(
-            sig, budget, output_bytes=o, static_floor_bytes=s, kind=kind, cap=cap
-        ) == model_max_tokens(rate, o, s, bound, budget, cap)
+            sig,
+            asked,
+            output_bytes=o,
+            static_floor_bytes=s,
+            kind=kind,
+            cap=cap,  # type: ignore[arg-type]
+        ) == model_max_tokens(rate, o, s, bound, budget, cap)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
