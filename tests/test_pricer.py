@@ -688,6 +688,12 @@ def no_column(name: str) -> dict[str, Any]:
          "safety_factor must be a number (1.1 adds a 10% margin); got '1.1'."),
         (lambda: Pricer(safety_factor=True), UsageError,
          "safety_factor must be a number (1.1 adds a 10% margin); got True."),
+        (lambda: Pricer(safety_factor=0), UsageError,
+         "safety_factor must be a positive number (1.1 adds a 10% margin); got 0."),
+        (lambda: Pricer(safety_factor=-1.5), UsageError,
+         "safety_factor must be a positive number (1.1 adds a 10% margin); got -1.5."),
+        (lambda: Pricer(safety_factor=math.inf), UsageError,
+         "safety_factor must be a positive number (1.1 adds a 10% margin); got inf."),
         (lambda: Pricer(safety_factor=2**1100), UsageError,
          "safety_factor must be a positive number (1.1 adds a 10% margin); got an integer of "
          "1101 bits, past a float's range."),
