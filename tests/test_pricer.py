@@ -701,6 +701,10 @@ def no_column(name: str) -> dict[str, Any]:
         (lambda: Pricer().price("s", -3, 5), UsageError, "packed_tokens must be > 0; got -3."),
         (lambda: Pricer().price("s", 10, 9), UsageError,
          "logical_tokens must be >= packed_tokens (10); got 9."),
+        (lambda: Pricer().price("s", 10, 0), UsageError,  # 0 is a count given, not "none"
+         "logical_tokens must be >= packed_tokens (10); got 0."),
+        (lambda: taught().admits("train", 10, 0, budget_bytes=10**9), UsageError,
+         "logical_tokens must be >= packed_tokens (10); got 0."),
         (lambda: Pricer().price("s", 10, output_bytes=-1), UsageError,
          "output_bytes must be >= 0; got -1."),
         (lambda: Pricer().price("s", 10, static_floor_bytes=-1), UsageError,
