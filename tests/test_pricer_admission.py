@@ -898,10 +898,11 @@ def test_admits_oom_tokens_and_max_tokens_equal_a_plain_model_drawn_jointly(
     and neighbour, budgets none, one below, at or above the budget asked (given as
     bytes, a float or a string), in any order; then a wave of a drawn signature and
     kind, at an OOM size, one below or above it, or at the price's edge (the budget is
-    drawn now and then to be met exactly by a price), with outputs, a floor (none, 0,
-    pricing the wave at the budget or a byte past it), unpriced or not, and a cap.
-    admits, oom_tokens and max_tokens answer what the plain model of SPEC §3, §7 and §9
-    says."""
+    drawn now and then to be met exactly by a price), with as many logical tokens or
+    more (the OOM bound is of packed tokens, the price rises with the logical ones),
+    outputs, a floor (none, 0, pricing the wave at the budget or a byte past it),
+    unpriced or not, and a cap. admits, oom_tokens and max_tokens answer what the plain
+    model of SPEC §3, §7 and §9 says."""
     rates = {
         sig: data.draw(st.none() | st.sampled_from([0, 1, 100, 4096]) | st.integers(0, 10**5))
         for sig in ("train", "eval")
@@ -956,11 +957,13 @@ def test_admits_oom_tokens_and_max_tokens_equal_a_plain_model_drawn_jointly(
             edges += [int(budget - o) // rate + d for d in (0, 1)]
         n = data.draw(st.sampled_from([e for e in edges if e >= 1]))
         unpriced = data.draw(st.booleans())
-        price = model_price(rate, o, s, n)
+        # logical tokens: none shared, or more (max-merge, taught a sharing of 1, prices m)
+        m = data.draw(st.sampled_from([n, n, n + 1, 2 * n]))
+        price = model_price(rate, o, s, m)
         fits = unpriced if price is None else price <= budget
         want = fits and (bound is None or n < bound)
         got = pricer.admits(
-            sig, n, budget_bytes=asked, output_bytes=o, static_floor_bytes=s,  # type: ignore[arg-type]
+            sig, n, m, budget_bytes=asked, output_bytes=o, static_floor_bytes=s,  # type: ignore[arg-type]
             kind=kind, unpriced=unpriced,
         )  # fmt: skip
         assert got == want, (sig, kind, n, price, bound)
