@@ -942,7 +942,11 @@ def test_admits_oom_tokens_and_max_tokens_equal_a_plain_model_drawn_jointly(
             ran.append((sig, kind, n, bytes_))
         pricer.close()
         assert pricer.ooms == [OomWave(*oom) for oom in ran]
-        sig, kind = data.draw(st.sampled_from(["train", "eval"])), data.draw(st.sampled_from(KINDS))
+        # the wave asked about: most often of a signature and kind that ran out of memory
+        any_wave = st.tuples(st.sampled_from(["train", "eval"]), st.sampled_from(KINDS))
+        sig, kind = data.draw(
+            st.sampled_from([(g, k) for g, k, _, _ in ooms]) | any_wave if ooms else any_wave
+        )
         rate = rates[sig]
         # no floor, 0, one that prices the wave exactly at the budget, one byte past, any
         s = data.draw(
@@ -1108,3 +1112,23 @@ def test_max_tokens_near_int64_with_oom_evidence(
     assert pricer.admits("train", admitted, budget_bytes=budget)
     if oom is not None and admitted < 7_809_031_447:
         assert not pricer.admits("train", admitted + 1, budget_bytes=budget)
+
+
+@pytest.mark.parametrize(
+    ("n", "m", "admitted"),
+    [(149, 149, True), (149, 150, True), (149, 300, True), (150, 150, False), (150, 300, False)],
+)
+def test_the_oom_bound_is_of_packed_tokens_whatever_the_logical_ones(
+    n: int, m: int, admitted: bool
+) -> None:
+    """Twin of the OOM example with logical tokens varied: 100 B/token learned (safety
+    factor 1, no sharing, so a wave prices 100 B x its logical tokens: 30,000 B at most
+    here, within 1 MB); a wave of 150 packed tokens ran out of memory under 1 MB. The
+    bound is of packed tokens: 149 packed are admitted whatever their logical tokens
+    (150 or 300 of them), 150 packed refused whatever theirs."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    oom_at(pricer, "train", 150, 1_000_000)
+    pricer.close()
+    assert pricer.price("train", n, m) == 100 * m
+    assert pricer.admits("train", n, m, budget_bytes=1_000_000) is admitted
