@@ -176,11 +176,12 @@ def test_an_oom_reading_teaches_nothing(policy: str) -> None:
 
 # --- issue 38, tests by pattern (s4) ---
 
-#: A signature whose readings are never learned from (OOM ones, split children's caller ones):
-#: named by readings, so never warned of, and never priced but by a floor.
-LONE = "x/lone"
-#: The signatures asked of the Pricer: the oracle traces' own, LONE, and one never recorded.
-ASKED = ["s", "t", "moe/L8", "ü", LONE, "never"]
+#: Signatures whose readings are never learned from (OOM ones; split children's caller
+#: ones): named by readings, so never warned of, and never priced but by a floor.
+LONE_OOM, LONE_SPLIT = "x/oom", "x/split"
+#: The signatures asked of the Pricer: the oracle traces' own, the lone ones, one never
+#: recorded.
+ASKED = ["s", "t", "moe/L8", "ü", LONE_OOM, LONE_SPLIT, "never"]
 
 
 def unknown_signature_warning(taught: int, signature: str, known: list[str]) -> str:
@@ -211,9 +212,10 @@ def test_one_pricer_fed_every_stream_in_any_order_prices_and_warns_as_a_plain_mo
     """One Pricer is handed every reading of a trace of several runs, ranks, signatures
     and kinds, in the drawn order (not seq order: it learns from every reading it is
     given, whatever run and rank it names), with now and then a reading it does not
-    learn from (OOM, split child's caller) moved to a signature of its own (LONE).
-    Before each reading it is asked a drawn signature (the reading's, another, LONE, one
-    never recorded) at the reading's size, one more or one less, with the reading's
+    learn from moved to a signature of its own (x/oom for an OOM one, x/split for a
+    split child's caller one). Before each reading it is asked a drawn signature (the
+    reading's, another, a lone one, one never recorded) at the reading's size, one more
+    or one less, with the reading's
     outputs and floor, under a drawn kind. Each answer is the plain model's: the
     oracle's profile of every learned reading so far, SPEC §3's estimate; and the
     PricerWarnings it gives are the model's, word for word: one, at an ask of a
@@ -229,7 +231,7 @@ def test_one_pricer_fed_every_stream_in_any_order_prices_and_warns_as_a_plain_mo
         kind, phase, oom = str(row["kind"]), str(row["phase"]), bool(row["oom"])
         learned = oracle.observed(kind, phase, oom)
         if not learned and data.draw(st.booleans()):
-            row = {**row, "signature": LONE}
+            row = {**row, "signature": LONE_OOM if oom else LONE_SPLIT}
         sig = data.draw(st.sampled_from([str(row["signature"]), *ASKED]))
         n = max(1, int(row["packed_tokens"]) + data.draw(st.sampled_from([0, 0, 1, -1])))
         m = max(n, int(row["logical_tokens"]))
