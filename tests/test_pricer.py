@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import warmfit
-from warmfit.errors import PolicyError, UsageError
+from warmfit.errors import EstimateOverflowError, PolicyError, UsageError
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.policies import MaxMerge, PriceRequest, Reading, WarmFit, get_policy, policy_names
 from warmfit.policies.rule import DeclaredPolicy, State
@@ -639,3 +639,261 @@ def test_a_signature_only_another_rank_recorded_is_warned_of_at_the_first_ask(
     with pytest.warns(PricerWarning, match=r"warm-started from has no reading of signature "
                       r"'b'.*It knows 'a'\."):  # fmt: skip
         assert pricer.price("b", 20) is None
+
+
+# --- issue 38, tests by pattern (s4) ---
+
+#: The columns a reading holds, as observe_row's refusals list them.
+LISTED = (
+    "signature, kind, phase, whole, packed_tokens, logical_tokens, output_bytes, "
+    "baseline_bytes, peak_bytes, static_floor_bytes, oom"
+)
+#: A count past a trace's int64 column, as the refusals show it.
+PAST = "must be below 2**63 (a trace's int64 column); got 9223372036854775808."
+KIND_ONE_OF = "kind must be one of flat, split_child, dp_rank_forward; got 'fused'."
+
+
+class BrokenPrice(WarmFit):
+    name = "broken-price"
+
+    def price(self, request: PriceRequest) -> float | None:
+        raise ZeroDivisionError("oops")
+
+
+class BrokenObserve(WarmFit):
+    name = "broken-observe"
+
+    def observe(self, reading: Reading) -> None:
+        raise KeyError("lost")
+
+
+def taught(policy: Any = "max-merge") -> Pricer:
+    """A Pricer (safety factor 1.1) taught 300 B/token of 'train' (30,000 B over 100 tokens)."""
+    pricer = Pricer(policy, safety_factor=1.1)
+    pricer.observe_row(row(100, 30_000))
+    return pricer
+
+
+def no_column(name: str) -> dict[str, Any]:
+    return {k: v for k, v in row(10, 1_000).items() if k != name}
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: Pricer(3), UsageError,  # type: ignore[arg-type]
+         "policy must be a registered policy name (warmfit policies), 'module:Class', or a "
+         "policy class; got 3 of type int."),
+        (lambda: Pricer(safety_factor="1.1"), UsageError,  # type: ignore[arg-type]
+         "safety_factor must be a number (1.1 adds a 10% margin); got '1.1'."),
+        (lambda: Pricer(safety_factor=True), UsageError,
+         "safety_factor must be a number (1.1 adds a 10% margin); got True."),
+        (lambda: Pricer(safety_factor=0), UsageError,
+         "safety_factor must be a positive number (1.1 adds a 10% margin); got 0."),
+        (lambda: Pricer(safety_factor=-1.5), UsageError,
+         "safety_factor must be a positive number (1.1 adds a 10% margin); got -1.5."),
+        (lambda: Pricer(safety_factor=math.inf), UsageError,
+         "safety_factor must be a positive number (1.1 adds a 10% margin); got inf."),
+        (lambda: Pricer(safety_factor=2**1100), UsageError,
+         "safety_factor must be a positive number (1.1 adds a 10% margin); got an integer of "
+         "1101 bits, past a float's range."),
+        (lambda: Pricer().price("s", 0), UsageError, "packed_tokens must be > 0; got 0."),
+        (lambda: Pricer().price("s", -3, 5), UsageError, "packed_tokens must be > 0; got -3."),
+        (lambda: Pricer().price("s", 10, 9), UsageError,
+         "logical_tokens must be >= packed_tokens (10); got 9."),
+        (lambda: Pricer().price("s", 10, 0), UsageError,  # 0 is a count given, not "none"
+         "logical_tokens must be >= packed_tokens (10); got 0."),
+        (lambda: taught().admits("train", 10, 0, budget_bytes=10**9), UsageError,
+         "logical_tokens must be >= packed_tokens (10); got 0."),
+        (lambda: Pricer().price("s", 10, output_bytes=-1), UsageError,
+         "output_bytes must be >= 0; got -1."),
+        (lambda: Pricer().price("s", 10, static_floor_bytes=-1), UsageError,
+         "static_floor_bytes must be >= 0, or None for no floor; got -1."),
+        (lambda: Pricer().price(7, 10), UsageError, "signature must be a str; got 7."),
+        (lambda: Pricer().price("s", 10, kind="fused"), UsageError, KIND_ONE_OF),
+        (lambda: Pricer().price("s", True), UsageError,
+         "packed_tokens must be an integer; got True of type bool (a bool is not a count)."),
+        (lambda: Pricer().price("s", 10, output_bytes=False), UsageError,
+         "output_bytes must be an integer; got False of type bool (a bool is not a count)."),
+        (lambda: Pricer().price("s", 2**63), UsageError, f"packed_tokens {PAST}"),
+        (lambda: Pricer().price("s", 10, static_floor_bytes=2**63), UsageError,
+         f"static_floor_bytes {PAST}"),
+        (lambda: Pricer().price("s", 10, 20.0), UsageError,
+         "logical_tokens must be an integer; got 20.0 of type float (an int, or a 0-d integer "
+         "tensor)."),
+        (lambda: taught().price("train", 2**60, 2**61, output_bytes=5, static_floor_bytes=7),
+         EstimateOverflowError,
+         "policy 'max-merge' prices a wave of 'train' (1152921504606846976 packed tokens) above "
+         "2**63 bytes (outputs 5, floor 7, safety factor 1.1)."),
+        (lambda: taught().admits("train", 2**61, 2**62, budget_bytes=10), EstimateOverflowError,
+         "policy 'max-merge' prices a wave of 'train' (2305843009213693952 packed tokens) above "
+         "2**63 bytes (outputs 0, floor None, safety factor 1.1)."),
+        (lambda: Pricer(BrokenPrice).price("s", 10), PolicyError,
+         "policy 'broken-price' failed in price() on a wave of 's' (10 packed tokens): "
+         "ZeroDivisionError: oops. Fix the policy's code."),
+        (lambda: Pricer(BrokenObserve).observe_row(row(10, 100, signature="eval")), PolicyError,
+         "policy 'broken-observe' failed in observe() on a reading of 'eval': KeyError: 'lost'. "
+         "Fix the policy's code."),
+        (lambda: Pricer().admits("s", 10, budget_bytes=-1.0), UsageError,
+         "budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got -1.0."),
+        (lambda: Pricer().admits("s", 10, budget_bytes=math.nan), UsageError,
+         "budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got nan."),
+        (lambda: Pricer().oom_tokens("s", -1), UsageError,
+         "budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got -1."),
+        (lambda: Pricer().max_tokens("s", "1 parsec"), UsageError,
+         "budget_bytes '1 parsec' is not a size: give bytes, or a number with KB, MB, GB, TB, "
+         "KiB, MiB, GiB or TiB (e.g. 128.8GB)."),
+        (lambda: Pricer().max_tokens("s", 10, cap=0), UsageError, "cap must be >= 1; got 0."),
+        (lambda: Pricer().max_tokens("s", 10, cap=-1), UsageError, "cap must be >= 1; got -1."),
+        (lambda: Pricer().max_tokens("s", 10, kind="fused"), UsageError, KIND_ONE_OF),
+        (lambda: Pricer().observe_row([1]), UsageError,
+         f"observe_row(): a reading is a mapping of trace v1 column names to values ({LISTED}); "
+         "got list."),
+        (lambda: Pricer().observe_row(no_column("oom")), UsageError,
+         f"observe_row(): the reading has no 'oom' column; a reading maps trace v1 column names "
+         f"to values ({LISTED})."),
+        (lambda: Pricer().observe_row(no_column("peak_bytes")), UsageError,
+         f"observe_row(): the reading has no 'peak_bytes' column; a reading maps trace v1 "
+         f"column names to values ({LISTED})."),
+        (lambda: Pricer().observe_row(row(10, 1_000, kind="fused")), UsageError,
+         f"observe_row(): {KIND_ONE_OF}"),
+        (lambda: Pricer().observe_row(row(10, 1_000, phase="backward")), UsageError,
+         "observe_row(): phase must be one of forward, caller; got 'backward'."),
+        (lambda: Pricer().observe_row(row(10, 1_000, whole=1)), UsageError,
+         "observe_row(): whole must be a bool; got 1."),
+        (lambda: Pricer().observe_row(row(10, 1_000, oom="no")), UsageError,
+         "observe_row(): oom must be a bool; got 'no'."),
+        (lambda: Pricer().observe_row(row(10, 1_000, signature=None)), UsageError,
+         "observe_row(): signature must be a str; got None."),
+        (lambda: Pricer().observe_row(row(10, 1_000, static_floor_bytes=-1)), UsageError,
+         "observe_row(): static_floor_bytes must be >= 0 or None; got -1."),
+        (lambda: Pricer().observe_row(row(10, -1)), UsageError,
+         "observe_row(): peak_bytes must be >= 0; got -1."),
+        (lambda: Pricer().observe_row(row(10, 1_000, baseline_bytes=-2)), UsageError,
+         "observe_row(): baseline_bytes must be >= 0; got -2."),
+        (lambda: Pricer().observe_row(row(10, 1_000, output_bytes=-3)), UsageError,
+         "observe_row(): output_bytes must be >= 0; got -3."),
+        (lambda: Pricer().observe_row(row(10, 1_000, logical_tokens=9)), UsageError,
+         "observe_row(): logical_tokens must be >= packed_tokens (10); got 9."),
+        (lambda: Pricer().observe_row(row(0, 1_000)), UsageError,
+         "observe_row(): packed_tokens must be > 0; got 0."),
+        (lambda: Pricer().observe_row(row(10, 1_000, output_bytes=True)), UsageError,
+         "observe_row(): output_bytes must be an integer; got True of type bool (a bool is not "
+         "a count)."),
+        (lambda: Pricer().observe_row(row(10, 2**63)), UsageError, f"observe_row(): peak_bytes {PAST}"),
+    ],
+)  # fmt: skip
+def test_every_refusal_word_for_word(call: Any, error: type[Exception], message: str) -> None:
+    """Each refusal the Pricer can give, whole: the argument or column, the value, the hint."""
+    with pytest.raises(error) as caught:
+        call()
+    assert type(caught.value) is error
+    assert str(caught.value) == message
+
+
+def test_a_wave_after_the_given_meter_was_closed_is_refused_word_for_word() -> None:
+    from .fixed_meter import FixedMeter
+
+    pricer = Pricer("max-merge", meter=FixedMeter(0, 10))
+    with pricer.wave("train", 4):
+        pass
+    pricer.close()
+    with pytest.raises(UsageError) as caught:
+        pricer.wave("train", 4)
+    assert str(caught.value) == (
+        "wave(): this Pricer's meter was closed by close() and measures nothing more; give a "
+        "Pricer a new meter (Pricer(meter=...)), or none to have one made at its first wave "
+        "after each close()."
+    )
+
+
+def test_the_unknown_signature_warnings_word_for_word(tmp_path: Path) -> None:
+    """Both warnings, whole. Live: 'trian' asked, then 1,000 readings of 'train' taught
+    (the count with a thousands comma). Warm-started from a trace whose only reading ran
+    out of memory: it knows no signature yet, so says so, at the first ask of 'x'."""
+    import warnings
+
+    from warmfit.trainer.pricer import PricerWarning
+
+    tail = (
+        " Is the signature mistyped, or are its waves not measured (Pricer.wave, or an enabled "
+        "Recorder(pricer=...))?"
+    )
+    live = Pricer("max-merge")
+    assert live.price("trian", 10) is None
+    for _ in range(1_000):
+        live.observe_row(row(10, 1_000))
+    with pytest.warns(PricerWarning) as caught:
+        assert live.price("trian", 10) is None
+    assert [str(w.message) for w in caught] == [
+        "warmfit: the Pricer has been taught 1,000 readings, none of signature 'trian': it has "
+        "no price for it and admits none of its waves. It knows 'train'." + tail
+    ]
+    oomed = tmp_path / "oomed.parquet"
+    write_trace(readings_frame([dict(seq=0, wave=0, signature="o", packed_tokens=10,
+                                     logical_tokens=10, peak_bytes=1_000, oom=True)]), oomed)  # fmt: skip
+    warm = Pricer.from_trace(oomed, "max-merge")
+    with pytest.warns(PricerWarning) as caught:
+        assert warm.price("x", 10) is None
+    assert [str(w.message) for w in caught] == [
+        "warmfit: the trace it was warm-started from has no reading of signature 'x': it has no "
+        "price for it and admits none of its waves. It knows no signature yet." + tail
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the trace's signature, though it taught nothing
+        assert warm.price("o", 10) is None
+
+
+def three_streams(path: Path) -> Path:
+    """Run 'a' ranks 0 (300 B/token) and 1 (200 B/token), run '' rank 0 (100 B/token)."""
+    write_trace(readings_frame([
+        dict(run=run, rank=rank, seq=0, wave=0, signature="s", packed_tokens=10,
+             logical_tokens=10, peak_bytes=rate * 10, whole=True)
+        for run, rank, rate in (("a", 0, 300), ("a", 1, 200), ("", 0, 100))
+    ]), path)  # fmt: skip
+    return path
+
+
+#: The streams as the trace holds them (write_trace sorts them by run and rank).
+HELD = "run '' rank 0, run 'a' rank 0, run 'a' rank 1"
+
+
+@pytest.mark.parametrize(
+    ("run", "rank", "asked"),
+    [
+        ("b", None, "run 'b'"),
+        (None, 2, "rank 2"),
+        ("a", 2, "run 'a' rank 2"),
+        ("b", 0, "run 'b' rank 0"),  # rank 0 is a choice: named
+        ("", 1, "run '' rank 1"),  # so is the run ''
+        ("b", 1, "run 'b' rank 1"),
+    ],
+)
+def test_from_trace_names_the_stream_it_lacks_in_each_form(
+    tmp_path: Path, run: str | None, rank: int | None, asked: str
+) -> None:
+    trace = three_streams(tmp_path / "three.parquet")
+    with pytest.raises(UsageError) as caught:
+        Pricer.from_trace(trace, "max-merge", 1.0, run=run, rank=rank)
+    assert str(caught.value) == f"the trace holds no readings of {asked}; it holds {HELD}."
+
+
+@pytest.mark.parametrize(
+    ("run", "rank", "rate"),
+    [("a", 0, 300), ("a", 1, 200), ("", 0, 100), ("", None, 100), (None, 1, 200)],
+)
+def test_from_trace_takes_run_empty_and_rank_zero_as_choices(
+    tmp_path: Path, run: str | None, rank: int | None, rate: int
+) -> None:
+    """Twins of the one-rank examples: the run '' and the rank 0 are choices like any
+    (not "none given"); the stream chosen is the one learned, 20 tokens at its rate."""
+    trace = three_streams(tmp_path / "three.parquet")
+    assert (
+        Pricer.from_trace(trace, "max-merge", 1.0, run=run, rank=rank).price("s", 20) == rate * 20
+    )
+    with pytest.raises(UsageError) as caught:
+        Pricer.from_trace(trace)
+    assert str(caught.value) == (
+        f"the trace holds 3 streams to choose from ({HELD}); a Pricer learns one rank's "
+        "readings: give run= and rank=."
+    )

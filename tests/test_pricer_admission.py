@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 import warnings
 import weakref
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import polars as pl
 import pytest
@@ -23,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from warmfit.errors import EstimateOverflowError, UsageError
+from warmfit.format.schema import KINDS
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.recorder import Recorder, RecorderWarning
 from warmfit.recorder.meters import CappedCpuMeter, CpuMeter, meter_live
@@ -837,3 +840,294 @@ def test_the_oom_bound_is_the_smallest_size_whatever_order_the_ooms_came_in() ->
     assert pricer.oom_tokens("train", 1_000_000) == 100
     assert not pricer.admits("train", 100, budget_bytes=1_000_000)
     assert pricer.max_tokens("train", 1_000_000) == 99
+
+
+# --- issue 38, tests by pattern (s4) ---
+
+#: Sizes OOM waves come in: ties, neighbours, one token.
+OOM_SIZES = [1, 2, 99, 100, 101, 150]
+
+
+def model_price(rate: int | None, o: int, s: int | None, n: int) -> int | None:
+    """SPEC §3's estimate at a safety factor of 1 of max-merge having learned ``rate``
+    bytes a token (None: no profile): ``o + max(floor, rate * n)``; the floor alone
+    with no profile; None with neither."""
+    if rate is None:
+        return None if s is None else o + s
+    return o + max(0 if s is None else s, rate * n)
+
+
+def model_bound(
+    ooms: list[tuple[str, str, int, float | None]], sig: str, kind: str, budget: float
+) -> int | None:
+    """SPEC §9: the smallest size of that signature and kind that ran out of memory under
+    a budget at least this one (an OOM with no budget counts under every budget)."""
+    sizes = [n for g, k, n, b in ooms if g == sig and k == kind and (b is None or budget <= b)]
+    return min(sizes) if sizes else None
+
+
+def model_max_tokens(
+    rate: int | None, o: int, s: int | None, bound: int | None, budget: float, cap: int
+) -> int | None:
+    """The largest n in 1..cap below the bound whose model price is <= budget, solved
+    by hand: the price is o + max(floor, rate * n), non-decreasing in n."""
+    if model_price(rate, o, s, 1) is None:
+        return None
+    top = cap if bound is None else min(cap, bound - 1)
+    if o + (0 if s is None else s) > budget:
+        return 0
+    most = top if not rate else int((budget - o) // rate)
+    return max(0, min(top, most))
+
+
+def budget_forms(budget: int) -> list[tuple[object, float]]:
+    """A budget in each form an argument takes (bytes, a float, a size string), and half
+    a byte more as a float: (the argument, the bytes it is)."""
+    return [(budget, budget), (float(budget), budget), (str(budget), budget),
+            (budget + 0.5, budget + 0.5)]  # fmt: skip
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.data())
+def test_admits_oom_tokens_and_max_tokens_equal_a_plain_model_drawn_jointly(
+    data: st.DataObject,
+) -> None:
+    """Every deciding input drawn at once: two signatures, each taught a rate (max-merge,
+    safety factor 1, so a price is exactly outputs + max(floor, rate * n)) or not at
+    all; OOM waves run through wave() of either signature and any kind, sizes that tie
+    and neighbour, budgets none, one below, at or above the budget asked (given as
+    bytes, a float or a string), in any order; then a wave of a drawn signature and
+    kind, at an OOM size, one below or above it, or at the price's edge (the budget is
+    drawn now and then to be met exactly by a price), with as many logical tokens or
+    more (the OOM bound is of packed tokens, the price rises with the logical ones),
+    outputs, a floor (none, 0, pricing the wave at the budget or a byte past it),
+    unpriced or not, and a cap. admits, oom_tokens and max_tokens answer what the plain
+    model of SPEC §3, §7 and §9 says."""
+    rates = {
+        sig: data.draw(st.none() | st.sampled_from([0, 1, 100, 4096]) | st.integers(0, 10**5))
+        for sig in ("train", "eval")
+    }
+    o = data.draw(st.sampled_from([0, 0, 1, 50]))
+    # a budget that a price meets exactly (outputs + rate x an OOM size or a neighbour), or any
+    exact = [o + (rate or 0) * k for rate in rates.values() for k in (1, 99, 100, 150)]
+    budget = data.draw(st.sampled_from([0, 1, 100, 10_000, 15_000, *exact]) | st.integers(0, 10**7))
+    near = st.sampled_from([None, max(0, budget - 1), budget, budget + 1])
+    budgets = st.one_of(near, near, near, st.integers(0, 10**7))  # near the budget, mostly
+    ooms = data.draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["train", "eval"]), st.sampled_from(KINDS),
+                st.sampled_from(OOM_SIZES) | st.integers(1, 300), budgets,
+            ),
+            max_size=5,
+        )
+    )  # fmt: skip
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    for sig, rate in rates.items():
+        if rate is not None:
+            k = data.draw(st.sampled_from([1, 7, 100]))
+            pricer.observe_row(row(k, k * rate, signature=sig))
+    # each OOM runs the collector (0.2 s with hypothesis' objects about): stood in for here
+    with warnings.catch_warnings(), mock.patch.object(gc, "collect", lambda: 0):
+        warnings.simplefilter("ignore")  # unpriced signatures asked: not the point here
+        ran = []  # the OOM waves as run: (signature, kind, size, the budget's bytes)
+        for sig, kind, n, b in ooms:
+            given, bytes_ = (
+                (None, None) if b is None else data.draw(st.sampled_from(budget_forms(b)))
+            )
+            with pricer.wave(sig, n, kind=kind, budget_bytes=given) as w:  # type: ignore[arg-type]
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            assert w.oom
+            ran.append((sig, kind, n, bytes_))
+        pricer.close()
+        assert pricer.ooms == [OomWave(*oom) for oom in ran]
+        # the wave asked about: most often of a signature and kind that ran out of memory
+        any_wave = st.tuples(st.sampled_from(["train", "eval"]), st.sampled_from(KINDS))
+        sig, kind = data.draw(
+            st.sampled_from([(g, k) for g, k, _, _ in ooms]) | any_wave if ooms else any_wave
+        )
+        rate = rates[sig]
+        # no floor, 0, one that prices the wave exactly at the budget, one byte past, any
+        s = data.draw(
+            st.sampled_from([None, None, 0, max(0, budget - o), max(0, budget - o + 1)])
+            | st.integers(0, 10**7)
+        )
+        asked, budget = data.draw(st.sampled_from(budget_forms(budget)))  # as given, in bytes
+        bound = model_bound(ran, sig, kind, budget)  # type: ignore[arg-type]
+        assert pricer.oom_tokens(sig, asked, kind=kind) == bound  # type: ignore[arg-type]
+        edges = [1, *(n + d for g, k, n, _ in ooms for d in (-1, 0, 1) if g == sig and k == kind)]
+        if rate:
+            edges += [int(budget - o) // rate + d for d in (0, 1)]
+        n = data.draw(st.sampled_from([e for e in edges if e >= 1]))
+        unpriced = data.draw(st.booleans())
+        # logical tokens: none shared, or more (max-merge, taught a sharing of 1, prices m)
+        m = data.draw(st.sampled_from([n, n, n + 1, 2 * n]))
+        price = model_price(rate, o, s, m)
+        fits = unpriced if price is None else price <= budget
+        want = fits and (bound is None or n < bound)
+        got = pricer.admits(
+            sig, n, m, budget_bytes=asked, output_bytes=o, static_floor_bytes=s,  # type: ignore[arg-type]
+            kind=kind, unpriced=unpriced,
+        )  # fmt: skip
+        assert got == want, (sig, kind, n, price, bound)
+        cap = data.draw(st.sampled_from([SEARCH_CAP_TOKENS, 1, 7, 100, 150, 257]))
+        assert pricer.max_tokens(
+            sig,
+            asked,
+            output_bytes=o,
+            static_floor_bytes=s,
+            kind=kind,
+            cap=cap,  # type: ignore[arg-type]
+        ) == model_max_tokens(rate, o, s, bound, budget, cap)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("budget", "larger"), [(999_999.5, 1_000_000), (float("inf"), None)], ids=["fraction", "inf"]
+)
+def test_an_oom_under_a_fractional_or_infinite_float_budget_bounds_that_budget(
+    budget: float, larger: int | None
+) -> None:
+    """A float budget is a budget (replay's --budget takes one). 100 B/token learned
+    (safety factor 1); a wave of 150 tokens runs out of memory under 999,999.5 B (or an
+    infinite budget): it is survived and bounds that very budget: 150 refused, 149
+    admitted, max_tokens 149, under 999,999.5 B; under 1,000,000 B (larger) no bound.
+    (It was kept as int(999,999.5) = 999,999, so it bounded 999,999 B but not the budget
+    it ran under; an infinite one raised OverflowError from the wave, the OOM lost.)"""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    with pricer.wave("train", 150, budget_bytes=budget) as w:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert w.oom and pricer.ooms == [OomWave("train", "flat", 150, budget)]
+    assert pricer.oom_tokens("train", budget) == 150
+    assert not pricer.admits("train", 150, budget_bytes=budget)
+    assert pricer.admits("train", 149, budget_bytes=budget)
+    assert pricer.max_tokens("train", budget) == 149
+    assert pricer.oom_tokens("train", 999_999) == 150
+    if larger is not None:
+        assert pricer.oom_tokens("train", larger) is None
+        assert pricer.admits("train", 150, budget_bytes=larger)
+
+
+@pytest.mark.parametrize(
+    "naming",
+    [
+        dict(oom=True),
+        dict(kind="split_child", phase="caller", whole=False),
+        dict(kind="split_child", phase="forward", whole=False, oom=True),
+        dict(kind="dp_rank_forward", phase="forward", whole=False, oom=True),
+    ],
+    ids=["flat OOM", "split child's caller", "split child's OOM forward", "dp forward OOM"],
+)
+def test_a_signature_named_only_by_a_reading_it_does_not_learn_from_is_never_warned_of(
+    naming: dict[str, Any],
+) -> None:
+    """Twin of the OOM example with the kind and phase varied: any reading that teaches
+    nothing (an OOM of any kind, a split child's caller reading) still names its
+    signature, so 'named' asked before and after more readings is never warned of, and
+    stays unpriced; 'trian', asked the same way and named by none, is warned of."""
+    pricer = Pricer("max-merge")
+    pricer.observe_row(row(10, 1_000))
+    pricer.observe_row(row(10, 10**9, signature="named", **naming))
+    assert pricer.price("named", 10) is None and pricer.price("trian", 10) is None
+    pricer.observe_row(row(10, 1_000))
+    with pytest.warns(PricerWarning) as caught:
+        assert pricer.price("named", 10) is None
+        assert pricer.price("trian", 10) is None
+    assert ["'trian'" in str(w.message) for w in caught] == [True]
+    assert set(pricer.profiles) == {"train"}
+
+
+def oom_at(pricer: Pricer, signature: str, n: int, budget: int | None, kind: str = "flat") -> None:
+    """A wave of ``n`` tokens that runs out of memory under ``budget``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an unpriced signature's wave: not the point here
+        with pricer.wave(signature, n, kind=kind, budget_bytes=budget) as w:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    assert w.oom
+
+
+def test_an_unpriced_wave_admitted_when_told_is_still_bounded_by_its_oom() -> None:
+    """Twin of the unpriced example with OOM evidence: 'eval' has no profile and no floor;
+    a wave of 100 of it ran out of memory under 1 MB. admits(unpriced=True) takes a wave
+    with no price as fitting, but not one the evidence refuses: 100 and 101 refused
+    under 1 MB, 99 admitted; under 1,000,001 B (no evidence) 100 admitted; unpriced=False
+    admits none of them."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    oom_at(pricer, "eval", 100, 1_000_000)
+    pricer.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        told = [
+            pricer.admits("eval", n, budget_bytes=b, unpriced=True)
+            for n, b in ((99, 1_000_000), (100, 1_000_000), (101, 1_000_000), (100, 1_000_001))
+        ]
+        assert told == [True, False, False, True]
+        assert not pricer.admits("eval", 99, budget_bytes=1_000_000)
+        assert pricer.admits("train", 100, budget_bytes=1_000_000)  # another signature: free
+
+
+def test_max_tokens_of_an_unpriced_signature_is_none_whatever_its_oom_evidence() -> None:
+    """Twin of the one-token OOM example with the signature unpriced: 'eval' has no
+    profile; a wave of 1 token of it ran out of memory under 1 MB. It still has no price
+    (None, not 0 tokens); given a floor of 0 it has one, and the evidence admits 0 tokens
+    under 1 MB, the cap (100) under a larger budget."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    oom_at(pricer, "eval", 1, 1_000_000)
+    pricer.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert pricer.max_tokens("eval", 1_000_000) is None
+        assert pricer.max_tokens("eval", 1_000_000, static_floor_bytes=0) == 0
+        assert pricer.max_tokens("eval", 1_000_001, static_floor_bytes=0, cap=100) == 100
+
+
+@pytest.mark.parametrize(
+    ("oom", "budget", "admitted"),
+    [
+        (None, 2**63 - 1, 7_809_031_447),
+        ((7_809_031_447, None), 2**63 - 1, 7_809_031_446),  # the OOM size itself: one below
+        ((7_809_031_448, None), 2**63 - 1, 7_809_031_447),  # one past: the price bounds first
+        ((7_809_031_447, 2**63 - 2), 2**63 - 1, 7_809_031_447),  # under a smaller budget
+        ((7_809_031_447, 2**63 - 1), 2**63 - 1, 7_809_031_446),  # under exactly this one
+    ],
+    ids=["no OOM", "OOM at the last", "OOM one past", "OOM, smaller budget", "OOM, this budget"],
+)
+def test_max_tokens_near_int64_with_oom_evidence(
+    oom: tuple[int, int | None] | None, budget: int, admitted: int
+) -> None:
+    """Twin of the past-int64 example with OOM evidence beside it: 2**30 B/token x 1.1
+    prices 7,809,031,447 tokens at 9,223,372,036,532,654,080 B (within int64), one more
+    past it (never admitted). An OOM at that last size (no budget, or exactly this one)
+    lowers the answer by one; one a token past it, or under a smaller budget, does not."""
+    pricer = Pricer("max-merge", meter=FixedMeter(0, 0))
+    pricer.observe_row(row(1, 2**30))
+    if oom is not None:
+        oom_at(pricer, "train", *oom)
+    pricer.close()
+    assert pricer.max_tokens("train", budget) == admitted
+    assert pricer.admits("train", admitted, budget_bytes=budget)
+    if oom is not None and admitted < 7_809_031_447:
+        assert not pricer.admits("train", admitted + 1, budget_bytes=budget)
+
+
+@pytest.mark.parametrize(
+    ("n", "m", "admitted"),
+    [(149, 149, True), (149, 150, True), (149, 300, True), (150, 150, False), (150, 300, False)],
+)
+def test_the_oom_bound_is_of_packed_tokens_whatever_the_logical_ones(
+    n: int, m: int, admitted: bool
+) -> None:
+    """Twin of the OOM example with logical tokens varied: 100 B/token learned (safety
+    factor 1, no sharing, so a wave prices 100 B x its logical tokens: 30,000 B at most
+    here, within 1 MB); a wave of 150 packed tokens ran out of memory under 1 MB. The
+    bound is of packed tokens: 149 packed are admitted whatever their logical tokens
+    (150 or 300 of them), 150 packed refused whatever theirs."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    oom_at(pricer, "train", 150, 1_000_000)
+    pricer.close()
+    assert pricer.price("train", n, m) == 100 * m
+    assert pricer.admits("train", n, m, budget_bytes=1_000_000) is admitted

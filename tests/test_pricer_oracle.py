@@ -15,6 +15,7 @@ stream it is given, no other.
 from __future__ import annotations
 
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,8 +27,10 @@ from tests import oracle
 from tests.oracle import Row
 from tests.strategies import examples, oracle_traces
 from warmfit import Pricer
-from warmfit.errors import UsageError
+from warmfit.errors import EstimateOverflowError, UsageError
+from warmfit.format.schema import KINDS
 from warmfit.format.trace import readings_frame, write_trace
+from warmfit.trainer.pricer import PricerWarning
 
 POLICIES = list(oracle.BUILT_IN)
 SIZES = (1, 7, 64, 100, 1000, 4096, 50_000)
@@ -169,3 +172,101 @@ def test_an_oom_reading_teaches_nothing(policy: str) -> None:
     pricer.observe_row({**base, "kind": "split_child", "phase": "caller", "whole": False,
                         "oom": False})  # fmt: skip
     assert pricer.price("s", 100) is None
+
+
+# --- issue 38, tests by pattern (s4) ---
+
+#: Signatures whose readings are never learned from (OOM ones; split children's caller
+#: ones): named by readings, so never warned of, and never priced but by a floor.
+LONE_OOM, LONE_SPLIT = "x/oom", "x/split"
+#: The signatures asked of the Pricer: the oracle traces' own, the lone ones, one never
+#: recorded.
+ASKED = ["s", "t", "moe/L8", "ü", LONE_OOM, LONE_SPLIT, "never"]
+
+
+def unknown_signature_warning(taught: int, signature: str, known: list[str]) -> str:
+    """The PricerWarning of docs/reference/pricer.md ("A signature it was never taught"),
+    word for word, for a Pricer learning live."""
+    shown = ", ".join(map(repr, known[:10])) + (
+        f" (and {len(known) - 10} more)" if len(known) > 10 else ""
+    )
+    return (
+        f"warmfit: the Pricer has been taught {taught:,} readings, none of signature "
+        f"{signature!r}: it has no price for it and admits none of its waves. "
+        + (f"It knows {shown}." if known else "It knows no signature yet.")
+        + " Is the signature mistyped, or are its waves not measured (Pricer.wave, or an "
+        "enabled Recorder(pricer=...))?"
+    )
+
+
+@settings(max_examples=examples(30))
+@given(
+    oracle_traces(max_waves=6),
+    st.sampled_from(POLICIES),
+    st.sampled_from([1.0, 1.1, 1.37]),
+    st.data(),
+)
+def test_one_pricer_fed_every_stream_in_any_order_prices_and_warns_as_a_plain_model(
+    rows: list[Row], policy: str, f: float, data: st.DataObject
+) -> None:
+    """One Pricer is handed every reading of a trace of several runs, ranks, signatures
+    and kinds, in the drawn order (not seq order: it learns from every reading it is
+    given, whatever run and rank it names), with now and then a reading it does not
+    learn from moved to a signature of its own (x/oom for an OOM one, x/split for a
+    split child's caller one). Before each reading it is asked a drawn signature (the
+    reading's, another, a lone one, one never recorded) at the reading's size, one more
+    or one less, with the reading's
+    outputs and floor, under a drawn kind. Each answer is the plain model's: the
+    oracle's profile of every learned reading so far, SPEC §3's estimate; and the
+    PricerWarnings it gives are the model's, word for word: one, at an ask of a
+    signature with no profile that no reading named, first asked before the learned
+    readings since (docs/reference/pricer.md)."""
+    pricer = Pricer(policy, safety_factor=f)
+    profiles: dict[str, oracle.MaxMerge] = {}
+    named: set[str] = set()  # signatures a reading named that taught nothing
+    first_ask: dict[str, int] = {}  # signature -> readings learned when first asked
+    warned: set[str] = set()
+    taught = 0
+    for row in rows:
+        kind, phase, oom = str(row["kind"]), str(row["phase"]), bool(row["oom"])
+        learned = oracle.observed(kind, phase, oom)
+        if not learned and data.draw(st.booleans()):
+            row = {**row, "signature": LONE_OOM if oom else LONE_SPLIT}
+        sig = data.draw(st.sampled_from([str(row["signature"]), *ASKED]))
+        n = max(1, int(row["packed_tokens"]) + data.draw(st.sampled_from([0, 0, 1, -1])))
+        m = max(n, int(row["logical_tokens"]))
+        o, s = int(row["output_bytes"]), row["static_floor_bytes"]
+        expected: list[str] = []
+        if sig not in profiles and sig not in named and sig not in warned:
+            if sig not in first_ask:
+                first_ask[sig] = taught
+            elif first_ask[sig] < taught:
+                warned.add(sig)
+                expected.append(unknown_signature_warning(taught, sig, sorted(profiles)))
+        p = profiles[sig].price(n, m) if sig in profiles else None
+        try:
+            want: object = oracle.estimate(p, o, None if s is None else int(s), f)[0]
+        except OverflowError:
+            want = "overflow"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                got: object = pricer.price(
+                    sig, n, m, output_bytes=o, static_floor_bytes=s,  # type: ignore[arg-type]
+                    kind=data.draw(st.sampled_from(KINDS)),
+                )  # fmt: skip
+            except EstimateOverflowError:
+                got = "overflow"
+        assert got == want, (sig, n, m, o, s)
+        said = [str(w.message) for w in caught if issubclass(w.category, PricerWarning)]
+        assert said == expected
+        pricer.observe_row(row)
+        if learned:
+            delta = max(0, int(row["peak_bytes"]) - int(row["baseline_bytes"]))
+            reading = oracle.Reading(int(row["packed_tokens"]), int(row["logical_tokens"]),
+                                     delta, o, bool(row["whole"]), phase, kind)  # fmt: skip
+            profiles.setdefault(str(row["signature"]), oracle.POLICIES[policy]()).observe(reading)
+            taught += 1
+        else:
+            named.add(str(row["signature"]))
+    assert sorted(pricer.profiles) == sorted(profiles)

@@ -61,7 +61,7 @@ def largest_admitted(admits: Callable[[int], bool], cap: int = SEARCH_CAP_TOKENS
     return low
 
 
-def oom_bound(ooms: Iterable[tuple[int, int | None]], budget_bytes: float) -> int | None:
+def oom_bound(ooms: Iterable[tuple[int, float | None]], budget_bytes: float) -> int | None:
     """The smallest packed-token count that ran out of memory under a budget at least
     ``budget_bytes`` (SPEC §9), of ``(packed_tokens, budget)`` OOM waves; None: none.
 

@@ -73,9 +73,9 @@ class OomWave:
     signature: str
     kind: str
     packed_tokens: int
-    #: The budget it ran under (``Pricer.wave(budget_bytes=...)``); None: not given,
-    #: so it counts under every budget.
-    budget_bytes: int | None
+    #: The budget it ran under (``Pricer.wave(budget_bytes=...)``; a float where it is
+    #: not a whole number of bytes); None: not given, so it counts under every budget.
+    budget_bytes: int | float | None
 
 
 #: The columns of a reading :meth:`Pricer.observe_row` reads (trace format v1, SPEC §2).
@@ -715,7 +715,9 @@ class PricerWave:
         if exc is None or not _is_out_of_memory(exc):
             return False
         self.oom = True
-        budget = None if self.budget_bytes is None else int(self.budget_bytes)
+        budget = self.budget_bytes  # a whole number of bytes as an int; a fraction, inf kept
+        if type(budget) is float and budget.is_integer():
+            budget = int(budget)
         self._pricer._learn_oom(OomWave(self.signature, self.kind, self.packed_tokens, budget))
         _free(tb)
         return True  # survived: the trainer's loop goes on
