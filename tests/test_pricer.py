@@ -897,3 +897,24 @@ def test_from_trace_takes_run_empty_and_rank_zero_as_choices(
         f"the trace holds 3 streams to choose from ({HELD}); a Pricer learns one rank's "
         "readings: give run= and rank=."
     )
+
+
+@pytest.mark.parametrize(
+    ("run", "rank", "listed"),
+    [
+        ("a", None, "run 'a' rank 0, run 'a' rank 1"),  # one run, two ranks
+        (None, 0, "run '' rank 0, run 'a' rank 0"),  # one rank, two runs
+    ],
+)
+def test_from_trace_lists_the_streams_of_the_run_or_rank_asked(
+    tmp_path: Path, run: str | None, rank: int | None, listed: str
+) -> None:
+    """Twin of the three-stream refusal with a run or a rank given: the 2 streams it
+    counts are the 2 it lists (the trace's third stream is not one to choose from)."""
+    trace = three_streams(tmp_path / "three.parquet")
+    with pytest.raises(UsageError) as caught:
+        Pricer.from_trace(trace, run=run, rank=rank)
+    assert str(caught.value) == (
+        f"the trace holds 2 streams to choose from ({listed}); a Pricer learns one rank's "
+        "readings: give run= and rank=."
+    )

@@ -223,16 +223,16 @@ class Pricer:
         chosen = [
             (r, k) for r, k in streams if (run is None or r == run) and (rank is None or k == rank)
         ]
-        held = ", ".join(f"run {r!r} rank {k}" for r, k in streams[:10])
-        held += f" (and {len(streams) - 10} more)" if len(streams) > 10 else ""
         if not chosen:
             asked = f"run {run!r}" if rank is None else f"run {run!r} rank {rank}"
             asked = f"rank {rank}" if run is None else asked
-            raise UsageError(f"the trace holds no readings of {asked}; it holds {held}.")
-        if len(chosen) > 1:
             raise UsageError(
-                f"the trace holds {len(chosen)} streams to choose from ({held}); a Pricer "
-                "learns one rank's readings: give run= and rank=."
+                f"the trace holds no readings of {asked}; it holds {_listed(streams)}."
+            )
+        if len(chosen) > 1:  # the streams of the run (or rank) asked, not the whole trace's
+            raise UsageError(
+                f"the trace holds {len(chosen)} streams to choose from ({_listed(chosen)}); "
+                "a Pricer learns one rank's readings: give run= and rank=."
             )
         (run_label, rank_number) = chosen[0]
         stream = readings.filter((readings["run"] == run_label) & (readings["rank"] == rank_number))
@@ -721,6 +721,12 @@ class PricerWave:
         self._pricer._learn_oom(OomWave(self.signature, self.kind, self.packed_tokens, budget))
         _free(tb)
         return True  # survived: the trainer's loop goes on
+
+
+def _listed(streams: list[tuple[str, int]]) -> str:
+    """Streams as a refusal names them: the first ten, then how many more."""
+    listed = ", ".join(f"run {r!r} rank {k}" for r, k in streams[:10])
+    return listed + (f" (and {len(streams) - 10} more)" if len(streams) > 10 else "")
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
