@@ -1814,3 +1814,20 @@ def test_the_net_prediction_times_the_factor_is_exact_as_written(
     assert refused == {}
     row = misses.readings.row(0, named=True)
     assert (row["estimate_bytes"], row["art_estimate_from"]) == (price, NET)
+
+
+# --- fresh audit of 12-06 (fa1) ---
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("number", [0, -1])
+def test_a_format_below_1_is_malformed_word_for_word(tmp_path: Path, number: int) -> None:
+    """ART writes formats 1 and 2: a format under the range (0, -1) is refused as a
+    format 3 is, word for word and with exit 2; a check of the ceiling alone
+    (`format > 2`) imported them (fa1)."""
+    test_each_refusal_is_one_line_word_for_word_and_exits_2(
+        tmp_path,
+        _raw(_edited(format=number)),
+        "malformed",
+        f"has format {number}; warmfit reads formats 1 and 2.",
+    )
