@@ -1302,3 +1302,16 @@ def test_every_kind_imports_and_only_a_flat_caller_reading_is_whole(
     )
     assert code == 0, output
     assert pq.read_table(out).column("whole").to_pylist() == [kind == "flat", False]
+
+
+def test_an_integer_column_with_empty_cells_stays_exact_in_an_expression(tmp_path: Path) -> None:
+    """2**53 + 1 is no float: a column of integers and empty cells is integers, so
+    "floor + 0" keeps it to the byte, and 2**63 - 1 too; an empty cell is no floor."""
+    code, output, out = _import_rows(
+        tmp_path,
+        f"job,n,floor\nj,1,{2**53 + 1}\nj,2,\nj,3,{2**63 - 1}\n",
+        _BASE + 'peak_bytes = 5\nbaseline_bytes = 0\nstatic_floor_bytes = "floor + 0"\n',
+    )
+    assert code == 0, output
+    floors = pq.read_table(out).column("static_floor_bytes").to_pylist()
+    assert floors == [9_007_199_254_740_993, None, 9_223_372_036_854_775_807]
