@@ -937,7 +937,7 @@ def joint_oracle(csv_path: Path, map_path: Path) -> list[dict[str, Any]] | str:
     return out
 
 
-@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(joint_tables())
 def test_import_table_equals_the_oracle_with_every_deciding_input_varied_at_once(
     case: dict[str, Any],
