@@ -1196,3 +1196,83 @@ def test_flags_in_any_letter_case_and_cells_padded_with_blanks_import(
     assert result.exit_code == 0, result.output
     written = pq.read_table(out).select(["peak_bytes", "oom", "whole"]).to_pylist()
     assert written == [{"peak_bytes": i + 7, "oom": o, "whole": not o} for i, o in enumerate(oom)]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        # tomllib's reason is shown whole (its wording is tomllib's, computed here)
+        ("[fields]\nx = 1\n[run\n", "toml"),
+        ("x = " + "[" * 1500 + "]" * 1500 + "\n", "deep"),
+    ],
+)
+def test_a_mapping_that_cannot_be_read_as_toml_is_named_whole(
+    tmp_path: Path, text: str, reason: str
+) -> None:
+    import tomllib
+
+    if reason == "toml":
+        with pytest.raises(tomllib.TOMLDecodeError) as parsed:
+            tomllib.loads(text)
+        message = f"the mapping is not valid TOML ({parsed.value})."
+    else:
+        message = (
+            "the mapping nests tables or lists too deeply to read; a mapping needs three "
+            "levels at most."
+        )
+    assert mapping_error(tmp_path, text) == message
+
+
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [
+        ("fields.packed_tokens", GOOD.replace('packed_tokens = "n"', 'packed_tokens = "n / s"')),
+        ("where", 'where = "n / s > 1"\n' + GOOD),
+        ("run.label", GOOD.replace('label = "r"', 'label = "{n / s}"')),
+    ],
+)
+def test_an_expression_polars_cannot_evaluate_is_named_with_its_key_and_reason(
+    tmp_path: Path, key: str, text: str
+) -> None:
+    import polars as pl
+
+    frame = pl.DataFrame({"n": [1], "s": ["a"]})
+    with pytest.raises(pl.exceptions.PolarsError) as failed:
+        frame.select(pl.sql_expr("n / s"))
+    reason = str(failed.value).strip().splitlines()[0]
+    code, output, _ = import_with(tmp_path, "n,s,peak\n1,a,5\n", text)
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {tmp_path / 'm.toml'}: {key}: cannot be evaluated: {reason} "
+        "(its columns: n, s, peak).\n"
+    )
+
+
+def test_an_output_that_is_no_trace_an_input_or_an_existing_file_is_refused_whole(
+    tmp_path: Path,
+) -> None:
+    """-o names a .parquet file that is none of the inputs (the mapping read as one, even
+    named like a trace) and, without --force, does not exist: each refusal whole, exit 2."""
+    from tests.command_line import warmfit_output
+
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("n,peak\n1,5\n")
+    mapping = tmp_path / "m.parquet"  # a mapping is TOML whatever its name
+    mapping.write_text(GOOD)
+    args = ["import", "table", csv_path, "--map", mapping, "-o"]
+    out = tmp_path / "o.csv"
+    assert warmfit_output(*args, out) == (
+        2,
+        f"warmfit: error: -o {out}: name a .parquet file; warmfit reads a directory's "
+        "*.parquet files as its trace.\n",
+    )
+    assert warmfit_output(*args, mapping, "--force") == (
+        2,
+        f"warmfit: error: will not write {mapping}: it is the input {mapping}, and warmfit "
+        "never writes onto its input, not even with --force. Name another file.\n",
+    )
+    out = tmp_path / "o.parquet"
+    out.write_bytes(b"x")
+    code, output = warmfit_output(*args, out)
+    assert (code, output) == (2, f"warmfit: error: will not overwrite without --force: {out}\n")
+    assert out.read_bytes() == b"x"
