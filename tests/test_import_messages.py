@@ -1142,6 +1142,14 @@ def _baseline_warning(run: str, share: str, runs: str) -> str:
     ("rows", "baseline", "warning"),
     [
         ("a,1,5\na,2,10\nb,1,8\nb,2,10\n", "", _baseline_warning("b", "80%", "2 of 2")),
+        # a run of OOM readings only is no run of fitting readings: not counted
+        (
+            "a,1,5\na,2,10\nb,1,8\nb,2,10\nc,1,9,yes\nc,2,9,yes\n",
+            "",
+            _baseline_warning("b", "80%", "2 of 2"),
+        ),
+        # an OOM's peak is no peak of the share: a's fitting 8 of 10, not 1 of 10
+        ("a,1,1,yes\na,2,8\na,3,10\n", "", _baseline_warning("a", "80%", "1 of 1")),
         # a's share 20% is below a quarter: one run of two counted
         ("a,1,2\na,2,10\nb,1,8\nb,2,10\n", "", _baseline_warning("b", "80%", "1 of 2")),
         # exactly a quarter warns; a fifth does not
@@ -1157,11 +1165,12 @@ def test_the_baseline_warning_is_named_whole_on_stderr_and_the_import_exits_0(
     from tests.command_line import warmfit_cli
 
     csv_path = tmp_path / "t.csv"
-    csv_path.write_text("job,n,peak\n" + rows)
+    lines = [line if line.count(",") == 3 else line + ",no" for line in rows.splitlines()]
+    csv_path.write_text("job,n,peak,o\n" + "\n".join(lines) + "\n")
     mapping = tmp_path / "m.toml"
     mapping.write_text(
         '[run]\nlabel = "{job}"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
-        f'peak_bytes = "peak"\n{baseline}'
+        f'peak_bytes = "peak"\noom = "o"\n{baseline}'
     )
     out = tmp_path / "o.parquet"
     result = warmfit_cli("import", "table", csv_path, "--map", mapping, "-o", out)
