@@ -1096,6 +1096,12 @@ def test_every_refusal_of_a_mapping_key_is_named_whole_with_exit_2(
             GOOD + 'kind = "{k}"\n',
             "{csv}, row 2: gives kind 'split': flat, split_child or dp_rank_forward (line 3).",
         ),
+        # a [require] test compares the cell's text as written: 01 is not 1
+        (
+            "n,peak\n1,5\n01,6\n",
+            "[require]\nn = [2, 1]\n" + GOOD,
+            "{csv}, column 'n', row 2: holds '01', where require.n allows only '1', '2' (line 3).",
+        ),
         # the table itself
         (
             b"n,peak\n1,\xff\n",

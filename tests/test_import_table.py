@@ -1304,13 +1304,19 @@ def test_every_kind_imports_and_only_a_flat_caller_reading_is_whole(
     assert pq.read_table(out).column("whole").to_pylist() == [kind == "flat", False]
 
 
-def test_an_integer_column_with_empty_cells_stays_exact_in_an_expression(tmp_path: Path) -> None:
-    """2**53 + 1 is no float: a column of integers and empty cells is integers, so
-    "floor + 0" keeps it to the byte, and 2**63 - 1 too; an empty cell is no floor."""
+@pytest.mark.parametrize(
+    "form", ['"floor + 0"', '"floor"', '{ column = "floor" }', '{ add = ["floor"], unit = "B" }']
+)
+def test_an_integer_column_with_empty_cells_stays_exact_in_every_form(
+    tmp_path: Path, form: str
+) -> None:
+    """2**53 + 1 is no float: a column of integers and empty cells is integers, so an
+    expression, the bare column and the table form keep it to the byte, and 2**63 - 1 too;
+    an empty cell is no floor."""
     code, output, out = _import_rows(
         tmp_path,
         f"job,n,floor\nj,1,{2**53 + 1}\nj,2,\nj,3,{2**63 - 1}\n",
-        _BASE + 'peak_bytes = 5\nbaseline_bytes = 0\nstatic_floor_bytes = "floor + 0"\n',
+        _BASE + f"peak_bytes = 5\nbaseline_bytes = 0\nstatic_floor_bytes = {form}\n",
     )
     assert code == 0, output
     floors = pq.read_table(out).column("static_floor_bytes").to_pylist()
