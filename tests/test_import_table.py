@@ -1321,3 +1321,20 @@ def test_an_integer_column_with_empty_cells_stays_exact_in_every_form(
     assert code == 0, output
     floors = pq.read_table(out).column("static_floor_bytes").to_pylist()
     assert floors == [9_007_199_254_740_993, None, 9_223_372_036_854_775_807]
+
+
+def test_a_template_shows_each_cell_as_written_not_as_its_number(tmp_path: Path) -> None:
+    """{column} is the cell as written (the how-to): 01 stays 01, 1.50 stays 1.50, while
+    an expression in braces gives its value ({r + 0} is 1)."""
+    code, output, out = _import_rows(
+        tmp_path,
+        "job,r,v,n,peak\nj,01,1.50,1,5\nj,2,3,2,6\n",
+        '[run]\nlabel = "{job}-{r}"\n[fields]\nsignature = "{v}/{r + 0}"\npacked_tokens = "n"\n'
+        'peak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    assert code == 0, output
+    rows = pq.read_table(out).select(["run", "signature"]).to_pylist()
+    assert rows == [
+        {"run": "j-01", "signature": "1.50/1"},
+        {"run": "j-2", "signature": "3/2"},
+    ]
