@@ -985,13 +985,26 @@ def _readings(count: int) -> str:
             + '[[waves]]\nreadings = [{ peak_bytes = "peak" }, { phase = "forward" }]\n',
             "fields.peak_bytes: is missing: every reading needs it.",
         ),
-        (
-            GOOD + '[metadata]\n"warmfit.import.source" = "x"\n',
-            "metadata.warmfit.import.source: is written by warmfit itself; choose another key.",
+        *(
+            (
+                GOOD + f'[metadata]\n"{key}" = "x"\n',
+                f"metadata.{key}: is written by warmfit itself; choose another key.",
+            )
+            for key in (
+                "warmfit.schema",
+                "warmfit.per_wave",
+                "warmfit.import.mapping",
+                "warmfit.import.source",
+                "warmfit.import.source_sha256",
+            )
         ),
-        (
-            GOOD + '[metadata]\n"warmfit.per_wave" = "x"\n',
-            "metadata.warmfit.per_wave: is written by warmfit itself; choose another key.",
+        *(
+            (
+                GOOD + f'[extra]\n{name} = "n"\n',
+                f"extra.{name}: is a column of the trace format; set it under [fields], not "
+                "[extra].",
+            )
+            for name in ("run", "step", "wave", "rank", "whole")
         ),
         (
             GOOD + '[extra]\npadded_tokens = "{n}"\n',

@@ -1338,3 +1338,26 @@ def test_a_template_shows_each_cell_as_written_not_as_its_number(tmp_path: Path)
         {"run": "j-01", "signature": "1.50/1"},
         {"run": "j-2", "signature": "3/2"},
     ]
+
+
+def test_a_table_that_starts_with_a_byte_order_mark_imports_and_keeps_its_bytes_digest(
+    tmp_path: Path,
+) -> None:
+    """UTF-8 with a byte-order mark (as spreadsheets save CSV): the first column is 'job',
+    not '\\ufeffjob'; the SHA-256 kept is of the bytes read, the mark included."""
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbfjob,n,peak\nj,1,5\n")
+    out = tmp_path / "o.parquet"
+    code, output = warmfit_output(
+        "import",
+        "table",
+        str(path),
+        "--map",
+        str(write_map(tmp_path, _BASE + 'peak_bytes = "peak"\nbaseline_bytes = 0\n')),
+        "-o",
+        str(out),
+    )
+    assert code == 0, output
+    assert pq.read_table(out).column("run").to_pylist() == ["j"]
+    digest = pq.read_schema(out).metadata[SHA256_KEY.encode()].decode()
+    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
