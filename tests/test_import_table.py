@@ -1361,3 +1361,15 @@ def test_a_table_that_starts_with_a_byte_order_mark_imports_and_keeps_its_bytes_
     assert pq.read_table(out).column("run").to_pylist() == ["j"]
     digest = pq.read_schema(out).metadata[SHA256_KEY.encode()].decode()
     assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_decimal_column_with_empty_cells_is_numbers_in_an_expression(tmp_path: Path) -> None:
+    """10.5 and an empty cell: the column is numbers (the empty cell NULL), so "peak * 1024"
+    is 10,752 bytes, and the OOM row with no peak holds its baseline, 0."""
+    code, output, out = _import_rows(
+        tmp_path,
+        "job,n,peak,o\nj,1,10.5,no\nj,2,,yes\n",
+        _BASE + 'peak_bytes = "peak * 1024"\nbaseline_bytes = 0\noom = "o"\n',
+    )
+    assert code == 0, output
+    assert pq.read_table(out).column("peak_bytes").to_pylist() == [10_752, 0]
