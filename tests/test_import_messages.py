@@ -1109,6 +1109,12 @@ def test_every_refusal_of_a_mapping_key_is_named_whole_with_exit_2(
             GOOD + 'kind = "{k}"\n',
             "{csv}, row 2: gives kind 'split': flat, split_child or dp_rank_forward (line 3).",
         ),
+        # an expression in braces that gives NULL is empty text: an empty label is refused
+        (
+            "n,peak\n1,5\n2,6\n",
+            GOOD.replace('label = "r"', "label = \"{CASE WHEN n = 1 THEN 'a' END}\""),
+            "{csv}, row 2: gives an empty run label (run.label) (line 3).",
+        ),
         # a [require] test compares the cell's text as written: 01 is not 1
         (
             "n,peak\n1,5\n01,6\n",
