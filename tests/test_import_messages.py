@@ -1109,6 +1109,13 @@ def test_every_refusal_of_a_mapping_key_is_named_whole_with_exit_2(
             GOOD + 'kind = "{k}"\n',
             "{csv}, row 2: gives kind 'split': flat, split_child or dp_rank_forward (line 3).",
         ),
+        # a cell that is no number is shown without its blanks
+        (
+            "n,peak\n1,5\n2, 6x \n",
+            GOOD,
+            "{csv}, column 'peak', row 2: holds '6x', where fields.peak_bytes needs a number "
+            "(line 3).",
+        ),
         # an expression in braces that gives NULL is empty text: an empty label is refused
         (
             "n,peak\n1,5\n2,6\n",
