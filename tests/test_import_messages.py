@@ -1187,8 +1187,10 @@ def _baseline_warning(run: str, share: str, runs: str) -> str:
         # exactly a quarter warns; a fifth does not
         ("a,1,5\na,2,20\n", "", _baseline_warning("a", "25%", "1 of 1")),
         ("a,1,4\na,2,20\n", "", ""),
-        # a mapping that sets baseline_bytes, even to 0, is not warned
+        # a mapping that sets baseline_bytes, even to 0, at any level, is not warned
         ("a,1,5\na,2,10\nb,1,8\nb,2,10\n", "baseline_bytes = 0\n", ""),
+        ("a,1,5\na,2,10\n", "[[waves]]\nbaseline_bytes = 0\n", ""),
+        ("a,1,5\na,2,10\n", "[[waves]]\nreadings = [{ baseline_bytes = 0 }]\n", ""),
     ],
 )
 def test_the_baseline_warning_is_named_whole_on_stderr_and_the_import_exits_0(
