@@ -1109,6 +1109,19 @@ def test_every_refusal_of_a_mapping_key_is_named_whole_with_exit_2(
             GOOD + 'kind = "{k}"\n',
             "{csv}, row 2: gives kind 'split': flat, split_child or dp_rank_forward (line 3).",
         ),
+        # every column a test reads is shown: a case's in name order, require's in its order
+        (
+            "n,g,c,peak\n1,h,x,5\n2,a,y,6\n",
+            '[derive.d]\ncases = [{ when = { g = "h", c = "x" }, value = "H" }]\n'
+            + GOOD.replace('label = "r"', 'label = "{d}"'),
+            "{csv}, column 'c', row 2: matches no case of derive.d (c='y', g='a') (line 3).",
+        ),
+        (
+            "n,peak\n2,6\n1,5\n",
+            'require = "n > 1 AND peak > 5"\n' + GOOD,
+            "{csv}, column 'n', row 2: fails require ('n > 1 AND peak > 5': n='1', peak='5') "
+            "(line 3).",
+        ),
         # a cell that is no number is shown without its blanks
         (
             "n,peak\n1,5\n2, 6x \n",
