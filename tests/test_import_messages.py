@@ -1141,7 +1141,12 @@ def test_every_refusal_of_a_mapping_key_is_named_whole_with_exit_2(
             "[require]\nn = [2, 1]\n" + GOOD,
             "{csv}, column 'n', row 2: holds '01', where require.n allows only '1', '2' (line 3).",
         ),
-        # the table itself
+        # the table itself: names given twice in name order, whatever the header's order
+        (
+            "n,peak,z,a,z,a\n1,5,1,1,1,1\n",
+            GOOD,
+            "{csv}: names a column twice in its header: a, z.",
+        ),
         (
             b"n,peak\n1,\xff\n",
             GOOD,
