@@ -869,3 +869,471 @@ def test_the_largest_seed_shuffles(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert shuffled_order("r", 4, 4294967295) == [0, 3, 1, 2]
     assert pq.read_table(out).column("packed_tokens").to_pylist() == [1, 4, 2, 3]
+
+
+# --- issue 38, tests by pattern (s2) ---
+
+_NO_TEST = (
+    "must be a string or an integer (the cell equals it) or a list of them (the cell is one "
+    'of them); for any other test write an expression, where = "...".'
+)
+_NO_TEMPLATE = (
+    "is not a template: name a column or write an expression in braces, {column}; write {{ "
+    "or }} for a brace."
+)
+_NO_NUMBER = (
+    'must be an integer, a column or an expression ("seq_len * batch"), or a table such as '
+    '{ column = "peak_mb", unit = "MiB" }.'
+)
+_UNITS = "must be one of B, KiB, MiB, GiB, TiB, KB, MB, GB, TB; got"
+_PEAK = 'peak_bytes = "peak"'
+
+
+def _readings(count: int) -> str:
+    return "[[waves]]\nreadings = [" + ", ".join(["{}"] * count) + "]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "sort = 1\n" + GOOD,
+            "sort: is not a mapping key; the keys are description, where, filter, require, "
+            "derive, run, order, fields, waves, extra, metadata.",
+        ),
+        # a test of a cell: a string, an integer or a non-empty list of them
+        ("[filter]\nn = []\n" + GOOD, f"filter.n: {_NO_TEST}"),
+        ("[filter]\nn = 1.5\n" + GOOD, f"filter.n: {_NO_TEST}"),
+        ("[filter]\nn = true\n" + GOOD, f"filter.n: {_NO_TEST}"),
+        ("[require]\npeak = [5, 2.5]\n" + GOOD, f"require.peak: {_NO_TEST}"),
+        (
+            '[derive.d]\ncases = [{ when = { n = [] }, value = "v" }]\n' + GOOD,
+            f"derive.d.cases[0].when.n: {_NO_TEST}",
+        ),
+        # a template: an open brace, an empty one, a lone closing one
+        (
+            GOOD.replace('signature = "s"', 'signature = "{s"'),
+            f"fields.signature: '{{s' {_NO_TEMPLATE}",
+        ),
+        (
+            GOOD.replace('signature = "s"', 'signature = "{ }"'),
+            f"fields.signature: '{{ }}' {_NO_TEMPLATE}",
+        ),
+        (GOOD.replace('label = "r"', 'label = "a}b"'), f"run.label: 'a}}b' {_NO_TEMPLATE}"),
+        # a number that is neither an integer, a string nor a table: a float, a flag
+        (GOOD.replace(_PEAK, "peak_bytes = 1.5"), f"fields.peak_bytes: {_NO_NUMBER}"),
+        (GOOD.replace(_PEAK, "peak_bytes = true"), f"fields.peak_bytes: {_NO_NUMBER}"),
+        (GOOD.replace(_PEAK, 'peak_bytes = ["peak"]'), f"fields.peak_bytes: {_NO_NUMBER}"),
+        ('order = { by = "n" }\n' + GOOD, "order.by: must be a list of column names."),
+        (
+            GOOD.replace(_PEAK, 'peak_bytes = { add = ["peak"], subtract = "n" }'),
+            "fields.peak_bytes.subtract: must be a list of column names.",
+        ),
+        # units are spelled as the how-to spells them: another letter case is refused
+        (
+            GOOD.replace(_PEAK, 'peak_bytes = { column = "peak", unit = "mib" }'),
+            f"fields.peak_bytes.unit: {_UNITS} 'mib'.",
+        ),
+        (
+            GOOD.replace(_PEAK, 'peak_bytes = { column = "peak", unit = "KIB" }'),
+            f"fields.peak_bytes.unit: {_UNITS} 'KIB'.",
+        ),
+        (
+            GOOD.replace(_PEAK, 'peak_bytes = { column = "peak", unit = "Mb" }'),
+            f"fields.peak_bytes.unit: {_UNITS} 'Mb'.",
+        ),
+        (
+            GOOD.replace('label = "r"', "identity = []"),
+            'run.label: is missing: every mapping names its runs, e.g. label = "{model}-tp{tp}".',
+        ),
+        (
+            "order = { sort = 1 }\n" + GOOD,
+            "order.sort: is not a key of [order]; the keys are by, distinct, shuffle and seed.",
+        ),
+        ('order = { shuffle = "yes" }\n' + GOOD, "order.shuffle: must be true or false."),
+        (
+            "order = { seed = 1.0 }\n" + GOOD,
+            "order.seed: must be an integer from 0 to 2**32 - 1; got 1.0.",
+        ),
+        (
+            "order = { seed = true }\n" + GOOD,
+            "order.seed: must be an integer from 0 to 2**32 - 1; got True.",
+        ),
+        # 1,000 readings a row at most, counted over every wave
+        (
+            GOOD + _readings(1001),
+            "waves: makes 1,001 readings of each row; warmfit takes at most 1,000 (a row is "
+            "one measurement of a few waves).",
+        ),
+        (
+            GOOD + _readings(501) + _readings(501),
+            "waves: makes 1,002 readings of each row; warmfit takes at most 1,000 (a row is "
+            "one measurement of a few waves).",
+        ),
+        # a field every reading needs: missing, or set on one wave of two, one reading of two
+        (
+            GOOD.replace('signature = "s"\n', ""),
+            "fields.signature: is missing: every reading needs it.",
+        ),
+        (
+            GOOD.replace('packed_tokens = "n"\n', "")
+            + '[[waves]]\npacked_tokens = "n"\n[[waves]]\n',
+            "fields.packed_tokens: is missing: every reading needs it.",
+        ),
+        (
+            GOOD.replace(_PEAK + "\n", "")
+            + '[[waves]]\nreadings = [{ peak_bytes = "peak" }, { phase = "forward" }]\n',
+            "fields.peak_bytes: is missing: every reading needs it.",
+        ),
+        *(
+            (
+                GOOD + f'[metadata]\n"{key}" = "x"\n',
+                f"metadata.{key}: is written by warmfit itself; choose another key.",
+            )
+            for key in (
+                "warmfit.schema",
+                "warmfit.per_wave",
+                "warmfit.import.mapping",
+                "warmfit.import.source",
+                "warmfit.import.source_sha256",
+            )
+        ),
+        *(
+            (
+                GOOD + f'[extra]\n{name} = "n"\n',
+                f"extra.{name}: is a column of the trace format; set it under [fields], not "
+                "[extra].",
+            )
+            for name in ("run", "step", "wave", "rank", "whole")
+        ),
+        (
+            GOOD + '[extra]\npadded_tokens = "{n}"\n',
+            "extra.padded_tokens: is a number column of the trace format (the batch's tokens, "
+            'padding included): give a whole number, a column or expression ("col * 1024") or '
+            '{ column = "col", unit = "MiB" }, as [fields] takes, not the template \'{n}\'.',
+        ),
+        (
+            GOOD + '[extra]\nsum_sq_tokens = "{n}"\n',
+            "extra.sum_sq_tokens: is a number column of the trace format (the sum of the "
+            'squared sequence lengths): give a whole number, a column or expression ("col * '
+            '1024") or { column = "col", unit = "MiB" }, as [fields] takes, not the template '
+            "'{n}'.",
+        ),
+    ],
+)
+def test_every_refusal_of_a_mapping_key_is_named_whole_with_exit_2(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """Each refusal of mapping.py, through ``warmfit import table`` (exit 2, one line,
+    nothing written): the key as written in the file, the value and what to write."""
+    assert mapping_error(tmp_path, text) == message
+
+
+@pytest.mark.parametrize(
+    ("table", "text", "message"),
+    [
+        # the mapping's expressions against the table's header (MAP: KEY: ... (its columns))
+        (
+            "n,peak\n1,5\n",
+            GOOD.replace('signature = "s"', 'signature = "{gpu}"'),
+            "{map}: fields.signature: names 'gpu' in braces, which is neither a column of {csv} "
+            "nor a value derived before it (its columns: n, peak).",
+        ),
+        (
+            "n,peak\n1,5\n",
+            'where = "n + 1"\n' + GOOD,
+            "{map}: where: gives Int64 values, not true or false (its columns: n, peak).",
+        ),
+        (
+            "n,peak\n1,5\n",
+            'require = "n * 2"\n' + GOOD,
+            "{map}: require: gives Int64 values, not true or false (its columns: n, peak).",
+        ),
+        # nothing kept: the mapping is named, with the rows read
+        (
+            "n,peak\n1,5\n2,6\n",
+            '[filter]\nn = "9"\n' + GOOD,
+            "{map}: no row of {csv} passes [filter] (2 rows read); nothing to write. Check the "
+            "filter's columns and values.",
+        ),
+        (
+            "n,peak\n1,5\n2,6\n3,7\n",
+            'where = "n > 3"\n' + GOOD,
+            "{map}: no row of {csv} passes [filter] (3 rows read); nothing to write. Check the "
+            "filter's columns and values.",
+        ),
+        # a cell of blanks is empty, as an empty one
+        (
+            "n,peak\n1,5\n2,   \n",
+            GOOD,
+            "{csv}, column 'peak', row 2: is empty, where fields.peak_bytes needs a number "
+            "(line 3).",
+        ),
+        (
+            "n,peak\n1,5\n2, \t\n",
+            GOOD.replace(_PEAK, 'peak_bytes = { column = "peak", unit = "MiB" }'),
+            "{csv}, column 'peak', row 2: is empty, where fields.peak_bytes needs a number "
+            "(line 3).",
+        ),
+        (
+            "n,peak\n1,5\n2,6\n",
+            "[derive]\nd = \"CASE WHEN n = 1 THEN 'a' END\"\n"
+            + GOOD.replace('label = "r"', 'label = "{d}"'),
+            "{csv}, column 'n', row 2: n '2' gives no value (NULL) for derive.d; end a CASE "
+            "with ELSE (line 3).",
+        ),
+        # the rules of a reading (no column: the value given is named)
+        (
+            "n,peak\n1,5\n0,6\n",
+            GOOD,
+            "{csv}, row 2: gives packed_tokens = 0; a wave has at least one token (line 3).",
+        ),
+        (
+            "n,peak\n1,5\n2,6\n",
+            GOOD + "logical_tokens = 1\n",
+            "{csv}, row 2: gives logical_tokens = 1, below packed_tokens = 2 (line 3).",
+        ),
+        # kinds and phases are spelled in lower case, as the trace format's
+        (
+            "n,peak\n1,5\n",
+            GOOD + 'kind = "Flat"\n',
+            "{csv}, row 1: gives kind 'Flat': flat, split_child or dp_rank_forward (line 2).",
+        ),
+        (
+            "n,peak\n1,5\n",
+            GOOD + 'phase = "Caller"\n',
+            "{csv}, row 1: gives phase 'Caller': forward or caller (line 2).",
+        ),
+        (
+            "n,k,peak\n1,flat,5\n2,split,6\n",
+            GOOD + 'kind = "{k}"\n',
+            "{csv}, row 2: gives kind 'split': flat, split_child or dp_rank_forward (line 3).",
+        ),
+        # every column a test reads is shown: a case's in name order, require's in its order
+        (
+            "n,g,c,peak\n1,h,x,5\n2,a,y,6\n",
+            '[derive.d]\ncases = [{ when = { g = "h", c = "x" }, value = "H" }]\n'
+            + GOOD.replace('label = "r"', 'label = "{d}"'),
+            "{csv}, column 'c', row 2: matches no case of derive.d (c='y', g='a') (line 3).",
+        ),
+        (
+            "n,peak\n2,6\n1,5\n",
+            'require = "n > 1 AND peak > 5"\n' + GOOD,
+            "{csv}, column 'n', row 2: fails require ('n > 1 AND peak > 5': n='1', peak='5') "
+            "(line 3).",
+        ),
+        # a cell that is no number is shown without its blanks
+        (
+            "n,peak\n1,5\n2, 6x \n",
+            GOOD,
+            "{csv}, column 'peak', row 2: holds '6x', where fields.peak_bytes needs a number "
+            "(line 3).",
+        ),
+        # an expression in braces that gives NULL is empty text: an empty label is refused
+        (
+            "n,peak\n1,5\n2,6\n",
+            GOOD.replace('label = "r"', "label = \"{CASE WHEN n = 1 THEN 'a' END}\""),
+            "{csv}, row 2: gives an empty run label (run.label) (line 3).",
+        ),
+        # a [require] test compares the cell's text as written: 01 is not 1
+        (
+            "n,peak\n1,5\n01,6\n",
+            "[require]\nn = [2, 1]\n" + GOOD,
+            "{csv}, column 'n', row 2: holds '01', where require.n allows only '1', '2' (line 3).",
+        ),
+        # the table itself: names given twice in name order, whatever the header's order
+        (
+            "n,peak,z,a,z,a\n1,5,1,1,1,1\n",
+            GOOD,
+            "{csv}: names a column twice in its header: a, z.",
+        ),
+        (
+            b"n,peak\n1,\xff\n",
+            GOOD,
+            "{csv}: is not UTF-8 text (invalid start byte at byte 9).",
+        ),
+    ],
+)
+def test_every_refusal_of_a_table_row_or_expression_is_named_whole_with_exit_2(
+    tmp_path: Path, table: str | bytes, text: str, message: str
+) -> None:
+    csv_path, mapping = tmp_path / "t.csv", tmp_path / "m.toml"
+    if isinstance(table, bytes):
+        csv_path.write_bytes(table)
+        table = ""
+    code, output, _ = import_with(tmp_path, table, text) if table else _import_bytes(tmp_path, text)
+    assert code == 2
+    assert output == f"warmfit: error: {message.format(map=mapping, csv=csv_path)}\n"
+
+
+def _import_bytes(tmp_path: Path, text: str) -> tuple[int, str, Path]:
+    """import_with on t.csv as already written (bytes that are no UTF-8 text)."""
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(text)
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["import", "table", str(tmp_path / "t.csv"), "--map", str(mapping), "-o", str(out)]
+    )
+    assert not out.exists()
+    return result.exit_code, result.output, tmp_path / "t.csv"
+
+
+def _baseline_warning(run: str, share: str, runs: str) -> str:
+    return (
+        "warning: every baseline_bytes is 0 (the mapping sets none), yet in the run "
+        f"'{run}' the smallest peak is {share} of the largest ({runs} runs at 25% or more): "
+        "the peaks likely include memory held before each wave, such as the weights, and "
+        "every price will be too high. Set fields.baseline_bytes to a column or a constant "
+        "(the weights' bytes), or to 0 to say the peaks hold only the wave's own memory.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "baseline", "warning"),
+    [
+        ("a,1,5\na,2,10\nb,1,8\nb,2,10\n", "", _baseline_warning("b", "80%", "2 of 2")),
+        # a run of OOM readings only is no run of fitting readings: not counted
+        (
+            "a,1,5\na,2,10\nb,1,8\nb,2,10\nc,1,9,yes\nc,2,9,yes\n",
+            "",
+            _baseline_warning("b", "80%", "2 of 2"),
+        ),
+        # an OOM's peak is no peak of the share: a's fitting 8 of 10, not 1 of 10
+        ("a,1,1,yes\na,2,8\na,3,10\n", "", _baseline_warning("a", "80%", "1 of 1")),
+        # a's share 20% is below a quarter: one run of two counted
+        ("a,1,2\na,2,10\nb,1,8\nb,2,10\n", "", _baseline_warning("b", "80%", "1 of 2")),
+        # exactly a quarter warns; a fifth does not
+        ("a,1,5\na,2,20\n", "", _baseline_warning("a", "25%", "1 of 1")),
+        ("a,1,4\na,2,20\n", "", ""),
+        # a mapping that sets baseline_bytes, even to 0, at any level, is not warned
+        ("a,1,5\na,2,10\nb,1,8\nb,2,10\n", "baseline_bytes = 0\n", ""),
+        ("a,1,5\na,2,10\n", "[[waves]]\nbaseline_bytes = 0\n", ""),
+        ("a,1,5\na,2,10\n", "[[waves]]\nreadings = [{ baseline_bytes = 0 }]\n", ""),
+    ],
+)
+def test_the_baseline_warning_is_named_whole_on_stderr_and_the_import_exits_0(
+    tmp_path: Path, rows: str, baseline: str, warning: str
+) -> None:
+    from tests.command_line import warmfit_cli
+
+    csv_path = tmp_path / "t.csv"
+    lines = [line if line.count(",") == 3 else line + ",no" for line in rows.splitlines()]
+    csv_path.write_text("job,n,peak,o\n" + "\n".join(lines) + "\n")
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(
+        '[run]\nlabel = "{job}"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+        f'peak_bytes = "peak"\noom = "o"\n{baseline}'
+    )
+    out = tmp_path / "o.parquet"
+    result = warmfit_cli("import", "table", csv_path, "--map", mapping, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == warning
+    assert out.exists()
+
+
+@pytest.mark.parametrize(
+    ("cells", "oom"),
+    [
+        # flags in any letter case, padded with blanks: the how-to's true/false, 1/0, yes/no
+        (["TRUE", " Yes ", "1", "No", "FALSE", " 0"], [True, True, True, False, False, False]),
+        (["yes", "false"], [True, False]),
+    ],
+)
+def test_flags_in_any_letter_case_and_cells_padded_with_blanks_import(
+    tmp_path: Path, cells: list[str], oom: list[bool]
+) -> None:
+    """The twin of the refusals above: a padded number (' 7 ') is 7, a padded flag in
+    another letter case is read as the how-to says."""
+    from tests.command_line import warmfit_cli
+
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(
+        "n,peak,o\n" + "".join(f"{i + 1}, {i + 7} ,{c}\n" for i, c in enumerate(cells))
+    )
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(GOOD + 'oom = "o"\n')
+    out = tmp_path / "o.parquet"
+    result = warmfit_cli("import", "table", csv_path, "--map", mapping, "-o", out)
+    assert result.exit_code == 0, result.output
+    written = pq.read_table(out).select(["peak_bytes", "oom", "whole"]).to_pylist()
+    assert written == [{"peak_bytes": i + 7, "oom": o, "whole": not o} for i, o in enumerate(oom)]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        # tomllib's reason is shown whole (its wording is tomllib's, computed here)
+        ("[fields]\nx = 1\n[run\n", "toml"),
+        ("x = " + "[" * 1500 + "]" * 1500 + "\n", "deep"),
+    ],
+)
+def test_a_mapping_that_cannot_be_read_as_toml_is_named_whole(
+    tmp_path: Path, text: str, reason: str
+) -> None:
+    import tomllib
+
+    if reason == "toml":
+        with pytest.raises(tomllib.TOMLDecodeError) as parsed:
+            tomllib.loads(text)
+        message = f"the mapping is not valid TOML ({parsed.value})."
+    else:
+        message = (
+            "the mapping nests tables or lists too deeply to read; a mapping needs three "
+            "levels at most."
+        )
+    assert mapping_error(tmp_path, text) == message
+
+
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [
+        ("fields.packed_tokens", GOOD.replace('packed_tokens = "n"', 'packed_tokens = "n / s"')),
+        ("where", 'where = "n / s > 1"\n' + GOOD),
+        ("run.label", GOOD.replace('label = "r"', 'label = "{n / s}"')),
+    ],
+)
+def test_an_expression_polars_cannot_evaluate_is_named_with_its_key_and_reason(
+    tmp_path: Path, key: str, text: str
+) -> None:
+    import polars as pl
+
+    frame = pl.DataFrame({"n": [1], "s": ["a"]})
+    with pytest.raises(pl.exceptions.PolarsError) as failed:
+        frame.select(pl.sql_expr("n / s"))
+    reason = str(failed.value).strip().splitlines()[0]
+    code, output, _ = import_with(tmp_path, "n,s,peak\n1,a,5\n", text)
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {tmp_path / 'm.toml'}: {key}: cannot be evaluated: {reason} "
+        "(its columns: n, s, peak).\n"
+    )
+
+
+def test_an_output_that_is_no_trace_an_input_or_an_existing_file_is_refused_whole(
+    tmp_path: Path,
+) -> None:
+    """-o names a .parquet file that is none of the inputs (the mapping read as one, even
+    named like a trace) and, without --force, does not exist: each refusal whole, exit 2."""
+    from tests.command_line import warmfit_output
+
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("n,peak\n1,5\n")
+    mapping = tmp_path / "m.parquet"  # a mapping is TOML whatever its name
+    mapping.write_text(GOOD)
+    args = ["import", "table", csv_path, "--map", mapping, "-o"]
+    out = tmp_path / "o.csv"
+    assert warmfit_output(*args, out) == (
+        2,
+        f"warmfit: error: -o {out}: name a .parquet file; warmfit reads a directory's "
+        "*.parquet files as its trace.\n",
+    )
+    assert warmfit_output(*args, mapping, "--force") == (
+        2,
+        f"warmfit: error: will not write {mapping}: it is the input {mapping}, and warmfit "
+        "never writes onto its input, not even with --force. Name another file.\n",
+    )
+    out = tmp_path / "o.parquet"
+    out.write_bytes(b"x")
+    code, output = warmfit_output(*args, out)
+    assert (code, output) == (2, f"warmfit: error: will not overwrite without --force: {out}\n")
+    assert out.read_bytes() == b"x"

@@ -1165,3 +1165,211 @@ def test_the_cap_on_readings_counts_the_kept_rows_not_the_tables(tmp_path: Path)
     )
     assert code == 0, output
     assert pq.read_metadata(out).num_rows == 1000
+
+
+# --- issue 38, tests by pattern (s2) ---
+
+_BASE = '[run]\nlabel = "{job}"\n[fields]\nsignature = "s"\npacked_tokens = "n"\n'
+
+
+def _import_rows(tmp_path: Path, rows: str, mapping: str) -> tuple[int, str, Path]:
+    path = tmp_path / "t.csv"
+    path.write_text(rows)
+    out = tmp_path / "o.parquet"
+    code, output = warmfit_output(
+        "import", "table", str(path), "--map", str(write_map(tmp_path, mapping)), "-o", str(out)
+    )
+    return code, output, out
+
+
+@pytest.mark.parametrize(
+    ("unit", "peaks"),
+    [
+        # (a - b) x unit: 3 - 1 = 2 units; 2.5 - 0.5 = 2 units: the unit multiplies the
+        # difference, never the added columns alone
+        ("KiB", [2048, 2048]),
+        ("KB", [2000, 2000]),
+        ("B", [2, 2]),
+        ("MiB", [2 * 2**20, 2 * 2**20]),
+    ],
+)
+def test_subtract_is_taken_before_the_unit_in_every_unit(
+    tmp_path: Path, unit: str, peaks: list[int]
+) -> None:
+    code, output, out = _import_rows(
+        tmp_path,
+        "job,n,a,b\nj,1,3,1\nj,2,2.5,0.5\n",
+        _BASE + f'peak_bytes = {{ add = ["a"], subtract = ["b"], unit = "{unit}" }}\n'
+        "baseline_bytes = 0\n",
+    )
+    assert code == 0, output
+    assert pq.read_table(out).column("peak_bytes").to_pylist() == peaks
+
+
+def test_a_wave_overrides_fields_and_a_reading_overrides_its_wave(tmp_path: Path) -> None:
+    """[fields] sets signature s and kind flat; the second wave sets t and split_child, its
+    second reading phase forward: each level wins over the one above, reading by reading."""
+    code, output, out = _import_rows(
+        tmp_path,
+        "job,n,peak\nj,1,5\n",
+        _BASE + 'kind = "flat"\npeak_bytes = "peak"\nbaseline_bytes = 0\n[[waves]]\n'
+        '[[waves]]\nsignature = "t"\nkind = "split_child"\nphase = "caller"\n'
+        'readings = [{}, { phase = "forward" }]\n',
+    )
+    assert code == 0, output
+    rows = pq.read_table(out).select(["wave", "seq", "signature", "kind", "phase", "whole"])
+    assert rows.to_pylist() == [
+        {"wave": 0, "seq": 0, "signature": "s", "kind": "flat", "phase": "caller", "whole": True},
+        {
+            "wave": 1,
+            "seq": 1,
+            "signature": "t",
+            "kind": "split_child",
+            "phase": "caller",
+            "whole": False,
+        },
+        {
+            "wave": 1,
+            "seq": 2,
+            "signature": "t",
+            "kind": "split_child",
+            "phase": "forward",
+            "whole": False,
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        # two empty cells of order.by in one run are equal: refused, naming both rows
+        (
+            "job,n,pos,peak\nj,1,,5\nj,2,,6\n",
+            "column 'pos', row 2: repeats the pos of row 1 in the run 'j' (order.distinct): "
+            "keep one, or tell them apart in run.label (line 3).",
+        ),
+        # an empty cell sorts first: the repeat named is row 3's 1 after row 1's 1
+        (
+            "job,n,pos,peak\nj,1,1,5\nj,2,,6\nj,3,1,7\n",
+            "column 'pos', row 3: repeats the pos of row 1 in the run 'j' (order.distinct): "
+            "keep one, or tell them apart in run.label (line 4).",
+        ),
+        # one empty cell in each of two runs: no repeat
+        ("job,n,pos,peak\nj,1,,5\nk,2,,6\n", None),
+    ],
+)
+def test_order_distinct_counts_two_empty_cells_as_equal(
+    tmp_path: Path, rows: str, message: str | None
+) -> None:
+    code, output, out = _import_rows(
+        tmp_path,
+        rows,
+        'order = { by = ["pos"], distinct = true }\n' + _BASE + 'peak_bytes = "peak"\n'
+        "baseline_bytes = 0\n",
+    )
+    if message is None:
+        assert code == 0, output
+        return
+    assert (code, output) == (2, f"warmfit: error: {tmp_path / 't.csv'}, {message}\n")
+    assert not out.exists()
+
+
+def test_empty_cells_of_order_by_come_first_in_each_run(tmp_path: Path) -> None:
+    code, output, out = _import_rows(
+        tmp_path,
+        "job,n,pos,peak\nj,1,2,5\nk,2,1,6\nj,3,,7\nk,4,,8\nj,4,10,9\n",
+        'order = { by = ["pos"] }\n' + _BASE + 'peak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    assert code == 0, output
+    rows = pq.read_table(out).select(["run", "step", "packed_tokens"]).to_pylist()
+    assert [(r["run"], r["step"], r["packed_tokens"]) for r in rows] == [
+        ("j", 0, 3),
+        ("j", 1, 1),
+        ("j", 2, 4),
+        ("k", 0, 4),
+        ("k", 1, 2),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["flat", "split_child", "dp_rank_forward"])
+def test_every_kind_imports_and_only_a_flat_caller_reading_is_whole(
+    tmp_path: Path, kind: str
+) -> None:
+    code, output, out = _import_rows(
+        tmp_path,
+        "job,n,peak,o\nj,1,5,no\nj,2,6,yes\n",
+        _BASE + f'kind = "{kind}"\npeak_bytes = "peak"\nbaseline_bytes = 0\noom = "o"\n',
+    )
+    assert code == 0, output
+    assert pq.read_table(out).column("whole").to_pylist() == [kind == "flat", False]
+
+
+@pytest.mark.parametrize(
+    "form", ['"floor + 0"', '"floor"', '{ column = "floor" }', '{ add = ["floor"], unit = "B" }']
+)
+def test_an_integer_column_with_empty_cells_stays_exact_in_every_form(
+    tmp_path: Path, form: str
+) -> None:
+    """2**53 + 1 is no float: a column of integers and empty cells is integers, so an
+    expression, the bare column and the table form keep it to the byte, and 2**63 - 1 too;
+    an empty cell is no floor."""
+    code, output, out = _import_rows(
+        tmp_path,
+        f"job,n,floor\nj,1,{2**53 + 1}\nj,2,\nj,3,{2**63 - 1}\n",
+        _BASE + f"peak_bytes = 5\nbaseline_bytes = 0\nstatic_floor_bytes = {form}\n",
+    )
+    assert code == 0, output
+    floors = pq.read_table(out).column("static_floor_bytes").to_pylist()
+    assert floors == [9_007_199_254_740_993, None, 9_223_372_036_854_775_807]
+
+
+def test_a_template_shows_each_cell_as_written_not_as_its_number(tmp_path: Path) -> None:
+    """{column} is the cell as written (the how-to): 01 stays 01, 1.50 stays 1.50, while
+    an expression in braces gives its value ({r + 0} is 1)."""
+    code, output, out = _import_rows(
+        tmp_path,
+        "job,r,v,n,peak\nj,01,1.50,1,5\nj,2,3,2,6\n",
+        '[run]\nlabel = "{job}-{r}"\n[fields]\nsignature = "{v}/{r + 0}"\npacked_tokens = "n"\n'
+        'peak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    assert code == 0, output
+    rows = pq.read_table(out).select(["run", "signature"]).to_pylist()
+    assert rows == [
+        {"run": "j-01", "signature": "1.50/1"},
+        {"run": "j-2", "signature": "3/2"},
+    ]
+
+
+def test_a_table_that_starts_with_a_byte_order_mark_imports_and_keeps_its_bytes_digest(
+    tmp_path: Path,
+) -> None:
+    """UTF-8 with a byte-order mark (as spreadsheets save CSV): the first column is 'job',
+    not '\\ufeffjob'; the SHA-256 kept is of the bytes read, the mark included."""
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbfjob,n,peak\nj,1,5\n")
+    out = tmp_path / "o.parquet"
+    code, output = warmfit_output(
+        "import",
+        "table",
+        str(path),
+        "--map",
+        str(write_map(tmp_path, _BASE + 'peak_bytes = "peak"\nbaseline_bytes = 0\n')),
+        "-o",
+        str(out),
+    )
+    assert code == 0, output
+    assert pq.read_table(out).column("run").to_pylist() == ["j"]
+    digest = pq.read_schema(out).metadata[SHA256_KEY.encode()].decode()
+    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_decimal_column_with_empty_cells_is_numbers_in_an_expression(tmp_path: Path) -> None:
+    """10.5 and an empty cell: the column is numbers (the empty cell NULL), so "peak * 1024"
+    is 10,752 bytes, and the OOM row with no peak holds its baseline, 0."""
+    code, output, out = _import_rows(
+        tmp_path,
+        "job,n,peak,o\nj,1,10.5,no\nj,2,,yes\n",
+        _BASE + 'peak_bytes = "peak * 1024"\nbaseline_bytes = 0\noom = "o"\n',
+    )
+    assert code == 0, output
+    assert pq.read_table(out).column("peak_bytes").to_pylist() == [10_752, 0]

@@ -13,20 +13,24 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import json
 import tempfile
 import tomllib
+import zlib
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.command_line import warmfit_output
+from tests.strategies import examples
 
 #: The units' definitions (not warmfit's table of them).
 UNIT_BYTES = {
@@ -720,3 +724,238 @@ def test_every_report_the_how_to_refuses_is_named_with_its_reason(tmp_path: Path
     assert (
         f"2 reports imported, {malformed} malformed, 0 oversized, {waveless} not a wave" in output
     )
+
+
+# --- issue 38, tests by pattern (s2) ---
+#
+# The table oracle above keeps every deciding input but one fixed per example (one unit,
+# one run per model, rank 0, one flat caller wave per row, no empty cells but an OOM's
+# peak). Here they vary jointly in one table: three units at once (MB beside MiB...),
+# ties at exactly .5 byte, flags in any letter case and padded with spaces, several
+# models, ranks (up to 2**31 - 1) and signatures in one table, kinds and phases per row,
+# a [fields] value that [[waves]] overrides, order.by over a column with empty cells and
+# equal values, a shuffle under several seeds, order.distinct, and an integer column with
+# empty cells reaching 2**63 - 1 (one cell of 2**63 refused, naming its row).
+
+#: The columns compared here: those above and the static floor.
+JOINT_COMPARED = (*COMPARED, "static_floor_bytes")
+_MODELS = ("llama", "qwen", "Mistral")
+_FLAG_TEXT = st.sampled_from([*TRUE_TEXT, *FALSE_TEXT]).flatmap(
+    lambda t: st.sampled_from([t, t.upper(), t.title(), f" {t} "])
+)
+
+
+def _amount(draw: st.DrawFn, unit: str, largest: int) -> str:
+    """A size in ``unit`` as a table writes it: whole, a quarter, or half a byte past a
+    whole byte (a tie), exactly representable in a float when scaled (below 2**52)."""
+    scale = UNIT_BYTES[unit]
+    whole = draw(st.integers(0, max(1, largest // scale)))
+    form = draw(st.sampled_from(["whole", "quarter", "tie"]))
+    if form == "whole":
+        return str(whole)
+    if form == "quarter" or (scale % 2 == 0 and scale & (scale - 1) != 0):
+        # a decimal unit: quarters of it are whole bytes (no tie lands on .5 exactly in a float)
+        return f"{whole}{draw(st.sampled_from(['.25', '.5', '.75']))}"
+    # a binary unit (or B): (2j + 1) / (2 x scale) of it is j + .5 bytes, exactly
+    j = draw(st.integers(0, scale - 1))
+    bits = (2 * scale).bit_length() - 1  # 2 x scale = 2**bits: that many decimal places
+    halves = whole * 2 * scale + 2 * j + 1
+    return format(Decimal(f"{halves * 5**bits}E-{bits}"), "f")  # exact, not rounded to 28 digits
+
+
+@st.composite
+def joint_tables(draw: st.DrawFn) -> dict[str, Any]:
+    units = [draw(st.sampled_from(sorted(UNIT_BYTES))) for _ in range(3)]
+    n = draw(st.integers(min_value=1, max_value=9))
+    big = st.sampled_from(["0", "7", str(2**53 + 1), str(2**62), str(2**63 - 1), ""])
+    # a few ranks per table, so that runs hold several rows (ties, shuffles, repeats)
+    ranks = draw(st.lists(st.sampled_from(["0", "1", "3", str(2**31 - 1)]), min_size=1, max_size=2))
+    rows = []
+    for _ in range(n):
+        flag = draw(_FLAG_TEXT)
+        oom = flag.strip().lower() in TRUE_TEXT
+        rows.append(
+            {
+                "model": draw(st.sampled_from(_MODELS)),
+                "r": draw(st.sampled_from(ranks)),
+                "sig": draw(st.sampled_from(["a", "b"])),
+                "k": draw(st.sampled_from(["flat", "flat", "split_child", "dp_rank_forward"])),
+                "ph": draw(st.sampled_from(["caller", "caller", "forward"])),
+                "seq": draw(st.sampled_from([" 3", "5 ", "8"])) if draw(st.booleans()) else "2",
+                "batch": str(draw(st.integers(1, 4))),
+                "pos": draw(st.sampled_from(["", "", "1", "2", "10"])),
+                "peak": "" if oom and draw(st.booleans()) else _amount(draw, units[0], 2**50),
+                "base": _amount(draw, units[1], 2**50),
+                "ob": _amount(draw, units[2], 2**40),
+                "floor": draw(big),
+                "flag": flag,
+            }
+        )
+    if draw(st.integers(0, 4)) == 0:  # now and then one cell past int64: refused
+        for row in rows:  # (2**63 - 1 in a column of floats is 2**63 too: not drawn then)
+            row["floor"] = row["floor"].replace(str(2**63 - 1), str(2**62))
+        rows[draw(st.integers(0, n - 1))]["floor"] = str(2**63)
+    return {
+        "rows": rows,
+        "units": units,
+        "filter_form": draw(st.sampled_from(["none", "filter", "where"])),
+        "kept_models": draw(st.lists(st.sampled_from(_MODELS), min_size=1, unique=True)),
+        "two_waves": draw(st.booleans()),
+        "shuffle": draw(st.sampled_from([None, 0, 1, 2**32 - 1])),
+        "distinct": draw(st.integers(0, 3)) == 0,
+    }
+
+
+def joint_mapping_text(case: dict[str, Any]) -> str:
+    peak_unit, base_unit, out_unit = case["units"]
+    order = 'by = ["pos"]'
+    if case["shuffle"] is not None:
+        order += f", shuffle = true, seed = {case['shuffle']}"
+    if case["distinct"]:
+        order += ", distinct = true"
+    text = f"order = {{ {order} }}\n"
+    kept = ", ".join(f'"{m}"' for m in case["kept_models"])
+    if case["filter_form"] == "where":
+        text += 'where = "model IN ({})"\n'.format(", ".join(f"'{m}'" for m in case["kept_models"]))
+    elif case["filter_form"] == "filter":
+        text += f"[filter]\nmodel = [{kept}]\n"
+    text += (
+        '[run]\nlabel = "{model}/r{r}"\n[fields]\n'
+        'rank = "r"\nsignature = "{sig}"\nkind = "{k}"\nphase = "{ph}"\n'
+        'packed_tokens = "seq"\n'
+        'logical_tokens = { add = ["seq", "batch"], subtract = ["batch"], scale = 2 }\n'
+        f'peak_bytes = {{ column = "peak", unit = "{peak_unit}" }}\n'
+        f'baseline_bytes = {{ column = "base", unit = "{base_unit}" }}\n'
+        f'output_bytes = {{ add = ["ob", "batch"], subtract = ["batch"], unit = "{out_unit}" }}\n'
+        'static_floor_bytes = "floor + 0"\n'
+        'oom = "flag"\n'
+    )
+    if case["two_waves"]:
+        text += (
+            "[[waves]]\n[[waves]]\n"
+            'signature = "{sig}-tail"\nkind = "split_child"\n'
+            f'readings = [{{ phase = "forward", peak_bytes = {{ column = "base", '
+            f'unit = "{base_unit}" }} }}, {{}}]\n'
+        )
+    return text
+
+
+def joint_oracle(csv_path: Path, map_path: Path) -> list[dict[str, Any]] | str:
+    """The readings the how-to says the table and mapping make, or the refusal's text
+    after ``warmfit: error: ``."""
+    mapping = tomllib.loads(map_path.read_text())
+    fields, order = mapping["fields"], mapping["order"]
+    with csv_path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for number, row in enumerate(rows, 1):
+        row["#"] = number
+    kept_models = set(mapping.get("filter", {}).get("model", _MODELS))
+    if "where" in mapping:
+        kept_models = {m for m in _MODELS if f"'{m}'" in mapping["where"]}
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["model"] in kept_models:
+            runs[f"{row['model']}/r{row['r']}"].append(row)
+    if not runs:
+        return f"{map_path}: no row of {csv_path} passes [filter] ({len(rows)} rows read); nothing to write. Check the filter's columns and values."
+
+    def position(row: dict[str, Any]) -> tuple[int, int]:  # empty first, then as numbers
+        return (0, 0) if row["pos"] == "" else (1, int(row["pos"]))
+
+    ordered: list[tuple[str, dict[str, Any]]] = []
+    for label in sorted(runs):  # runs by label (code points: 'M' before 'l')
+        run = sorted(runs[label], key=position)  # stable: equal positions keep table order
+        if order.get("distinct"):
+            for before, row in itertools.pairwise(run):
+                if position(before) == position(row):
+                    return (
+                        f"{csv_path}, column 'pos', row {row['#']}: repeats the pos of row "
+                        f"{before['#']} in the run {label!r} (order.distinct): keep one, or "
+                        f"tell them apart in run.label (line {row['#'] + 1})."
+                    )
+        if order.get("shuffle") and len(run) > 1:
+            seed = zlib.crc32(label.encode(), order.get("seed", 0))
+            run = [run[i] for i in np.random.default_rng(seed).permutation(len(run))]
+        ordered += [(label, row) for row in run]
+    for _, row in ordered:  # the first in the trace's order is named
+        if row["floor"] == str(2**63):
+            return (
+                f"{csv_path}, column 'floor', row {row['#']}: holds '{2**63}', which gives "
+                "fields.static_floor_bytes beyond 64 bits (a trace holds at most "
+                f"9,223,372,036,854,775,807) (line {row['#'] + 1})."
+            )
+
+    # a column is integers (exact) when every non-empty cell of the table is an int64, else
+    # 64-bit floats (the how-to): a cell of 2**63, even in a row the filter drops, makes
+    # 2**53 + 1 in another row 2**53
+    floats = any(row["floor"] == str(2**63) for row in rows)
+
+    def floor(text: str) -> int | None:
+        return None if not text else int(float(text)) if floats else int(text)
+
+    def size(text: str, key: str) -> int:
+        return half_even(Decimal(text.strip()) * UNIT_BYTES[fields[key]["unit"]])
+
+    two = "waves" in mapping
+    out: list[dict[str, Any]] = []
+    steps: dict[str, int] = defaultdict(int)
+    for label, row in ordered:
+        step = steps[label]
+        steps[label] += 1
+        oom = row["flag"].strip().lower() in TRUE_TEXT
+        baseline = size(row["base"], "baseline_bytes")
+        seq = int(row["seq"])
+        common = {
+            "run": label,
+            "step": step,
+            "rank": int(row["r"]),
+            "packed_tokens": seq,
+            "logical_tokens": 2 * seq,
+            "baseline_bytes": baseline,
+            "output_bytes": size(row["ob"], "output_bytes"),
+            "static_floor_bytes": floor(row["floor"]),
+            "oom": oom,
+        }
+        peak = baseline if row["peak"] == "" else size(row["peak"], "peak_bytes")
+        readings = [(0, row["sig"], row["k"], row["ph"], peak)]
+        if two:
+            tail = f"{row['sig']}-tail"
+            readings += [(1, tail, "split_child", "forward", baseline)]
+            readings += [(1, tail, "split_child", row["ph"], peak)]
+        for index, (sample, signature, kind, phase, peak_bytes) in enumerate(readings):
+            reading = {
+                **common,
+                "wave": step * (2 if two else 1) + sample,
+                "seq": step * len(readings) + index,
+                "kind": kind,
+                "phase": phase,
+                "signature": signature,
+                "peak_bytes": peak_bytes,
+                "whole": phase == "caller" and kind == "flat" and not oom,
+            }
+            out.append({k: reading[k] for k in JOINT_COMPARED})
+    return out
+
+
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(joint_tables())
+def test_import_table_equals_the_oracle_with_every_deciding_input_varied_at_once(
+    case: dict[str, Any],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        table = write_table(folder, case["rows"])
+        mapping = folder / "map.toml"
+        mapping.write_text(joint_mapping_text(case))
+        want = joint_oracle(table, mapping)
+        out = folder / "out.parquet"
+        code, output = warmfit_output(
+            "import", "table", str(table), "--map", str(mapping), "-o", str(out)
+        )
+        if isinstance(want, str):
+            assert (code, output) == (2, f"warmfit: error: {want}\n")
+            assert not out.exists()
+            return
+        assert code == 0, output
+        rows = pq.read_table(out).to_pylist()
+        assert [{k: r.get(k) for k in JOINT_COMPARED} for r in rows] == want
