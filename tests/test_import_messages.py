@@ -1337,3 +1337,37 @@ def test_an_output_that_is_no_trace_an_input_or_an_existing_file_is_refused_whol
     code, output = warmfit_output(*args, out)
     assert (code, output) == (2, f"warmfit: error: will not overwrite without --force: {out}\n")
     assert out.read_bytes() == b"x"
+
+
+# --- issue 38: the row past int64 named, not a whole number read as a float beside it ---
+
+
+@pytest.mark.parametrize(
+    ("table", "tokens", "row", "cell"),
+    [
+        # 2**63 - 1 fits; 2**63 in row 2 makes the column floats, where 2**63 - 1 is 2**63
+        ("a,peak\n9223372036854775807,5\n9223372036854775808,5\n", "a", 2, "9223372036854775808"),
+        # the same two rows the other way round: the first row is the one past
+        ("a,peak\n9223372036854775808,5\n9223372036854775807,5\n", "a", 1, "9223372036854775808"),
+        # a decimal elsewhere makes the floats: 2**63 - 1 alone is never past, so no row is
+        # clean of the rounding and the first flagged row stays named (as floats see it)
+        ("a,peak\n9223372036854775807,5\n1.5,5\n", "a", 1, "9223372036854775807"),
+        # row 1's whole number is past the limit in integers too (2**62 x 2): it is named
+        (
+            "a,peak\n4611686018427387904,5\n9223372036854775808,5\n",
+            "a * 2",
+            1,
+            "4611686018427387904",
+        ),
+    ],
+)
+def test_a_whole_number_read_as_a_float_is_not_named_past_64_bits(
+    tmp_path: Path, table: str, tokens: str, row: int, cell: str
+) -> None:
+    code, output, csv_path, _ = run_import(tmp_path, table, tokens=tokens)
+    assert code == 2
+    assert output == (
+        f"warmfit: error: {csv_path}, column 'a', row {row}: holds '{cell}', which gives "
+        "fields.packed_tokens beyond 64 bits (a trace holds at most 9,223,372,036,854,775,807) "
+        f"(line {row + 1}).\n"
+    )
