@@ -97,7 +97,7 @@ def table_command(
         typer.echo(f"warning: {warning}", err=True)
     if imported.readings.height == 0:
         raise UsageError(
-            f"{mapping}: no row of {table} passes [filter] ({imported.rows} rows read); "
+            f"{mapping}: no row of {table} passes [filter] ({counted(imported.rows, 'row')} read); "
             "nothing to write. Check the filter's columns and values."
         )
     with signals.deferred():  # a stop waits until the line says what was written
