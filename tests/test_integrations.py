@@ -958,3 +958,25 @@ def test_oracle_token_counts_of_padded_and_packed_rows(rows, positions):
         padded_tokens=len(rows) * width, sum_sq_tokens=sum(n * n for n in lengths),
     )  # fmt: skip
     assert batch_tokens(batch) == want
+
+
+# --- fresh audit of 12-06 (fa2) ---
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [
+        torch.tensor([[1, 1, 0, 0, 0], [1, 0, 0, 0, 0]]),  # wider: cached tokens too, say
+        torch.tensor([[1, 0, 0]]),  # one row for two
+        torch.ones(3, 2, dtype=torch.long),  # rows and tokens the other way round
+    ],
+    ids=["2x5", "1x3", "3x2"],
+)
+def test_a_2d_mask_not_of_the_ids_shape_says_nothing_of_padding(mask):
+    """input_ids of 2 rows of 3 tokens; an attention_mask of another shape does not say
+    which of these 6 tokens are padding: it is not read, and each row is one sequence of
+    3, as without a mask (6 tokens, 2 sequences, longest 3, padded 6, 3^2 + 3^2 = 18)."""
+    ids = torch.ones(2, 3, dtype=torch.long)
+    rows = BatchTokens(6, 6, 2, 3, padded_tokens=6, sum_sq_tokens=18)
+    assert batch_tokens({"input_ids": ids}) == rows
+    assert batch_tokens({"input_ids": ids, "attention_mask": mask}) == rows

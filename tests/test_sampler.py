@@ -1226,3 +1226,29 @@ def test_a_sample_alone_at_an_oom_size_neither_counts_nor_breaks_unpriced_waves_
             "learned nothing of 'train'. Is it the pricer of an enabled Recorder(pricer=...) "
             "recording this signature? (A recorder that records nothing teaches nothing.)"),
     ]  # fmt: skip
+
+
+# --- fresh audit of 12-06 (fa2) ---
+
+
+@pytest.mark.parametrize("first_wave", [{"first_wave_tokens": 16}, {"first_wave_samples": 3}])
+@pytest.mark.parametrize(
+    ("oom", "waves", "tokens"),
+    [(8, [[0], [1], [2]], [4, 4, 4]), (9, [[0, 1], [2]], [8, 4])],
+    ids=["oom-at-8", "oom-at-9"],
+)
+def test_unpriced_waves_stop_one_sample_before_exactly_an_oom_size(
+    first_wave: dict[str, int], oom: int, waves: list[list[int]], tokens: list[int]
+) -> None:
+    """No price yet (no profile) and a wave that ran out of memory under the budget;
+    samples [4, 4, 4] in order, a first-wave size of 16 tokens or 3 samples (room for all
+    12 tokens). An OOM at 8 tokens: [0, 1] would be 8 tokens, exactly the OOM size, so
+    each sample is its own wave of 4. An OOM at 9: [0, 1] (8 tokens) is packed, and
+    [0, 1, 2] (12) would reach it, so sample 2 opens the next wave."""
+    pricer = Pricer("max-merge")
+    oom_at(pricer, oom, 10**9)
+    sampler = BudgetSampler([4, 4, 4], pricer, 10**9, shuffle=False, **first_wave)
+    assert list(sampler) == waves
+    assert [w.packed_tokens for w in sampler.waves] == tokens
+    assert all(w.estimate_bytes is None for w in sampler.waves) and sampler.oversized == 0
+    pricer.close()
