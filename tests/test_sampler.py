@@ -448,6 +448,7 @@ def test_the_untaught_warning_names_the_signatures_the_pricer_has_learned() -> N
         list(sampler)
 
 
+@pytest.mark.timeout(30)  # packs waves in a loop: a packing bug loops
 def test_the_untaught_warning_of_a_pricer_that_learned_nothing_names_no_signature() -> None:
     """A pricer that learned nothing at all: the warning (whole) names no signature it
     learned, and asks whether the recorder teaching it is enabled."""
@@ -479,6 +480,7 @@ def run_epoch(sampler: BudgetSampler, fits: int) -> list[list[int]]:
     return ran
 
 
+@pytest.mark.timeout(30)  # packs waves in a loop: a packing bug loops
 def test_an_oom_wave_is_packed_again_into_smaller_waves_and_no_sample_is_lost() -> None:
     """40 B/token priced (max-merge, factor 1) within 6,000 B packs up to 150 tokens; the
     device fits 60: every wave over 60 runs out of memory, its samples are packed
@@ -500,6 +502,7 @@ def test_an_oom_wave_is_packed_again_into_smaller_waves_and_no_sample_is_lost() 
     pricer.close()
 
 
+@pytest.mark.timeout(30)  # packs waves in a loop: a packing bug loops
 def test_a_sample_that_runs_out_of_memory_alone_is_not_retried() -> None:
     pricer = taught(1)
     lengths = [5, 50, 5, 5]
@@ -554,6 +557,7 @@ def test_hf_trainer_without_warmfit_record_learns_from_the_pricers_own_readings(
     assert list((tmp_path / "out").glob("**/*.parquet")) == []
 
 
+@pytest.mark.timeout(120)  # trains (10 s here); packs waves in a loop: a packing bug loops
 def test_hf_trainer_survives_an_oom_mid_epoch_uses_every_sample_once_and_records_it(
     tmp_path: Path,
 ) -> None:
@@ -605,6 +609,7 @@ def run_epoch_early_oom(sampler: BudgetSampler, fits: int) -> None:
             w.forward_done()
 
 
+@pytest.mark.timeout(30)  # packs waves in a loop: a packing bug loops
 def test_first_waves_that_run_out_of_memory_are_said_to_be_the_cause() -> None:
     """An untaught pricer, first waves of at most 50 tokens (five samples of 10), a device
     that fits 20: the waves of 50, 40 and 30 tokens run out of memory in their forward
@@ -738,6 +743,7 @@ def test_a_priced_wave_stops_one_sample_before_it_reaches_an_oom_size() -> None:
     pricer.close()
 
 
+@pytest.mark.timeout(30)  # packs waves in a loop: a packing bug loops
 def test_a_sample_that_ran_out_of_memory_alone_is_named_with_its_length_not_its_padding() -> None:
     """A padding collator (padded_tokens(8)): sample 0, 5 tokens long, is a wave of 8
     tokens; it runs out of memory alone. The warning names its length, 5 tokens."""
@@ -751,6 +757,7 @@ def test_a_sample_that_ran_out_of_memory_alone_is_named_with_its_length_not_its_
     pricer.close()
 
 
+@pytest.mark.timeout(30)  # packs waves in a loop: a packing bug loops
 def test_a_samplers_oom_wave_bounds_only_budgets_up_to_the_samplers() -> None:
     """100 B/token under 1,000 B: [5, 5] is one wave of 10 tokens (1,000 B), and the
     device fits 5: it runs out of memory, recorded under the sampler's budget, 1,000 B.

@@ -5,8 +5,9 @@ A batch is a mapping such as ``{"input_ids": ..., "attention_mask": ...,
 tensor of token ids, or a tuple or list whose first item is one.
 
 - **packed tokens** are the tokens the model runs that are not padding: the
-  non-zero entries of ``attention_mask`` when the batch has a 2-d one, else
-  every token of ``input_ids`` (or of ``inputs_embeds``' first two dims).
+  non-zero entries of ``attention_mask`` when the batch has a 2-d one of the
+  ids' shape, else every token of ``input_ids`` (or of ``inputs_embeds``' first
+  two dims).
 - **logical tokens** equal the packed tokens: a plain batch shares no prefix.
   A trainer that does share prefixes passes its own function.
 - **sequences** are the rows with at least one real token; when the batch has
