@@ -1353,6 +1353,8 @@ def test_an_output_that_is_no_trace_an_input_or_an_existing_file_is_refused_whol
     [
         # 2**63 - 1 fits; 2**63 in row 2 makes the column floats, where 2**63 - 1 is 2**63
         ("a,peak\n9223372036854775807,5\n9223372036854775808,5\n", "a", 2, "9223372036854775808"),
+        # -(2**63 - 1) fits too (below 0 is refused later, by its own words)
+        ("a,peak\n-9223372036854775807,5\n9223372036854775808,5\n", "a", 2, "9223372036854775808"),
         # the same two rows the other way round: the first row is the one past
         ("a,peak\n9223372036854775808,5\n9223372036854775807,5\n", "a", 1, "9223372036854775808"),
         # a decimal elsewhere makes the floats: 2**63 - 1 alone is never past, so no row is

@@ -387,24 +387,6 @@ class _Rows:
         exact = integers.null_count() == stripped.null_count()
         return (integers if exact else stripped.cast(pl.Float64, strict=False)).alias(text.name)
 
-    def whole_within(
-        self, frame: pl.DataFrame, expr: pl.Expr, key: str, roots: list[str], largest: int
-    ) -> pl.Series:
-        """Rows whose cells are whole numbers within int64 and whose value, computed in
-        integers (wrapping checked in floats, as :meth:`number` does), is within
-        ``largest``."""
-        ints = pl.DataFrame(
-            [frame[TEXT + c].str.strip_chars().cast(pl.Int64, strict=False).alias(c) for c in roots]
-        )
-        exact = self.evaluate(ints, expr, key)
-        if not exact.dtype.is_integer():
-            return pl.Series([False] * frame.height)
-        shadow = self.evaluate(ints.cast(pl.Float64), expr, key).cast(pl.Float64)
-        wrapped = (shadow - exact.cast(pl.Float64)).abs() > 2.0**62
-        cells = ints.select(pl.any_horizontal(pl.all().is_null())).to_series().not_()
-        within = exact.is_between(-largest, largest)
-        return (cells & ~wrapped & within).fill_null(False)
-
     def number(
         self, frame: pl.DataFrame, spec: Spec, allowed: pl.Series | bool = False
     ) -> pl.Series:
@@ -433,11 +415,13 @@ class _Rows:
         largest = _LARGEST_RANK if key.endswith(".rank") else _LARGEST
         flagged = floating.is_nan() | beyond | (floating.abs() > largest)
         at = self.first(flagged)
-        if at is not None and values.dtype.is_float() and self.compiler.parsed(spec) and roots:
-            # floats round 2**63 - 1 up to 2**63: name a row whose own value is past the
-            # limit, not one whose whole numbers were read as floats for another cell's sake
-            at = self.first(flagged & ~self.whole_within(frame, expr, key, roots, largest))
-            at = self.first(flagged) if at is None else at
+        bare = self.compiler.parsed(spec) and not spec.add  # each cell is its row's value
+        if at is not None and bare and values.dtype.is_float():
+            # a column read as floats for another cell's sake rounds 2**63 - 1 up to 2**63:
+            # name a row whose own cell is past the limit where one is
+            whole = frame[TEXT + roots[0]].str.strip_chars().cast(pl.Int64, strict=False)
+            past = flagged & ~whole.is_between(-largest, largest).fill_null(False)
+            at = self.first(past) if past.any() else at
         if at is not None:
             hit: int = at
             column = max(roots, key=lambda c: _float(base[c][hit]), default=None)
