@@ -1373,3 +1373,81 @@ def test_a_decimal_column_with_empty_cells_is_numbers_in_an_expression(tmp_path:
     )
     assert code == 0, output
     assert pq.read_table(out).column("peak_bytes").to_pylist() == [10_752, 0]
+
+
+# --- fresh audit of 12-06 (fa3) ---
+
+
+@pytest.mark.parametrize(
+    ("keep", "refusal"),
+    [
+        # where and [filter] drop the V100 row (row 2) before [require] looks at it
+        ("where = \"gpu <> 'V100'\"\n", None),
+        ('[filter]\ngpu = "A100"\n', None),
+        # nothing drops it: [require] refuses it, naming its row
+        ("", "column 'gpu', row 2: holds 'V100', where require.gpu allows only 'A100' (line 3)"),
+    ],
+)
+def test_require_checks_only_the_rows_where_and_filter_keep(
+    tmp_path: Path, keep: str, refusal: str | None
+) -> None:
+    code, output, out = _import_rows(
+        tmp_path,
+        "job,n,gpu,peak\nj,1,A100,5\nj,2,V100,6\n",
+        keep + '[require]\ngpu = "A100"\n' + _BASE + 'peak_bytes = "peak"\nbaseline_bytes = 0\n',
+    )
+    if refusal is None:
+        assert code == 0, output
+        assert pq.read_table(out).column("peak_bytes").to_pylist() == [5]
+    else:
+        assert (code, output) == (2, f"warmfit: error: {tmp_path / 't.csv'}, {refusal}.\n")
+
+
+@pytest.mark.parametrize(
+    ("peak", "cells", "column"),
+    [
+        # one column: the cell that is negative
+        ('"a"', "-4,5", "a"),
+        # an expression over two columns: the first it names, whichever cell is larger
+        ('"a - b"', "1,5", "a"),
+        ('"b - a"', "5,1", "b"),
+        ('{ add = ["a"], subtract = ["b"] }', "1,5", "a"),
+    ],
+)
+def test_a_number_below_0_names_the_first_column_its_expression_reads(
+    tmp_path: Path, peak: str, cells: str, column: str
+) -> None:
+    """Every case makes peak_bytes -4 on row 1: the refusal names the row, the first
+    column the value reads and the value."""
+    code, output, _ = _import_rows(
+        tmp_path,
+        f"job,n,a,b\nj,1,{cells}\n",
+        _BASE + f"peak_bytes = {peak}\nbaseline_bytes = 0\n",
+    )
+    assert (code, output) == (
+        2,
+        f"warmfit: error: {tmp_path / 't.csv'}, column '{column}', row 1: gives "
+        "fields.peak_bytes = -4, below 0 (line 2).\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("base", "mine", "peaks"),
+    [
+        # the base's column, replaced by the mapping's table form: 5 KiB
+        ('"p"', '{ column = "p", unit = "KiB" }', [5120]),
+        # the base's table form, replaced by the mapping's column: 5 B
+        ('{ column = "p", unit = "KiB" }', '"p"', [5]),
+        # two table forms: merged key by key (the base's column, the mapping's unit)
+        ('{ column = "p", unit = "KiB" }', '{ column = "p", unit = "MB" }', [5_000_000]),
+    ],
+)
+def test_a_mapping_replaces_a_value_of_its_base_whatever_the_forms(
+    tmp_path: Path, base: str, mine: str, peaks: list[int]
+) -> None:
+    (tmp_path / "base.toml").write_text(_BASE + f"peak_bytes = {base}\nbaseline_bytes = 0\n")
+    code, output, out = _import_rows(
+        tmp_path, "job,n,p\nj,1,5\n", f'extends = "base.toml"\n[fields]\npeak_bytes = {mine}\n'
+    )
+    assert code == 0, output
+    assert pq.read_table(out).column("peak_bytes").to_pylist() == peaks
