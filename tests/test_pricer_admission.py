@@ -1131,3 +1131,17 @@ def test_the_oom_bound_is_of_packed_tokens_whatever_the_logical_ones(
     pricer.close()
     assert pricer.price("train", n, m) == 100 * m
     assert pricer.admits("train", n, m, budget_bytes=1_000_000) is admitted
+
+
+@pytest.mark.parametrize(("budget", "kept"), [(1_000_000.0, "1000000"), (999_999.5, "999999.5")])
+def test_an_oom_waves_budget_is_a_whole_number_of_bytes_where_it_is_one(
+    budget: float, kept: str
+) -> None:
+    """Twin of the fractional budget: a float budget that is a whole number of bytes is
+    kept as an int (``OomWave.budget_bytes``' doc: a float only where it is not whole),
+    so ``pricer.ooms`` reads 1000000, not 1000000.0; 999,999.5 stays the float."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    with pricer.wave("train", 150, budget_bytes=budget):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert repr(pricer.ooms[0].budget_bytes) == kept
