@@ -1203,3 +1203,77 @@ def test_the_cap_and_the_oom_bound_each_lower_max_tokens_whichever_is_lower(
     pricer.close()
     assert pricer.max_tokens("train", 1_000_000_000, cap=cap) == admitted
     assert max_admitted(lambda n: 100 * n, 1_000_000_000, oom, cap) == admitted
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.data())
+def test_max_tokens_with_sharing_outputs_by_size_a_cap_and_ooms_drawn_on_each_others_edges(
+    data: st.DataObject,
+) -> None:
+    """The joint oracle above passes max_tokens neither a logical_tokens nor an
+    output_bytes function, and draws caps and OOM sizes apart; here they meet. max-merge
+    taught ``rate`` B/token (sharing 1, safety factor 1) prices a wave of n packed
+    tokens, m = share x n logical, outputs o + per x n at o + per n + max(floor, rate m).
+    OOM waves of 'train' at a size, one below or above it, under no budget, 0 B, or the
+    budget asked, one byte below or above; a cap at those sizes, one or 2**40; a budget
+    that a price at those sizes meets exactly, or any. max_tokens is the largest n in
+    1..min(cap, bound - 1) whose model price fits, solved by hand; admits agrees there
+    and one token past it."""
+    rate = data.draw(st.sampled_from([0, 1, 100]) | st.integers(0, 10_000))
+    share, per = data.draw(st.sampled_from([1, 2, 3])), data.draw(st.sampled_from([0, 1, 10]))
+    o = data.draw(st.sampled_from([0, 0, 50]))
+    s = data.draw(st.sampled_from([None, None, 0]) | st.integers(0, 10**6))
+    floor = 0 if s is None else s
+
+    def price(n: int) -> int:
+        return o + per * n + max(floor, rate * share * n)
+
+    size = data.draw(st.sampled_from(OOM_SIZES) | st.integers(1, 300))
+    budget = data.draw(
+        st.sampled_from([0, 10**9, *(price(k) for k in (size - 1, size, size + 1) if k >= 1)])
+        | st.integers(0, 10**7)
+    )
+    ooms = data.draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([size - 1, size, size + 1]).filter(lambda n: n >= 1)
+                | st.integers(1, 300),
+                st.sampled_from([None, 0, max(0, budget - 1), budget, budget + 1]),
+            ),
+            max_size=3,
+        )
+    )  # fmt: skip
+    cap = data.draw(st.sampled_from([SEARCH_CAP_TOKENS, 1, max(1, size - 1), size, size + 1]))
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    k = data.draw(st.sampled_from([1, 7, 100]))
+    pricer.observe_row(row(k, k * rate))
+    with mock.patch.object(gc, "collect", lambda: 0):  # as the joint oracle: no collector
+        for n, b in ooms:
+            oom_at(pricer, "train", n, b)
+    pricer.close()
+    bound = model_bound([("train", "flat", n, b) for n, b in ooms], "train", "flat", budget)
+    top = cap if bound is None else min(cap, bound - 1)
+    if top < 1 or price(1) > budget:
+        want = 0
+    else:
+        most = [top]
+        if per:
+            most.append((budget - o - floor) // per)
+        if per + rate * share:
+            most.append((budget - o) // (per + rate * share))
+        want = min(most)
+    logical = None if share == 1 and data.draw(st.booleans()) else (lambda n: share * n)
+    outputs = o if per == 0 and data.draw(st.booleans()) else (lambda n: o + per * n)
+    got = pricer.max_tokens(
+        "train", budget, logical_tokens=logical, output_bytes=outputs, static_floor_bytes=s,
+        cap=cap,
+    )  # fmt: skip
+    assert got == want, (rate, share, per, o, s, ooms, bound, cap, budget)
+    for n in (want, want + 1):  # admits agrees at the answer and one past it
+        if n >= 1:
+            fits = price(n) <= budget and (bound is None or n < bound)
+            admitted = pricer.admits(
+                "train", n, share * n, budget_bytes=budget, output_bytes=o + per * n,
+                static_floor_bytes=s,
+            )  # fmt: skip
+            assert admitted is fits, (n, price(n), bound, budget)
