@@ -30,7 +30,7 @@ from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.recorder import Recorder, RecorderWarning
 from warmfit.recorder.meters import CappedCpuMeter, CpuMeter, meter_live
 from warmfit.replay import replay
-from warmfit.replay.admission import SEARCH_CAP_TOKENS, oom_bound
+from warmfit.replay.admission import SEARCH_CAP_TOKENS, max_admitted, oom_bound
 from warmfit.report.recommend import logical_tokens, recommend
 from warmfit.trainer import device_budget
 from warmfit.trainer.pricer import OomWave, Pricer, PricerWarning
@@ -1145,3 +1145,149 @@ def test_an_oom_waves_budget_is_a_whole_number_of_bytes_where_it_is_one(
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
     pricer.close()
     assert repr(pricer.ooms[0].budget_bytes) == kept
+
+
+# --- fresh audit of 12-06 (fa4) ---
+
+
+@pytest.mark.parametrize(
+    ("logical", "admitted"),
+    [(None, 181), (lambda n: 2 * n, 95), (lambda n: 3 * n, 64)],
+    ids=["m=n", "m=2n", "m=3n"],
+)
+def test_max_tokens_asks_the_outputs_at_the_packed_size_whatever_the_logical_tokens(
+    logical: Any, admitted: int
+) -> None:
+    """Twin of the worked example's outputs-by-size with logical tokens varied: 100
+    B/token learned (max-merge, sharing 1, safety factor 1), so a wave prices at 100 B x
+    its logical tokens plus its outputs, output_bytes(n) = 10 B x its PACKED tokens.
+    Under 20,000 B: m = n prices 110 n (181 tokens: 19,910 B; 182: 20,020 B), m = 2n
+    prices 210 n (95: 19,950 B; 96: 20,160 B), m = 3n prices 310 n (64: 19,840 B; 65:
+    20,150 B). (Outputs asked at the logical size, 10 m, admitted 90 and 60.)"""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(row(100, 10_000))
+    m = (lambda n: n) if logical is None else logical
+    assert (
+        pricer.max_tokens("train", 20_000, logical_tokens=logical, output_bytes=lambda n: 10 * n)
+        == admitted
+    )
+    assert pricer.price("train", admitted, m(admitted), output_bytes=10 * admitted) <= 20_000
+    top = admitted + 1
+    assert pricer.price("train", top, m(top), output_bytes=10 * top) > 20_000
+
+
+@pytest.mark.parametrize("budget", [0, 0.0, "0"], ids=["int", "float", "str"])
+def test_an_oom_under_a_budget_of_zero_bytes_bounds_that_budget_alone(budget: object) -> None:
+    """Twin of the OOM example with the budget at 0: a budget of 0 bytes is a budget,
+    not "none given". 100 B/token learned (safety factor 1); a wave of 150 tokens ran
+    out of memory under 0 B. It is kept with the budget 0, and bounds a budget of 0 B
+    (150) but not one of half a byte or 1 MB: there 150 is admitted (15,000 B fits)
+    and max_tokens is 10,000 (1,000,000 B / 100 B). (Taken as no budget, it bounded
+    every budget: 150 refused under 1 MB, max_tokens 149.)"""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    oom_at(pricer, "train", 150, budget)  # type: ignore[arg-type]
+    pricer.close()
+    assert pricer.ooms == [OomWave("train", "flat", 150, 0)]
+    assert pricer.oom_tokens("train", 0) == 150
+    assert pricer.oom_tokens("train", 0.5) is None
+    assert pricer.oom_tokens("train", 1_000_000) is None
+    assert pricer.admits("train", 150, budget_bytes=1_000_000)
+    assert pricer.max_tokens("train", 1_000_000) == 10_000
+
+
+@pytest.mark.parametrize(
+    ("oom", "cap", "admitted"),
+    [(None, 1_000, 1_000), (5_000, 1_000, 1_000), (5_000, 10_000, 4_999), (1_001, 1_000, 1_000)],
+    ids=["no OOM", "OOM past the cap", "OOM below the cap", "OOM one past the cap"],
+)
+def test_the_cap_and_the_oom_bound_each_lower_max_tokens_whichever_is_lower(
+    oom: int | None, cap: int, admitted: int
+) -> None:
+    """Twin of the cap-of-one and OOM examples with both at once: 100 B/token learned
+    (safety factor 1), under 1,000,000,000 B every size up to 10,000,000 fits. A wave of
+    5,000 tokens that ran out of memory (no budget: under every one) bounds the answer
+    at 4,999 under a cap of 10,000, but a cap of 1,000 is lower and answers; so does an
+    OOM at 1,001. max_admitted, which recommend runs, answers the same. (The OOM size
+    taken as the cap, whatever the cap, answered 4,999 and 1,000 past a cap of 1,000.)"""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    if oom is not None:
+        oom_at(pricer, "train", oom, None)
+    pricer.close()
+    assert pricer.max_tokens("train", 1_000_000_000, cap=cap) == admitted
+    assert max_admitted(lambda n: 100 * n, 1_000_000_000, oom, cap) == admitted
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.data())
+def test_max_tokens_with_sharing_outputs_by_size_a_cap_and_ooms_drawn_on_each_others_edges(
+    data: st.DataObject,
+) -> None:
+    """The joint oracle above passes max_tokens neither a logical_tokens nor an
+    output_bytes function, and draws caps and OOM sizes apart; here they meet. max-merge
+    taught ``rate`` B/token (sharing 1, safety factor 1) prices a wave of n packed
+    tokens, m = share x n logical, outputs o + per x n at o + per n + max(floor, rate m).
+    OOM waves of 'train' at a size, one below or above it, under no budget, 0 B, or the
+    budget asked, one byte below or above; a cap at those sizes, one or 2**40; a budget
+    that a price at those sizes meets exactly, or any. max_tokens is the largest n in
+    1..min(cap, bound - 1) whose model price fits, solved by hand; admits agrees there
+    and one token past it."""
+    rate = data.draw(st.sampled_from([0, 1, 100]) | st.integers(0, 10_000))
+    share, per = data.draw(st.sampled_from([1, 2, 3])), data.draw(st.sampled_from([0, 1, 10]))
+    o = data.draw(st.sampled_from([0, 0, 50]))
+    s = data.draw(st.sampled_from([None, None, 0]) | st.integers(0, 10**6))
+    floor = 0 if s is None else s
+
+    def price(n: int) -> int:
+        return o + per * n + max(floor, rate * share * n)
+
+    size = data.draw(st.sampled_from(OOM_SIZES) | st.integers(1, 300))
+    budget = data.draw(
+        st.sampled_from([0, 10**9, *(price(k) for k in (size - 1, size, size + 1) if k >= 1)])
+        | st.integers(0, 10**7)
+    )
+    ooms = data.draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([size - 1, size, size + 1]).filter(lambda n: n >= 1)
+                | st.integers(1, 300),
+                st.sampled_from([None, 0, max(0, budget - 1), budget, budget + 1]),
+            ),
+            max_size=3,
+        )
+    )  # fmt: skip
+    cap = data.draw(st.sampled_from([SEARCH_CAP_TOKENS, 1, max(1, size - 1), size, size + 1]))
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    k = data.draw(st.sampled_from([1, 7, 100]))
+    pricer.observe_row(row(k, k * rate))
+    with mock.patch.object(gc, "collect", lambda: 0):  # as the joint oracle: no collector
+        for n, b in ooms:
+            oom_at(pricer, "train", n, b)
+    pricer.close()
+    bound = model_bound([("train", "flat", n, b) for n, b in ooms], "train", "flat", budget)
+    top = cap if bound is None else min(cap, bound - 1)
+    if top < 1 or price(1) > budget:
+        want = 0
+    else:
+        most = [top]
+        if per:
+            most.append((budget - o - floor) // per)
+        if per + rate * share:
+            most.append((budget - o) // (per + rate * share))
+        want = min(most)
+    logical = None if share == 1 and data.draw(st.booleans()) else (lambda n: share * n)
+    outputs = o if per == 0 and data.draw(st.booleans()) else (lambda n: o + per * n)
+    got = pricer.max_tokens(
+        "train", budget, logical_tokens=logical, output_bytes=outputs, static_floor_bytes=s,
+        cap=cap,
+    )  # fmt: skip
+    assert got == want, (rate, share, per, o, s, ooms, bound, cap, budget)
+    for n in (want, want + 1):  # admits agrees at the answer and one past it
+        if n >= 1:
+            fits = price(n) <= budget and (bound is None or n < bound)
+            admitted = pricer.admits(
+                "train", n, share * n, budget_bytes=budget, output_bytes=o + per * n,
+                static_floor_bytes=s,
+            )  # fmt: skip
+            assert admitted is fits, (n, price(n), bound, budget)
