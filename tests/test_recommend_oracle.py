@@ -180,28 +180,20 @@ def measured(rows: Sequence[Row], run: str, sig: str, budget: int) -> dict[str, 
 # --------------------------------------------------------------------------- warmfit
 
 
+def recommend_stdout(rows: Sequence[Row], budget: int, policy: str, *args: str) -> str:
+    """``warmfit recommend`` of ``rows`` (written as a trace) under ``budget``: its stdout."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_trace(readings_frame(list(rows)), Path(folder) / "t.parquet")
+        command = ["recommend", str(path), "--budget", str(budget), "-p", policy, *args]
+        result = CliRunner().invoke(app, command, env=ENV)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
 def recommend_json(
     rows: Sequence[Row], budget: int, policy: str, *args: str
 ) -> list[dict[str, object]]:
-    with tempfile.TemporaryDirectory() as folder:
-        path = write_trace(readings_frame(list(rows)), Path(folder) / "t.parquet")
-        result = CliRunner().invoke(
-            app,
-            [
-                "recommend",
-                str(path),
-                "--budget",
-                str(budget),
-                "-p",
-                policy,
-                "--format",
-                "json",
-                *args,
-            ],
-            env=ENV,
-        )
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)["results"]
+    return json.loads(recommend_stdout(rows, budget, policy, "--format", "json", *args))["results"]
 
 
 def check_admitted(
@@ -499,28 +491,6 @@ def joint_cases(draw: st.DrawFn) -> tuple[list[Row], int, str, float]:
     return rows, budget, policy, safety
 
 
-def recommend_markdown(rows: Sequence[Row], budget: int, policy: str, *args: str) -> str:
-    with tempfile.TemporaryDirectory() as folder:
-        path = write_trace(readings_frame(list(rows)), Path(folder) / "t.parquet")
-        result = CliRunner().invoke(
-            app,
-            [
-                "recommend",
-                str(path),
-                "--budget",
-                str(budget),
-                "-p",
-                policy,
-                "-f",
-                "markdown",
-                *args,
-            ],
-            env=ENV,
-        )
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
 @settings(max_examples=examples(40))
 @given(joint_cases())
 def test_recommend_varies_every_deciding_input_jointly(
@@ -531,7 +501,9 @@ def test_recommend_varies_every_deciding_input_jointly(
     per_policy = ranks_after(rows, policy)
     totals = sums(rows)
     assert sorted((r["run"], r["signature"]) for r in results) == sorted(per_policy)
-    lines = recommend_markdown(rows, budget, policy, "--safety", str(safety)).splitlines()
+    lines = recommend_stdout(
+        rows, budget, policy, "-f", "markdown", "--safety", str(safety)
+    ).splitlines()
     assert f"safety factor {safety:g})" in lines[-1]
     for i, result in enumerate(results):
         run, sig = str(result["run"]), str(result["signature"])
