@@ -918,3 +918,55 @@ def test_from_trace_lists_the_streams_of_the_run_or_rank_asked(
         f"the trace holds 2 streams to choose from ({listed}); a Pricer learns one rank's "
         "readings: give run= and rank=."
     )
+
+
+# --- fresh audit of 12-06 (fa5) ---
+
+
+@pytest.mark.parametrize(
+    ("floor", "problem"),
+    [
+        (1.5, "must be an integer; got 1.5 of type float (an int, or a 0-d integer tensor)."),
+        ("7", "must be an integer; got '7' of type str (an int, or a 0-d integer tensor)."),
+        (True, "must be an integer; got True of type bool (a bool is not a count)."),
+        (2**63, PAST),
+    ],
+)
+def test_observe_row_names_itself_when_refusing_a_floor_that_is_not_a_count(
+    floor: object, problem: str
+) -> None:
+    """The floor column's refusals of a reading, whole: each names the call
+    (``observe_row(): ``) and the column, as the reading's other columns' refusals do,
+    and the reading teaches nothing."""
+    pricer = taught()
+    with pytest.raises(UsageError) as caught:
+        pricer.observe_row(row(10, 1_000, static_floor_bytes=floor))
+    assert str(caught.value) == f"observe_row(): static_floor_bytes {problem}"
+    assert pricer.price("train", 10) == 3_300  # 300 B/token * 10 * 1.1, as before
+
+
+NEGATIVE = "budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got "
+
+
+@pytest.mark.parametrize(
+    ("budget", "message"),
+    [
+        (-1, NEGATIVE + "-1."),
+        (-(2**70), NEGATIVE + "-1180591620717411303424."),
+        (-1.0, NEGATIVE + "-1.0."),
+        ("-1", "budget_bytes '-1' is not a size: give bytes, or a number with KB, MB, GB, TB, "
+         "KiB, MiB, GiB or TiB (e.g. 128.8GB)."),
+    ],
+)  # fmt: skip
+def test_a_wave_refuses_a_negative_budget_of_every_type_word_for_word(
+    budget: object, message: str
+) -> None:
+    """wave()'s budget is checked as admits() checks it, an int as much as a float or a
+    string: a negative one is refused before the wave runs, and nothing is measured."""
+    from .fixed_meter import FixedMeter
+
+    pricer = Pricer("max-merge", meter=FixedMeter(0, 10))
+    with pytest.raises(UsageError) as caught:
+        pricer.wave("train", 4, budget_bytes=budget)
+    assert str(caught.value) == message
+    assert pricer.ooms == [] and pricer.profiles == {}

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from warmfit.errors import EstimateOverflowError, UsageError
 from warmfit.format.schema import KINDS
 from warmfit.format.trace import read_trace, readings_frame, write_trace
+from warmfit.policies import PriceRequest, WarmFit
 from warmfit.recorder import Recorder, RecorderWarning
 from warmfit.recorder.meters import CappedCpuMeter, CpuMeter, meter_live
 from warmfit.replay import replay
@@ -1291,3 +1292,47 @@ def test_max_tokens_with_sharing_outputs_by_size_a_cap_and_ooms_drawn_on_each_ot
                 static_floor_bytes=s,
             )  # fmt: skip
             assert admitted is fits, (n, price(n), bound, budget)
+
+
+# --- fresh audit of 12-06 (fa5) ---
+
+
+class PricedBelow100(WarmFit):
+    """Warm-fit's price below 100 packed tokens; no price (None) from 100 on."""
+
+    name = "priced-below-100"
+
+    def price(self, request: PriceRequest) -> float | None:
+        return None if request.packed_tokens >= 100 else super().price(request)
+
+
+@pytest.mark.parametrize(
+    ("unpriced_from", "budget", "largest"),
+    [
+        (100, 66_000, 99),  # 99 * 300 = 29,700 fits; 100 has no price: not admitted
+        (100, 20_000, 66),  # 66 * 300 = 19,800 fits, 67 * 300 = 20,100 does not
+        (1_000, 66_000, 220),  # 220 * 300 = 66,000, at the budget; 221 is past it
+        (2, 66_000, 1),
+    ],
+)
+def test_a_size_with_no_price_is_not_admitted_though_a_smaller_one_is(
+    unpriced_from: int, budget: int, largest: int
+) -> None:
+    """SPEC §7 admits a wave whose estimate is <= the budget: a size the policy gives no
+    price (None) has no estimate, so it is not admitted, even after smaller sizes were;
+    max_admitted stops below it (or below the budget, whichever comes first)."""
+    assert max_admitted(lambda n: 300 * n if n < unpriced_from else None, budget) == largest
+
+
+@pytest.mark.parametrize(("budget", "largest"), [(66_000, 99), (20_000, 66)])
+def test_max_tokens_stops_below_the_first_size_its_policy_gives_no_price(
+    budget: int, largest: int
+) -> None:
+    """The same through a Pricer: taught 300 B/token (30,000 B over 100 tokens, safety
+    factor 1.0) under a policy that prices no wave of 100 tokens or more."""
+    pricer = Pricer(PricedBelow100, safety_factor=1.0)
+    pricer.observe_row(row(100, 30_000))
+    assert (pricer.price("train", 99), pricer.price("train", 100)) == (29_700, None)
+    assert pricer.max_tokens("train", budget) == largest
+    assert pricer.admits("train", largest, budget_bytes=budget)
+    assert not pricer.admits("train", 100, budget_bytes=budget)
