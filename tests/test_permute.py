@@ -759,3 +759,40 @@ def test_the_order_figures_are_plain_replays_of_the_plainly_computed_orders(
             ), row
         else:
             assert row["median_over_estimate_median"] is None, row
+
+
+# --- fresh audit of 12-06 (fa6) ---
+
+
+def test_replay_permute_on_the_command_line_takes_orders_from_index_0(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    """``replay --permute 1 --seed 7`` replays each batch's orders where the batch is
+    (PermuteFold, not OrderFold.add): its one order is ``permuted(frame, 7, 0)``, as
+    order_robustness takes it. One stream of six waves of one signature: order 0 of seed
+    7 has a median over-estimate of 0.7286 (51/70) for both policies, order 1 one of
+    0.5714 (4/7), so an off-by-one in the streamed path's indices shows."""
+    sizes = [(100, 150_000), (400, 420_000), (200, 330_000), (800, 700_000), (300, 310_000),
+             (600, 900_000)]  # fmt: skip
+    rows = [dict(seq=i, wave=i, signature="a", packed_tokens=n, logical_tokens=n,
+                 peak_bytes=peak, whole=True) for i, (n, peak) in enumerate(sizes)]  # fmt: skip
+    frame = readings_frame(rows)
+    write_trace(frame, tmp_path / "t.parquet")
+    medians = [
+        replay(permuted(frame, 7, index), POLICIES, 1.1, "auto", "run")
+        .summary.get_column("median_over_estimate")
+        .to_list()
+        for index in (0, 1)
+    ]
+    assert medians[0] == [pytest.approx(51 / 70, rel=1e-12)] * 2
+    assert medians[1] == [pytest.approx(4 / 7, rel=1e-12)] * 2
+    code, out, err = invoke("replay", str(tmp_path), "-p", "max-merge", "-p", "warm-fit",
+                            "--permute", "1", "--seed", "7", "-f", "json")  # fmt: skip
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    expected = order_robustness(frame, POLICIES, 1.1, "auto", "run", 1, 7)
+    assert [r["policy"] for r in results] == POLICIES
+    for result, row in zip(results, expected.to_dicts(), strict=True):
+        assert {k: result[k] for k in ORDER_COLUMNS} == {k: row[k] for k in ORDER_COLUMNS}
+        assert result["median_over_estimate_median"] == pytest.approx(51 / 70, rel=1e-12)
+        assert (result["permutations"], result["under_peak_worst"]) == (1, 0)
