@@ -1336,3 +1336,53 @@ def test_max_tokens_stops_below_the_first_size_its_policy_gives_no_price(
     assert pricer.max_tokens("train", budget) == largest
     assert pricer.admits("train", largest, budget_bytes=budget)
     assert not pricer.admits("train", 100, budget_bytes=budget)
+
+
+# --- fresh audit of 12-06 (fa7) ---
+
+
+@pytest.mark.parametrize(
+    ("n", "m", "message"),
+    [
+        (0, -1, "observe_row(): packed_tokens must be > 0; got 0."),
+        (-3, -5, "observe_row(): packed_tokens must be > 0; got -3."),
+        (0, 0, "observe_row(): packed_tokens must be > 0; got 0."),
+        (10, 9, "observe_row(): logical_tokens must be >= packed_tokens (10); got 9."),
+    ],
+)
+def test_a_reading_of_no_packed_tokens_is_refused_for_them_whatever_its_logical_ones(
+    n: int, m: int, message: str
+) -> None:
+    """Twin of the zero-count refusal with the logical tokens varied: a reading of 0 (or
+    -3) packed tokens is refused for its packed tokens, first, even where its logical
+    tokens (-1, -5) are fewer still; only a positive packed count is then held against
+    its logical one (10 packed, 9 logical). price() says the same of the same counts."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    with pytest.raises(UsageError) as caught:
+        pricer.observe_row(row(n, 1_000, logical_tokens=m))
+    assert str(caught.value) == message
+    with pytest.raises(UsageError) as priced:
+        pricer.price("train", n, m)
+    assert "observe_row(): " + str(priced.value) == message
+    assert pricer.profiles == {}  # nothing learned
+
+
+@pytest.mark.parametrize("m", [None, 150, 300])
+def test_an_oom_wave_bounds_its_packed_tokens_whatever_its_own_logical_ones(
+    m: int | None,
+) -> None:
+    """Twin of the OOM example with the OOM wave's OWN logical tokens varied: 100 B/token
+    learned (safety factor 1), a wave of 150 packed tokens (and 150 or 300 logical ones)
+    runs out of memory under 1 MB. It is recorded as 150 packed tokens: 149 is admitted,
+    150 is not, and max_tokens is 149 (its prices, 14,900 B and 15,000 B, fit 1 MB)."""
+    pricer = Pricer("max-merge", safety_factor=1.0, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 10_000))
+    with pricer.wave("train", 150, m, budget_bytes=1_000_000) as w:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    pricer.close()
+    assert w.oom
+    assert pricer.ooms == [OomWave("train", "flat", 150, 1_000_000)]
+    assert pricer.oom_tokens("train", 1_000_000) == 150
+    assert pricer.admits("train", 149, budget_bytes=1_000_000)
+    assert not pricer.admits("train", 150, budget_bytes=1_000_000)
+    assert pricer.max_tokens("train", 1_000_000) == 149
