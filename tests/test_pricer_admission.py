@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import numpy as np
 import polars as pl
 import pytest
 import torch
@@ -1336,3 +1337,135 @@ def test_max_tokens_stops_below_the_first_size_its_policy_gives_no_price(
     assert pricer.max_tokens("train", budget) == largest
     assert pricer.admits("train", largest, budget_bytes=budget)
     assert not pricer.admits("train", 100, budget_bytes=budget)
+
+
+# --- issue 38, tests by pattern round 2 (s6) ---
+
+#: The columns a reading holds, as observe_row's refusals list them.
+LISTED = (
+    "signature, kind, phase, whole, packed_tokens, logical_tokens, output_bytes, "
+    "baseline_bytes, peak_bytes, static_floor_bytes, oom"
+)
+NOT_INT = "must be an integer; got {} of type {} (an int, or a 0-d integer tensor)."
+A_BOOL = "must be an integer; got {} of type bool (a bool is not a count)."
+PAST = "must be below 2**63 (a trace's int64 column); got 9223372036854775808."
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (row(float("nan"), 1_000), "packed_tokens " + NOT_INT.format("nan", "float")),
+        (row(-5, 1_000), "packed_tokens must be > 0; got -5."),
+        (row(10.0, 1_000), "packed_tokens " + NOT_INT.format("10.0", "float")),
+        (row(True, 1_000), "packed_tokens " + A_BOOL.format("True")),
+        (row(10, 1_000, logical_tokens=5), "logical_tokens must be >= packed_tokens (10); got 5."),
+        (row(10, -1), "peak_bytes must be >= 0; got -1."),
+        (row(10, 2**63), "peak_bytes " + PAST),
+        (row(10.0, 1_000, logical_tokens=10), "packed_tokens " + NOT_INT.format("10.0", "float")),
+        (row(10, 1_000, logical_tokens=20.0), "logical_tokens " + NOT_INT.format("20.0", "float")),
+        (row(10, 1_000, output_bytes=0.0), "output_bytes " + NOT_INT.format("0.0", "float")),
+        (row(10, 1_000, baseline_bytes=0.0), "baseline_bytes " + NOT_INT.format("0.0", "float")),
+        (row(10, 1_000.0), "peak_bytes " + NOT_INT.format("1000.0", "float")),
+        (row(10, 1_000, static_floor_bytes=0.0),
+         "static_floor_bytes " + NOT_INT.format("0.0", "float")),
+        (row(0, 1_000), "packed_tokens must be > 0; got 0."),
+        (row(2**63, 1_000, logical_tokens=2**63), "packed_tokens " + PAST),
+        (row(10, 1_000, logical_tokens=2**63), "logical_tokens " + PAST),
+        (row(10, 1_000, output_bytes=2**63), "output_bytes " + PAST),
+        (row(10, 1_000, baseline_bytes=2**63), "baseline_bytes " + PAST),
+        (row(10, 1_000, static_floor_bytes=2**63), "static_floor_bytes " + PAST),
+        (row(10, 1_000, output_bytes=-1), "output_bytes must be >= 0; got -1."),
+        (row(10, 1_000, baseline_bytes=-1), "baseline_bytes must be >= 0; got -1."),
+        (row(10, 1_000, static_floor_bytes=-1), "static_floor_bytes must be >= 0 or None; got -1."),
+        (row(10, 1_000, output_bytes=True), "output_bytes " + A_BOOL.format("True")),
+        (row(10, 1_000, static_floor_bytes=True), "static_floor_bytes " + A_BOOL.format("True")),
+        (row(10, 1_000, kind="fused"),
+         "kind must be one of flat, split_child, dp_rank_forward; got 'fused'."),
+        (row(10, 1_000, kind=None),
+         "kind must be one of flat, split_child, dp_rank_forward; got None."),
+        (row(10, 1_000, phase="backward"), "phase must be one of forward, caller; got 'backward'."),
+        (row(10, 1_000, phase=0), "phase must be one of forward, caller; got 0."),
+        (row(10, 1_000, whole=1), "whole must be a bool; got 1."),
+        (row(10, 1_000, whole=None), "whole must be a bool; got None."),
+        (row(10, 1_000, oom="no"), "oom must be a bool; got 'no'."),
+        (row(10, 1_000, oom=np.int64(0)), "oom must be a bool; got np.int64(0)."),
+        (row(10, 1_000, signature=7), "signature must be a str; got 7."),
+        (row(10, 1_000, signature=b"train"), "signature must be a str; got b'train'."),
+        ([1, 2, 3], f"a reading is a mapping of trace v1 column names to values ({LISTED}); "
+                    "got list."),
+        ("signature", f"a reading is a mapping of trace v1 column names to values ({LISTED}); "
+                      "got str."),
+        (b"signature", f"a reading is a mapping of trace v1 column names to values ({LISTED}); "
+                       "got bytes."),
+        (None, f"a reading is a mapping of trace v1 column names to values ({LISTED}); "
+               "got NoneType."),
+        ({k: v for k, v in row(10, 1_000).items() if k != "static_floor_bytes"},
+         f"the reading has no 'static_floor_bytes' column; a reading maps trace v1 column names "
+         f"to values ({LISTED})."),
+    ],
+)  # fmt: skip
+def test_every_observe_row_refusal_is_whole_and_teaches_nothing(bad: Any, message: str) -> None:
+    """BAD_ROWS' refusals (matched there by a prefix or a fragment), whole, with twins of
+    other types: each names the call, the column, the value's repr and the rule."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(row(10, 1_000))
+    with pytest.raises(UsageError) as caught:
+        pricer.observe_row(bad)
+    assert str(caught.value) == "observe_row(): " + message
+    assert pricer.price("train", 10) == 1_000  # unchanged
+
+
+#: Each count column of a reading: the 30,000 B reading of 100 tokens it is set in (max-merge,
+#: f 1.0), then what the reading teaches at 3,300 and at 0 (as price("train", 100, 200,
+#: output_bytes=7, static_floor_bytes=5) after it; a str: the refusal), and its refusal of a
+#: negative value (``{}``).
+ROW_COUNTS: dict[str, tuple[dict[str, Any], int, Any, str]] = {
+    "packed_tokens": (row(100, 30_000, logical_tokens=10_000), 916,
+                      "packed_tokens must be > 0; got 0.", "packed_tokens must be > 0; got {}."),
+    "logical_tokens": (row(100, 30_000), 30_007,
+                       "logical_tokens must be >= packed_tokens (100); got 0.",
+                       "logical_tokens must be >= packed_tokens (100); got {}."),
+    "output_bytes": (row(100, 30_000), 53_407, 60_007, "output_bytes must be >= 0; got {}."),
+    "baseline_bytes": (row(100, 30_000), 53_407, 60_007, "baseline_bytes must be >= 0; got {}."),
+    "peak_bytes": (row(100, 30_000), 6_607, 12, "peak_bytes must be >= 0; got {}."),
+    "static_floor_bytes": (row(100, 30_000), 60_007, 60_007,
+                           "static_floor_bytes must be >= 0 or None; got {}."),
+}  # fmt: skip
+ROW_VALUES = {
+    "3300": 3300, "np.int64(3300)": np.int64(3300), "0": 0, "np.int64(0)": np.int64(0),
+    "-3300": -3300, "np.int64(-3300)": np.int64(-3300), "-2**63": -(2**63), "2**63": 2**63,
+    "3300.0": 3300.0, "np.float64(3300.0)": np.float64(3300.0), "nan": float("nan"),
+    "inf": float("inf"), "'3300'": "3300", "True": True, "False": False, "None": None,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("shown", list(ROW_VALUES))
+@pytest.mark.parametrize("column", list(ROW_COUNTS))
+def test_each_count_column_of_a_reading_over_every_type_and_sign(column: str, shown: str) -> None:
+    """Each count column given each type and sign, the other columns fixed: an int or a
+    numpy int is learned (3,300 and 0 teach what they teach), anything else is refused
+    whole, naming observe_row, the column and the value; None is no floor, and a count
+    for every other column."""
+    base, at_3300, at_zero, negative = ROW_COUNTS[column]
+    value = ROW_VALUES[shown]
+    if value is None and column == "static_floor_bytes":
+        expected: Any = 60_007
+    elif isinstance(value, bool):
+        expected = f"{column} " + A_BOOL.format(value)
+    elif not isinstance(value, int | np.integer):
+        expected = f"{column} " + NOT_INT.format(repr(value), type(value).__name__)
+    elif value >= 2**63:
+        expected = f"{column} {PAST}"
+    elif value < 0:
+        expected = negative.format(int(value))
+    else:
+        expected = at_zero if value == 0 else at_3300
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    if isinstance(expected, str):
+        with pytest.raises(UsageError) as caught:
+            pricer.observe_row({**base, column: value})
+        assert str(caught.value) == "observe_row(): " + expected
+        assert pricer.profiles == {}
+    else:
+        pricer.observe_row({**base, column: value})
+        assert pricer.price("train", 100, 200, output_bytes=7, static_floor_bytes=5) == expected
