@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import socket
 import warnings
 import weakref
@@ -1469,3 +1470,69 @@ def test_each_count_column_of_a_reading_over_every_type_and_sign(column: str, sh
     else:
         pricer.observe_row({**base, column: value})
         assert pricer.price("train", 100, 200, output_bytes=7, static_floor_bytes=5) == expected
+
+
+NEGATIVE = "budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got {}."
+NOT_A_SIZE = (
+    "budget_bytes {!r} is not a size: give bytes, or a number with KB, MB, GB, TB, KiB, MiB, "
+    "GiB or TiB (e.g. 128.8GB)."
+)
+
+
+@pytest.mark.parametrize(
+    ("budget", "admits", "oom_tokens", "max_tokens", "kept"),
+    [
+        # admits(10) (priced 3,300 B), oom_tokens (an OOM at 20 under 3,300 B), max_tokens,
+        # and the budget an OOM wave under it keeps
+        (3300, True, 20, 10, 3300),
+        (3299, False, 20, 9, 3299),
+        (3300.0, True, 20, 10, 3300),
+        (3300.5, True, None, 10, 3300.5),
+        ("3300", True, 20, 10, 3300),
+        ("70GiB", True, None, 227_763_417, 75_161_927_680),
+        (np.int64(3300), True, 20, 10, 3300),
+        (np.float64(3300.0), True, 20, 10, 3300),
+        (0, False, 20, 0, 0),
+        (0.0, False, 20, 0, 0),
+        (-0.0, False, 20, 0, 0),
+        (np.int64(0), False, 20, 0, 0),
+        ("0", False, 20, 0, 0),
+        (math.inf, True, None, SEARCH_CAP_TOKENS, math.inf),
+        (2**63, True, None, SEARCH_CAP_TOKENS, 2**63),
+        (None, NEGATIVE.format(None), NEGATIVE.format(None), NEGATIVE.format(None), None),
+        *[(v, *[NEGATIVE.format(shown)] * 4) for v, shown in [
+            (-3300, "-3300"), (-3300.0, "-3300.0"), (np.int64(-3300), "-3300"),
+            (-(2**63), "-9223372036854775808"), (math.nan, "nan"), (-math.inf, "-inf"),
+            (True, "True"), (False, "False"), (1j, "1j"),
+        ]],
+        *[(v, *[NOT_A_SIZE.format(v)] * 4) for v in ["-1", "70 GB of it", "nan"]],
+    ],
+    ids=repr,
+)  # fmt: skip
+def test_every_budget_argument_over_every_type_and_sign(
+    budget: Any, admits: Any, oom_tokens: Any, max_tokens: Any, kept: Any
+) -> None:
+    """admits, oom_tokens, max_tokens and wave take a budget alike (wave takes None too:
+    no budget): an int, a float, a size string, a numpy number, 0 of each, infinity and
+    2**63 are budgets (answers for max-merge at 330 B/token, an OOM at 20 tokens under
+    3,300 B); a negative, NaN, a bool, anything else is refused whole, and a wave
+    refused runs nothing. An OOM wave keeps a whole float budget as an int."""
+    pricer = Pricer("max-merge", safety_factor=1.1, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 30_000))
+    with mock.patch.object(gc, "collect", lambda: 0):
+        oom_at(pricer, "train", 20, 3300)
+        calls = {
+            "admits": lambda: pricer.admits("train", 10, budget_bytes=budget),
+            "oom_tokens": lambda: pricer.oom_tokens("train", budget),
+            "max_tokens": lambda: pricer.max_tokens("train", budget),
+            "kept": lambda: (oom_at(pricer, "train", 30, budget), pricer.ooms[-1].budget_bytes)[1],
+        }
+        for name, expected in zip(calls, (admits, oom_tokens, max_tokens, kept), strict=True):
+            if isinstance(expected, str):
+                with pytest.raises(UsageError) as caught:
+                    calls[name]()
+                assert str(caught.value) == expected, name
+                assert len(pricer.ooms) == 1  # a wave refused ran nothing
+            else:
+                answer = calls[name]()
+                assert answer == expected and type(answer) is type(expected), name
