@@ -1536,3 +1536,200 @@ def test_every_budget_argument_over_every_type_and_sign(
             else:
                 answer = calls[name]()
                 assert answer == expected and type(answer) is type(expected), name
+
+
+TAIL = (
+    " Is the signature mistyped, or are its waves not measured (Pricer.wave, or an enabled "
+    "Recorder(pricer=...))?"
+)
+LIVE = (
+    "warmfit: the Pricer has been taught {} readings, none of signature 'trian': it has no "
+    "price for it and admits none of its waves. It knows {}." + TAIL
+)
+TEN = ", ".join(f"'s{i:02d}'" for i in range(10))
+
+
+def live_pricer(signatures: list[str], ask: Any) -> Pricer:
+    """A Pricer taught one reading of each signature, asked about 'trian' once before
+    (no warning: perhaps a new signature), then taught one more reading of the first."""
+    pricer = Pricer("max-merge")
+    for signature in signatures:
+        pricer.observe_row(row(10, 1_000, signature=signature))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ask(pricer)
+    pricer.observe_row(row(10, 1_000, signature=signatures[0]))
+    return pricer
+
+
+ASKS = {
+    "price": lambda p: p.price("trian", 10),
+    "admits": lambda p: p.admits("trian", 10, budget_bytes=10**9),
+    "max_tokens": lambda p: p.max_tokens("trian", 10**9),
+}
+
+
+@pytest.mark.parametrize("ask", list(ASKS))
+@pytest.mark.parametrize(
+    ("signatures", "message"),
+    [
+        (["train"], LIVE.format(2, "'train'")),
+        (["train", "eval"], LIVE.format(3, "'eval', 'train'")),
+        (["b", "a"], LIVE.format(3, "'a', 'b'")),
+        ([f"s{i:02d}" for i in range(10)], LIVE.format(11, TEN)),
+        ([f"s{i:02d}" for i in range(11)], LIVE.format(12, TEN + " (and 1 more)")),
+        ([f"s{i:02d}" for i in reversed(range(12))], LIVE.format(13, TEN + " (and 2 more)")),
+    ],
+    ids=["one", "two", "learned out of order", "ten", "eleven", "twelve reversed"],
+)
+def test_the_live_unknown_signature_warning_is_whole_whichever_call_asks(
+    signatures: list[str], message: str, ask: str
+) -> None:
+    """The warning the older tests match in part, whole, given by price, admits and
+    max_tokens alike: the readings taught (the first ask's kept, the warning at the ask
+    after a reading), the known signatures sorted, ten then how many more; said once."""
+    pricer = live_pricer(signatures, ASKS[ask])
+    with pytest.warns(PricerWarning) as caught:
+        ASKS[ask](pricer)
+    assert [str(w.message) for w in caught] == [message]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ASKS[ask](pricer)
+
+
+@pytest.mark.parametrize("ask", list(ASKS))
+def test_the_warm_start_warning_is_whole_whichever_call_asks(tmp_path: Path, ask: str) -> None:
+    trace = tmp_path / "two.parquet"
+    write_trace(readings_frame([dict(seq=i, wave=i, signature=s, packed_tokens=10,
+                                     logical_tokens=10, peak_bytes=1_000, whole=True)
+                                for i, s in enumerate(["train", "eval"])]), trace)  # fmt: skip
+    pricer = Pricer.from_trace(trace, "max-merge")
+    with pytest.warns(PricerWarning) as caught:
+        ASKS[ask](pricer)
+    assert [str(w.message) for w in caught] == [
+        "warmfit: the trace it was warm-started from has no reading of signature 'trian': it "
+        "has no price for it and admits none of its waves. It knows 'eval', 'train'." + TAIL
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cap", "largest", "by_price", "below_oom"),
+    [
+        # largest_admitted(n <= 10, cap), max_admitted(300 n, 66,000 B, cap=cap),
+        # max_admitted(300 n, 66,000 B, oom_tokens=cap)
+        (5, 5, 5, 4), (np.int64(5), 5, 5, 4), (1, 1, 1, 0), (2, 2, 2, 1), (0, 0, 0, 0),
+        (np.int64(0), 0, 0, 0), (-1, 0, 0, 0), (-(2**63), 0, 0, 0), (10, 10, 10, 9),
+        (11, 10, 11, 10), (220, 10, 220, 219), (221, 10, 220, 220), (222, 10, 220, 220),
+        (2**63, 10, 220, 220),
+    ],
+    ids=repr,
+)  # fmt: skip
+def test_the_admission_searchs_cap_and_oom_size_over_every_sign_and_edge(
+    cap: int, largest: int, by_price: int, below_oom: int
+) -> None:
+    from warmfit.replay.admission import largest_admitted
+
+    assert largest_admitted(lambda n: n <= 10, cap=cap) == largest
+    assert max_admitted(lambda n: 300 * n, 66_000, cap=cap) == by_price
+    assert max_admitted(lambda n: 300 * n, 66_000, oom_tokens=cap) == below_oom
+
+
+@pytest.mark.parametrize(
+    ("budget", "admitted", "bound"),
+    [
+        # max_admitted(300 n, budget); oom_bound([(100, 66,000 B), (200, no budget)], budget)
+        (66_000, 220, 100), (65_999, 219, 100), (66_000.0, 220, 100), (65_999.5, 219, 100),
+        (66_000.5, 220, 200), (np.int64(66_000), 220, 100), (np.float64(66_000.0), 220, 100),
+        (0, 0, 100), (0.0, 0, 100), (300, 1, 100), (299.9, 0, 100), (-1, 0, 100),
+        (math.nan, 0, 200), (math.inf, SEARCH_CAP_TOKENS, 200), (2**63, SEARCH_CAP_TOKENS, 200),
+    ],
+    ids=repr,
+)  # fmt: skip
+def test_the_admission_functions_budget_over_every_type_and_edge(
+    budget: float, admitted: int, bound: int
+) -> None:
+    """A budget a price meets exactly admits it, a byte less does not; NaN admits nothing
+    and is bounded only by the OOM of no budget; an OOM under 66,000 B bounds 66,000 B and
+    less, never 66,000.5 B."""
+    assert max_admitted(lambda n: 300 * n, budget) == admitted
+    assert oom_bound([(100, 66_000), (200, None)], budget) == bound
+
+
+@pytest.mark.parametrize(
+    ("none_from", "oom", "cap", "expected"),
+    [
+        # 300 B/token, no price from `none_from` tokens on; 66,000 B (220 tokens by price)
+        (1, None, SEARCH_CAP_TOKENS, None), (1, 5, 3, None), (2, None, SEARCH_CAP_TOKENS, 1),
+        (100, None, SEARCH_CAP_TOKENS, 99), (100, 100, SEARCH_CAP_TOKENS, 99),
+        (100, 99, SEARCH_CAP_TOKENS, 98), (100, 101, 100, 99), (100, None, 99, 99),
+        (100, None, 98, 98), (100, 50, 60, 49), (100, 60, 50, 50), (221, None, 2**40, 220),
+        (220, None, 2**40, 219), (222, 221, 221, 220), (10**6, 150, 150, 149),
+        (10**6, 151, 150, 150), (10**6, 150, 149, 149), (10**6, 1, 10, 0), (10**6, 2, 1, 1),
+    ],
+)  # fmt: skip
+def test_max_admitted_where_the_price_stops_the_oom_and_the_cap_meet(
+    none_from: int, oom: int | None, cap: int, expected: int | None
+) -> None:
+    """The three bounds drawn together onto each other's edges: a policy that stops
+    pricing partway (None from some size: not admitted, and no price at 1 is None), the
+    OOM size (one below is the most), the cap (the most itself), and the budget."""
+
+    def estimate(n: int) -> int | None:
+        return 300 * n if n < none_from else None
+
+    assert max_admitted(estimate, 66_000, oom, cap) == expected
+
+
+class StopsPricing(WarmFit):
+    """300 B a packed token (the Pricer adds the outputs), no price from 100 packed tokens
+    on; learns nothing."""
+
+    name = "stops-pricing"
+
+    def price(self, request: PriceRequest) -> float | None:
+        n = request.packed_tokens
+        return 300 * n if n < 100 else None
+
+    def observe(self, reading: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("oom", "oom_budget", "cap", "outputs", "budget", "expected"),
+    [
+        (None, None, SEARCH_CAP_TOKENS, 0, 66_000, 99),
+        (None, None, 99, 0, 66_000, 99),
+        (None, None, 98, 0, 66_000, 98),
+        (99, None, SEARCH_CAP_TOKENS, 0, 66_000, 98),
+        (99, 66_000, SEARCH_CAP_TOKENS, 0, 66_000, 98),
+        (99, 65_999, SEARCH_CAP_TOKENS, 0, 66_000, 99),  # its budget below the one asked
+        (99, 0, SEARCH_CAP_TOKENS, 0, 66_000, 99),
+        (99, 0, SEARCH_CAP_TOKENS, 0, 0, 0),
+        (50, 66_000, 60, 0, 66_000, 49),
+        (60, 66_000, 50, 0, 66_000, 50),
+        (None, None, SEARCH_CAP_TOKENS, 0, 29_700, 99),  # the budget exactly the last price
+        (None, None, SEARCH_CAP_TOKENS, 0, 29_699, 98),
+        (None, None, SEARCH_CAP_TOKENS, 300, 29_700, 98),  # outputs by wave: one less
+        (None, None, SEARCH_CAP_TOKENS, lambda n: 3 * n, 29_700, 98),
+        (None, None, SEARCH_CAP_TOKENS, lambda n: 3 * n, 29_997, 99),
+        (None, None, SEARCH_CAP_TOKENS, 0, 0, 0),
+    ],
+)  # fmt: skip
+def test_max_tokens_where_the_price_stops_the_oom_the_cap_and_outputs_meet(
+    oom: int | None, oom_budget: int | None, cap: int, outputs: Any, budget: int, expected: int
+) -> None:
+    """Pricer.max_tokens under a policy that stops pricing at 100 tokens (f 1.0), with an
+    OOM wave, a cap, outputs (bytes or by size) and a budget each on the others' edges;
+    admits agrees at the answer and one past it."""
+    pricer = Pricer(StopsPricing, safety_factor=1.0, meter=FixedMeter(0, 0))
+    if oom is not None:
+        with mock.patch.object(gc, "collect", lambda: 0):
+            oom_at(pricer, "train", oom, oom_budget)
+    answer = pricer.max_tokens(
+        "train", budget, cap=cap, output_bytes=outputs, logical_tokens=lambda n: 2 * n
+    )
+    assert answer == expected
+    for n, fits in ((expected, True), (expected + 1, False)):
+        if 1 <= n <= cap:  # admits knows no cap
+            o = outputs(n) if callable(outputs) else outputs
+            assert pricer.admits("train", n, 2 * n, budget_bytes=budget, output_bytes=o) is fits
