@@ -1630,6 +1630,7 @@ def test_the_admission_searchs_cap_and_oom_size_over_every_sign_and_edge(
     from warmfit.replay.admission import largest_admitted
 
     assert largest_admitted(lambda n: n <= 10, cap=cap) == largest
+    assert largest_admitted(lambda n: 1 <= n <= 10, cap=cap) == largest  # no size 0 is asked
     assert max_admitted(lambda n: 300 * n, 66_000, cap=cap) == by_price
     assert max_admitted(lambda n: 300 * n, 66_000, oom_tokens=cap) == below_oom
 
