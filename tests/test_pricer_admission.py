@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import socket
 import warnings
 import weakref
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import numpy as np
 import polars as pl
 import pytest
 import torch
@@ -1386,3 +1388,399 @@ def test_an_oom_wave_bounds_its_packed_tokens_whatever_its_own_logical_ones(
     assert pricer.admits("train", 149, budget_bytes=1_000_000)
     assert not pricer.admits("train", 150, budget_bytes=1_000_000)
     assert pricer.max_tokens("train", 1_000_000) == 149
+
+
+# --- issue 38, tests by pattern round 2 (s6) ---
+
+#: The columns a reading holds, as observe_row's refusals list them.
+LISTED = (
+    "signature, kind, phase, whole, packed_tokens, logical_tokens, output_bytes, "
+    "baseline_bytes, peak_bytes, static_floor_bytes, oom"
+)
+NOT_INT = "must be an integer; got {} of type {} (an int, or a 0-d integer tensor)."
+A_BOOL = "must be an integer; got {} of type bool (a bool is not a count)."
+PAST = "must be below 2**63 (a trace's int64 column); got 9223372036854775808."
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (row(float("nan"), 1_000), "packed_tokens " + NOT_INT.format("nan", "float")),
+        (row(-5, 1_000), "packed_tokens must be > 0; got -5."),
+        (row(10.0, 1_000), "packed_tokens " + NOT_INT.format("10.0", "float")),
+        (row(True, 1_000), "packed_tokens " + A_BOOL.format("True")),
+        (row(10, 1_000, logical_tokens=5), "logical_tokens must be >= packed_tokens (10); got 5."),
+        (row(10, -1), "peak_bytes must be >= 0; got -1."),
+        (row(10, 2**63), "peak_bytes " + PAST),
+        (row(10.0, 1_000, logical_tokens=10), "packed_tokens " + NOT_INT.format("10.0", "float")),
+        (row(10, 1_000, logical_tokens=20.0), "logical_tokens " + NOT_INT.format("20.0", "float")),
+        (row(10, 1_000, output_bytes=0.0), "output_bytes " + NOT_INT.format("0.0", "float")),
+        (row(10, 1_000, baseline_bytes=0.0), "baseline_bytes " + NOT_INT.format("0.0", "float")),
+        (row(10, 1_000.0), "peak_bytes " + NOT_INT.format("1000.0", "float")),
+        (row(10, 1_000, static_floor_bytes=0.0),
+         "static_floor_bytes " + NOT_INT.format("0.0", "float")),
+        (row(0, 1_000), "packed_tokens must be > 0; got 0."),
+        (row(2**63, 1_000, logical_tokens=2**63), "packed_tokens " + PAST),
+        (row(10, 1_000, logical_tokens=2**63), "logical_tokens " + PAST),
+        (row(10, 1_000, output_bytes=2**63), "output_bytes " + PAST),
+        (row(10, 1_000, baseline_bytes=2**63), "baseline_bytes " + PAST),
+        (row(10, 1_000, static_floor_bytes=2**63), "static_floor_bytes " + PAST),
+        (row(10, 1_000, output_bytes=-1), "output_bytes must be >= 0; got -1."),
+        (row(10, 1_000, baseline_bytes=-1), "baseline_bytes must be >= 0; got -1."),
+        (row(10, 1_000, static_floor_bytes=-1), "static_floor_bytes must be >= 0 or None; got -1."),
+        (row(10, 1_000, output_bytes=True), "output_bytes " + A_BOOL.format("True")),
+        (row(10, 1_000, static_floor_bytes=True), "static_floor_bytes " + A_BOOL.format("True")),
+        (row(10, 1_000, kind="fused"),
+         "kind must be one of flat, split_child, dp_rank_forward; got 'fused'."),
+        (row(10, 1_000, kind=None),
+         "kind must be one of flat, split_child, dp_rank_forward; got None."),
+        (row(10, 1_000, phase="backward"), "phase must be one of forward, caller; got 'backward'."),
+        (row(10, 1_000, phase=0), "phase must be one of forward, caller; got 0."),
+        (row(10, 1_000, whole=1), "whole must be a bool; got 1."),
+        (row(10, 1_000, whole=None), "whole must be a bool; got None."),
+        (row(10, 1_000, oom="no"), "oom must be a bool; got 'no'."),
+        (row(10, 1_000, oom=np.int64(0)), "oom must be a bool; got np.int64(0)."),
+        (row(10, 1_000, signature=7), "signature must be a str; got 7."),
+        (row(10, 1_000, signature=b"train"), "signature must be a str; got b'train'."),
+        ([1, 2, 3], f"a reading is a mapping of trace v1 column names to values ({LISTED}); "
+                    "got list."),
+        ("signature", f"a reading is a mapping of trace v1 column names to values ({LISTED}); "
+                      "got str."),
+        (b"signature", f"a reading is a mapping of trace v1 column names to values ({LISTED}); "
+                       "got bytes."),
+        (None, f"a reading is a mapping of trace v1 column names to values ({LISTED}); "
+               "got NoneType."),
+        ({k: v for k, v in row(10, 1_000).items() if k != "static_floor_bytes"},
+         f"the reading has no 'static_floor_bytes' column; a reading maps trace v1 column names "
+         f"to values ({LISTED})."),
+    ],
+)  # fmt: skip
+def test_every_observe_row_refusal_is_whole_and_teaches_nothing(bad: Any, message: str) -> None:
+    """BAD_ROWS' refusals (matched there by a prefix or a fragment), whole, with twins of
+    other types: each names the call, the column, the value's repr and the rule."""
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    pricer.observe_row(row(10, 1_000))
+    with pytest.raises(UsageError) as caught:
+        pricer.observe_row(bad)
+    assert str(caught.value) == "observe_row(): " + message
+    assert pricer.price("train", 10) == 1_000  # unchanged
+
+
+#: Each count column of a reading: the 30,000 B reading of 100 tokens it is set in (max-merge,
+#: f 1.0), then what the reading teaches at 3,300 and at 0 (as price("train", 100, 200,
+#: output_bytes=7, static_floor_bytes=5) after it; a str: the refusal), and its refusal of a
+#: negative value (``{}``).
+ROW_COUNTS: dict[str, tuple[dict[str, Any], int, Any, str]] = {
+    "packed_tokens": (row(100, 30_000, logical_tokens=10_000), 916,
+                      "packed_tokens must be > 0; got 0.", "packed_tokens must be > 0; got {}."),
+    "logical_tokens": (row(100, 30_000), 30_007,
+                       "logical_tokens must be >= packed_tokens (100); got 0.",
+                       "logical_tokens must be >= packed_tokens (100); got {}."),
+    "output_bytes": (row(100, 30_000), 53_407, 60_007, "output_bytes must be >= 0; got {}."),
+    "baseline_bytes": (row(100, 30_000), 53_407, 60_007, "baseline_bytes must be >= 0; got {}."),
+    "peak_bytes": (row(100, 30_000), 6_607, 12, "peak_bytes must be >= 0; got {}."),
+    "static_floor_bytes": (row(100, 30_000), 60_007, 60_007,
+                           "static_floor_bytes must be >= 0 or None; got {}."),
+}  # fmt: skip
+ROW_VALUES = {
+    "3300": 3300, "np.int64(3300)": np.int64(3300), "0": 0, "np.int64(0)": np.int64(0),
+    "-3300": -3300, "np.int64(-3300)": np.int64(-3300), "-2**63": -(2**63), "2**63": 2**63,
+    "3300.0": 3300.0, "np.float64(3300.0)": np.float64(3300.0), "nan": float("nan"),
+    "inf": float("inf"), "'3300'": "3300", "True": True, "False": False, "None": None,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("shown", list(ROW_VALUES))
+@pytest.mark.parametrize("column", list(ROW_COUNTS))
+def test_each_count_column_of_a_reading_over_every_type_and_sign(column: str, shown: str) -> None:
+    """Each count column given each type and sign, the other columns fixed: an int or a
+    numpy int is learned (3,300 and 0 teach what they teach), anything else is refused
+    whole, naming observe_row, the column and the value; None is no floor, and a count
+    for every other column."""
+    base, at_3300, at_zero, negative = ROW_COUNTS[column]
+    value = ROW_VALUES[shown]
+    if value is None and column == "static_floor_bytes":
+        expected: Any = 60_007
+    elif isinstance(value, bool):
+        expected = f"{column} " + A_BOOL.format(value)
+    elif not isinstance(value, int | np.integer):
+        expected = f"{column} " + NOT_INT.format(repr(value), type(value).__name__)
+    elif value >= 2**63:
+        expected = f"{column} {PAST}"
+    elif value < 0:
+        expected = negative.format(int(value))
+    else:
+        expected = at_zero if value == 0 else at_3300
+    pricer = Pricer("max-merge", safety_factor=1.0)
+    if isinstance(expected, str):
+        with pytest.raises(UsageError) as caught:
+            pricer.observe_row({**base, column: value})
+        assert str(caught.value) == "observe_row(): " + expected
+        assert pricer.profiles == {}
+    else:
+        pricer.observe_row({**base, column: value})
+        assert pricer.price("train", 100, 200, output_bytes=7, static_floor_bytes=5) == expected
+
+
+NEGATIVE = "budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got {}."
+NOT_A_SIZE = (
+    "budget_bytes {!r} is not a size: give bytes, or a number with KB, MB, GB, TB, KiB, MiB, "
+    "GiB or TiB (e.g. 128.8GB)."
+)
+
+
+@pytest.mark.parametrize(
+    ("budget", "admits", "oom_tokens", "max_tokens", "kept"),
+    [
+        # admits(10) (priced 3,300 B), oom_tokens (an OOM at 20 under 3,300 B), max_tokens,
+        # and the budget an OOM wave under it keeps
+        (3300, True, 20, 10, 3300),
+        (3299, False, 20, 9, 3299),
+        (3300.0, True, 20, 10, 3300),
+        (3300.5, True, None, 10, 3300.5),
+        ("3300", True, 20, 10, 3300),
+        ("70GiB", True, None, 227_763_417, 75_161_927_680),
+        (np.int64(3300), True, 20, 10, 3300),
+        (np.float64(3300.0), True, 20, 10, 3300),
+        (0, False, 20, 0, 0),
+        (0.0, False, 20, 0, 0),
+        (-0.0, False, 20, 0, 0),
+        (np.int64(0), False, 20, 0, 0),
+        ("0", False, 20, 0, 0),
+        (math.inf, True, None, SEARCH_CAP_TOKENS, math.inf),
+        (2**63, True, None, SEARCH_CAP_TOKENS, 2**63),
+        (None, NEGATIVE.format(None), NEGATIVE.format(None), NEGATIVE.format(None), None),
+        *[(v, *[NEGATIVE.format(shown)] * 4) for v, shown in [
+            (-3300, "-3300"), (-3300.0, "-3300.0"), (np.int64(-3300), "-3300"),
+            (-(2**63), "-9223372036854775808"), (math.nan, "nan"), (-math.inf, "-inf"),
+            (True, "True"), (False, "False"), (1j, "1j"),
+        ]],
+        *[(v, *[NOT_A_SIZE.format(v)] * 4) for v in ["-1", "70 GB of it", "nan"]],
+    ],
+    ids=repr,
+)  # fmt: skip
+def test_every_budget_argument_over_every_type_and_sign(
+    budget: Any, admits: Any, oom_tokens: Any, max_tokens: Any, kept: Any
+) -> None:
+    """admits, oom_tokens, max_tokens and wave take a budget alike (wave takes None too:
+    no budget): an int, a float, a size string, a numpy number, 0 of each, infinity and
+    2**63 are budgets (answers for max-merge at 330 B/token, an OOM at 20 tokens under
+    3,300 B); a negative, NaN, a bool, anything else is refused whole, and a wave
+    refused runs nothing. An OOM wave keeps a whole float budget as an int."""
+    pricer = Pricer("max-merge", safety_factor=1.1, meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 30_000))
+    with mock.patch.object(gc, "collect", lambda: 0):
+        oom_at(pricer, "train", 20, 3300)
+        calls = {
+            "admits": lambda: pricer.admits("train", 10, budget_bytes=budget),
+            "oom_tokens": lambda: pricer.oom_tokens("train", budget),
+            "max_tokens": lambda: pricer.max_tokens("train", budget),
+            "kept": lambda: (oom_at(pricer, "train", 30, budget), pricer.ooms[-1].budget_bytes)[1],
+        }
+        for name, expected in zip(calls, (admits, oom_tokens, max_tokens, kept), strict=True):
+            if isinstance(expected, str):
+                with pytest.raises(UsageError) as caught:
+                    calls[name]()
+                assert str(caught.value) == expected, name
+                assert len(pricer.ooms) == 1  # a wave refused ran nothing
+            else:
+                answer = calls[name]()
+                assert answer == expected and type(answer) is type(expected), name
+
+
+TAIL = (
+    " Is the signature mistyped, or are its waves not measured (Pricer.wave, or an enabled "
+    "Recorder(pricer=...))?"
+)
+LIVE = (
+    "warmfit: the Pricer has been taught {} readings, none of signature 'trian': it has no "
+    "price for it and admits none of its waves. It knows {}." + TAIL
+)
+TEN = ", ".join(f"'s{i:02d}'" for i in range(10))
+
+
+def live_pricer(signatures: list[str], ask: Any) -> Pricer:
+    """A Pricer taught one reading of each signature, asked about 'trian' once before
+    (no warning: perhaps a new signature), then taught one more reading of the first."""
+    pricer = Pricer("max-merge")
+    for signature in signatures:
+        pricer.observe_row(row(10, 1_000, signature=signature))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ask(pricer)
+    pricer.observe_row(row(10, 1_000, signature=signatures[0]))
+    return pricer
+
+
+ASKS = {
+    "price": lambda p: p.price("trian", 10),
+    "admits": lambda p: p.admits("trian", 10, budget_bytes=10**9),
+    "max_tokens": lambda p: p.max_tokens("trian", 10**9),
+}
+
+
+@pytest.mark.parametrize("ask", list(ASKS))
+@pytest.mark.parametrize(
+    ("signatures", "message"),
+    [
+        (["train"], LIVE.format(2, "'train'")),
+        (["train", "eval"], LIVE.format(3, "'eval', 'train'")),
+        (["b", "a"], LIVE.format(3, "'a', 'b'")),
+        ([f"s{i:02d}" for i in range(10)], LIVE.format(11, TEN)),
+        ([f"s{i:02d}" for i in range(11)], LIVE.format(12, TEN + " (and 1 more)")),
+        ([f"s{i:02d}" for i in reversed(range(12))], LIVE.format(13, TEN + " (and 2 more)")),
+    ],
+    ids=["one", "two", "learned out of order", "ten", "eleven", "twelve reversed"],
+)
+def test_the_live_unknown_signature_warning_is_whole_whichever_call_asks(
+    signatures: list[str], message: str, ask: str
+) -> None:
+    """The warning the older tests match in part, whole, given by price, admits and
+    max_tokens alike: the readings taught (the first ask's kept, the warning at the ask
+    after a reading), the known signatures sorted, ten then how many more; said once."""
+    pricer = live_pricer(signatures, ASKS[ask])
+    with pytest.warns(PricerWarning) as caught:
+        ASKS[ask](pricer)
+    assert [str(w.message) for w in caught] == [message]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ASKS[ask](pricer)
+
+
+@pytest.mark.parametrize("ask", list(ASKS))
+def test_the_warm_start_warning_is_whole_whichever_call_asks(tmp_path: Path, ask: str) -> None:
+    trace = tmp_path / "two.parquet"
+    write_trace(readings_frame([dict(seq=i, wave=i, signature=s, packed_tokens=10,
+                                     logical_tokens=10, peak_bytes=1_000, whole=True)
+                                for i, s in enumerate(["train", "eval"])]), trace)  # fmt: skip
+    pricer = Pricer.from_trace(trace, "max-merge")
+    with pytest.warns(PricerWarning) as caught:
+        ASKS[ask](pricer)
+    assert [str(w.message) for w in caught] == [
+        "warmfit: the trace it was warm-started from has no reading of signature 'trian': it "
+        "has no price for it and admits none of its waves. It knows 'eval', 'train'." + TAIL
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cap", "largest", "by_price", "below_oom"),
+    [
+        # largest_admitted(n <= 10, cap), max_admitted(300 n, 66,000 B, cap=cap),
+        # max_admitted(300 n, 66,000 B, oom_tokens=cap)
+        (5, 5, 5, 4), (np.int64(5), 5, 5, 4), (1, 1, 1, 0), (2, 2, 2, 1), (0, 0, 0, 0),
+        (np.int64(0), 0, 0, 0), (-1, 0, 0, 0), (-(2**63), 0, 0, 0), (10, 10, 10, 9),
+        (11, 10, 11, 10), (220, 10, 220, 219), (221, 10, 220, 220), (222, 10, 220, 220),
+        (2**63, 10, 220, 220),
+    ],
+    ids=repr,
+)  # fmt: skip
+def test_the_admission_searchs_cap_and_oom_size_over_every_sign_and_edge(
+    cap: int, largest: int, by_price: int, below_oom: int
+) -> None:
+    from warmfit.replay.admission import largest_admitted
+
+    assert largest_admitted(lambda n: n <= 10, cap=cap) == largest
+    assert largest_admitted(lambda n: 1 <= n <= 10, cap=cap) == largest  # no size 0 is asked
+    assert max_admitted(lambda n: 300 * n, 66_000, cap=cap) == by_price
+    assert max_admitted(lambda n: 300 * n, 66_000, oom_tokens=cap) == below_oom
+
+
+@pytest.mark.parametrize(
+    ("budget", "admitted", "bound"),
+    [
+        # max_admitted(300 n, budget); oom_bound([(100, 66,000 B), (200, no budget)], budget)
+        (66_000, 220, 100), (65_999, 219, 100), (66_000.0, 220, 100), (65_999.5, 219, 100),
+        (66_000.5, 220, 200), (np.int64(66_000), 220, 100), (np.float64(66_000.0), 220, 100),
+        (0, 0, 100), (0.0, 0, 100), (300, 1, 100), (299.9, 0, 100), (-1, 0, 100),
+        (math.nan, 0, 200), (math.inf, SEARCH_CAP_TOKENS, 200), (2**63, SEARCH_CAP_TOKENS, 200),
+    ],
+    ids=repr,
+)  # fmt: skip
+def test_the_admission_functions_budget_over_every_type_and_edge(
+    budget: float, admitted: int, bound: int
+) -> None:
+    """A budget a price meets exactly admits it, a byte less does not; NaN admits nothing
+    and is bounded only by the OOM of no budget; an OOM under 66,000 B bounds 66,000 B and
+    less, never 66,000.5 B."""
+    assert max_admitted(lambda n: 300 * n, budget) == admitted
+    assert oom_bound([(100, 66_000), (200, None)], budget) == bound
+
+
+@pytest.mark.parametrize(
+    ("none_from", "oom", "cap", "expected"),
+    [
+        # 300 B/token, no price from `none_from` tokens on; 66,000 B (220 tokens by price)
+        (1, None, SEARCH_CAP_TOKENS, None), (1, 5, 3, None), (2, None, SEARCH_CAP_TOKENS, 1),
+        (100, None, SEARCH_CAP_TOKENS, 99), (100, 100, SEARCH_CAP_TOKENS, 99),
+        (100, 99, SEARCH_CAP_TOKENS, 98), (100, 101, 100, 99), (100, None, 99, 99),
+        (100, None, 98, 98), (100, 50, 60, 49), (100, 60, 50, 50), (221, None, 2**40, 220),
+        (220, None, 2**40, 219), (222, 221, 221, 220), (10**6, 150, 150, 149),
+        (10**6, 151, 150, 150), (10**6, 150, 149, 149), (10**6, 1, 10, 0), (10**6, 2, 1, 1),
+    ],
+)  # fmt: skip
+def test_max_admitted_where_the_price_stops_the_oom_and_the_cap_meet(
+    none_from: int, oom: int | None, cap: int, expected: int | None
+) -> None:
+    """The three bounds drawn together onto each other's edges: a policy that stops
+    pricing partway (None from some size: not admitted, and no price at 1 is None), the
+    OOM size (one below is the most), the cap (the most itself), and the budget."""
+
+    def estimate(n: int) -> int | None:
+        return 300 * n if n < none_from else None
+
+    assert max_admitted(estimate, 66_000, oom, cap) == expected
+
+
+class StopsPricing(WarmFit):
+    """300 B a packed token (the Pricer adds the outputs), no price from 100 packed tokens
+    on; learns nothing."""
+
+    name = "stops-pricing"
+
+    def price(self, request: PriceRequest) -> float | None:
+        n = request.packed_tokens
+        return 300 * n if n < 100 else None
+
+    def observe(self, reading: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("oom", "oom_budget", "cap", "outputs", "budget", "expected"),
+    [
+        (None, None, SEARCH_CAP_TOKENS, 0, 66_000, 99),
+        (None, None, 99, 0, 66_000, 99),
+        (None, None, 98, 0, 66_000, 98),
+        (99, None, SEARCH_CAP_TOKENS, 0, 66_000, 98),
+        (99, 66_000, SEARCH_CAP_TOKENS, 0, 66_000, 98),
+        (99, 65_999, SEARCH_CAP_TOKENS, 0, 66_000, 99),  # its budget below the one asked
+        (99, 0, SEARCH_CAP_TOKENS, 0, 66_000, 99),
+        (99, 0, SEARCH_CAP_TOKENS, 0, 0, 0),
+        (50, 66_000, 60, 0, 66_000, 49),
+        (60, 66_000, 50, 0, 66_000, 50),
+        (None, None, SEARCH_CAP_TOKENS, 0, 29_700, 99),  # the budget exactly the last price
+        (None, None, SEARCH_CAP_TOKENS, 0, 29_699, 98),
+        (None, None, SEARCH_CAP_TOKENS, 300, 29_700, 98),  # outputs by wave: one less
+        (None, None, SEARCH_CAP_TOKENS, lambda n: 3 * n, 29_700, 98),
+        (None, None, SEARCH_CAP_TOKENS, lambda n: 3 * n, 29_997, 99),
+        (None, None, SEARCH_CAP_TOKENS, 0, 0, 0),
+    ],
+)  # fmt: skip
+def test_max_tokens_where_the_price_stops_the_oom_the_cap_and_outputs_meet(
+    oom: int | None, oom_budget: int | None, cap: int, outputs: Any, budget: int, expected: int
+) -> None:
+    """Pricer.max_tokens under a policy that stops pricing at 100 tokens (f 1.0), with an
+    OOM wave, a cap, outputs (bytes or by size) and a budget each on the others' edges;
+    admits agrees at the answer and one past it."""
+    pricer = Pricer(StopsPricing, safety_factor=1.0, meter=FixedMeter(0, 0))
+    if oom is not None:
+        with mock.patch.object(gc, "collect", lambda: 0):
+            oom_at(pricer, "train", oom, oom_budget)
+    answer = pricer.max_tokens(
+        "train", budget, cap=cap, output_bytes=outputs, logical_tokens=lambda n: 2 * n
+    )
+    assert answer == expected
+    for n, fits in ((expected, True), (expected + 1, False)):
+        if 1 <= n <= cap:  # admits knows no cap
+            o = outputs(n) if callable(outputs) else outputs
+            assert pricer.admits("train", n, 2 * n, budget_bytes=budget, output_bytes=o) is fits

@@ -501,7 +501,7 @@ class Pricer:
                     f"must be a number of bytes >= 0 or a size such as '70GiB'; got {value!r}.",
                     argument="budget_bytes",
                 )
-            return value
+            return float(value)  # a numpy float too: admits() answers a bool, not numpy.bool
         return _budget_bytes(value)
 
     def oom_tokens(
