@@ -1128,6 +1128,8 @@ NOT_POSITIVE = "safety_factor must be a positive number (1.1 adds a 10% margin);
     ("shown", "expected"),
     [
         ("3300", 3300.0), ("3300.0", 3300.0), ("np.float64(3300.0)", 3300.0),
+        ("np.int64(3300)", 3300.0), ("np.int64(-3300)", NOT_POSITIVE.format("-3300")),
+        ("np.int64(0)", NOT_POSITIVE.format("0")),
         ("3300.5", 3300.5), ("2**63", 9.223372036854776e18),
         ("'3300'", NOT_A_NUMBER.format("'3300'")), ("'70GiB'", NOT_A_NUMBER.format("'70GiB'")),
         ("'-1'", NOT_A_NUMBER.format("'-1'")), ("True", NOT_A_NUMBER.format("True")),
@@ -1144,8 +1146,8 @@ def test_the_safety_factor_over_every_type_and_sign(
 ) -> None:
     """Pricer() and from_trace() take a safety factor alike: a positive int or float is
     kept as a float and prices by it (1,000 B learned, times f), anything else refused
-    whole before the trace is read. (A numpy integer is refused as not a number while a
-    numpy float is taken: left out, see s6's notes.)"""
+    whole before the trace is read. A numpy integer is a number like a numpy float (it
+    was refused as "not a number" while a numpy float was taken)."""
     value = TYPED[shown]
     trace = tmp_path / "one.parquet"
     write_trace(readings_frame([dict(seq=0, wave=0, signature="s", packed_tokens=10,

@@ -35,6 +35,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from numbers import Real
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -160,7 +161,8 @@ class Pricer:
     ) -> None:
         #: The policy class every profile is an instance of.
         self.policy: type[Policy] = _policy_class(policy)
-        if isinstance(safety_factor, bool) or not isinstance(safety_factor, int | float):
+        # any real number (a numpy int or float too), not a bool: True is no margin
+        if isinstance(safety_factor, bool) or not isinstance(safety_factor, Real):
             raise UsageError(
                 f"must be a number (1.1 adds a 10% margin); got {safety_factor!r}.",
                 argument="safety_factor",
