@@ -162,7 +162,8 @@ class Pricer:
         #: The policy class every profile is an instance of.
         self.policy: type[Policy] = _policy_class(policy)
         # any real number (a numpy int or float too), not a bool: True is no margin
-        if isinstance(safety_factor, bool) or not isinstance(safety_factor, Real):
+        given: object = safety_factor  # as the caller passed it, whatever its annotation
+        if isinstance(given, bool) or not isinstance(given, Real):
             raise UsageError(
                 f"must be a number (1.1 adds a 10% margin); got {safety_factor!r}.",
                 argument="safety_factor",
