@@ -28,8 +28,9 @@ price is kept in :attr:`BudgetSampler.waves`. Only an enabled recorder
 teaches the pricer (one that records nothing tells its pricer nothing): when
 :data:`UNTAUGHT_WAVES` waves in a row were packed at the first-wave size (no
 price; a sample yielded alone at an OOM size neither counts nor breaks the run),
-a :class:`SamplerWarning` says so; when those waves ran out of memory (an OOM wave teaches nothing), it
-says that instead and asks for a smaller ``first_wave_tokens``.
+a :class:`SamplerWarning` says so; when those waves ran out of memory (an OOM
+wave teaches nothing), it says that instead and asks for a smaller
+``first_wave_tokens``.
 
 **Each wave must be packed after the previous one ran.** A ``DataLoader``
 asks its batch sampler for a wave when it needs that wave's data; a loader
