@@ -1166,3 +1166,92 @@ def test_the_safety_factor_over_every_type_and_sign(
         if expected < 10**6:
             pricer.observe_row(row(10, 1_000, signature="s"))  # from_trace learned it already
             assert pricer.price("s", 10) == int(1_000 * expected)
+
+
+# --- fresh audit of 12-06 (fa8) ---
+
+#: A numpy or torch bool given as a count, as each Pricer call refuses it.
+NOT_A_COUNT = "{} must be an integer; got {} of type {} (a bool is not a count)."
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda torch: Pricer().price("s", np.True_),
+         NOT_A_COUNT.format("packed_tokens", "np.True_", "bool")),
+        (lambda torch: Pricer().price("s", 10, np.bool_(True)),
+         NOT_A_COUNT.format("logical_tokens", "np.True_", "bool")),
+        (lambda torch: Pricer().price("s", 10, output_bytes=np.False_),
+         NOT_A_COUNT.format("output_bytes", "np.False_", "bool")),
+        (lambda torch: Pricer().price("s", 10, static_floor_bytes=np.True_),
+         NOT_A_COUNT.format("static_floor_bytes", "np.True_", "bool")),
+        (lambda torch: Pricer().admits("s", np.True_, budget_bytes=10),
+         NOT_A_COUNT.format("packed_tokens", "np.True_", "bool")),
+        (lambda torch: Pricer().max_tokens("s", 10, cap=np.True_),
+         NOT_A_COUNT.format("cap", "np.True_", "bool")),
+        (lambda torch: Pricer().observe_row(row(10, 1_000, peak_bytes=np.True_)),
+         "observe_row(): " + NOT_A_COUNT.format("peak_bytes", "np.True_", "bool")),
+        (lambda torch: Pricer().price("s", torch.tensor(True)),
+         NOT_A_COUNT.format("packed_tokens", "tensor(True)", "Tensor")),
+        (lambda torch: Pricer().price("s", 10, output_bytes=torch.tensor(False)),
+         NOT_A_COUNT.format("output_bytes", "tensor(False)", "Tensor")),
+        (lambda torch: Pricer().observe_row(row(10, 1_000, logical_tokens=torch.tensor(True))),
+         "observe_row(): " + NOT_A_COUNT.format("logical_tokens", "tensor(True)", "Tensor")),
+    ],
+)  # fmt: skip
+def test_a_numpy_or_tensor_bool_is_refused_as_no_count_word_for_word(
+    call: Any, message: str
+) -> None:
+    """A numpy bool or a bool tensor is refused as a bool ("a bool is not a count"), as a
+    Python bool is: not with the hint of a value of no integer type (an int, or a 0-d
+    integer tensor), and never with an AttributeError (a torch dtype has no ``kind``)."""
+    import torch
+
+    with pytest.raises(UsageError) as caught:
+        call(torch)
+    assert str(caught.value) == message
+
+
+def test_a_0d_integer_tensor_is_a_count_as_the_docs_say() -> None:
+    """docs/reference/pricer.md: counts may be any integer (numpy.int64, a 0-d integer
+    tensor). A tensor was an AttributeError ('torch.dtype' object has no attribute 'kind')
+    in every call and reading. Learned 300 B/token (30,000 B over 100 tokens, whole):
+    200 tokens and 1,000 output bytes price (1,000 + 60,000) * 1.1 = 67,100 B; with a
+    floor of 100,000 B, (1,000 + 100,000) * 1.1 = 111,100 B."""
+    import torch
+
+    pricer = Pricer("max-merge", safety_factor=1.1)
+    pricer.observe_row(
+        row(torch.tensor(100), torch.tensor(30_000), logical_tokens=torch.tensor(100),
+            output_bytes=torch.tensor(0), baseline_bytes=torch.tensor(0),
+            whole=torch.tensor(True), oom=torch.tensor(False))
+    )  # fmt: skip
+    assert pricer.price("train", 100) == 33_000
+    t = torch.tensor
+    assert pricer.price("train", t(200), t(200), output_bytes=t(1_000)) == 67_100
+    assert pricer.price("train", t(200), output_bytes=1_000, static_floor_bytes=t(100_000)) == (
+        111_100
+    )
+    assert pricer.admits("train", t(200), budget_bytes=67_100, output_bytes=t(1_000)) is True
+    assert pricer.admits("train", t(201), budget_bytes=67_100, output_bytes=t(1_000)) is False
+    assert pricer.max_tokens("train", 66_000, cap=t(1_000)) == 200
+
+
+@pytest.mark.parametrize(
+    ("call", "packed"),
+    [
+        (lambda: Pricer(BrokenPrice).price("s", 10, 20), 10),
+        (lambda: Pricer(BrokenPrice).price("s", 10, 20, output_bytes=5, kind="split_child"), 10),
+        (lambda: Pricer(BrokenPrice).admits("s", 7, 70, budget_bytes=10**9), 7),
+        (lambda: Pricer(BrokenPrice).max_tokens("s", 10**9, logical_tokens=lambda n: 3 * n), 1),
+    ],
+)
+def test_a_policy_failing_in_price_is_named_with_the_packed_count(call: Any, packed: int) -> None:
+    """The PolicyError of a policy that fails in price() names the wave's PACKED tokens,
+    whatever its logical tokens (the word-for-word table above keeps them equal)."""
+    with pytest.raises(PolicyError) as caught:
+        call()
+    assert str(caught.value) == (
+        f"policy 'broken-price' failed in price() on a wave of 's' ({packed} packed tokens): "
+        "ZeroDivisionError: oops. Fix the policy's code."
+    )

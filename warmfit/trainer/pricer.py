@@ -86,6 +86,13 @@ ROW_COLUMNS = (
 )  # fmt: skip
 
 
+def _bool_dtype(value: object) -> bool:
+    """Whether ``value`` is a numpy bool or a bool tensor (a torch dtype has no ``kind``:
+    a 0-d integer tensor is a count, not an AttributeError)."""
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and (getattr(dtype, "kind", None) == "b" or str(dtype) == "torch.bool")
+
+
 def _count(value: object, argument: str, where: str = "") -> int:
     """A token count or byte size as the trace's int64 columns take it: an integer (not a
     bool, not a float) below 2**63, or a UsageError naming ``argument`` (after ``where``,
@@ -96,7 +103,7 @@ def _count(value: object, argument: str, where: str = "") -> int:
             return UsageError(f"{where}{argument} {problem}")
         return UsageError(problem, argument=argument)
 
-    if isinstance(value, bool) or (hasattr(value, "dtype") and value.dtype.kind == "b"):
+    if isinstance(value, bool) or _bool_dtype(value):
         return_type = type(value).__name__
         raise refused(
             f"must be an integer; got {value!r} of type {return_type} (a bool is not a count)."
@@ -329,7 +336,7 @@ class Pricer:
             raise UsageError(f"{where}phase must be one of {', '.join(PHASES)}; got {phase!r}.")
         flags = []
         for name, flag in (("whole", whole), ("oom", oom)):
-            if type(flag) is not bool and not (hasattr(flag, "dtype") and flag.dtype.kind == "b"):
+            if type(flag) is not bool and not _bool_dtype(flag):
                 raise UsageError(f"{where}{name} must be a bool; got {flag!r}.")
             flags.append(bool(flag))
         names = ("packed_tokens", "logical_tokens", "output_bytes", "baseline_bytes", "peak_bytes")
