@@ -1796,6 +1796,8 @@ def test_import_misses_equals_a_plain_reading_of_every_deciding_field(
         (35, 1.1, 38),  # 38.5: half to even
         (3, 1.5, 4),  # 4.5
         (10_000_007, 1.1, 11_000_008),  # 11,000,007.7
+        (55, 1.1, 60),  # 60.5 as written (the double 60.50000000000001 gave 61)
+        (45, 0.7, 32),  # 31.5 as written (the double 31.499999999999996 gave 31)
     ],
 )
 def test_the_net_prediction_times_the_factor_is_exact_as_written(

@@ -1056,6 +1056,12 @@ def test_every_refusal_of_a_mapping_key_is_named_whole_with_exit_2(
             "{map}: no row of {csv} passes [filter] (2 rows read); nothing to write. Check the "
             "filter's columns and values.",
         ),
+        (  # a count of rows with its thousands separated
+            "n,peak\n" + "1,5\n" * 1000,
+            '[filter]\nn = "9"\n' + GOOD,
+            "{map}: no row of {csv} passes [filter] (1,000 rows read); nothing to write. Check "
+            "the filter's columns and values.",
+        ),
         (  # one row: "1 row read"
             "n,peak\n1,5\n",
             '[filter]\nn = "9"\n' + GOOD,
