@@ -37,30 +37,41 @@ def test_a_reserve_not_a_fraction_below_1_is_refused_before_torch_is_asked(reser
         device_budget(reserve=reserve)
 
 
-#: Each device's free bytes in :class:`TwoDevices`.
+#: Each device's free bytes in :func:`two_devices`.
 FREE = {0: 3 * GB, 1: 5 * GB}
 
 
-class TwoDevices:
-    """torch.cuda's counters for two devices, the current one device 1: 10 GB each;
-    device 0 has 3 GB free, device 1 5 GB; both hold 2 GB reserved, of which
-    ``allocated`` is in use."""
+class Devices:
+    """torch.cuda's counters, each device's own: ``free``, ``total``, ``reserved`` and
+    ``allocated`` bytes by index; the current device is ``current``."""
 
-    def __init__(self, allocated: int) -> None:
-        self.allocated = allocated
+    def __init__(self, current: int, **counters: dict[int, int]) -> None:
+        self.current = current
+        self.counters = counters
 
     def apply(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        c = self.counters
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
-        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (FREE[i], 10 * GB))
-        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: 2 * GB)
-        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i: self.allocated)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (c["free"][i], c["total"][i]))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: c["reserved"][i])
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i: c["allocated"][i])
+
+
+def two_devices(allocated: int) -> Devices:
+    """Two devices, the current one device 1: 10 GB each; device 0 has 3 GB free, device 1
+    5 GB; both hold 2 GB reserved, of which ``allocated`` is in use."""
+    both = {0: 2 * GB, 1: 2 * GB}
+    return Devices(
+        1, free=FREE, total={0: 10 * GB, 1: 10 * GB}, reserved=both,
+        allocated={0: allocated, 1: allocated},
+    )  # fmt: skip
 
 
 def test_the_device_asked_is_the_one_named_else_the_current_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    TwoDevices(allocated=GB // 2).apply(monkeypatch)
+    two_devices(GB // 2).apply(monkeypatch)
     # free + (2 GB reserved - 0.5 GB allocated) - 3% of 10 GB
     assert device_budget() == 5 * GB + 1_500_000_000 - 300_000_000
     assert device_budget(device="cuda") == device_budget()  # no index: the current one
@@ -70,9 +81,9 @@ def test_the_device_asked_is_the_one_named_else_the_current_one(
 
 
 def test_no_reusable_memory_adds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    TwoDevices(allocated=2 * GB).apply(monkeypatch)  # every reserved byte in use
+    two_devices(2 * GB).apply(monkeypatch)  # every reserved byte in use
     assert device_budget(reserve=0) == 5 * GB
-    TwoDevices(allocated=3 * GB).apply(monkeypatch)  # more allocated than reserved: not less
+    two_devices(3 * GB).apply(monkeypatch)  # more allocated than reserved: not less
     assert device_budget(reserve=0) == 5 * GB
 
 
@@ -146,7 +157,7 @@ def test_a_reserve_larger_than_what_is_free_leaves_a_budget_of_zero(
     """Device 1 has 5 GB free of 10 GB, every reserved byte in use: a reserve of 60% (6
     GB) is more than is free, so the budget is 0 bytes (5 - 6 = -1 GB is no budget),
     and at 50% exactly 0 too (5 - 5); at 40%, 1 GB."""
-    TwoDevices(allocated=2 * GB).apply(monkeypatch)
+    two_devices(2 * GB).apply(monkeypatch)
     assert device_budget(reserve=0.6) == 0
     assert device_budget(reserve=0.5) == 0
     assert device_budget(reserve=0.4) == GB
@@ -206,23 +217,6 @@ def test_no_cuda_device_is_refused_word_for_word(monkeypatch: pytest.MonkeyPatch
         "device_budget(): no CUDA device to read a budget from; give the budget in bytes (or "
         "a size such as '70GiB') instead."
     )
-
-
-class Devices:
-    """torch.cuda's counters, each device's own: ``free``, ``total``, ``reserved`` and
-    ``allocated`` bytes by index; the current device is ``current``."""
-
-    def __init__(self, current: int, **counters: dict[int, int]) -> None:
-        self.current = current
-        self.counters = counters
-
-    def apply(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        c = self.counters
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
-        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (c["free"][i], c["total"][i]))
-        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: c["reserved"][i])
-        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i: c["allocated"][i])
 
 
 #: Device 0: 80 GB, 10 GB free, 6 GB reserved of which 1 GB allocated; device 1: 40 GB
