@@ -505,9 +505,14 @@ def test_require_refuses_a_row_its_expression_makes_null(tmp_path: Path) -> None
     )
 
 
-def import_with(tmp_path: Path, table: str, mapping_text: str) -> tuple[int, str, Path]:
+def import_with(tmp_path: Path, table: str | bytes, mapping_text: str) -> tuple[int, str, Path]:
+    """``import table`` of ``table`` (text, or bytes as written) as t.csv through the
+    mapping ``mapping_text``: its exit code, output and the table's path."""
     csv_path = tmp_path / "t.csv"
-    csv_path.write_text(table)
+    if isinstance(table, bytes):
+        csv_path.write_bytes(table)
+    else:
+        csv_path.write_text(table)
     mapping = tmp_path / "m.toml"
     mapping.write_text(mapping_text)
     out = tmp_path / "o.parquet"
@@ -1170,24 +1175,9 @@ def test_every_refusal_of_a_table_row_or_expression_is_named_whole_with_exit_2(
     tmp_path: Path, table: str | bytes, text: str, message: str
 ) -> None:
     csv_path, mapping = tmp_path / "t.csv", tmp_path / "m.toml"
-    if isinstance(table, bytes):
-        csv_path.write_bytes(table)
-        table = ""
-    code, output, _ = import_with(tmp_path, table, text) if table else _import_bytes(tmp_path, text)
+    code, output, _ = import_with(tmp_path, table, text)
     assert code == 2
     assert output == f"warmfit: error: {message.format(map=mapping, csv=csv_path)}\n"
-
-
-def _import_bytes(tmp_path: Path, text: str) -> tuple[int, str, Path]:
-    """import_with on t.csv as already written (bytes that are no UTF-8 text)."""
-    mapping = tmp_path / "m.toml"
-    mapping.write_text(text)
-    out = tmp_path / "o.parquet"
-    result = CliRunner().invoke(
-        app, ["import", "table", str(tmp_path / "t.csv"), "--map", str(mapping), "-o", str(out)]
-    )
-    assert not out.exists()
-    return result.exit_code, result.output, tmp_path / "t.csv"
 
 
 def _baseline_warning(run: str, share: str, runs: str) -> str:
