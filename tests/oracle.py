@@ -715,3 +715,18 @@ def sweep(
             row["points"] = points
             out.append(row)
     return out
+
+
+def unknown_signature_warning(taught: int, signature: str, known: list[str]) -> str:
+    """The PricerWarning of docs/reference/pricer.md ("A signature it was never taught"),
+    word for word, for a Pricer learning live."""
+    shown = ", ".join(map(repr, known[:10])) + (
+        f" (and {len(known) - 10} more)" if len(known) > 10 else ""
+    )
+    return (
+        f"warmfit: the Pricer has been taught {taught:,} readings, none of signature "
+        f"{signature!r}: it has no price for it and admits none of its waves. "
+        + (f"It knows {shown}." if known else "It knows no signature yet.")
+        + " Is the signature mistyped, or are its waves not measured (Pricer.wave, or an "
+        "enabled Recorder(pricer=...))?"
+    )

@@ -39,6 +39,7 @@ from warmfit.trainer import device_budget
 from warmfit.trainer.pricer import OomWave, Pricer, PricerWarning
 
 from .fixed_meter import FixedMeter
+from .oracle import unknown_signature_warning
 from .strategies import examples, traces
 
 REPO = Path(__file__).resolve().parent.parent
@@ -1588,15 +1589,8 @@ def test_every_budget_argument_over_every_type_and_sign(
                 assert answer == expected and type(answer) is type(expected), name
 
 
-TAIL = (
-    " Is the signature mistyped, or are its waves not measured (Pricer.wave, or an enabled "
-    "Recorder(pricer=...))?"
-)
-LIVE = (
-    "warmfit: the Pricer has been taught {} readings, none of signature 'trian': it has no "
-    "price for it and admits none of its waves. It knows {}." + TAIL
-)
-TEN = ", ".join(f"'s{i:02d}'" for i in range(10))
+#: Ten, eleven and twelve known signatures, sorted (the warning lists ten, then counts).
+TEN, ELEVEN, TWELVE = ([f"s{i:02d}" for i in range(n)] for n in (10, 11, 12))
 
 
 def live_pricer(signatures: list[str], ask: Any) -> Pricer:
@@ -1623,12 +1617,15 @@ ASKS = {
 @pytest.mark.parametrize(
     ("signatures", "message"),
     [
-        (["train"], LIVE.format(2, "'train'")),
-        (["train", "eval"], LIVE.format(3, "'eval', 'train'")),
-        (["b", "a"], LIVE.format(3, "'a', 'b'")),
-        ([f"s{i:02d}" for i in range(10)], LIVE.format(11, TEN)),
-        ([f"s{i:02d}" for i in range(11)], LIVE.format(12, TEN + " (and 1 more)")),
-        ([f"s{i:02d}" for i in reversed(range(12))], LIVE.format(13, TEN + " (and 2 more)")),
+        (["train"], unknown_signature_warning(2, "trian", ["train"])),
+        (["train", "eval"], unknown_signature_warning(3, "trian", ["eval", "train"])),
+        (["b", "a"], unknown_signature_warning(3, "trian", ["a", "b"])),
+        ([f"s{i:02d}" for i in range(10)], unknown_signature_warning(11, "trian", TEN)),
+        ([f"s{i:02d}" for i in range(11)], unknown_signature_warning(12, "trian", ELEVEN)),
+        (
+            [f"s{i:02d}" for i in reversed(range(12))],
+            unknown_signature_warning(13, "trian", TWELVE),
+        ),
     ],
     ids=["one", "two", "learned out of order", "ten", "eleven", "twelve reversed"],
 )
@@ -1658,7 +1655,9 @@ def test_the_warm_start_warning_is_whole_whichever_call_asks(tmp_path: Path, ask
         ASKS[ask](pricer)
     assert [str(w.message) for w in caught] == [
         "warmfit: the trace it was warm-started from has no reading of signature 'trian': it "
-        "has no price for it and admits none of its waves. It knows 'eval', 'train'." + TAIL
+        "has no price for it and admits none of its waves. It knows 'eval', 'train'. Is the "
+        "signature mistyped, or are its waves not measured (Pricer.wave, or an enabled "
+        "Recorder(pricer=...))?"
     ]
 
 

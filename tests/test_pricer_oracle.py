@@ -184,21 +184,6 @@ LONE_OOM, LONE_SPLIT = "x/oom", "x/split"
 ASKED = ["s", "t", "moe/L8", "ü", LONE_OOM, LONE_SPLIT, "never"]
 
 
-def unknown_signature_warning(taught: int, signature: str, known: list[str]) -> str:
-    """The PricerWarning of docs/reference/pricer.md ("A signature it was never taught"),
-    word for word, for a Pricer learning live."""
-    shown = ", ".join(map(repr, known[:10])) + (
-        f" (and {len(known) - 10} more)" if len(known) > 10 else ""
-    )
-    return (
-        f"warmfit: the Pricer has been taught {taught:,} readings, none of signature "
-        f"{signature!r}: it has no price for it and admits none of its waves. "
-        + (f"It knows {shown}." if known else "It knows no signature yet.")
-        + " Is the signature mistyped, or are its waves not measured (Pricer.wave, or an "
-        "enabled Recorder(pricer=...))?"
-    )
-
-
 @settings(max_examples=examples(30))
 @given(
     oracle_traces(max_waves=6),
@@ -242,7 +227,7 @@ def test_one_pricer_fed_every_stream_in_any_order_prices_and_warns_as_a_plain_mo
                 first_ask[sig] = taught
             elif first_ask[sig] < taught:
                 warned.add(sig)
-                expected.append(unknown_signature_warning(taught, sig, sorted(profiles)))
+                expected.append(oracle.unknown_signature_warning(taught, sig, sorted(profiles)))
         p = profiles[sig].price(n, m) if sig in profiles else None
         try:
             want: object = oracle.estimate(p, o, None if s is None else int(s), f)[0]
