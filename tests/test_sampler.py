@@ -847,6 +847,7 @@ def untaught_message(
         st.sampled_from(["train/GPT2", "eval", "train/Llama", "a"]), unique=True, max_size=3
     ),
 )
+@mock.patch.object(pricer_module, "_free", lambda tb: None)  # no gc.collect() per OOM
 def test_oracle_each_sample_once_in_waves_within_the_budget_that_one_more_would_not_fit(
     lengths: list[int],
     rate: int,
@@ -878,30 +879,6 @@ def test_oracle_each_sample_once_in_waves_within_the_budget_that_one_more_would_
     warned of; a priced wave fits the budget, stays below the bound, and the next sample
     would break one of them; an unpriced wave fits the first-wave size and the next
     sample would not (or would reach the bound). Every warning, word for word, in order."""
-    with mock.patch.object(pricer_module, "_free", lambda tb: None):  # no gc.collect() per OOM
-        check_the_sampler_against_a_plain_model(
-            lengths, rate, multiple, out_rate, taught_at_start, first, budget_at, budget_offset,
-            earlier_ooms, fits, shuffle, seed, epochs, unmeasured, others,
-        )  # fmt: skip
-
-
-def check_the_sampler_against_a_plain_model(
-    lengths: list[int],
-    rate: int,
-    multiple: int | None,
-    out_rate: int | None,
-    taught_at_start: bool,
-    first: tuple[str, int],
-    budget_at: int,
-    budget_offset: int,
-    earlier_ooms: list[tuple[int, int, str]],
-    fits: int | None,
-    shuffle: bool,
-    seed: int,
-    epochs: int,
-    unmeasured: set[int],
-    others: list[str],
-) -> None:
     signature = "train"
     meter = FixedMeter(0, 0)
     pricer = Pricer("max-merge", safety_factor=1.0, meter=meter)
