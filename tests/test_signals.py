@@ -369,11 +369,20 @@ LOSER = textwrap.dedent(
     import os, signal, sys
     lose, sent = os.environ["WARMFIT_TEST_LOSE"], int(os.environ["WARMFIT_TEST_SIGNAL"])
 
+    class Dropped:
+        def __del__(self):
+            os.kill(os.getpid(), sent)
+            for _ in range(10**6):
+                pass
+
     class Loser:
         def find_spec(self, name, path=None, target=None):
             global lose
             if name == lose:
                 lose = None
+                if os.environ["WARMFIT_TEST_HOW"] == "finalizer":
+                    Dropped()  # made and dropped: the stop is raised inside its __del__,
+                    return None  # where Python can only print it ("Exception ignored")
                 try:
                     os.kill(os.getpid(), sent)
                     for _ in range(10**6):
@@ -389,19 +398,24 @@ LOSER = textwrap.dedent(
 
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("module", ["typer", "polars"], ids=["start-up", "command"])
+@pytest.mark.parametrize("how", ["except", "finalizer"])
 def test_a_signal_whose_exception_vanishes_still_ends_the_command(
-    base: Path, tmp_path: Path, sent: int, module: str
+    base: Path, tmp_path: Path, sent: int, module: str, how: str
 ) -> None:
     """The exception a signal raises, swallowed by code the command runs (while
-    ``warmfit.cli`` imports typer, or while the command imports polars): the command
-    still ends with the signal's line and exit code, the file as it was."""
+    ``warmfit.cli`` imports typer, or while the command imports polars), by an except
+    clause or by landing in a finalizer (a ``__del__``: Python printed it as "Exception
+    ignored in ...", a traceback, once in a CI run): the command still ends with the
+    signal's line alone and its exit code, the file as it was."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(LOSER)
     expect = tmp_path / "e.toml"
     shutil.copy(base, expect)
     before = expect.read_bytes()
-    env = python_env(site, WARMFIT_TEST_LOSE=module, WARMFIT_TEST_SIGNAL=str(int(sent)))
+    env = python_env(
+        site, WARMFIT_TEST_LOSE=module, WARMFIT_TEST_SIGNAL=str(int(sent)), WARMFIT_TEST_HOW=how
+    )
     assert_stopped_cleanly(check_update(expect, env=env), sent, expect, before)
 
 

@@ -11,7 +11,10 @@ A signal is never lost. The handler first records it (:func:`received`), then
 raises; an exception raised from a signal handler can vanish (a library that
 turns it into its own error and catches that, during start-up imports say), so
 the command looks again at the moments that matter (:func:`raise_if_received`:
-after its imports, before an output replaces a file, and when it ends). The
+after its imports, before an output replaces a file, and when it ends). One raised
+inside a finalizer (a ``__del__``, a weak reference's callback) is one Python can only
+print, as "Exception ignored in ...", with a traceback: it is recorded already, so
+:func:`install`'s hook leaves it unprinted and lets every other one through. The
 handler stays installed: a second signal while the first one's exception is
 already unwinding (its clean-up running) is recorded, not raised again, so the
 clean-up finishes; one that comes after the first vanished raises again.
@@ -95,13 +98,31 @@ def finish() -> None:
     _finished = True
 
 
+def _quiet_stops(
+    hook: Callable[[sys.UnraisableHookArgs], object],
+) -> Callable[[sys.UnraisableHookArgs], object]:
+    """``sys.unraisablehook`` that prints nothing for a :class:`Stopped` (raised in a
+    finalizer: recorded, raised again at the next moment that matters) and hands every
+    other unraisable exception to ``hook``."""
+
+    def quiet(unraisable: sys.UnraisableHookArgs) -> object:
+        if isinstance(unraisable.exc_value, Stopped):
+            return None
+        return hook(unraisable)
+
+    quiet.quiets_stops = True  # type: ignore[attr-defined]
+    return quiet
+
+
 def install() -> None:
     """Make each of :data:`ENDING`'s signals end this process's command (from the main
     thread; elsewhere nothing changes). A signal ignored when the process started
     (``nohup`` ignores SIGHUP; a shell's background job, SIGINT and SIGQUIT) stays
-    ignored."""
+    ignored. A stop raised inside a finalizer is not printed as "Exception ignored"."""
     if threading.current_thread() is not threading.main_thread():
         return
+    if not getattr(sys.unraisablehook, "quiets_stops", False):
+        sys.unraisablehook = _quiet_stops(sys.unraisablehook)
     for signum in ENDING:
         with contextlib.suppress(OSError, ValueError):
             if signal.getsignal(signum) is not signal.SIG_IGN:
