@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -875,3 +875,29 @@ def test_without_signal_masks_nothing_is_held(monkeypatch: pytest.MonkeyPatch, e
     if error is not ValueError:  # what sigpending may raise
         monkeypatch.setattr(signal, "sigpending", fails)
         assert signals.held({int(signal.SIGTERM)}) is None
+
+
+def test_the_unraisable_hook_quiets_only_stops_and_is_installed_once(
+    monkeypatch: pytest.MonkeyPatch, warmfit_handlers: Any
+) -> None:
+    """install() puts a hook before the one it finds: a stop raised in a finalizer is not
+    handed on (it is recorded; the command raises it again), every other unraisable
+    exception is, as it came; a second install() does not wrap its own hook again."""
+    handed: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", handed.append)
+    warmfit_handlers.install()
+    hook = sys.unraisablehook
+    warmfit_handlers.install()
+    assert sys.unraisablehook is hook  # not wrapped twice
+
+    def args(error: BaseException) -> Any:
+        return SimpleNamespace(
+            exc_type=type(error), exc_value=error, exc_traceback=None, err_msg=None, object=None
+        )  # what Python hands a hook (sys.UnraisableHookArgs cannot be made in Python)
+
+    for stop in (warmfit_handlers.Interrupted(), warmfit_handlers.Terminated(signal.SIGHUP)):
+        hook(args(stop))
+    assert handed == []
+    other = args(ValueError("a finalizer's own error"))
+    hook(other)
+    assert handed == [other]
