@@ -9,6 +9,7 @@ trainer asks before it runs the wave), and compared with replay's per-wave
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import subprocess
@@ -1255,3 +1256,122 @@ def test_a_policy_failing_in_price_is_named_with_the_packed_count(call: Any, pac
         f"policy 'broken-price' failed in price() on a wave of 's' ({packed} packed tokens): "
         "ZeroDivisionError: oops. Fix the policy's code."
     )
+
+
+# --- issue 38, Pricer oracles round 3 (s7) ---
+
+
+def bad_values() -> list[Any]:
+    """The values the refusal oracle puts in one argument: bools of three kinds, counts of
+    three kinds (accepted where in range), non-integers, signs and edges, text, None."""
+    import torch
+
+    return [
+        True, False, np.True_, np.False_, torch.tensor(True), torch.tensor(7), torch.tensor(-3),
+        torch.tensor(1.5), np.int64(7), np.int64(-2), np.float64(2.0), 1.5, 10.0,
+        float("nan"), float("inf"), -1, 0, 1, 2**63 - 1, 2**63, -(2**63), "10", None, b"1",
+    ]  # fmt: skip
+
+
+def refusal_rule(argument: str, value: Any, where: str = "", packed: int = 10) -> str | None:
+    """The whole message a count argument's value is refused with, from the rules the
+    word-for-word tables above spell (None: accepted): a bool of any kind, then a value that
+    is not an integer, then one past 2**63, then the argument's own sign rule."""
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+        problem = f"must be an integer; got {value!r} of type {type(value).__name__} (a bool is not a count)."
+    else:
+        try:
+            number = int(value) if isinstance(value, int | np.integer) else value.__index__()
+        except (AttributeError, TypeError):
+            problem = (
+                f"must be an integer; got {value!r} of type {type(value).__name__} "
+                "(an int, or a 0-d integer tensor)."
+            )
+        else:
+            if number >= 2**63:
+                problem = f"must be below 2**63 (a trace's int64 column); got {number}."
+            elif argument == "packed_tokens" and number <= 0:
+                problem = f"must be > 0; got {number}."
+            elif argument == "logical_tokens" and number < packed:
+                problem = f"must be >= packed_tokens ({packed}); got {number}."
+            elif argument == "cap" and number < 1:
+                problem = f"must be >= 1; got {number}."
+            elif argument == "static_floor_bytes" and number < 0:
+                tail = " or None" if where else ", or None for no floor"
+                problem = f"must be >= 0{tail}; got {number}."
+            elif number < 0:
+                problem = f"must be >= 0; got {number}."
+            elif argument == "packed_tokens" and number > 20:  # past the call's logical 20
+                return f"{where}logical_tokens must be >= packed_tokens ({number}); got 20."
+            else:
+                return None
+    return f"{where}{argument} {problem}"
+
+
+#: Each call the refusal oracle makes, by the argument it puts the value in: a good call
+#: (10 packed, 20 logical tokens, outputs 0, no floor) with that one argument replaced.
+CALLS = {
+    "price": ("packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"),
+    "admits": ("packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"),
+    "max_tokens": ("output_bytes", "static_floor_bytes", "cap"),
+    "observe_row": (
+        "packed_tokens",
+        "logical_tokens",
+        "output_bytes",
+        "baseline_bytes",
+        "peak_bytes",
+        "static_floor_bytes",
+    ),
+}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    call=st.sampled_from([(c, a) for c, arguments in CALLS.items() for a in arguments]),
+    index=st.integers(0, len(bad_values()) - 1),
+)
+def test_one_bad_count_in_any_call_is_refused_word_for_word_by_the_tables_rules(
+    call: tuple[str, str], index: int
+) -> None:
+    """One drawn value (of 24: bools of Python, numpy and torch, integer tensors, numpy
+    ints, floats, NaN, infinity, signs, 2**63 - 1 and 2**63, text, None, bytes) in one
+    count argument of price, admits, max_tokens or observe_row, on an otherwise good call:
+    refused with the whole message the tables' rules predict (observe_row's with its
+    prefix and its own floor wording), or accepted, and a refused reading teaches nothing."""
+    method, argument = call
+    value = bad_values()[index]
+    pricer = taught()
+    good: dict[str, Any] = {"packed_tokens": 10, "logical_tokens": 20, "output_bytes": 0}
+    good["static_floor_bytes"] = None
+    if method == "observe_row":
+        reading = {**row(10, 1_000, logical_tokens=20, signature="new"), argument: value}
+        run = lambda: pricer.observe_row(reading)  # noqa: E731
+        where = "observe_row(): "
+        if argument == "static_floor_bytes" and value is None:
+            expected = None
+        else:
+            expected = refusal_rule(argument, value, where)
+    elif method == "max_tokens":
+        asked = {"output_bytes": 0, "static_floor_bytes": None, "cap": 100, argument: value}
+        run = lambda: pricer.max_tokens("train", 66_000, **asked)  # noqa: E731
+        accepted = value is None and argument == "static_floor_bytes"
+        expected = None if accepted else refusal_rule(argument, value)
+    else:
+        asked = {**good, argument: value}
+        if method == "price":
+            run = lambda: pricer.price("train", **asked)  # noqa: E731
+        else:
+            run = lambda: pricer.admits("train", budget_bytes=66_000, **asked)  # noqa: E731
+        default = value is None and argument in ("logical_tokens", "static_floor_bytes")
+        expected = None if default else refusal_rule(argument, value)
+    if expected is None:
+        with contextlib.suppress(EstimateOverflowError):  # accepted, priced past 2**63
+            run()
+    else:
+        with pytest.raises(UsageError) as caught:
+            run()
+        assert str(caught.value) == expected
+        assert not isinstance(caught.value, EstimateOverflowError)
+    # a refused reading of 'new' teaches nothing; an accepted one makes its profile
+    taught_new = method == "observe_row" and expected is None
+    assert set(pricer.profiles) == ({"train", "new"} if taught_new else {"train"})
