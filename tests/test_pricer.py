@@ -1375,3 +1375,70 @@ def test_one_bad_count_in_any_call_is_refused_word_for_word_by_the_tables_rules(
     # a refused reading of 'new' teaches nothing; an accepted one makes its profile
     taught_new = method == "observe_row" and expected is None
     assert set(pricer.profiles) == ({"train", "new"} if taught_new else {"train"})
+
+
+def budget_rule(value: Any) -> str | None:
+    """The whole message a budget argument's value is refused with (None: accepted), from
+    the budget tables' rules: a float (not a bool) is bytes when >= 0; text is a size; any
+    other value must be an integer (an index: a numpy int, a 0-d integer tensor) >= 0."""
+    shown = value
+    if isinstance(value, float):
+        refused = not value >= 0
+    elif isinstance(value, str | bytes) or value is None:
+        refused = not isinstance(value, str)  # "10": 10 bytes
+    else:
+        try:
+            shown = value if isinstance(value, bool) else value.__index__()
+        except (AttributeError, TypeError):
+            shown = value
+        refused = isinstance(shown, bool) or not isinstance(shown, int) or shown < 0
+    if not refused:
+        return None
+    return f"budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got {shown!r}."
+
+
+def safety_factor_rule(value: Any) -> str | None:
+    """The whole message a safety factor is refused with (None: accepted): not a real
+    number (a bool of any kind, text, None, a tensor), then not a positive finite one."""
+    from numbers import Real
+
+    margin = "(1.1 adds a 10% margin)"
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return f"safety_factor must be a number {margin}; got {value!r}."
+    if not (math.isfinite(value) and value > 0):
+        return f"safety_factor must be a positive number {margin}; got {value}."
+    return None
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(
+    call=st.sampled_from(["Pricer", "admits", "max_tokens", "oom_tokens", "wave"]),
+    index=st.integers(0, len(bad_values()) - 1),
+)
+def test_one_bad_budget_or_safety_factor_is_refused_word_for_word_by_the_tables_rules(
+    call: str, index: int
+) -> None:
+    """The refusal oracle's twin for the other numbers: one of the 24 values as
+    Pricer()'s safety factor, or as the budget of admits, max_tokens, oom_tokens or wave
+    (a good call otherwise): the whole message the rules predict, or accepted."""
+    from .fixed_meter import FixedMeter
+
+    value = bad_values()[index]
+    pricer = Pricer("max-merge", meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 30_000))
+    runs = {
+        "Pricer": lambda: Pricer("max-merge", safety_factor=value),
+        "admits": lambda: pricer.admits("train", 10, budget_bytes=value),
+        "max_tokens": lambda: pricer.max_tokens("train", value, cap=100),
+        "oom_tokens": lambda: pricer.oom_tokens("train", value),
+        "wave": lambda: pricer.wave("train", 10, budget_bytes=value),
+    }
+    expected = safety_factor_rule(value) if call == "Pricer" else budget_rule(value)
+    if call == "wave" and value is None:
+        expected = None  # a wave given no budget: its OOM counts under every budget
+    if expected is None:
+        runs[call]()
+    else:
+        with pytest.raises(UsageError) as caught:
+            runs[call]()
+        assert str(caught.value) == expected
