@@ -1923,3 +1923,29 @@ def test_the_pricer_against_a_plain_model_with_logical_apart_from_packed(data: A
         cap=cap,
     )
     assert got == want
+
+
+@pytest.mark.parametrize("argument", ["logical_tokens", "output_bytes", "static_floor_bytes"])
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (True, "True of type bool"),
+        (False, "False of type bool"),
+        (np.True_, "np.True_ of type bool"),
+        (torch.tensor(True), "tensor(True) of type Tensor"),
+    ],
+    ids=["True", "False", "numpy", "torch"],
+)
+def test_wave_refuses_a_bool_of_any_kind_as_any_count(
+    argument: str, value: Any, shown: str
+) -> None:
+    """As price() refuses it (docs/reference/pricer.md, Errors: in price, admits, max_tokens
+    and wave alike): a bool as wave()'s logical tokens, outputs or floor is refused with
+    the whole message, and the Pricer learns nothing (it was taken as 1 or 0 and taught)."""
+    pricer = Pricer("max-merge", meter=FixedMeter(0, 1_000))
+    with pytest.raises(UsageError) as caught, pricer.wave("train", 1, **{argument: value}):
+        pass
+    assert str(caught.value) == (
+        f"{argument} must be an integer; got {shown} (a bool is not a count)."
+    )
+    assert pricer.profiles == {}
