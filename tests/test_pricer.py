@@ -14,6 +14,7 @@ import math
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -1308,12 +1309,42 @@ def refusal_rule(argument: str, value: Any, where: str = "", packed: int = 10) -
     return f"{where}{argument} {problem}"
 
 
+def wave_made(pricer: Pricer, packed: Any, asked: dict[str, Any]) -> None:
+    """Make (not enter) a wave of ``pricer``: its arguments are checked when it is made."""
+    from .fixed_meter import FixedMeter
+
+    pricer._meter = FixedMeter(0, 0)  # no CPU meter made for a wave never entered
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a sign a trace cannot hold: unrecorded, warned
+        pricer.wave("train", packed, **asked)
+
+
+def wave_rule(argument: str, value: Any) -> str | None:
+    """wave()'s whole message for one count (None: the wave is made): a bool of any kind
+    as price refuses it; the recorder's "wave(): " refusal of a value that is not an
+    integer; its "above 2**63 - 1" refusal; no sign rule (the wave runs unrecorded)."""
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+        return refusal_rule(argument, value)
+    try:
+        number = int(value) if isinstance(value, int | np.integer) else value.__index__()
+    except (AttributeError, TypeError):
+        return "wave(): " + str(refusal_rule(argument, value))
+    if number > 2**63 - 1:
+        return (
+            f"wave('train'): {argument}={number:,} is above 2**63 - 1 "
+            "(9,223,372,036,854,775,807), the largest value a trace's column holds (int64). "
+            "Pass the wave's real count or byte size (None where it has none)."
+        )
+    return None
+
+
 #: Each call the refusal oracle makes, by the argument it puts the value in: a good call
 #: (10 packed, 20 logical tokens, outputs 0, no floor) with that one argument replaced.
 CALLS = {
     "price": ("packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"),
     "admits": ("packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"),
     "max_tokens": ("output_bytes", "static_floor_bytes", "cap"),
+    "wave": ("packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"),
     "observe_row": (
         "packed_tokens",
         "logical_tokens",
@@ -1325,7 +1356,7 @@ CALLS = {
 }
 
 
-@settings(max_examples=examples(300), deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(
     call=st.sampled_from([(c, a) for c, arguments in CALLS.items() for a in arguments]),
     index=st.integers(0, len(bad_values()) - 1),
@@ -1351,6 +1382,14 @@ def test_one_bad_count_in_any_call_is_refused_word_for_word_by_the_tables_rules(
             expected = None
         else:
             expected = refusal_rule(argument, value, where)
+    elif method == "wave":
+        # wave() takes the recorder's rules but a bool (price's words): a value a trace
+        # cannot hold as a sign (0, -1, logical < packed) runs the wave unrecorded
+        asked = {**good, argument: value}
+        asked.pop("packed_tokens")
+        run = lambda: wave_made(pricer, value if argument == "packed_tokens" else 10, asked)  # noqa: E731
+        default = value is None and argument in ("logical_tokens", "static_floor_bytes")
+        expected = None if default else wave_rule(argument, value)
     elif method == "max_tokens":
         asked = {"output_bytes": 0, "static_floor_bytes": None, "cap": 100, argument: value}
         run = lambda: pricer.max_tokens("train", 66_000, **asked)  # noqa: E731

@@ -1925,7 +1925,9 @@ def test_the_pricer_against_a_plain_model_with_logical_apart_from_packed(data: A
     assert got == want
 
 
-@pytest.mark.parametrize("argument", ["logical_tokens", "output_bytes", "static_floor_bytes"])
+@pytest.mark.parametrize(
+    "argument", ["packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"]
+)
 @pytest.mark.parametrize(
     ("value", "shown"),
     [
@@ -1943,7 +1945,8 @@ def test_wave_refuses_a_bool_of_any_kind_as_any_count(
     and wave alike): a bool as wave()'s logical tokens, outputs or floor is refused with
     the whole message, and the Pricer learns nothing (it was taken as 1 or 0 and taught)."""
     pricer = Pricer("max-merge", meter=FixedMeter(0, 1_000))
-    with pytest.raises(UsageError) as caught, pricer.wave("train", 1, **{argument: value}):
+    asked: dict[str, Any] = {"packed_tokens": 1, argument: value}
+    with pytest.raises(UsageError) as caught, pricer.wave("train", **asked):
         pass
     assert str(caught.value) == (
         f"{argument} must be an integer; got {shown} (a bool is not a count)."

@@ -617,6 +617,7 @@ class Pricer:
         """
         budget = None if budget_bytes is None else self._budget(budget_bytes)
         for name, value in (
+            ("packed_tokens", packed_tokens),
             ("logical_tokens", logical_tokens),
             ("output_bytes", output_bytes),
             ("static_floor_bytes", static_floor_bytes),
