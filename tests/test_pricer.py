@@ -1270,7 +1270,8 @@ def bad_values() -> list[Any]:
     return [
         True, False, np.True_, np.False_, torch.tensor(True), torch.tensor(7), torch.tensor(-3),
         torch.tensor(1.5), np.int64(7), np.int64(-2), np.float64(2.0), 1.5, 10.0,
-        float("nan"), float("inf"), -1, 0, 1, 2**63 - 1, 2**63, -(2**63), "10", None, b"1",
+        float("nan"), float("inf"), -1, 0, 1, 9, 20, 21, 2**63 - 1, 2**63, -(2**63), "10",
+        None, b"1",
     ]  # fmt: skip
 
 
@@ -1364,7 +1365,7 @@ CALLS = {
 def test_one_bad_count_in_any_call_is_refused_word_for_word_by_the_tables_rules(
     call: tuple[str, str], index: int
 ) -> None:
-    """One drawn value (of 24: bools of Python, numpy and torch, integer tensors, numpy
+    """One drawn value (of 27: bools of Python, numpy and torch, integer tensors, numpy
     ints, floats, NaN, infinity, signs, 2**63 - 1 and 2**63, text, None, bytes) in one
     count argument of price, admits, max_tokens or observe_row, on an otherwise good call:
     refused with the whole message the tables' rules predict (observe_row's with its
@@ -1457,7 +1458,7 @@ def safety_factor_rule(value: Any) -> str | None:
 def test_one_bad_budget_or_safety_factor_is_refused_word_for_word_by_the_tables_rules(
     call: str, index: int
 ) -> None:
-    """The refusal oracle's twin for the other numbers: one of the 24 values as
+    """The refusal oracle's twin for the other numbers: one of the 27 values as
     Pricer()'s safety factor, or as the budget of admits, max_tokens, oom_tokens or wave
     (a good call otherwise): the whole message the rules predict, or accepted."""
     from .fixed_meter import FixedMeter

@@ -1891,6 +1891,7 @@ def test_the_pricer_against_a_plain_model_with_logical_apart_from_packed(data: A
         )
     # max_tokens: logical tokens and outputs as functions of n, a small cap
     LinearToy.fail_from = 2**62  # the search probes sizes it chooses: no failing price here
+    s = data.draw(st.sampled_from([None, None, s]), label="max floor")  # mostly none
     if s is not None:  # a floor past the stop prices again: not monotone, as max_tokens needs
         LinearToy.none_from = 2**62
     logical = data.draw(st.sampled_from([None, *sorted(LOGICAL)]), label="max logical")
