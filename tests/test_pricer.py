@@ -9,10 +9,12 @@ trainer asks before it runs the wave), and compared with replay's per-wave
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -1255,3 +1257,228 @@ def test_a_policy_failing_in_price_is_named_with_the_packed_count(call: Any, pac
         f"policy 'broken-price' failed in price() on a wave of 's' ({packed} packed tokens): "
         "ZeroDivisionError: oops. Fix the policy's code."
     )
+
+
+# --- issue 38, Pricer oracles round 3 (s7) ---
+
+
+def bad_values() -> list[Any]:
+    """The values the refusal oracle puts in one argument: bools of three kinds, counts of
+    three kinds (accepted where in range), non-integers, signs and edges, text, None."""
+    import torch
+
+    return [
+        True, False, np.True_, np.False_, torch.tensor(True), torch.tensor(7), torch.tensor(-3),
+        torch.tensor(1.5), np.int64(7), np.int64(-2), np.float64(2.0), 1.5, 10.0,
+        float("nan"), float("inf"), -1, 0, 1, 9, 20, 21, 2**63 - 1, 2**63, -(2**63), "10",
+        None, b"1",
+    ]  # fmt: skip
+
+
+def refusal_rule(argument: str, value: Any, where: str = "", packed: int = 10) -> str | None:
+    """The whole message a count argument's value is refused with, from the rules the
+    word-for-word tables above spell (None: accepted): a bool of any kind, then a value that
+    is not an integer, then one past 2**63, then the argument's own sign rule."""
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+        problem = f"must be an integer; got {value!r} of type {type(value).__name__} (a bool is not a count)."
+    else:
+        try:
+            number = int(value) if isinstance(value, int | np.integer) else value.__index__()
+        except (AttributeError, TypeError):
+            problem = (
+                f"must be an integer; got {value!r} of type {type(value).__name__} "
+                "(an int, or a 0-d integer tensor)."
+            )
+        else:
+            if number >= 2**63:
+                problem = f"must be below 2**63 (a trace's int64 column); got {number}."
+            elif argument == "packed_tokens" and number <= 0:
+                problem = f"must be > 0; got {number}."
+            elif argument == "logical_tokens" and number < packed:
+                problem = f"must be >= packed_tokens ({packed}); got {number}."
+            elif argument == "cap" and number < 1:
+                problem = f"must be >= 1; got {number}."
+            elif argument == "static_floor_bytes" and number < 0:
+                tail = " or None" if where else ", or None for no floor"
+                problem = f"must be >= 0{tail}; got {number}."
+            elif number < 0:
+                problem = f"must be >= 0; got {number}."
+            elif argument == "packed_tokens" and number > 20:  # past the call's logical 20
+                return f"{where}logical_tokens must be >= packed_tokens ({number}); got 20."
+            else:
+                return None
+    return f"{where}{argument} {problem}"
+
+
+def wave_made(pricer: Pricer, packed: Any, asked: dict[str, Any]) -> None:
+    """Make (not enter) a wave of ``pricer``: its arguments are checked when it is made."""
+    from .fixed_meter import FixedMeter
+
+    pricer._meter = FixedMeter(0, 0)  # no CPU meter made for a wave never entered
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a sign a trace cannot hold: unrecorded, warned
+        pricer.wave("train", packed, **asked)
+
+
+def wave_rule(argument: str, value: Any) -> str | None:
+    """wave()'s whole message for one count (None: the wave is made): a bool of any kind
+    as price refuses it; the recorder's "wave(): " refusal of a value that is not an
+    integer; its "above 2**63 - 1" refusal; no sign rule (the wave runs unrecorded)."""
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+        return refusal_rule(argument, value)
+    try:
+        number = int(value) if isinstance(value, int | np.integer) else value.__index__()
+    except (AttributeError, TypeError):
+        return "wave(): " + str(refusal_rule(argument, value))
+    if number > 2**63 - 1:
+        return (
+            f"wave('train'): {argument}={number:,} is above 2**63 - 1 "
+            "(9,223,372,036,854,775,807), the largest value a trace's column holds (int64). "
+            "Pass the wave's real count or byte size (None where it has none)."
+        )
+    return None
+
+
+#: Each call the refusal oracle makes, by the argument it puts the value in: a good call
+#: (10 packed, 20 logical tokens, outputs 0, no floor) with that one argument replaced.
+CALLS = {
+    "price": ("packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"),
+    "admits": ("packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"),
+    "max_tokens": ("output_bytes", "static_floor_bytes", "cap"),
+    "wave": ("packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"),
+    "observe_row": (
+        "packed_tokens",
+        "logical_tokens",
+        "output_bytes",
+        "baseline_bytes",
+        "peak_bytes",
+        "static_floor_bytes",
+    ),
+}
+
+
+@settings(max_examples=examples(600), deadline=None)
+@given(
+    call=st.sampled_from([(c, a) for c, arguments in CALLS.items() for a in arguments]),
+    index=st.integers(0, len(bad_values()) - 1),
+)
+def test_one_bad_count_in_any_call_is_refused_word_for_word_by_the_tables_rules(
+    call: tuple[str, str], index: int
+) -> None:
+    """One drawn value (of 27: bools of Python, numpy and torch, integer tensors, numpy
+    ints, floats, NaN, infinity, signs, 2**63 - 1 and 2**63, text, None, bytes) in one
+    count argument of price, admits, max_tokens or observe_row, on an otherwise good call:
+    refused with the whole message the tables' rules predict (observe_row's with its
+    prefix and its own floor wording), or accepted, and a refused reading teaches nothing."""
+    method, argument = call
+    value = bad_values()[index]
+    pricer = taught()
+    good: dict[str, Any] = {"packed_tokens": 10, "logical_tokens": 20, "output_bytes": 0}
+    good["static_floor_bytes"] = None
+    if method == "observe_row":
+        reading = {**row(10, 1_000, logical_tokens=20, signature="new"), argument: value}
+        run = lambda: pricer.observe_row(reading)  # noqa: E731
+        where = "observe_row(): "
+        if argument == "static_floor_bytes" and value is None:
+            expected = None
+        else:
+            expected = refusal_rule(argument, value, where)
+    elif method == "wave":
+        # wave() takes the recorder's rules but a bool (price's words): a value a trace
+        # cannot hold as a sign (0, -1, logical < packed) runs the wave unrecorded
+        asked = {**good, argument: value}
+        asked.pop("packed_tokens")
+        run = lambda: wave_made(pricer, value if argument == "packed_tokens" else 10, asked)  # noqa: E731
+        default = value is None and argument in ("logical_tokens", "static_floor_bytes")
+        expected = None if default else wave_rule(argument, value)
+    elif method == "max_tokens":
+        asked = {"output_bytes": 0, "static_floor_bytes": None, "cap": 100, argument: value}
+        run = lambda: pricer.max_tokens("train", 66_000, **asked)  # noqa: E731
+        accepted = value is None and argument == "static_floor_bytes"
+        expected = None if accepted else refusal_rule(argument, value)
+    else:
+        asked = {**good, argument: value}
+        if method == "price":
+            run = lambda: pricer.price("train", **asked)  # noqa: E731
+        else:
+            run = lambda: pricer.admits("train", budget_bytes=66_000, **asked)  # noqa: E731
+        default = value is None and argument in ("logical_tokens", "static_floor_bytes")
+        expected = None if default else refusal_rule(argument, value)
+    if expected is None:
+        with contextlib.suppress(EstimateOverflowError):  # accepted, priced past 2**63
+            run()
+    else:
+        with pytest.raises(UsageError) as caught:
+            run()
+        assert str(caught.value) == expected
+        assert not isinstance(caught.value, EstimateOverflowError)
+    # a refused reading of 'new' teaches nothing; an accepted one makes its profile
+    taught_new = method == "observe_row" and expected is None
+    assert set(pricer.profiles) == ({"train", "new"} if taught_new else {"train"})
+
+
+def budget_rule(value: Any) -> str | None:
+    """The whole message a budget argument's value is refused with (None: accepted), from
+    the budget tables' rules: a float (not a bool) is bytes when >= 0; text is a size; any
+    other value must be an integer (an index: a numpy int, a 0-d integer tensor) >= 0."""
+    shown = value
+    if isinstance(value, float):
+        refused = not value >= 0
+    elif isinstance(value, str | bytes) or value is None:
+        refused = not isinstance(value, str)  # "10": 10 bytes
+    else:
+        try:
+            shown = value if isinstance(value, bool) else value.__index__()
+        except (AttributeError, TypeError):
+            shown = value
+        refused = isinstance(shown, bool) or not isinstance(shown, int) or shown < 0
+    if not refused:
+        return None
+    return f"budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got {shown!r}."
+
+
+def safety_factor_rule(value: Any) -> str | None:
+    """The whole message a safety factor is refused with (None: accepted): not a real
+    number (a bool of any kind, text, None, a tensor), then not a positive finite one."""
+    from numbers import Real
+
+    margin = "(1.1 adds a 10% margin)"
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return f"safety_factor must be a number {margin}; got {value!r}."
+    if not (math.isfinite(value) and value > 0):
+        return f"safety_factor must be a positive number {margin}; got {value}."
+    return None
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(
+    call=st.sampled_from(["Pricer", "admits", "max_tokens", "oom_tokens", "wave"]),
+    index=st.integers(0, len(bad_values()) - 1),
+)
+def test_one_bad_budget_or_safety_factor_is_refused_word_for_word_by_the_tables_rules(
+    call: str, index: int
+) -> None:
+    """The refusal oracle's twin for the other numbers: one of the 27 values as
+    Pricer()'s safety factor, or as the budget of admits, max_tokens, oom_tokens or wave
+    (a good call otherwise): the whole message the rules predict, or accepted."""
+    from .fixed_meter import FixedMeter
+
+    value = bad_values()[index]
+    pricer = Pricer("max-merge", meter=FixedMeter(0, 0))
+    pricer.observe_row(row(100, 30_000))
+    runs = {
+        "Pricer": lambda: Pricer("max-merge", safety_factor=value),
+        "admits": lambda: pricer.admits("train", 10, budget_bytes=value),
+        "max_tokens": lambda: pricer.max_tokens("train", value, cap=100),
+        "oom_tokens": lambda: pricer.oom_tokens("train", value),
+        "wave": lambda: pricer.wave("train", 10, budget_bytes=value),
+    }
+    expected = safety_factor_rule(value) if call == "Pricer" else budget_rule(value)
+    if call == "wave" and value is None:
+        expected = None  # a wave given no budget: its OOM counts under every budget
+    if expected is None:
+        runs[call]()
+    else:
+        with pytest.raises(UsageError) as caught:
+            runs[call]()
+        assert str(caught.value) == expected

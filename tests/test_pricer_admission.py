@@ -26,7 +26,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warmfit.errors import EstimateOverflowError, UsageError
+from warmfit.errors import EstimateOverflowError, PolicyError, UsageError
 from warmfit.format.schema import KINDS
 from warmfit.format.trace import read_trace, readings_frame, write_trace
 from warmfit.policies import PriceRequest, WarmFit
@@ -1783,3 +1783,173 @@ def test_max_tokens_where_the_price_stops_the_oom_the_cap_and_outputs_meet(
         if 1 <= n <= cap:  # admits knows no cap
             o = outputs(n) if callable(outputs) else outputs
             assert pricer.admits("train", n, 2 * n, budget_bytes=budget, output_bytes=o) is fits
+
+
+# --- issue 38, Pricer oracles round 3 (s7) ---
+
+
+class LinearToy(WarmFit):
+    """A policy whose price sees logical tokens apart from packed ones: ``3.5 n + 2 m``
+    bytes, no price from ``none_from`` logical tokens on, and a failure from ``fail_from``
+    on (class attributes each example sets)."""
+
+    name = "linear-toy"
+    none_from: int = 2**62
+    fail_from: int = 2**62
+
+    def price(self, request: PriceRequest) -> float | None:
+        n, m = request.packed_tokens, request.logical_tokens
+        if m >= self.fail_from:
+            raise ValueError("too long")
+        if m >= self.none_from:
+            return None
+        return 3.5 * n + 2 * m
+
+
+def toy_estimate(n: int, m: int, o: int, s: int | None, f: float) -> int | None:
+    """docs/reference/pricer.md's price(): ``int((o + max(floor, int(p))) * f)`` from the
+    profile's p, the floor alone ``int((o + s) * f)`` with no p, None with neither."""
+    p = None if m >= LinearToy.none_from else 3.5 * n + 2 * m
+    if p is not None:
+        return int((o + max(s or 0, int(p))) * f)
+    return None if s is None else int((o + s) * f)
+
+
+def toy_bound(ooms: list[tuple[int, str, int | None]], budget: int, kind: str) -> int | None:
+    """The smallest packed size of the kind that ran out of memory under a budget at least
+    this one (no budget: every one), SPEC §9; the logical count plays no part."""
+    sizes = [n for n, k, b in ooms if k == kind and (b is None or budget <= b)]
+    return min(sizes) if sizes else None
+
+
+LOGICAL = {
+    "equal": lambda n: n,
+    "plus one": lambda n: n + 1,
+    "twice": lambda n: 2 * n,
+}
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(data=st.data())
+def test_the_pricer_against_a_plain_model_with_logical_apart_from_packed(data: Any) -> None:
+    """Every answer of price, admits, oom_tokens and max_tokens predicted from the docs,
+    with logical tokens drawn apart from packed (equal, one more, twice: OOM waves and asks
+    alike), outputs as bytes or a function, floors, OOM waves of two kinds under budgets on
+    and around the asked one, a price that stops (None) and one that fails at a logical
+    size: the failure names the PACKED count."""
+    f = data.draw(st.sampled_from([1.0, 1.1, 1.5]), label="f")
+    LinearToy.none_from = data.draw(st.sampled_from([2**62, 40, 41, 80]), label="none_from")
+    LinearToy.fail_from = data.draw(st.sampled_from([2**62, 30, 61]), label="fail_from")
+    pricer = Pricer(LinearToy, safety_factor=f, meter=FixedMeter(0, 0))
+    ooms: list[tuple[int, str, int | None]] = []
+    for _ in range(data.draw(st.integers(0, 3), label="oom waves")):
+        n = data.draw(st.integers(1, 60))
+        m = LOGICAL[data.draw(st.sampled_from(sorted(LOGICAL)))](n)
+        kind = data.draw(st.sampled_from(["flat", "split_child"]))
+        budget = data.draw(st.sampled_from([None, 0, 150, 300, 301, 1_000]))
+        if m >= LinearToy.fail_from:
+            continue  # entering the wave prices it: a failing price is not this test's point
+        with warnings.catch_warnings(), mock.patch.object(gc, "collect", lambda: 0):
+            warnings.simplefilter("ignore")
+            with pricer.wave("train", n, m, kind=kind, budget_bytes=budget) as w:
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        assert w.oom
+        ooms.append((n, kind, budget))
+    assert [(w.packed_tokens, w.kind, w.budget_bytes) for w in pricer.ooms] == ooms
+    n = data.draw(st.integers(1, 70), label="n")
+    shape = data.draw(st.sampled_from(sorted(LOGICAL)), label="logical")
+    m = LOGICAL[shape](n)
+    o = data.draw(st.sampled_from([0, 1, 100]), label="o")
+    s = data.draw(st.sampled_from([None, 0, 3.5 * n + 2 * m, 200]), label="floor")
+    s = None if s is None else int(s)
+    kind = data.draw(st.sampled_from(["flat", "split_child"]), label="kind")
+    edges = [0, 150, 300, 301, 1_000] + [
+        e + d for e in [toy_estimate(n, m, o, s, f) or 0] for d in (-1, 0, 1)
+    ]
+    budget = data.draw(st.sampled_from([e for e in edges if e >= 0]), label="budget")
+    unpriced = data.draw(st.booleans(), label="unpriced")
+    bound = toy_bound(ooms, budget, kind)
+    assert pricer.oom_tokens("train", budget, kind=kind) == bound
+    asked = {"output_bytes": o, "static_floor_bytes": s, "kind": kind}
+    if m >= LinearToy.fail_from:
+        message = (
+            f"policy 'linear-toy' failed in price() on a wave of 'train' ({n} packed tokens): "
+            "ValueError: too long. Fix the policy's code."
+        )
+        with pytest.raises(PolicyError) as price_error:
+            pricer.price("train", n, m, **asked)
+        with pytest.raises(PolicyError) as admits_error:
+            pricer.admits("train", n, m, budget_bytes=budget, unpriced=unpriced, **asked)
+        assert str(price_error.value) == str(admits_error.value) == message
+    else:
+        estimate = toy_estimate(n, m, o, s, f)
+        assert pricer.price("train", n, m, **asked) == estimate
+        fits = unpriced if estimate is None else estimate <= budget
+        expected = fits and (bound is None or n < bound)
+        assert pricer.admits("train", n, m, budget_bytes=budget, unpriced=unpriced, **asked) is (
+            expected
+        )
+    # max_tokens: logical tokens and outputs as functions of n, a small cap
+    LinearToy.fail_from = 2**62  # the search probes sizes it chooses: no failing price here
+    s = data.draw(st.sampled_from([None, None, s]), label="max floor")  # mostly none
+    if s is not None:  # a floor past the stop prices again: not monotone, as max_tokens needs
+        LinearToy.none_from = 2**62
+    logical = data.draw(st.sampled_from([None, *sorted(LOGICAL)]), label="max logical")
+    outputs = data.draw(st.sampled_from([0, 7, "ten per token"]), label="max outputs")
+    cap = data.draw(st.sampled_from([1, 2, 50, 100]), label="cap")
+
+    def at(k: int) -> tuple[int, int]:
+        mk = k if logical is None else LOGICAL[logical](k)
+        ok = 10 * k if outputs == "ten per token" else int(outputs)
+        return mk, ok
+
+    def model_admits(k: int) -> bool:
+        mk, ok = at(k)
+        e = toy_estimate(k, mk, ok, s, f)
+        return e is not None and e <= budget and (bound is None or k < bound)
+
+    if toy_estimate(1, *at(1), s, f) is None:
+        want: int | None = None
+    else:
+        want = 0
+        while want < cap and model_admits(want + 1):
+            want += 1
+    got = pricer.max_tokens(
+        "train",
+        budget,
+        logical_tokens=None if logical is None else LOGICAL[logical],
+        output_bytes=(lambda k: 10 * k) if outputs == "ten per token" else outputs,
+        static_floor_bytes=s,
+        kind=kind,
+        cap=cap,
+    )
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    "argument", ["packed_tokens", "logical_tokens", "output_bytes", "static_floor_bytes"]
+)
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (True, "True of type bool"),
+        (False, "False of type bool"),
+        (np.True_, "np.True_ of type bool"),
+        (torch.tensor(True), "tensor(True) of type Tensor"),
+    ],
+    ids=["True", "False", "numpy", "torch"],
+)
+def test_wave_refuses_a_bool_of_any_kind_as_any_count(
+    argument: str, value: Any, shown: str
+) -> None:
+    """As price() refuses it (docs/reference/pricer.md, Errors: in price, admits, max_tokens
+    and wave alike): a bool as wave()'s logical tokens, outputs or floor is refused with
+    the whole message, and the Pricer learns nothing (it was taken as 1 or 0 and taught)."""
+    pricer = Pricer("max-merge", meter=FixedMeter(0, 1_000))
+    asked: dict[str, Any] = {"packed_tokens": 1, argument: value}
+    with pytest.raises(UsageError) as caught, pricer.wave("train", **asked):
+        pass
+    assert str(caught.value) == (
+        f"{argument} must be an integer; got {shown} (a bool is not a count)."
+    )
+    assert pricer.profiles == {}

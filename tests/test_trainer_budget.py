@@ -276,3 +276,21 @@ def test_device_budget_is_the_smallest_over_several_ranks(
     found = device_budget()
     assert found == budget and type(found) is int
     assert reduced == [(dist.ReduceOp.MIN, "cpu", torch.int64)]
+
+
+# --- issue 38, Pricer oracles round 3 (s7) ---
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(torch.tensor(1.5), "tensor(1.5000)"), (torch.tensor([3, 4]), "tensor([3, 4])")],
+    ids=["float tensor", "two elements"],
+)
+def test_a_tensor_that_is_not_one_integer_is_a_usage_error(value: Any, shown: str) -> None:
+    """A tensor has __index__, but a float tensor's or a tensor of two elements' raises
+    TypeError: the budget is refused as a UsageError naming it (was the TypeError)."""
+    with pytest.raises(UsageError) as caught:
+        budget_bytes(value)
+    assert str(caught.value) == (
+        f"budget_bytes must be a number of bytes >= 0 or a size such as '70GiB'; got {shown}."
+    )

@@ -14,6 +14,7 @@ torch is imported only by :func:`device_budget`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -37,7 +38,10 @@ def budget_bytes(value: object, argument: str = "budget_bytes") -> int:
         except ValueError as exc:
             raise UsageError(str(exc), argument=argument) from None
     elif not isinstance(value, bool) and hasattr(value, "__index__"):
-        value = value.__index__()  # a numpy integer, a 0-d integer tensor
+        # a numpy integer, a 0-d integer tensor; a float tensor, or one of several
+        # elements, raises TypeError from __index__: kept as given, refused below
+        with contextlib.suppress(TypeError):
+            value = value.__index__()
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UsageError(
             f"must be a number of bytes >= 0 or a size such as '70GiB'; got {value!r}.",

@@ -616,6 +616,14 @@ class Pricer:
         ``budget_bytes`` (None: any budget; SPEC §9). Any other exception passes.
         """
         budget = None if budget_bytes is None else self._budget(budget_bytes)
+        for name, value in (
+            ("packed_tokens", packed_tokens),
+            ("logical_tokens", logical_tokens),
+            ("output_bytes", output_bytes),
+            ("static_floor_bytes", static_floor_bytes),
+        ):
+            if isinstance(value, bool) or _bool_dtype(value):  # True is not a count (price's)
+                _count(value, name)
         recorder = self._recorder() if self._recorder is not None else None
         if recorder is None or recorder._closed:
             recorder = self._meter_recorder()
