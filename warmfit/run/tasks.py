@@ -148,10 +148,12 @@ def _cluster_failures(results: Iterator[Any]) -> Iterator[Any]:
 
 
 def _quiet_dask_logs() -> None:
-    """Silence Dask's own logs (a lost connection logged with its tracebacks): the
-    replay says what happened, in one line (:func:`_result`)."""
+    """Silence Dask's own logs (a lost connection logged with its tracebacks) and those
+    of the asyncio loop its client runs (a task of the client's that failed as the
+    cluster was lost: "Task exception was never retrieved", a traceback): the replay
+    says what happened, in one line (:func:`_result`)."""
     names = [n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]
-    for name in ["distributed", *names]:
+    for name in ["distributed", "asyncio", *names]:
         logger = logging.getLogger(name)
         logger.setLevel(logging.CRITICAL)
         for handler in logger.handlers:
